@@ -1,0 +1,1 @@
+"""The broker process (data plane): arrives with the "Cluster" issue."""

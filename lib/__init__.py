@@ -1,0 +1,1 @@
+"""tubeq client library and shared protocol code (imports nothing else of ours)."""

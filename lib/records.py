@@ -1,0 +1,322 @@
+"""Record batch codec: the one format used on the wire and on disk. Pure bytes, no I/O.
+
+Batch layout (little-endian)::
+
+    header   40 bytes  magic "TQRB", version, flags, reserved, length, crc,
+                       count, producer_id, producer_epoch, reserved, base_sequence, reserved
+    sizes    u32[count]   frame sizes        -- column arrays let the broker compute positions,
+    tags     u32[count]   tag hashes         -- index entries and tag filters with numpy over
+    times    i64[count]   timestamps (ms)    -- whole arrays, never per record
+    frames   sum(sizes) bytes
+
+``crc`` is one CRC-32 over every other byte of the batch: the broker checks a batch with one
+call. Each frame is self-describing so a store can be rebuilt from its data log alone::
+
+    length u32 | crc u32 | flags u8 | attrs u8 | timestamp i64 | tag_len u16 | key_len i32
+    | header_count u16 | value_len u32 | tag | key | headers (name_len u16, value_len u32,
+    name, value)* | value
+
+The frame crc covers every byte after the crc field. ``key_len`` is -1 for "no key".
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lib.errors import BatchTooLarge, CorruptRecord, RecordTooLarge
+
+MAGIC = b"TQRB"
+VERSION = 1
+BATCH_HEADER = struct.Struct("<4sBBHII" "IqhhiI")
+HEADER_SIZE = BATCH_HEADER.size  # 40: keeps the i64 column 8-byte aligned
+CRC_AT, CRC_END = 12, 16  # the batch crc covers every byte but [CRC_AT:CRC_END]
+COLUMN_BYTES_PER_RECORD = 16
+
+FRAME_HEAD = struct.Struct("<II")
+FRAME_TAIL = struct.Struct("<BBqHiHI")
+FRAME_HEADER_SIZE = FRAME_HEAD.size + FRAME_TAIL.size  # 30
+FRAME_TAG_LEN_AT = 18  # byte position of tag_len inside a frame
+FRAME_VALUE_LEN_AT = 26
+HEADER_ENTRY = struct.Struct("<HI")
+
+FLAG_VALUE_ZLIB = 0x01  # value is zlib-compressed (set by the producer per record)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+DEFAULT_MAX_BATCH_BYTES = 4 << 20
+MAX_TAG_BYTES = 255
+MAX_RECORDS_PER_BATCH = 1 << 20
+
+_U8 = np.dtype(np.uint8)
+_U32 = np.dtype("<u4")
+_I64 = np.dtype("<i8")
+
+
+@dataclass(slots=True)
+class Record:
+    """One message. ``offset`` and ``partition`` are filled in when it is read back."""
+
+    value: bytes
+    key: bytes | None = None
+    tag: str | None = None
+    headers: dict[str, bytes] = field(default_factory=dict)
+    timestamp: int = 0
+    offset: int = -1
+    partition: int = -1
+    flags: int = 0
+
+
+def tag_hash(tag: str | bytes | None) -> int:
+    """Stable 32-bit hash of a tag (crc32, never 0 for a real tag; 0 means "no tag")."""
+    if not tag:
+        return 0
+    raw = tag.encode() if isinstance(tag, str) else tag
+    return zlib.crc32(raw) or 1
+
+
+def encode_frame(record: Record) -> bytes:
+    """Encode one frame; producers call this per record, the broker never does."""
+    tag = record.tag.encode() if record.tag else b""
+    if len(tag) > MAX_TAG_BYTES:
+        raise RecordTooLarge(f"tag is {len(tag)} bytes, limit {MAX_TAG_BYTES}", limit=MAX_TAG_BYTES)
+    key = record.key
+    parts = [b"", b"", tag, key or b""]
+    for name, val in record.headers.items():
+        raw_name = name.encode()
+        parts += (HEADER_ENTRY.pack(len(raw_name), len(val)), raw_name, val)
+    parts.append(record.value)
+    parts[1] = FRAME_TAIL.pack(
+        record.flags, 0, record.timestamp, len(tag), -1 if key is None else len(key),
+        len(record.headers), len(record.value),
+    )
+    body = b"".join(parts)
+    return FRAME_HEAD.pack(len(body) + 8, zlib.crc32(body)) + body
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode records into one batch (header, column arrays, frames)."""
+    if not records:
+        raise CorruptRecord("a batch needs at least one record")
+    frames = [encode_frame(r) for r in records]
+    return assemble_batch(
+        frames,
+        [tag_hash(r.tag) for r in records],
+        [r.timestamp for r in records],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def assemble_batch(
+    frames: Sequence[bytes],
+    tag_hashes: Iterable[int],
+    timestamps: Iterable[int],
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Build a batch from already encoded frames (lets the producer encode each record once)."""
+    n = len(frames)
+    sizes = np.fromiter((len(f) for f in frames), dtype=_U32, count=n)
+    columns = b"".join(
+        (
+            sizes.tobytes(),
+            np.fromiter(tag_hashes, dtype=_U32, count=n).tobytes(),
+            np.fromiter(timestamps, dtype=_I64, count=n).tobytes(),
+        )
+    )
+    header = bytearray(BATCH_HEADER.pack(
+        MAGIC, VERSION, 0, 0, 0, 0, n, producer_id, producer_epoch, 0, base_sequence, 0))
+    payload = b"".join((columns, *frames))
+    struct.pack_into("<I", header, 8, HEADER_SIZE + len(payload))
+    crc = zlib.crc32(payload, zlib.crc32(header[CRC_END:], zlib.crc32(header[:CRC_AT])))
+    struct.pack_into("<I", header, CRC_AT, crc)
+    return bytes(header) + payload
+
+
+def batch_crc(buf: memoryview) -> int:
+    """CRC-32 of every byte of the batch except the crc field itself."""
+    return zlib.crc32(buf[CRC_END:], zlib.crc32(buf[:CRC_AT]))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """A validated batch: header fields plus zero-copy numpy views of its columns and frames."""
+
+    count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    sizes: np.ndarray
+    tag_hashes: np.ndarray
+    timestamps: np.ndarray
+    frames: memoryview
+
+    @property
+    def frames_bytes(self) -> int:
+        return len(self.frames)
+
+
+def parse_batch(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+) -> BatchView:
+    """Validate a batch with one CRC call and whole-array checks; never loops per record.
+
+    Raises CorruptRecord (structure or CRC), BatchTooLarge or RecordTooLarge, each naming the
+    problem and the limit.
+    """
+    buf = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+    if len(buf) > max_batch_bytes:
+        raise BatchTooLarge(
+            f"batch is {len(buf)} bytes, limit {max_batch_bytes}",
+            size=len(buf), limit=max_batch_bytes)
+    if len(buf) < HEADER_SIZE:
+        raise CorruptRecord(
+            f"batch is {len(buf)} bytes, shorter than its {HEADER_SIZE}-byte header")
+    magic, version, _flags, _r, length, crc, count, pid, epoch, _r2, base_seq, _r3 = (
+        BATCH_HEADER.unpack_from(buf)
+    )
+    if magic != MAGIC:
+        raise CorruptRecord(f"bad batch magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise CorruptRecord(f"unsupported batch version {version}, this build reads {VERSION}")
+    if length != len(buf):
+        raise CorruptRecord(f"batch length field says {length} bytes, got {len(buf)}")
+    if batch_crc(buf) != crc:
+        raise CorruptRecord("batch CRC mismatch: corrupted in transit or built wrongly")
+    return _columns(buf, count, pid, epoch, base_seq, max_message_bytes)
+
+
+def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
+             max_message_bytes: int) -> BatchView:
+    frames_at = HEADER_SIZE + COLUMN_BYTES_PER_RECORD * count
+    if count < 1 or count > MAX_RECORDS_PER_BATCH or frames_at > len(buf):
+        raise CorruptRecord(f"batch record count {count} does not fit its {len(buf)} bytes")
+    sizes = np.frombuffer(buf, _U32, count, HEADER_SIZE)
+    tags = np.frombuffer(buf, _U32, count, HEADER_SIZE + 4 * count)
+    times = np.frombuffer(buf, _I64, count, HEADER_SIZE + 8 * count)
+    frames = buf[frames_at:]
+    if int(sizes.sum(dtype=np.int64)) != len(frames):
+        raise CorruptRecord("batch frame sizes do not add up to its frame bytes")
+    if int(sizes.min()) < FRAME_HEADER_SIZE:
+        raise CorruptRecord(f"a frame is shorter than the {FRAME_HEADER_SIZE}-byte frame header")
+    biggest = int(sizes.max())
+    if biggest > max_message_bytes:
+        raise RecordTooLarge(
+            f"a message is {biggest} bytes, limit {max_message_bytes}",
+            size=biggest, limit=max_message_bytes,
+        )
+    starts = frame_starts(sizes)
+    u8 = np.frombuffer(frames, _U8)
+    if not np.array_equal(gather_u32(u8, starts), sizes):
+        raise CorruptRecord("a frame length field disagrees with the batch size column")
+    tag_lens = gather_u16(u8, starts + FRAME_TAG_LEN_AT)
+    if np.any(tag_lens.astype(np.int64) + FRAME_HEADER_SIZE > sizes):
+        raise CorruptRecord("a frame's tag runs past the end of the frame")
+    return BatchView(count, pid, epoch, base_seq, sizes, tags, times, frames)
+
+
+def frame_starts(sizes: np.ndarray) -> np.ndarray:
+    """Start of each frame given the frame sizes (exclusive cumulative sum, int64)."""
+    starts = np.empty(len(sizes), dtype=np.int64)
+    if len(sizes):
+        starts[0] = 0
+        np.cumsum(sizes[:-1], dtype=np.int64, out=starts[1:])
+    return starts
+
+
+def gather_u32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Little-endian u32 at each byte position of ``at`` (whole-array gather)."""
+    idx = at[:, None] + np.arange(4)
+    return np.ascontiguousarray(u8[idx]).view(_U32).ravel()
+
+
+def gather_u16(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    idx = at[:, None] + np.arange(2)
+    return np.ascontiguousarray(u8[idx]).view("<u2").ravel()
+
+
+def decode_frame(frame: bytes | memoryview) -> Record:
+    """Decode and CRC-check one frame; raises CorruptRecord naming what is wrong."""
+    mv = memoryview(frame)
+    if len(mv) < FRAME_HEADER_SIZE:
+        raise CorruptRecord(f"frame of {len(mv)} bytes is shorter than its header")
+    length, crc = FRAME_HEAD.unpack_from(mv)
+    if length != len(mv):
+        raise CorruptRecord(f"frame length field says {length}, frame has {len(mv)} bytes")
+    if zlib.crc32(mv[8:]) != crc:
+        raise CorruptRecord("frame CRC mismatch")
+    flags, _a, ts, tag_len, key_len, n_headers, value_len = FRAME_TAIL.unpack_from(mv, 8)
+    pos = FRAME_HEADER_SIZE
+    tag = bytes(mv[pos:pos + tag_len]).decode("utf-8", "replace") if tag_len else None
+    pos += tag_len
+    key = None
+    if key_len >= 0:
+        key = bytes(mv[pos:pos + key_len])
+        pos += key_len
+    headers: dict[str, bytes] = {}
+    for _ in range(n_headers):
+        if pos + HEADER_ENTRY.size > length:
+            raise CorruptRecord("frame headers run past the end of the frame")
+        nlen, vlen = HEADER_ENTRY.unpack_from(mv, pos)
+        pos += HEADER_ENTRY.size
+        name = bytes(mv[pos:pos + nlen]).decode("utf-8", "replace")
+        headers[name] = bytes(mv[pos + nlen:pos + nlen + vlen])
+        pos += nlen + vlen
+    if pos + value_len != length:
+        raise CorruptRecord("frame field lengths do not add up to the frame length")
+    value = bytes(mv[pos:length])
+    if flags & FLAG_VALUE_ZLIB:
+        value = zlib.decompress(value)
+    return Record(value, key, tag, headers, ts, flags=flags)
+
+
+def iter_frames(data: bytes | memoryview) -> Iterable[memoryview]:
+    """Split a run of concatenated frames by their length fields."""
+    mv = memoryview(data)
+    pos = 0
+    while pos < len(mv):
+        if pos + 4 > len(mv):
+            raise CorruptRecord("truncated frame length at the end of the frame run")
+        (length,) = struct.unpack_from("<I", mv, pos)
+        if length < FRAME_HEADER_SIZE or pos + length > len(mv):
+            raise CorruptRecord(f"frame at byte {pos} has an impossible length {length}")
+        yield mv[pos:pos + length]
+        pos += length
+
+
+def decode_frames(data: bytes | memoryview, offsets: Sequence[int] | np.ndarray | None = None,
+                  partition: int = -1) -> list[Record]:
+    """Decode a run of frames (a fetch result), checking every frame CRC."""
+    records = [decode_frame(f) for f in iter_frames(data)]
+    if offsets is not None:
+        if len(offsets) != len(records):
+            raise CorruptRecord(f"{len(records)} frames but {len(offsets)} offsets")
+        for rec, off in zip(records, offsets, strict=True):
+            rec.offset = int(off)
+            rec.partition = partition
+    return records
+
+
+def headers_of(mapping: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    """Copy and type-check user headers (names str, values bytes)."""
+    out: dict[str, bytes] = {}
+    for name, val in (mapping or {}).items():
+        if not isinstance(name, str) or not isinstance(val, (bytes, bytearray)):
+            raise TypeError("headers map str names to bytes values")
+        out[name] = bytes(val)
+    return out

@@ -1,0 +1,1 @@
+"""Benchmarks and Locust load tests; each prints one JSON object."""

@@ -1,0 +1,1 @@
+"""The master process (control plane): arrives with the "Cluster" issue."""

@@ -1,0 +1,1 @@
+"""The Flask operations portal: arrives after the "Cluster" issue."""

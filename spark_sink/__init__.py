@@ -1,0 +1,1 @@
+"""PySpark data source and pipelines: arrives after the "Cluster" issue."""

@@ -1,0 +1,1 @@
+"""Storage instances: data log, per-partition index, memory cache blocks, offsets."""

@@ -1,0 +1,57 @@
+"""Per-topic storage policy: cache blocks, disk sync thresholds, durability, segments, retention."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lib.config import require
+from lib.records import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Settings of one storage instance; every store of a topic shares them.
+
+    Loss windows (see README "Durability"): in ``async`` mode a process crash loses what the
+    two cache blocks hold (at most ``2 * cache_block_bytes`` or ``cache_flush_interval_ms``);
+    a power loss also loses what was written but not yet fsynced (at most
+    ``unflush_threshold`` messages / ``unflush_data_hold`` bytes / ``unflush_interval_ms``).
+    In ``sync`` mode an acknowledged append is on disk and survives both.
+    """
+
+    durability: Literal["async", "sync"] = "async"
+    cache_block_bytes: int = 8 * MiB
+    cache_block_messages: int = 200_000
+    cache_flush_interval_ms: int = 200
+    unflush_threshold: int = 10_000
+    unflush_data_hold: int = 16 * MiB
+    unflush_interval_ms: int = 1_000
+    checkpoint_interval_ms: int = 1_000
+    segment_bytes: int = 512 * MiB
+    index_segment_entries: int = 1 << 20
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    retention_check_interval_ms: int = 30_000
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+    def validate(self) -> None:
+        for name in ("cache_block_bytes", "cache_block_messages", "cache_flush_interval_ms",
+                     "unflush_threshold", "unflush_data_hold", "unflush_interval_ms",
+                     "checkpoint_interval_ms", "segment_bytes", "index_segment_entries",
+                     "retention_check_interval_ms", "max_message_bytes", "max_batch_bytes"):
+            require(getattr(self, name) > 0, f"StoreConfig.{name} must be > 0")
+        require(self.retention_ms > 0 or self.retention_ms == -1,
+                "StoreConfig.retention_ms must be > 0, or -1 for no age limit")
+        require(self.retention_bytes > 0 or self.retention_bytes == -1,
+                "StoreConfig.retention_bytes must be > 0, or -1 for no size limit")
+        require(self.max_message_bytes <= self.max_batch_bytes,
+                f"StoreConfig.max_message_bytes ({self.max_message_bytes}) must be <= "
+                f"max_batch_bytes ({self.max_batch_bytes})")
+        require(self.max_batch_bytes <= self.cache_block_bytes,
+                f"StoreConfig.max_batch_bytes ({self.max_batch_bytes}) must be <= "
+                f"cache_block_bytes ({self.cache_block_bytes}): a batch lands in one block")
+        require(self.segment_bytes >= self.cache_block_bytes,
+                "StoreConfig.segment_bytes must be >= cache_block_bytes")

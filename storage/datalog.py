@@ -1,0 +1,234 @@
+"""The data log of a store: append-only segments shared by all partitions of the store.
+
+Positions are logical bytes across segments (a segment is named by the position of its first
+byte), so an index entry's position never changes when segments roll or are deleted. The log
+is a sequence of *chunks*, one per appended batch::
+
+    magic "TQCH" | partition u32 | count u32 | base_offset i64 | frames_len u32 | reserved u32
+    | crc u32 (of the 28 bytes before it) | frames ...
+
+so that recovery can rebuild every partition's index from the data log alone. One writer (the
+store's flusher); readers may run at the same time and only read below the flushed end.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lib.errors import CorruptRecord, StorageError
+from lib.records import FRAME_HEAD, FRAME_HEADER_SIZE, FRAME_TAIL, tag_hash
+from storage.fsutil import fsync_dir, list_segments, quarantine, segment_name
+from storage.index import INDEX_DTYPE
+
+CHUNK = struct.Struct("<4sIIqIII")
+CHUNK_MAGIC = b"TQCH"
+SUFFIX = ".log"
+
+
+def chunk_header(partition: int, count: int, base_offset: int, frames_len: int) -> bytes:
+    head = CHUNK.pack(CHUNK_MAGIC, partition, count, base_offset, frames_len, 0, 0)
+    return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
+
+
+class _Segment:
+    __slots__ = ("base", "path", "fd", "size")
+
+    def __init__(self, base: int, path: Path, fd: int, size: int) -> None:
+        self.base, self.path, self.fd, self.size = base, path, fd, size
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+@dataclass(frozen=True)
+class ScannedChunk:
+    partition: int
+    base_offset: int
+    entries: np.ndarray  # INDEX_DTYPE, one per frame
+
+
+class DataLog:
+    """Segmented data log in ``directory`` (``<20-digit base position>.log``)."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.dir = directory
+        self.segment_bytes = segment_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self._segs: list[_Segment] = []  # replaced, never mutated: readers keep a snapshot
+        self._graveyard: list[_Segment] = []
+        self._dirty = False
+        for base, path in list_segments(directory, SUFFIX):
+            if self._segs and base != self._segs[-1].end:
+                # A gap means a middle segment is damaged or missing: set the rest aside.
+                quarantine(path)
+                continue
+            fd = os.open(path, os.O_RDWR)
+            self._segs = [*self._segs, _Segment(base, path, fd, os.fstat(fd).st_size)]
+
+    @property
+    def start(self) -> int:
+        return self._segs[0].base if self._segs else 0
+
+    @property
+    def end(self) -> int:
+        return self._segs[-1].end if self._segs else 0
+
+    def size_bytes(self) -> int:
+        return self.end - self.start
+
+    def write(self, data: memoryview) -> None:
+        """Append ``data`` at the end in one write (rolls first when the segment is full)."""
+        seg = self._segs[-1] if self._segs else None
+        if seg is None or seg.size >= self.segment_bytes:
+            seg = self._roll()
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(seg.fd, data[written:], seg.size + written)
+        except OSError as exc:
+            raise StorageError(f"data write failed in {seg.path}: {exc}") from exc
+        seg.size += len(data)
+        self._dirty = True
+
+    def _roll(self) -> _Segment:
+        base = self.end
+        if self._segs:
+            os.fsync(self._segs[-1].fd)
+        path = self.dir / segment_name(base, SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fsync_dir(self.dir)
+        seg = _Segment(base, path, fd, 0)
+        self._segs = [*self._segs, seg]
+        return seg
+
+    def sync(self) -> None:
+        """fdatasync the active segment (rolled ones were synced when they rolled)."""
+        if self._segs and self._dirty:
+            self._dirty = False
+            try:
+                os.fdatasync(self._segs[-1].fd)
+            except OSError as exc:
+                raise StorageError(f"fsync failed on {self._segs[-1].path}: {exc}") from exc
+
+    def read(self, position: int, length: int) -> bytes:
+        """Bytes [position, position + length); may span segments."""
+        segs = self._segs
+        parts = []
+        for seg in segs:
+            if length <= 0:
+                break
+            if seg.end <= position:
+                continue
+            if seg.base > position:
+                raise CorruptRecord(f"data at position {position} is missing (deleted or damaged)")
+            n = min(length, seg.end - position)
+            raw = os.pread(seg.fd, n, position - seg.base)
+            if len(raw) != n:
+                raise CorruptRecord(f"data segment {seg.path} is shorter than expected")
+            parts.append(raw)
+            position += n
+            length -= n
+        if length > 0:
+            raise CorruptRecord(f"data at position {position} is beyond the end of the log")
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def delete_oldest(self, count: int) -> None:
+        """Delete the ``count`` oldest segments (never the active one)."""
+        count = min(count, len(self._segs) - 1)
+        if count <= 0:
+            return
+        for seg in self._graveyard:
+            os.close(seg.fd)
+        self._graveyard = self._segs[:count]
+        self._segs = self._segs[count:]
+        for seg in self._graveyard:
+            seg.path.unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
+    def segment_info(self) -> list[tuple[int, int, float]]:
+        """(base, size, mtime) of every segment, oldest first."""
+        return [(s.base, s.size, os.fstat(s.fd).st_mtime) for s in self._segs]
+
+    def scan(self, position: int) -> list[ScannedChunk]:
+        """Validate chunks from ``position`` to the end; cut the log at the first bad one.
+
+        Runs on open only (a per-frame loop is fine here). Batches are atomic: a chunk with
+        any torn or corrupt frame is cut with everything after it.
+        """
+        chunks: list[ScannedChunk] = []
+        for i, seg in enumerate(self._segs):
+            if seg.end <= position:
+                continue
+            local = max(0, position - seg.base)
+            good = _scan_segment(seg, local, chunks)
+            if good < seg.size:
+                self._cut(i, good)
+                break
+        return chunks
+
+    def _cut(self, index: int, keep: int) -> None:
+        seg = self._segs[index]
+        os.ftruncate(seg.fd, keep)
+        os.fsync(seg.fd)
+        seg.size = keep
+        for later in self._segs[index + 1:]:
+            os.close(later.fd)
+            later.path.unlink(missing_ok=True)
+        self._segs = self._segs[: index + 1]
+        fsync_dir(self.dir)
+
+    def close(self) -> None:
+        for seg in self._segs + self._graveyard:
+            os.close(seg.fd)
+        self._segs, self._graveyard = [], []
+
+
+def _scan_segment(seg: _Segment, local: int, out: list[ScannedChunk]) -> int:
+    """Append the valid chunks of ``seg`` from byte ``local``; return where validity ends."""
+    if seg.size == 0:
+        return 0
+    with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as mm:
+        mv = memoryview(mm)
+        try:
+            while local + CHUNK.size <= seg.size:
+                chunk = _parse_chunk(mv, local, seg.base)
+                if chunk is None:
+                    break
+                out.append(chunk)
+                local += CHUNK.size + int(chunk.entries["size"].sum())
+        finally:
+            mv.release()
+    return local
+
+
+def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> ScannedChunk | None:
+    magic, partition, count, base_offset, frames_len, _r, crc = CHUNK.unpack_from(mv, at)
+    if magic != CHUNK_MAGIC or zlib.crc32(mv[at:at + CHUNK.size - 4]) != crc:
+        return None
+    start = at + CHUNK.size
+    if count == 0 or start + frames_len > len(mv) or base_offset < 0:
+        return None
+    entries = np.empty(count, INDEX_DTYPE)
+    pos = start
+    for i in range(count):
+        if pos + FRAME_HEADER_SIZE > start + frames_len:
+            return None
+        length, fcrc = FRAME_HEAD.unpack_from(mv, pos)
+        if length < FRAME_HEADER_SIZE or pos + length > start + frames_len:
+            return None
+        if zlib.crc32(mv[pos + 8:pos + length]) != fcrc:
+            return None
+        _f, _a, ts, tag_len, _k, _h, _v = FRAME_TAIL.unpack_from(mv, pos + 8)
+        tag = mv[pos + FRAME_HEADER_SIZE:pos + FRAME_HEADER_SIZE + tag_len]
+        entries[i] = (seg_base + pos, length, tag_hash(bytes(tag)), ts)
+        pos += length
+    if pos != start + frames_len:
+        return None
+    return ScannedChunk(partition, base_offset, entries)

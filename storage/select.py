@@ -1,0 +1,89 @@
+"""Choosing and gathering frames for a read, over whole numpy arrays (no per-record loop).
+
+Given a run of index entries, :func:`plan` picks the entries to return (byte budget, tag
+filter) and the physical byte spans that hold them; :func:`assemble` turns the bytes of those
+spans into the returned frames, applying the exact tag check.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lib.records import FRAME_HEADER_SIZE, FRAME_TAG_LEN_AT, gather_u16
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    examined: int  # entries consumed from the front of the run (next offset advances by this)
+    selected: np.ndarray  # indices (into the run) of entries to return, ascending
+    span_starts: np.ndarray  # data positions of the byte spans to read
+    span_lengths: np.ndarray
+
+
+def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None) -> ReadPlan:
+    """Select entries within ``max_bytes`` (always at least one match) and group them in spans."""
+    sizes = entries["size"].astype(np.int64)
+    if tag_hashes is None:
+        wanted = np.ones(len(entries), dtype=bool)
+    else:
+        wanted = np.isin(entries["tag"], tag_hashes)
+    cum = np.cumsum(np.where(wanted, sizes, 0))
+    examined = int(np.searchsorted(cum, max_bytes, side="right"))
+    if examined < len(entries) and not wanted[:examined].any():
+        examined += 1  # the first match alone is over budget: it still goes, so readers progress
+    selected = np.flatnonzero(wanted[:examined])
+    if len(selected) == 0:
+        empty = np.empty(0, np.int64)
+        return ReadPlan(examined, selected, empty, empty)
+    pos = entries["pos"].astype(np.int64)
+    # A physical run breaks where an entry does not start right after the previous one.
+    breaks = np.ones(len(entries), dtype=bool)
+    breaks[1:] = pos[1:] != pos[:-1] + sizes[:-1]
+    run_id = np.cumsum(breaks)[selected]
+    first_of_run = np.ones(len(selected), dtype=bool)
+    first_of_run[1:] = run_id[1:] != run_id[:-1]
+    heads = np.flatnonzero(first_of_run)
+    tails = np.append(heads[1:], len(selected)) - 1
+    starts = pos[selected[heads]]
+    ends = pos[selected[tails]] + sizes[selected[tails]]
+    return ReadPlan(examined, selected, starts, ends - starts)
+
+
+def assemble(entries: np.ndarray, p: ReadPlan, spans: list[bytes | memoryview],
+             tags: list[bytes] | None) -> tuple[bytes, np.ndarray]:
+    """Frames and their run indices from the span bytes; exact tag check when filtering."""
+    if len(p.selected) == 0:
+        return b"", p.selected
+    buf = spans[0] if len(spans) == 1 else b"".join(spans)
+    if tags is None:
+        return bytes(buf), p.selected  # no filter: the spans are exactly the frames, in order
+    u8 = np.frombuffer(buf, np.uint8)
+    pos = entries["pos"][p.selected].astype(np.int64)
+    sizes = entries["size"][p.selected].astype(np.int64)
+    span_of = np.searchsorted(p.span_starts, pos, side="right") - 1
+    span_out = np.concatenate(([0], np.cumsum(p.span_lengths)[:-1]))
+    local = pos - p.span_starts[span_of] + span_out[span_of]
+    keep = _exact_tag_match(u8, local, sizes, tags)
+    local, sizes, chosen = local[keep], sizes[keep], p.selected[keep]
+    if len(chosen) == 0:
+        return b"", chosen
+    out_starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    idx = np.repeat(local - out_starts, sizes) + np.arange(int(sizes.sum()))
+    return u8[idx].tobytes(), chosen
+
+
+def _exact_tag_match(u8: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                     tags: list[bytes]) -> np.ndarray:
+    """True where the frame's tag bytes equal one of ``tags`` (hashes can collide)."""
+    tag_lens = gather_u16(u8, starts + FRAME_TAG_LEN_AT).astype(np.int64)
+    keep = np.zeros(len(starts), dtype=bool)
+    limit = len(u8) - 1
+    for tag in tags:  # a handful of tags per subscription, not per record
+        same_len = (tag_lens == len(tag)) & (sizes >= FRAME_HEADER_SIZE + len(tag))
+        if not same_len.any() or not tag:
+            continue
+        idx = np.minimum(starts[:, None] + FRAME_HEADER_SIZE + np.arange(len(tag)), limit)
+        equal = (u8[idx] == np.frombuffer(tag, np.uint8)).all(axis=1)
+        keep |= same_len & equal
+    return keep

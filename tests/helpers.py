@@ -1,0 +1,25 @@
+"""Small builders shared by the storage tests."""
+from __future__ import annotations
+
+from lib.records import Record, decode_frames, encode_batch
+
+
+def batch_of(values: list[bytes], tag: str | None = None, timestamp: int = 1) -> bytes:
+    return encode_batch([Record(v, tag=tag, timestamp=timestamp) for v in values])
+
+
+def values(prefix: str, n: int, start: int = 0) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(start, start + n)]
+
+
+def read_all(store, partition: int, offset: int | None = None, max_bytes: int = 1 << 20,
+             tags=None) -> list[Record]:
+    """Every record from ``offset`` (default earliest) to latest, following next_offset."""
+    out: list[Record] = []
+    offset = store.earliest(partition) if offset is None else offset
+    while offset < store.latest(partition):
+        res = store.read(partition, offset, max_bytes, tags=tags)
+        out += decode_frames(res.frames, res.offsets, partition)
+        assert res.next_offset > offset, "a read must make progress"
+        offset = res.next_offset
+    return out

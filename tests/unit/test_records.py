@@ -1,0 +1,130 @@
+"""The record batch codec: round trips, limits and corruption detection, with bytes only."""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from lib.errors import BatchTooLarge, CorruptRecord, RecordTooLarge
+from lib.records import (
+    FLAG_VALUE_ZLIB,
+    FRAME_HEADER_SIZE,
+    HEADER_SIZE,
+    Record,
+    batch_crc,
+    decode_frame,
+    decode_frames,
+    encode_batch,
+    encode_frame,
+    parse_batch,
+    tag_hash,
+)
+
+
+def sample_records() -> list[Record]:
+    return [
+        Record(b"hello", key=b"k1", tag="orders", headers={"h": b"1", "trace": b""}, timestamp=17),
+        Record(b"", key=None, tag=None, timestamp=18),
+        Record(b"x" * 5000, key=b"", tag="t", timestamp=-1),
+        Record("näive".encode(), tag="ünïcode", headers={"é": b"\x00\xff"}, timestamp=2**40),
+    ]
+
+
+def test_batch_round_trip_keeps_every_field():
+    records = sample_records()
+    view = parse_batch(encode_batch(records, producer_id=7, producer_epoch=2, base_sequence=9))
+    assert (view.count, view.producer_id, view.producer_epoch, view.base_sequence) == (4, 7, 2, 9)
+    decoded = decode_frames(view.frames, offsets=[10, 11, 12, 13], partition=3)
+    for before, after in zip(records, decoded, strict=True):
+        assert (after.value, after.key, after.tag, after.headers, after.timestamp) == (
+            before.value, before.key, before.tag, before.headers, before.timestamp)
+    assert [r.offset for r in decoded] == [10, 11, 12, 13]
+    assert {r.partition for r in decoded} == {3}
+
+
+def test_columns_match_the_frames():
+    records = sample_records()
+    view = parse_batch(encode_batch(records))
+    assert list(view.sizes) == [len(encode_frame(r)) for r in records]
+    assert list(view.tag_hashes) == [tag_hash(r.tag) for r in records]
+    assert list(view.timestamps) == [r.timestamp for r in records]
+    assert view.timestamps.dtype == np.dtype("<i8")
+
+
+def test_tag_hash_is_stable_and_zero_only_without_tag():
+    assert tag_hash(None) == tag_hash("") == 0
+    assert tag_hash("orders") == tag_hash(b"orders") == zlib.crc32(b"orders")
+    assert tag_hash("orders") == tag_hash("orders")  # not Python's salted hash()
+    assert tag_hash("a") != tag_hash("b")
+
+
+def test_zlib_flag_decompresses_the_value():
+    rec = Record(zlib.compress(b"abc" * 100), flags=FLAG_VALUE_ZLIB)
+    assert decode_frame(encode_frame(rec)).value == b"abc" * 100
+
+
+def test_every_corrupt_byte_position_is_detected():
+    batch = encode_batch(sample_records()[:2])
+    for i in range(len(batch)):
+        corrupted = bytearray(batch)
+        corrupted[i] ^= 0x5A
+        with pytest.raises(CorruptRecord):
+            parse_batch(bytes(corrupted))
+
+
+def test_every_corrupt_byte_of_a_frame_is_detected():
+    frame = encode_frame(sample_records()[0])
+    for i in range(len(frame)):
+        corrupted = bytearray(frame)
+        corrupted[i] ^= 0x01
+        with pytest.raises(CorruptRecord):
+            decode_frame(bytes(corrupted))
+
+
+@pytest.mark.parametrize("cut", [0, 1, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 5, -1])
+def test_truncated_batch_is_rejected(cut):
+    batch = encode_batch(sample_records())
+    with pytest.raises(CorruptRecord):
+        parse_batch(batch[:cut])
+
+
+def test_oversized_message_names_the_limit():
+    batch = encode_batch([Record(b"x" * 2000)])
+    with pytest.raises(RecordTooLarge) as err:
+        parse_batch(batch, max_message_bytes=1000)
+    assert err.value.limit == 1000 and "1000" in str(err.value)
+
+
+def test_oversized_batch_names_the_limit():
+    batch = encode_batch([Record(b"x" * 100) for _ in range(100)])
+    with pytest.raises(BatchTooLarge) as err:
+        parse_batch(batch, max_batch_bytes=4096)
+    assert err.value.limit == 4096
+
+
+def test_empty_batch_cannot_be_encoded():
+    with pytest.raises(CorruptRecord):
+        encode_batch([])
+
+
+def test_batch_with_lying_size_column_is_rejected_even_with_valid_crc():
+    batch = bytearray(encode_batch([sample_records()[0], sample_records()[2]]))
+    sizes_at = HEADER_SIZE
+    s0, s1 = struct.unpack_from("<II", batch, sizes_at)
+    struct.pack_into("<II", batch, sizes_at, s0 + 1, s1 - 1)  # still adds up
+    struct.pack_into("<I", batch, 12, batch_crc(memoryview(batch)))
+    with pytest.raises(CorruptRecord, match="length field"):
+        parse_batch(bytes(batch))
+
+
+def test_frame_shorter_than_header_is_rejected():
+    with pytest.raises(CorruptRecord):
+        decode_frame(b"\x00" * (FRAME_HEADER_SIZE - 1))
+
+
+def test_offsets_must_match_frame_count():
+    view = parse_batch(encode_batch(sample_records()))
+    with pytest.raises(CorruptRecord):
+        decode_frames(view.frames, offsets=[1, 2])
