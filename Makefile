@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: test test-fast lint bench-storage clean
+.PHONY: test test-fast lint bench-storage proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ lint: $(STAMP)
 
 bench-storage: $(STAMP)
 	$(PY) -m load.bench_storage
+
+proto: $(STAMP)
+	$(PY) -m lib.proto.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -81,3 +81,11 @@ class StorageError(TubeqError):
     """The disk refused an operation (write, fsync); the store stops accepting appends."""
 
     code = "STORAGE_ERROR"
+
+
+class Unavailable(TubeqError):
+    """The server could not be reached or did not answer in time."""
+
+    code = "UNAVAILABLE"
+    retriable = True
+    refresh_metadata = True

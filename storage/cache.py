@@ -29,7 +29,8 @@ class _Entries:
             grown = np.empty(max(need, 2 * len(self.arr)), INDEX_DTYPE)
             grown[: self.n] = self.arr[: self.n]
             self.arr = grown
-        self.arr[self.n:need] = entries
+        # Copy as raw bytes: a structured-dtype assignment is ~8x slower field by field.
+        self.arr[self.n:need].view(np.uint8)[:] = entries.view(np.uint8)
         self.n = need
 
     def view(self) -> np.ndarray:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lib.errors import CorruptRecord, StorageError
-from storage.fsutil import fsync_dir, list_segments, segment_name
+from lib.errors import CorruptRecord, OffsetOutOfRange, StorageError
+from storage.fsutil import fsync_dir, list_segments, quarantine, segment_name
 
 INDEX_DTYPE = np.dtype([("pos", "<u8"), ("size", "<u4"), ("tag", "<u4"), ("ts", "<i8")])
 ENTRY = INDEX_DTYPE.itemsize  # 24
@@ -43,6 +43,12 @@ class IndexLog:
         self._graveyard: list[_Segment] = []
         self._next_base = 0
         for base, path in list_segments(directory, SUFFIX):
+            if self._segs and base != self._segs[-1].end:
+                # A gap or an overlap (an older segment damaged, lost or grown): offsets from
+                # here on cannot be trusted. Set the rest aside; recovery rebuilds the index
+                # from the data log since it now ends short of the checkpoint.
+                quarantine(path)
+                continue
             size = path.stat().st_size
             if size % ENTRY:  # torn tail of a partial entry write
                 os.truncate(path, size - size % ENTRY)
@@ -70,7 +76,7 @@ class IndexLog:
             if seg is None or seg.count >= self.max_entries:
                 seg = self._roll()
             n = min(len(entries) - done, self.max_entries - seg.count)
-            data = entries[done:done + n].tobytes()
+            data = memoryview(np.ascontiguousarray(entries[done:done + n])).cast("B")
             try:
                 os.pwrite(seg.fd, data, seg.count * ENTRY)
             except OSError as exc:
@@ -91,6 +97,9 @@ class IndexLog:
         """Entries for offsets [first, last); the caller keeps the range inside [start, end)."""
         parts = []
         segs = self._segs
+        if segs and first < segs[0].base:
+            raise OffsetOutOfRange(f"offset {first} is below this index (starts at {segs[0].base})",
+                                   offset=first, earliest=segs[0].base)
         i = max(0, bisect.bisect_right([s.base for s in segs], first) - 1)
         while first < last and i < len(segs):
             seg = segs[i]

@@ -36,6 +36,7 @@ def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None) -> 
     if len(selected) == 0:
         empty = np.empty(0, np.int64)
         return ReadPlan(examined, selected, empty, empty)
+    entries, sizes = entries[:examined], sizes[:examined]
     pos = entries["pos"].astype(np.int64)
     # A physical run breaks where an entry does not start right after the previous one.
     breaks = np.ones(len(entries), dtype=bool)

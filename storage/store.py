@@ -20,7 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from lib.errors import OffsetOutOfRange, StorageError, StoreClosed, UnknownPartition
+from lib.errors import (
+    CorruptRecord,
+    OffsetOutOfRange,
+    StorageError,
+    StoreClosed,
+    UnknownPartition,
+)
 from lib.names import check_name
 from lib.records import frame_starts, parse_batch, tag_hash
 from storage.cache import CacheBlock
@@ -167,18 +173,35 @@ class Store:
             on_disk = offset < part.flushed
             limit = part.flushed if on_disk else part.next
             cached = None if on_disk else self._cached_entries(partition, offset, limit)
-        if on_disk:
-            guess = MAX_READ_ENTRIES if tags else max_bytes // 100 + 1  # ~smallest real frame
-            count = min(limit - offset, MAX_READ_ENTRIES, guess)
-            entries = part.index.read(offset, offset + count)
-        else:
-            entries, blocks = cached
-        p = plan(entries, max_bytes, hashes)
-        fetch = self._data.read if on_disk else (lambda s, n: _block_slice(blocks, s, n))
-        spans = [fetch(int(s), int(n)) for s, n in zip(p.span_starts, p.span_lengths, strict=True)]
+        # Without a filter ~max_bytes/100 entries cover max_bytes (frames under 100 B are rare);
+        # with one, examine more so a sparse tag still makes progress per call.
+        wanted = MAX_READ_ENTRIES if tags else max_bytes // 100 + 1
+        count = min(limit - offset, MAX_READ_ENTRIES, wanted)
+        try:
+            if on_disk:
+                entries, blocks = part.index.read(offset, offset + count), []
+            else:
+                entries, blocks = cached[0][:count], cached[1]
+            p = plan(entries, max_bytes, hashes)
+            fetch = self._data.read if on_disk else (lambda s, n: _block_slice(blocks, s, n))
+            spans = [fetch(int(s), int(n))
+                     for s, n in zip(p.span_starts, p.span_lengths, strict=True)]
+        except (CorruptRecord, OffsetOutOfRange):
+            self._raise_if_deleted(partition, offset)  # retention won the race: say so
+            raise
         frames, chosen = assemble(entries, p, spans, tag_list)
         return ReadResult(frames, chosen.astype(np.int64) + offset, offset + p.examined,
                           earliest, latest)
+
+    def _raise_if_deleted(self, partition: int, offset: int) -> None:
+        with self._cond:
+            part = self._readable_partition(partition)
+            if offset < part.earliest:
+                raise OffsetOutOfRange(
+                    f"offset {offset} of {self.topic}/{partition} was deleted by retention: "
+                    f"earliest {part.earliest}, latest {part.next}",
+                    topic=self.topic, partition=partition, offset=offset,
+                    earliest=part.earliest, latest=part.next)
 
     def earliest(self, partition: int) -> int:
         with self._cond:
@@ -336,9 +359,9 @@ class Store:
                     self._write_block(block, sync_needed or closing)
                     self._maybe_checkpoint(closing)
                     self._maybe_retention()
-            except (OSError, StorageError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a dead flusher must never be silent
                 self._fail(exc if isinstance(exc, StorageError) else
-                           StorageError(f"store {self.topic}/{self.store_id}: {exc}"))
+                           StorageError(f"store {self.topic}/{self.store_id} flusher: {exc!r}"))
                 return
             if closing and block is None:
                 return
@@ -402,7 +425,8 @@ class Store:
                 return  # only a fully synced, fully indexed position may be checkpointed
             position = self._synced_pos
             next_offsets = {p: s.flushed for p, s in self._parts.items()}
-        for part in self._parts.values():
+            parts = list(self._parts.values())  # add_partition may insert while we sync
+        for part in parts:
             part.index.sync()
         write_checkpoint(self.dir, Checkpoint(position, next_offsets))
         self._last_checkpoint = time.monotonic()
@@ -424,7 +448,8 @@ class Store:
             with self._cond:
                 self._data.delete_oldest(doomed)
                 self._refresh_earliest()
-            for part in self._parts.values():
+                parts = list(self._parts.values())  # add_partition may insert meanwhile
+            for part in parts:
                 part.index.delete_before(part.earliest)
         return doomed
 

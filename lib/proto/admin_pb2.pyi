@@ -1,0 +1,190 @@
+from lib.proto import master_pb2 as _master_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("topic", "settings")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    settings: _master_pb2.TopicSettings
+    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ...) -> None: ...
+
+class AlterTopicRequest(_message.Message):
+    __slots__ = ("topic", "settings")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    settings: _master_pb2.TopicSettings
+    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class PartitionDescription(_message.Message):
+    __slots__ = ("partition", "broker_id", "address", "available", "earliest", "latest")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    broker_id: int
+    address: str
+    available: bool
+    earliest: int
+    latest: int
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ...) -> None: ...
+
+class TopicDescription(_message.Message):
+    __slots__ = ("topic", "settings", "partitions", "created_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    settings: _master_pb2.TopicSettings
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
+    created_ms: int
+    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicDescription]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicDescription, _Mapping]]] = ...) -> None: ...
+
+class ListBrokersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListBrokersResponse(_message.Message):
+    __slots__ = ("brokers",)
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    brokers: _containers.RepeatedCompositeFieldContainer[_master_pb2.BrokerInfo]
+    def __init__(self, brokers: _Optional[_Iterable[_Union[_master_pb2.BrokerInfo, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class MemberDescription(_message.Message):
+    __slots__ = ("member_id", "client_host", "assignments", "last_heartbeat_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    client_host: str
+    assignments: _containers.RepeatedCompositeFieldContainer[_master_pb2.Assignment]
+    last_heartbeat_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., client_host: _Optional[str] = ..., assignments: _Optional[_Iterable[_Union[_master_pb2.Assignment, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionLag(_message.Message):
+    __slots__ = ("topic", "partition", "committed", "latest", "lag", "member_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    committed: int
+    latest: int
+    lag: int
+    member_id: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., latest: _Optional[int] = ..., lag: _Optional[int] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class GroupDescription(_message.Message):
+    __slots__ = ("group", "generation", "members", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    generation: int
+    members: _containers.RepeatedCompositeFieldContainer[MemberDescription]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ...) -> None: ...
+
+class ResetGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "earliest", "latest", "offset", "timestamp_ms", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    earliest: bool
+    latest: bool
+    offset: int
+    timestamp_ms: int
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AuditLogRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("time_ms", "principal", "action", "target", "details", "peer")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    principal: str
+    action: str
+    target: str
+    details: str
+    peer: str
+    def __init__(self, time_ms: _Optional[int] = ..., principal: _Optional[str] = ..., action: _Optional[str] = ..., target: _Optional[str] = ..., details: _Optional[str] = ..., peer: _Optional[str] = ...) -> None: ...
+
+class AuditLogResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...

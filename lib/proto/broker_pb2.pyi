@@ -1,0 +1,193 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("topic", "partition", "batch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    batch: bytes
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ...) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("base_offset", "last_offset")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    last_offset: int
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
+
+class PartitionFetch(_message.Message):
+    __slots__ = ("partition", "offset", "max_bytes")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    max_bytes: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
+    max_wait_ms: int
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    max_total_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ...) -> None: ...
+
+class PartitionData(_message.Message):
+    __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    frames: bytes
+    offsets: bytes
+    next_offset: int
+    earliest: int
+    latest: int
+    error_code: str
+    error_message: str
+    def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionData]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ...) -> None: ...
+
+class SubscribeStart(_message.Message):
+    __slots__ = ("topic", "partitions", "tags", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., tags: _Optional[_Iterable[str]] = ..., group: _Optional[str] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("messages", "bytes")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    messages: int
+    bytes: int
+    def __init__(self, messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("start", "credit")
+    START_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    start: SubscribeStart
+    credit: Credit
+    def __init__(self, start: _Optional[_Union[SubscribeStart, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: PartitionData
+    def __init__(self, data: _Optional[_Union[PartitionData, _Mapping]] = ...) -> None: ...
+
+class OffsetCommit(_message.Message):
+    __slots__ = ("partition", "offset", "metadata")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    metadata: bytes
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "member_id", "generation", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    member_id: str
+    generation: int
+    offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FetchOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CommittedOffset(_message.Message):
+    __slots__ = ("partition", "offset", "metadata", "commit_time_ms")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    metadata: bytes
+    commit_time_ms: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_time_ms: _Optional[int] = ...) -> None: ...
+
+class FetchOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[CommittedOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ...) -> None: ...
+
+class ListOffsetsRequest(_message.Message):
+    __slots__ = ("topic", "partitions", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionOffsets(_message.Message):
+    __slots__ = ("partition", "earliest", "latest", "for_time")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    FOR_TIME_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    earliest: int
+    latest: int
+    for_time: int
+    def __init__(self, partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., for_time: _Optional[int] = ...) -> None: ...
+
+class ListOffsetsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...

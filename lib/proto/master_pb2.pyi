@@ -1,0 +1,227 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterBrokerRequest(_message.Message):
+    __slots__ = ("broker_id", "address")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class TopicSettings(_message.Message):
+    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    STORES_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    partitions: int
+    stores: int
+    durability: str
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+
+class PartitionPlacement(_message.Message):
+    __slots__ = ("topic", "partition", "broker_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    broker_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
+class RegisterBrokerResponse(_message.Message):
+    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms")
+    class TopicsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TopicSettings
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    topics: _containers.MessageMap[str, TopicSettings]
+    placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
+    heartbeat_interval_ms: int
+    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionStats(_message.Message):
+    __slots__ = ("topic", "partition", "earliest", "latest", "bytes_in", "messages_in", "bytes_out", "messages_out")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_OUT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    earliest: int
+    latest: int
+    bytes_in: int
+    messages_in: int
+    bytes_out: int
+    messages_out: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ...) -> None: ...
+
+class GroupOwnership(_message.Message):
+    __slots__ = ("group", "topic", "partition", "member_id", "generation")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partition: int
+    member_id: str
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class BrokerHeartbeatRequest(_message.Message):
+    __slots__ = ("broker_id", "stats")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ...) -> None: ...
+
+class BrokerHeartbeatResponse(_message.Message):
+    __slots__ = ("term", "reregister", "topics", "placements", "ownership")
+    class TopicsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TopicSettings
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    OWNERSHIP_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    reregister: bool
+    topics: _containers.MessageMap[str, TopicSettings]
+    placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
+    ownership: _containers.RepeatedCompositeFieldContainer[GroupOwnership]
+    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., ownership: _Optional[_Iterable[_Union[GroupOwnership, _Mapping]]] = ...) -> None: ...
+
+class BrokerInfo(_message.Message):
+    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    alive: bool
+    last_heartbeat_ms: int
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionRoute(_message.Message):
+    __slots__ = ("partition", "broker_id", "address", "available")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    broker_id: int
+    address: str
+    available: bool
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ...) -> None: ...
+
+class TopicRoute(_message.Message):
+    __slots__ = ("topic", "partitions", "settings")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionRoute]
+    settings: TopicSettings
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionRoute, _Mapping]]] = ..., settings: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
+
+class GetRoutesRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetRoutesResponse(_message.Message):
+    __slots__ = ("routes",)
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    routes: _containers.RepeatedCompositeFieldContainer[TopicRoute]
+    def __init__(self, routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JoinGroupRequest(_message.Message):
+    __slots__ = ("group", "topics", "member_id", "client_host", "session_timeout_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    member_id: str
+    client_host: str
+    session_timeout_ms: int
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., member_id: _Optional[str] = ..., client_host: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class GroupHeartbeatRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class GroupState(_message.Message):
+    __slots__ = ("member_id", "generation", "assignments", "routes", "heartbeat_interval_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    generation: int
+    assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
+    routes: _containers.RepeatedCompositeFieldContainer[TopicRoute]
+    heartbeat_interval_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., generation: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class LeaveGroupRequest(_message.Message):
+    __slots__ = ("group", "member_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class LeaveGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

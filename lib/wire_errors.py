@@ -1,0 +1,85 @@
+"""One table between exceptions and gRPC: status code + ``tubeq-error-code`` detail, both ways.
+
+Servers call :func:`abort_with` for a TubeqError; clients call :func:`from_rpc_error` on a
+``grpc.RpcError`` and get the same exception class back, with its details. Details travel as
+JSON in trailing metadata: nothing from the network is ever unpickled or evaluated.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from lib import errors as e
+
+CODE_KEY = "tubeq-error-code"
+DETAILS_KEY = "tubeq-error-details"
+
+# error class -> gRPC status. Subclasses are listed before their bases.
+_STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
+    e.InvalidName: grpc.StatusCode.INVALID_ARGUMENT,
+    e.RecordTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
+    e.BatchTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
+    e.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    e.CorruptRecord: grpc.StatusCode.DATA_LOSS,
+    e.OffsetOutOfRange: grpc.StatusCode.OUT_OF_RANGE,
+    e.UnknownPartition: grpc.StatusCode.NOT_FOUND,
+    e.StoreClosed: grpc.StatusCode.UNAVAILABLE,
+    e.ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
+    e.StorageError: grpc.StatusCode.INTERNAL,
+}
+
+
+def _all_error_classes() -> list[type[e.TubeqError]]:
+    found, todo = [], [e.TubeqError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def error_class(code: str) -> type[e.TubeqError]:
+    """The exception class for a detail code (TubeqError for an unknown one)."""
+    for cls in _all_error_classes():
+        if cls.code == code:
+            return cls
+    return e.TubeqError
+
+
+def status_of(err: e.TubeqError) -> grpc.StatusCode:
+    for cls in type(err).__mro__:
+        if cls in _STATUS:
+            return _STATUS[cls]
+    return grpc.StatusCode.UNKNOWN
+
+
+def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+def trailers_of(err: e.TubeqError) -> tuple[tuple[str, str], ...]:
+    return ((CODE_KEY, err.code), (DETAILS_KEY, json.dumps(_jsonable(err.details))))
+
+
+def abort_with(context: grpc.ServicerContext, err: e.TubeqError) -> None:
+    """End the RPC with the status, code and details of ``err`` (raises, as context.abort does)."""
+    context.set_trailing_metadata(trailers_of(err))
+    context.abort(status_of(err), err.message)
+
+
+def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
+    """Rebuild the server's exception from a failed call (transport errors become retriable)."""
+    trailers = dict(rpc_error.trailing_metadata() or ())  # type: ignore[attr-defined]
+    code = trailers.get(CODE_KEY)
+    message = rpc_error.details() or str(rpc_error.code())  # type: ignore[attr-defined]
+    if code is None:
+        return e.Unavailable(f"{rpc_error.code().name}: {message}")  # type: ignore[attr-defined]
+    try:
+        details = json.loads(trailers.get(DETAILS_KEY, "{}"))
+    except ValueError:
+        details = {}
+    if not isinstance(details, dict):
+        details = {}
+    return error_class(code)(message, **details)
