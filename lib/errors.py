@@ -89,3 +89,74 @@ class Unavailable(TubeqError):
     code = "UNAVAILABLE"
     retriable = True
     refresh_metadata = True
+
+
+class RequestTimedOut(TubeqError):
+    """The call did not complete within its deadline; it may or may not have taken effect."""
+
+    code = "TIMED_OUT"
+    retriable = True
+
+
+class UnknownTopic(TubeqError):
+    """No such topic (never created, or deleted)."""
+
+    code = "UNKNOWN_TOPIC"
+    refresh_metadata = True
+
+
+class TopicExists(InvalidArgument):
+    code = "TOPIC_EXISTS"
+
+
+class PartitionNotHosted(TubeqError):
+    """This broker does not host the partition (placement moved, or routes are stale)."""
+
+    code = "PARTITION_NOT_HOSTED"
+    retriable = True
+    refresh_metadata = True
+
+
+class NotLeader(TubeqError):
+    """This master is a standby; ``leader`` names the active master ("" when unknown)."""
+
+    code = "NOT_LEADER"
+    retriable = True
+    refresh_metadata = True
+
+
+class NotEnoughBrokers(TubeqError):
+    """No live broker can take the partitions (placement needs at least one)."""
+
+    code = "NOT_ENOUGH_BROKERS"
+    retriable = True
+
+
+class UnknownMember(TubeqError):
+    """The group does not know this member (its session expired): join again."""
+
+    code = "UNKNOWN_MEMBER"
+
+
+class Fenced(TubeqError):
+    """A newer generation owns the partition: this member may not commit or fetch it."""
+
+    code = "FENCED"
+
+
+class GroupNotEmpty(TubeqError):
+    """The operation needs a group without live members (e.g. resetting offsets)."""
+
+    code = "GROUP_NOT_EMPTY"
+
+
+class ProducerFenced(TubeqError):
+    """An idempotent producer with a newer epoch took over this producer id."""
+
+    code = "PRODUCER_FENCED"
+
+
+class OutOfOrderSequence(TubeqError):
+    """An idempotent batch skipped sequence numbers: earlier batches were lost."""
+
+    code = "OUT_OF_ORDER_SEQUENCE"

@@ -28,6 +28,18 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.StoreClosed: grpc.StatusCode.UNAVAILABLE,
     e.ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
     e.StorageError: grpc.StatusCode.INTERNAL,
+    e.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    e.RequestTimedOut: grpc.StatusCode.DEADLINE_EXCEEDED,
+    e.UnknownTopic: grpc.StatusCode.NOT_FOUND,
+    e.TopicExists: grpc.StatusCode.ALREADY_EXISTS,
+    e.PartitionNotHosted: grpc.StatusCode.NOT_FOUND,
+    e.NotLeader: grpc.StatusCode.UNAVAILABLE,
+    e.NotEnoughBrokers: grpc.StatusCode.UNAVAILABLE,
+    e.UnknownMember: grpc.StatusCode.FAILED_PRECONDITION,
+    e.Fenced: grpc.StatusCode.FAILED_PRECONDITION,
+    e.GroupNotEmpty: grpc.StatusCode.FAILED_PRECONDITION,
+    e.ProducerFenced: grpc.StatusCode.FAILED_PRECONDITION,
+    e.OutOfOrderSequence: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 
@@ -75,7 +87,7 @@ def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
     code = trailers.get(CODE_KEY)
     message = rpc_error.details() or str(rpc_error.code())  # type: ignore[attr-defined]
     if code is None:
-        return e.Unavailable(f"{rpc_error.code().name}: {message}")  # type: ignore[attr-defined]
+        return _transport_error(rpc_error.code(), message)  # type: ignore[attr-defined]
     try:
         details = json.loads(trailers.get(DETAILS_KEY, "{}"))
     except ValueError:
@@ -83,3 +95,15 @@ def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
     if not isinstance(details, dict):
         details = {}
     return error_class(code)(message, **details)
+
+
+def _transport_error(status: grpc.StatusCode, message: str) -> e.TubeqError:
+    """An error raised by gRPC itself (no tubeq code): only transport trouble is retriable."""
+    text = f"{status.name}: {message}"
+    if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return e.RequestTimedOut(text)
+    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return e.Unavailable(text)
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return e.InvalidArgument(f"request too large for the gRPC channel: {text}")
+    return e.TubeqError(text)

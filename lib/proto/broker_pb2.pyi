@@ -137,14 +137,18 @@ class CommitOffsetsResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class FetchOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "partitions")
+    __slots__ = ("group", "topic", "partitions", "member_id", "generation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    member_id: str
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class CommittedOffset(_message.Message):
     __slots__ = ("partition", "offset", "metadata", "commit_time_ms")
@@ -191,3 +195,33 @@ class ListOffsetsResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
+
+class QueryMessagesRequest(_message.Message):
+    __slots__ = ("topic", "partition", "start_offset", "end_offset", "max_bytes")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    max_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "offsets", "term")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
+    term: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., term: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

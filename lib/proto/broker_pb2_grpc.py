@@ -64,6 +64,16 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.QueryMessages = channel.unary_unary(
+                '/tubeq.broker.Broker/QueryMessages',
+                request_serializer=lib_dot_proto_dot_broker__pb2.QueryMessagesRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.PartitionData.FromString,
+                _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/tubeq.broker.Broker/ResetOffsets',
+                request_serializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -107,6 +117,20 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueryMessages(self, request, context):
+        """Message query by offset range (operations: "show me offsets 100..120 of partition 3").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetOffsets(self, request, context):
+        """Internal, called by the master only: overwrite a group's committed offsets (reset).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +163,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.ListOffsetsRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'QueryMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessages,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.QueryMessagesRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.PartitionData.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,6 +337,60 @@ class Broker:
             '/tubeq.broker.Broker/ListOffsets',
             lib_dot_proto_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/QueryMessages',
+            lib_dot_proto_dot_broker__pb2.QueryMessagesRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.PartitionData.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/ResetOffsets',
+            lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.ResetOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\x91\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\x89\x02\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"h\n\x0eGroupOwnership\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\r\x12\x11\n\tmember_id\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\x03\"X\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\"\xb1\x02\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12/\n\townership\x18\x05 \x03(\x0b\x32\x1c.tubeq.master.GroupOwnership\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"Z\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"u\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\x89\x02\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"X\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\"\xad\x02\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"Z\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"u\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,45 +38,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTERBROKERREQUEST']._serialized_start=40
   _globals['_REGISTERBROKERREQUEST']._serialized_end=99
   _globals['_TOPICSETTINGS']._serialized_start=102
-  _globals['_TOPICSETTINGS']._serialized_end=247
-  _globals['_PARTITIONPLACEMENT']._serialized_start=249
-  _globals['_PARTITIONPLACEMENT']._serialized_end=322
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=325
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=590
-  _globals['_REGISTERBROKERRESPONSE_TOPICSENTRY']._serialized_start=516
-  _globals['_REGISTERBROKERRESPONSE_TOPICSENTRY']._serialized_end=590
-  _globals['_PARTITIONSTATS']._serialized_start=593
-  _globals['_PARTITIONSTATS']._serialized_end=757
-  _globals['_GROUPOWNERSHIP']._serialized_start=759
-  _globals['_GROUPOWNERSHIP']._serialized_end=863
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=865
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=953
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=956
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1261
-  _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_start=516
-  _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_end=590
-  _globals['_BROKERINFO']._serialized_start=1263
-  _globals['_BROKERINFO']._serialized_end=1353
-  _globals['_PARTITIONROUTE']._serialized_start=1355
-  _globals['_PARTITIONROUTE']._serialized_end=1445
-  _globals['_TOPICROUTE']._serialized_start=1447
-  _globals['_TOPICROUTE']._serialized_end=1571
-  _globals['_GETROUTESREQUEST']._serialized_start=1573
-  _globals['_GETROUTESREQUEST']._serialized_end=1607
-  _globals['_GETROUTESRESPONSE']._serialized_start=1609
-  _globals['_GETROUTESRESPONSE']._serialized_end=1670
-  _globals['_ASSIGNMENT']._serialized_start=1672
-  _globals['_ASSIGNMENT']._serialized_end=1719
-  _globals['_JOINGROUPREQUEST']._serialized_start=1721
-  _globals['_JOINGROUPREQUEST']._serialized_end=1838
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=1840
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=1917
-  _globals['_GROUPSTATE']._serialized_start=1920
-  _globals['_GROUPSTATE']._serialized_end=2091
-  _globals['_LEAVEGROUPREQUEST']._serialized_start=2093
-  _globals['_LEAVEGROUPREQUEST']._serialized_end=2146
-  _globals['_LEAVEGROUPRESPONSE']._serialized_start=2148
-  _globals['_LEAVEGROUPRESPONSE']._serialized_end=2168
-  _globals['_MASTER']._serialized_start=2171
-  _globals['_MASTER']._serialized_end=2679
+  _globals['_TOPICSETTINGS']._serialized_end=265
+  _globals['_PARTITIONPLACEMENT']._serialized_start=267
+  _globals['_PARTITIONPLACEMENT']._serialized_end=340
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=343
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=608
+  _globals['_REGISTERBROKERRESPONSE_TOPICSENTRY']._serialized_start=534
+  _globals['_REGISTERBROKERRESPONSE_TOPICSENTRY']._serialized_end=608
+  _globals['_PARTITIONSTATS']._serialized_start=611
+  _globals['_PARTITIONSTATS']._serialized_end=775
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=777
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=865
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=868
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1169
+  _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_start=534
+  _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_end=608
+  _globals['_DELETEDTOPIC']._serialized_start=1171
+  _globals['_DELETEDTOPIC']._serialized_end=1218
+  _globals['_BROKERINFO']._serialized_start=1220
+  _globals['_BROKERINFO']._serialized_end=1310
+  _globals['_PARTITIONROUTE']._serialized_start=1312
+  _globals['_PARTITIONROUTE']._serialized_end=1402
+  _globals['_TOPICROUTE']._serialized_start=1404
+  _globals['_TOPICROUTE']._serialized_end=1528
+  _globals['_GETROUTESREQUEST']._serialized_start=1530
+  _globals['_GETROUTESREQUEST']._serialized_end=1564
+  _globals['_GETROUTESRESPONSE']._serialized_start=1566
+  _globals['_GETROUTESRESPONSE']._serialized_end=1627
+  _globals['_ASSIGNMENT']._serialized_start=1629
+  _globals['_ASSIGNMENT']._serialized_end=1676
+  _globals['_JOINGROUPREQUEST']._serialized_start=1678
+  _globals['_JOINGROUPREQUEST']._serialized_end=1795
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=1797
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=1874
+  _globals['_GROUPSTATE']._serialized_start=1877
+  _globals['_GROUPSTATE']._serialized_end=2048
+  _globals['_LEAVEGROUPREQUEST']._serialized_start=2050
+  _globals['_LEAVEGROUPREQUEST']._serialized_end=2103
+  _globals['_LEAVEGROUPRESPONSE']._serialized_start=2105
+  _globals['_LEAVEGROUPRESPONSE']._serialized_end=2125
+  _globals['_MASTER']._serialized_start=2128
+  _globals['_MASTER']._serialized_end=2636
 # @@protoc_insertion_point(module_scope)

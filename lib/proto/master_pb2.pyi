@@ -15,20 +15,22 @@ class RegisterBrokerRequest(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
 
 class TopicSettings(_message.Message):
-    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes")
+    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     STORES_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     partitions: int
     stores: int
     durability: str
     retention_ms: int
     retention_bytes: int
     max_message_bytes: int
-    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+    topic_id: int
+    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class PartitionPlacement(_message.Message):
     __slots__ = ("topic", "partition", "broker_id")
@@ -79,20 +81,6 @@ class PartitionStats(_message.Message):
     messages_out: int
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ...) -> None: ...
 
-class GroupOwnership(_message.Message):
-    __slots__ = ("group", "topic", "partition", "member_id", "generation")
-    GROUP_FIELD_NUMBER: _ClassVar[int]
-    TOPIC_FIELD_NUMBER: _ClassVar[int]
-    PARTITION_FIELD_NUMBER: _ClassVar[int]
-    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
-    GENERATION_FIELD_NUMBER: _ClassVar[int]
-    group: str
-    topic: str
-    partition: int
-    member_id: str
-    generation: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
-
 class BrokerHeartbeatRequest(_message.Message):
     __slots__ = ("broker_id", "stats")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -102,7 +90,7 @@ class BrokerHeartbeatRequest(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
-    __slots__ = ("term", "reregister", "topics", "placements", "ownership")
+    __slots__ = ("term", "reregister", "topics", "placements", "deleted")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -114,13 +102,21 @@ class BrokerHeartbeatResponse(_message.Message):
     REREGISTER_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
-    OWNERSHIP_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
     term: int
     reregister: bool
     topics: _containers.MessageMap[str, TopicSettings]
     placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
-    ownership: _containers.RepeatedCompositeFieldContainer[GroupOwnership]
-    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., ownership: _Optional[_Iterable[_Union[GroupOwnership, _Mapping]]] = ...) -> None: ...
+    deleted: _containers.RepeatedCompositeFieldContainer[DeletedTopic]
+    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ...) -> None: ...
+
+class DeletedTopic(_message.Message):
+    __slots__ = ("topic", "topic_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
     __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms")

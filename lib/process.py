@@ -1,0 +1,49 @@
+"""How a server process tells its parent where it listens: a ``ready.json`` file.
+
+Servers bind port 0 (or a given port), then write their real addresses with :func:`write_ready`
+(temp file + rename, so a reader never sees half a file). The CLI and the tests wait for it with
+:func:`wait_ready` instead of sleeping or parsing logs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+READY_FILE = "ready.json"
+
+
+def write_ready(data_dir: str | Path, info: dict[str, Any]) -> Path:
+    path = Path(data_dir) / READY_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**info, "pid": os.getpid()}))
+    os.replace(tmp, path)
+    return path
+
+
+def clear_ready(data_dir: str | Path) -> None:
+    (Path(data_dir) / READY_FILE).unlink(missing_ok=True)
+
+
+def wait_ready(data_dir: str | Path, pid: int, timeout: float = 30.0,
+               alive: Any = None) -> dict[str, Any]:
+    """The ready info written by process ``pid``; raises TimeoutError or RuntimeError if it died.
+
+    ``alive`` is an optional callable returning False once the process has exited (e.g.
+    ``lambda: proc.poll() is None``), so a crash is reported at once rather than at the timeout.
+    """
+    path = Path(data_dir) / READY_FILE
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = json.loads(path.read_text())
+            if info.get("pid") == pid:
+                return info
+        except (OSError, ValueError):
+            pass
+        if alive is not None and not alive():
+            raise RuntimeError(f"process {pid} exited before it was ready ({path})")
+        time.sleep(0.05)
+    raise TimeoutError(f"process {pid} not ready after {timeout} s ({path})")

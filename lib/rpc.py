@@ -1,0 +1,159 @@
+"""gRPC plumbing shared by clients, brokers and the portal: channels, calls, the master list.
+
+Every call goes through :func:`invoke`, which turns ``grpc.RpcError`` into our exception tree
+(lib.wire_errors), so callers only ever see TubeqError subclasses. :class:`MasterClient` holds
+the whole master list: it follows a standby's NOT_LEADER hint to the active master and rotates
+through the list when a master does not answer.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from lib import errors
+from lib.wire_errors import from_rpc_error
+
+MAX_MESSAGE_BYTES = 64 << 20  # gRPC default is 4 MiB: batches and fetches are bigger
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.enable_retries", 0),  # retries are ours: they know which errors are safe
+)
+SERVER_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.so_reuseport", 0),  # two servers must never share a port by accident
+)
+
+R = TypeVar("R")
+
+
+def channel(address: str) -> grpc.Channel:
+    """An insecure channel with our message limits (TLS arrives with the security issue)."""
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def invoke(method: Callable[..., R], request: Any, timeout: float,
+           metadata: Sequence[tuple[str, str]] | None = None) -> R:
+    """Call a unary stub method; failures come back as TubeqError subclasses."""
+    try:
+        return method(request, timeout=timeout, metadata=metadata)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+class ChannelPool:
+    """One channel per address, shared by every stub of a process (channels are thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def get(self, address: str) -> grpc.Channel:
+        with self._lock:
+            ch = self._channels.get(address)
+            if ch is None:
+                ch = self._channels[address] = channel(address)
+            return ch
+
+    def close(self) -> None:
+        with self._lock:
+            chans, self._channels = list(self._channels.values()), {}
+        for ch in chans:
+            ch.close()
+
+
+def parse_masters(masters: str | Sequence[str]) -> list[str]:
+    """``"h1:p1,h2:p2"`` or a list -> list of addresses; refuses an empty or malformed list."""
+    items = masters.split(",") if isinstance(masters, str) else list(masters)
+    out = [m.strip() for m in items if m and m.strip()]
+    if not out:
+        raise errors.InvalidArgument("the master list is empty: give at least one host:port")
+    for addr in out:
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise errors.InvalidArgument(f"bad master address {addr!r}: expected host:port")
+    return out
+
+
+class MasterClient:
+    """Calls the active master, wherever it is in the list.
+
+    ``call(stub_factory, "Method", request)`` retries retriable errors (NOT_LEADER, unreachable
+    master) until ``timeout`` passes, moving to the hinted leader or to the next address; any
+    other error is raised at once. Thread-safe.
+    """
+
+    def __init__(self, masters: str | Sequence[str], pool: ChannelPool | None = None,
+                 timeout: float = 10.0, attempt_timeout: float = 3.0) -> None:
+        self.masters = parse_masters(masters)
+        self.timeout = timeout
+        self.attempt_timeout = attempt_timeout
+        self._pool = pool or ChannelPool()
+        self._own_pool = pool is None
+        self._lock = threading.Lock()
+        self._current = self.masters[0]
+
+    @property
+    def current(self) -> str:
+        """The master last known to be active (or the next one to try)."""
+        return self._current
+
+    def call(self, stub_factory: Callable[[grpc.Channel], Any], method: str, request: Any,
+             timeout: float | None = None,
+             metadata: Sequence[tuple[str, str]] | None = None) -> Any:
+        budget = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        delay, last = 0.05, None
+        while True:
+            address = self._current
+            stub = stub_factory(self._pool.get(address))
+            left = deadline - time.monotonic()
+            try:
+                return invoke(getattr(stub, method), request,
+                              max(0.05, min(self.attempt_timeout, left)), metadata)
+            except errors.NotLeader as exc:
+                last = exc
+                self._follow(address, exc.details.get("leader") or "")
+            except (errors.Unavailable, errors.RequestTimedOut) as exc:
+                last = exc
+                self._rotate(address)
+            if time.monotonic() + delay >= deadline:
+                raise errors.Unavailable(
+                    f"no active master answered within {budget} s "
+                    f"(masters: {', '.join(self.masters)}); last error: {last}",
+                    masters=",".join(self.masters)) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _follow(self, failed: str, leader: str) -> None:
+        with self._lock:
+            if self._current != failed:
+                return  # another thread already moved on
+            if leader and leader != failed:
+                if leader not in self.masters:
+                    self.masters.append(leader)
+                self._current = leader
+            else:
+                self._rotate_locked(failed)
+
+    def _rotate(self, failed: str) -> None:
+        with self._lock:
+            if self._current == failed:
+                self._rotate_locked(failed)
+
+    def _rotate_locked(self, failed: str) -> None:
+        i = self.masters.index(failed) if failed in self.masters else -1
+        self._current = self.masters[(i + 1) % len(self.masters)]
+
+    def close(self) -> None:
+        if self._own_pool:
+            self._pool.close()
