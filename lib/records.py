@@ -67,6 +67,7 @@ class Record:
     offset: int = -1
     partition: int = -1
     flags: int = 0
+    topic: str = ""
 
 
 def tag_hash(tag: str | bytes | None) -> int:
@@ -300,7 +301,7 @@ def iter_frames(data: bytes | memoryview) -> Iterable[memoryview]:
 
 
 def decode_frames(data: bytes | memoryview, offsets: Sequence[int] | np.ndarray | None = None,
-                  partition: int = -1) -> list[Record]:
+                  partition: int = -1, topic: str = "") -> list[Record]:
     """Decode a run of frames (a fetch result), checking every frame CRC."""
     records = [decode_frame(f) for f in iter_frames(data)]
     if offsets is not None:
@@ -309,6 +310,7 @@ def decode_frames(data: bytes | memoryview, offsets: Sequence[int] | np.ndarray 
         for rec, off in zip(records, offsets, strict=True):
             rec.offset = int(off)
             rec.partition = partition
+            rec.topic = topic
     return records
 
 

@@ -1,0 +1,136 @@
+"""Real master and broker processes for tests: started on 127.0.0.1, stopped by PID.
+
+``Cluster`` is used through the fixtures in tests/integration/conftest.py; every process it
+starts is recorded and stopped (SIGTERM, then SIGKILL) when the fixture ends, even on failure.
+Each process logs to ``<data_dir>/log.txt`` so a failing test can show what a server said.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lib.process import clear_ready, wait_ready
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ServerProcess:
+    role: str
+    data_dir: Path
+    args: list[str]
+    popen: subprocess.Popen | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    @property
+    def address(self) -> str:
+        return self.info["address"]
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        clear_ready(self.data_dir)
+        log = open(self.data_dir / "log.txt", "ab")  # noqa: SIM115 - owned by the child
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", self.role, *self.args], cwd=ROOT, env=env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            self.info = wait_ready(self.data_dir, self.pid, timeout, alive=self.alive)
+        except (TimeoutError, RuntimeError) as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}\n--- log ---\n{self.log_tail()}") from exc
+        return self
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = (self.data_dir / "log.txt").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class Cluster:
+    """A master and N brokers under one temp dir; ``stop_all()`` ends every process."""
+
+    def __init__(self, root: Path, master_args: list[str] | None = None,
+                 broker_args: list[str] | None = None) -> None:
+        self.root = root
+        self.master_args = master_args or []
+        self.broker_args = broker_args or []
+        self.masters: list[ServerProcess] = []
+        self.brokers: dict[int, ServerProcess] = {}
+
+    @property
+    def master_addresses(self) -> str:
+        return ",".join(m.address for m in self.masters)
+
+    def start_master(self) -> ServerProcess:
+        d = self.root / f"master{len(self.masters)}"
+        proc = ServerProcess("master", d, ["--data-dir", str(d), "--host", "127.0.0.1",
+                                           "--port", "0", "--metrics-port", "0",
+                                           *self.master_args])
+        self.masters.append(proc)
+        return proc.start()
+
+    def broker_process(self, broker_id: int) -> ServerProcess:
+        """The broker's process record (created on first use, restartable with .start())."""
+        if broker_id not in self.brokers:
+            d = self.root / f"broker{broker_id}"
+            self.brokers[broker_id] = ServerProcess(
+                "broker", d, ["--data-dir", str(d), "--broker-id", str(broker_id),
+                              "--masters", self.master_addresses, "--host", "127.0.0.1",
+                              "--port", "0", "--metrics-port", "0", *self.broker_args])
+        return self.brokers[broker_id]
+
+    def start_broker(self, broker_id: int) -> ServerProcess:
+        return self.broker_process(broker_id).start()
+
+    def start(self, brokers: int = 2) -> Cluster:
+        self.start_master()
+        for i in range(1, brokers + 1):
+            self.start_broker(i)
+        return self
+
+    def all_processes(self) -> list[ServerProcess]:
+        return [*self.brokers.values(), *self.masters]
+
+    def stop_all(self) -> None:
+        for proc in self.all_processes():
+            proc.stop()
