@@ -1,16 +1,19 @@
-# Everything a fresh machine needs: `make test` and `make bench-storage` create .venv first.
+# Everything a fresh machine needs: `make run`, `make test` and the benches create .venv first.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: test test-fast lint bench-storage proto clean
+.PHONY: run test test-fast lint bench-storage proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/tubeq cluster up $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests

@@ -1,0 +1,120 @@
+"""The ``tubeq`` command: run a local cluster, manage topics and groups, move messages, bench.
+
+Every command talks to the masters given by ``--masters`` (or ``TUBEQ_MASTERS``); errors are
+printed as one line naming the problem and exit with status 1. ``--json`` output is stable
+enough for scripts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lib.errors import TubeqError
+
+DEFAULT_MASTERS = "127.0.0.1:8715"
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(obj).items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return obj
+
+
+def emit(obj: Any, as_json: bool, table: Callable[[Any], None] | None = None) -> None:
+    """Print a result as JSON or through ``table``."""
+    if as_json or table is None:
+        click.echo(json.dumps(_jsonable(obj), indent=2, default=str))
+    else:
+        table(obj)
+
+
+def print_rows(rows: Iterable[dict[str, Any]], columns: list[str]) -> None:
+    rows = list(rows)
+    widths = {c: max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns}
+    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for r in rows:
+        click.echo("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+class TubeqGroup(click.Group):
+    """Turns TubeqError into one clear line and exit status 1 (no traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TubeqError as exc:
+            click.echo(f"error: {type(exc).__name__}: {exc.message}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=TubeqGroup)
+@click.option("--masters", envvar="TUBEQ_MASTERS", default=DEFAULT_MASTERS, show_default=True,
+              help="Comma-separated master addresses (env TUBEQ_MASTERS).")
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for a master.")
+@click.pass_context
+def main(ctx: click.Context, masters: str, timeout: float) -> None:
+    """tubeq: a distributed message queue shaped like Apache TubeMQ."""
+    ctx.obj = {"masters": masters, "timeout": timeout}
+
+
+def admin(ctx: click.Context):
+    from lib.admin import AdminClient
+
+    client = AdminClient(ctx.obj["masters"], timeout=ctx.obj["timeout"])
+    ctx.call_on_close(client.close)
+    return client
+
+
+# ------------------------------------------------------------------ cluster
+
+@main.group()
+def cluster() -> None:
+    """Run a local cluster."""
+
+
+@cluster.command("up")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("tubeq-data"),
+              show_default=True, help="Where every process keeps its data and log.txt.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--masters", "n_masters", default=1, show_default=True, help="Master processes.")
+@click.option("--brokers", default=2, show_default=True, help="Broker processes.")
+@click.option("--master-port", default=8715, show_default=True, help="First master port (0: any).")
+@click.option("--broker-port", default=8123, show_default=True, help="First broker port (0: any).")
+@click.option("--portal/--no-portal", default=True, show_default=True)
+@click.option("--portal-port", default=8080, show_default=True)
+def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_port: int,
+               broker_port: int, portal: bool, portal_port: int) -> None:
+    """Start masters, brokers and the portal as child processes; Ctrl-C stops them all."""
+    from lib.cli_cluster import ClusterPlan, run_cluster
+
+    if n_masters < 1 or brokers < 1:
+        raise click.BadParameter("a cluster needs at least one master and one broker")
+    run_cluster(ClusterPlan(data_dir.resolve(), host, n_masters, brokers, master_port,
+                            broker_port, portal, portal_port))
+
+
+def _register_subcommands() -> None:
+    from lib import cli_admin, cli_bench, cli_data
+
+    cli_admin.register(main)
+    cli_data.register(main)
+    cli_bench.register(main)
+
+
+_register_subcommands()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""``tubeq topic|group|broker ...``: admin commands over lib.AdminClient."""
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from lib.cli import admin, emit, print_rows
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _settings_options(fn):
+    for opt in reversed([
+        click.option("--partitions", type=int, help="Partition count (alter: can only grow)."),
+        click.option("--stores", type=int, help="Storage instances per broker for the topic."),
+        click.option("--durability", type=click.Choice(["async", "sync"])),
+        click.option("--retention-ms", type=int, help="Delete data older than this (-1: never)."),
+        click.option("--retention-bytes", type=int, help="Keep at most this much per store."),
+        click.option("--max-message-bytes", type=int, help="Largest message accepted."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _topic_table(info) -> None:
+    d = dataclasses.asdict(info)
+    parts = d.pop("partitions", [])
+    for key, value in d.items():
+        click.echo(f"{key:<18} {value}")
+    print_rows(parts, [c for c in ("partition", "broker_id", "address", "available",
+                                   "earliest", "latest") if not parts or c in parts[0]])
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, describe, alter and delete topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@_settings_options
+@json_option
+@click.pass_context
+def topic_create(ctx, name, as_json, **settings) -> None:
+    emit(admin(ctx).create_topic(name, **settings), as_json, _topic_table)
+
+
+@topic.command("alter")
+@click.argument("name")
+@_settings_options
+@json_option
+@click.pass_context
+def topic_alter(ctx, name, as_json, **settings) -> None:
+    emit(admin(ctx).alter_topic(name, **settings), as_json, _topic_table)
+
+
+@topic.command("describe")
+@click.argument("name")
+@json_option
+@click.pass_context
+def topic_describe(ctx, name, as_json) -> None:
+    emit(admin(ctx).describe_topic(name), as_json, _topic_table)
+
+
+@topic.command("list")
+@json_option
+@click.pass_context
+def topic_list(ctx, as_json) -> None:
+    topics = admin(ctx).list_topics()
+
+    def table(items) -> None:
+        rows = []
+        for t in items:
+            d = dataclasses.asdict(t)
+            rows.append({"topic": d.get("name", d.get("topic")),
+                         "partitions": len(d.get("partitions", [])),
+                         **{k: d.get(k) for k in ("durability", "stores")}})
+        print_rows(rows, ["topic", "partitions", "stores", "durability"])
+
+    emit(topics, as_json, table)
+
+
+@topic.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def topic_delete(ctx, name, yes) -> None:
+    if not yes:
+        click.confirm(f"delete topic {name} and all its data?", abort=True)
+    admin(ctx).delete_topic(name)
+    click.echo(f"deleted {name}")
+
+
+@click.group()
+def group() -> None:
+    """List, describe consumer groups and reset their offsets."""
+
+
+@group.command("list")
+@json_option
+@click.pass_context
+def group_list(ctx, as_json) -> None:
+    groups = admin(ctx).list_groups()
+    emit(groups, as_json, lambda gs: [click.echo(g) for g in gs])
+
+
+@group.command("describe")
+@click.argument("name")
+@json_option
+@click.pass_context
+def group_describe(ctx, name, as_json) -> None:
+    def table(info) -> None:
+        d = dataclasses.asdict(info)
+        click.echo(f"group {d.get('group')}  generation {d.get('generation')}")
+        click.echo("members:")
+        print_rows(d.get("members", []), ["member_id", "client_host", "assignments"])
+        click.echo("partitions:")
+        print_rows(d.get("partitions", []),
+                   ["topic", "partition", "committed", "latest", "lag", "member_id"])
+
+    emit(admin(ctx).describe_group(name), as_json, table)
+
+
+@group.command("reset-offsets")
+@click.argument("name")
+@click.option("--topic", "topic_name", required=True)
+@click.option("--to-earliest", is_flag=True)
+@click.option("--to-latest", is_flag=True)
+@click.option("--to-offset", type=int)
+@click.option("--to-time", type=int, help="Timestamp in ms: first offset at or after it.")
+@click.option("--partition", "partitions", type=int, multiple=True, help="Default: all.")
+@json_option
+@click.pass_context
+def group_reset(ctx, name, topic_name, to_earliest, to_latest, to_offset, to_time, partitions,
+                as_json) -> None:
+    """Move a group's committed offsets (the group must have no live members)."""
+    chosen = [x for x in (to_earliest or None, to_latest or None, to_offset, to_time)
+              if x is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
+                               "--to-time")
+    result = admin(ctx).reset_group_offsets(
+        name, topic_name, to_earliest=to_earliest, to_latest=to_latest, to_offset=to_offset,
+        to_timestamp=to_time, partitions=list(partitions) or None)
+    emit(result, True)
+
+
+@click.group()
+def broker() -> None:
+    """Inspect brokers."""
+
+
+@broker.command("list")
+@json_option
+@click.pass_context
+def broker_list(ctx, as_json) -> None:
+    emit(admin(ctx).list_brokers(), as_json,
+         lambda bs: print_rows([dataclasses.asdict(b) for b in bs],
+                               list(dataclasses.asdict(bs[0])) if bs else ["broker_id"]))
+
+
+def register(main: click.Group) -> None:
+    for cmd in (topic, group, broker):
+        main.add_command(cmd)

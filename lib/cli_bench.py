@@ -1,0 +1,268 @@
+"""``tubeq bench produce|consume|e2e``: Kafka-perf-tool style figures against a running cluster.
+
+Each prints msgs/s, MB/s and latency percentiles (``--json`` for one JSON object), with the
+machine's loopback and disk ceilings measured in the same run so that figures from a noisy,
+shared machine can be compared as ratios. A progress bar goes to stderr while it runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import click
+import numpy as np
+
+from lib.errors import TopicExists, UnknownTopic
+
+MB = 1_000_000
+
+
+def percentiles_ms(latencies_s: list[float] | np.ndarray) -> dict[str, float]:
+    arr = np.asarray(latencies_s, dtype=np.float64) * 1000
+    if len(arr) == 0:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2),
+            "p99_ms": round(float(p99), 2), "max_ms": round(float(arr.max()), 2)}
+
+
+def loopback_ceiling_mbps(seconds: float = 1.0, chunk: int = 256 << 10) -> float:
+    """Plain TCP over 127.0.0.1 with 256 KiB writes: what any RPC on this machine can reach."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    received = [0]
+
+    def sink() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while data := conn.recv(1 << 20):
+                received[0] += len(data)
+
+    t = threading.Thread(target=sink, daemon=True)
+    t.start()
+    payload = os.urandom(chunk)
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            c.sendall(payload)
+    t.join(10)
+    server.close()
+    return round(received[0] / (time.perf_counter() - start) / MB, 1)
+
+
+def disk_ceiling_mbps(directory: str, total: int = 256 << 20, sync_every: int = 1 << 20) -> float:
+    """Sequential writes with an fsync every MiB in ``directory`` (where the brokers write)."""
+    os.makedirs(directory, exist_ok=True)
+    block = os.urandom(sync_every)
+    fd, path = tempfile.mkstemp(dir=directory, prefix="ceiling-")
+    try:
+        start = time.perf_counter()
+        for _ in range(total // sync_every):
+            os.write(fd, block)
+            os.fsync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return round(total / elapsed / MB, 1)
+
+
+def ceilings(disk_dir: str) -> dict[str, float]:
+    return {"loopback_MBps": loopback_ceiling_mbps(), "disk_fsync_1MiB_MBps":
+            disk_ceiling_mbps(disk_dir)}
+
+
+def ensure_topic(masters: str, topic: str, partitions: int, durability: str) -> None:
+    from lib.admin import AdminClient
+
+    client = AdminClient(masters)
+    try:
+        try:
+            client.describe_topic(topic)
+        except UnknownTopic:
+            try:
+                client.create_topic(topic, partitions=partitions, durability=durability)
+            except TopicExists:
+                pass
+    finally:
+        client.close()
+
+
+def run_produce(masters: str, topic: str, count: int, size: int, rate: float | None,
+                progress: bool, **producer_opts) -> dict:
+    """Send ``count`` messages of ``size`` bytes (optionally at a steady ``rate``)."""
+    from lib.producer import Producer
+
+    value = os.urandom(size)
+    sent_at = np.zeros(count, dtype=np.float64)
+    acked_at = np.zeros(count, dtype=np.float64)
+    failures = [0]
+
+    def done(i: int):
+        def cb(fut) -> None:
+            acked_at[i] = time.perf_counter()
+            if fut.exception() is not None:
+                failures[0] += 1
+        return cb
+
+    with Producer(masters, **producer_opts) as producer, \
+            click.progressbar(length=count, label="produce", file=sys.stderr,
+                              hidden=not progress) as bar:
+        start = time.perf_counter()
+        for i in range(count):
+            if rate:
+                due = start + i / rate
+                while (now := time.perf_counter()) < due:
+                    time.sleep(min(0.001, due - now))
+            sent_at[i] = time.perf_counter()
+            producer.send(topic, value).add_done_callback(done(i))
+            if i % 10_000 == 9_999:
+                bar.update(10_000)
+        producer.flush()
+        elapsed = time.perf_counter() - start
+        bar.update(count % 10_000)
+    return {"messages": count, "bytes": count * size, "seconds": round(elapsed, 3),
+            "msgs_per_s": round(count / elapsed), "MBps": round(count * size / elapsed / MB, 1),
+            "failures": failures[0], "ack_latency": percentiles_ms(acked_at - sent_at)}
+
+
+def run_consume(masters: str, topic: str, count: int, progress: bool,
+                timeout: float = 60.0, e2e: bool = False, from_end: bool = False) -> dict:
+    """Read ``count`` messages from the start (or the end) of every partition (no group)."""
+    from lib.admin import AdminClient
+    from lib.consumer import PullConsumer
+    from lib.types import TopicPartition
+
+    admin = AdminClient(masters)
+    parts = [p.partition for p in admin.describe_topic(topic).partitions]
+    admin.close()
+    consumer = PullConsumer(masters, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, p) for p in parts])
+    if from_end:
+        consumer.seek_to_end()
+    else:
+        consumer.seek_to_beginning()
+    got, nbytes, lat = 0, 0, []
+    deadline = time.monotonic() + timeout
+    with click.progressbar(length=count, label="consume", file=sys.stderr,
+                           hidden=not progress) as bar:
+        start = time.perf_counter()
+        while got < count and time.monotonic() < deadline:
+            records = consumer.poll(timeout=0.5)
+            if e2e and records:
+                now_ms = time.time() * 1000
+                lat.extend((now_ms - r.timestamp) / 1000 for r in records)
+            got += len(records)
+            nbytes += sum(len(r.value) for r in records)
+            bar.update(len(records))
+        elapsed = time.perf_counter() - start
+    consumer.close()
+    out = {"messages": got, "bytes": nbytes, "seconds": round(elapsed, 3),
+           "msgs_per_s": round(got / elapsed), "MBps": round(nbytes / elapsed / MB, 1),
+           "complete": got >= count}
+    if e2e:
+        out["e2e_latency"] = percentiles_ms(lat)
+    return out
+
+
+def _print(result: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for key, value in result.items():
+        click.echo(f"{key:<22} {value}")
+
+
+@click.group()
+def bench() -> None:
+    """Throughput and latency against a running cluster (see also load/)."""
+
+
+common = [
+    click.option("--topic", default="bench", show_default=True),
+    click.option("--messages", "count", default=200_000, show_default=True),
+    click.option("--size", default=1024, show_default=True, help="Value bytes."),
+    click.option("--partitions", default=6, show_default=True, help="When creating the topic."),
+    click.option("--durability", type=click.Choice(["async", "sync"]), default="async"),
+    click.option("--json", "as_json", is_flag=True),
+    click.option("--no-ceilings", is_flag=True, help="Skip the loopback/disk ceilings."),
+    click.option("--data-dir", default="tubeq-data", show_default=True,
+                 help="Where to measure the disk ceiling (the brokers' disk)."),
+]
+
+
+def with_common(fn):
+    for opt in reversed(common):
+        fn = opt(fn)
+    return fn
+
+
+@bench.command("produce")
+@with_common
+@click.option("--rate", type=float, default=None, help="Messages per second (default: max).")
+@click.option("--linger-ms", type=int, default=5, show_default=True)
+@click.option("--batch-bytes", type=int, default=512 << 10, show_default=True)
+@click.pass_context
+def bench_produce(ctx, topic, count, size, partitions, durability, as_json, no_ceilings, data_dir,
+                  rate, linger_ms, batch_bytes) -> None:
+    masters = ctx.obj["masters"]
+    ensure_topic(masters, topic, partitions, durability)
+    result = {"produce": run_produce(masters, topic, count, size, rate, not as_json,
+                                     linger_ms=linger_ms, batch_bytes=batch_bytes),
+              "value_bytes": size, "topic": topic}
+    if not no_ceilings:
+        result["ceilings"] = ceilings(data_dir)
+    _print(result, as_json)
+
+
+@bench.command("consume")
+@with_common
+@click.option("--e2e", is_flag=True, help="Also report end-to-end latency from timestamps.")
+@click.option("--from-end", is_flag=True, help="Only messages produced from now on.")
+@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.pass_context
+def bench_consume(ctx, topic, count, size, partitions, durability, as_json, no_ceilings,
+                  data_dir, e2e, from_end, timeout) -> None:
+    masters = ctx.obj["masters"]
+    result = {"consume": run_consume(masters, topic, count, not as_json, timeout, e2e, from_end),
+              "topic": topic}
+    if not no_ceilings:
+        result["ceilings"] = ceilings(data_dir)
+    _print(result, as_json)
+
+
+@bench.command("e2e")
+@with_common
+@click.option("--rate", type=float, default=10_000, show_default=True)
+@click.pass_context
+def bench_e2e(ctx, topic, count, size, partitions, durability, as_json, no_ceilings, data_dir,
+              rate) -> None:
+    """Steady-rate producer here, consumer in a child process: end-to-end latency."""
+    masters = ctx.obj["masters"]
+    ensure_topic(masters, topic, partitions, durability)
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "lib.cli", "--masters", masters, "bench", "consume", "--topic",
+         topic, "--messages", str(count), "--e2e", "--from-end", "--json", "--no-ceilings"],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)  # let the consumer reach the end of the backlog
+        produced = run_produce(masters, topic, count, size, rate, not as_json, linger_ms=1)
+        out, _ = consumer.communicate(timeout=count / rate + 120)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    result = {"rate": rate, "produce": produced, **json.loads(out or b"{}")}
+    if not no_ceilings:
+        result["ceilings"] = ceilings(data_dir)
+    _print(result, as_json)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(bench)

@@ -1,0 +1,155 @@
+"""``tubeq cluster up``: a local cluster (masters, brokers, later the portal) as child processes.
+
+The CLI never imports server code: it starts ``python -m master`` / ``python -m broker`` with
+the same interpreter, waits for each one's ready.json, prints the addresses and stops every child
+(SIGTERM, then SIGKILL after a grace period) on Ctrl-C or SIGTERM.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from lib.process import clear_ready, wait_ready
+
+STOP_GRACE_S = 15.0
+
+
+@dataclass
+class Child:
+    name: str
+    data_dir: Path
+    argv: list[str]
+    popen: subprocess.Popen | None = None
+    info: dict = field(default_factory=dict)
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        clear_ready(self.data_dir)
+        with open(self.data_dir / "log.txt", "ab") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", *self.argv], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,  # Ctrl-C is ours to relay
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.info = wait_ready(self.data_dir, self.popen.pid, timeout,
+                               alive=lambda: self.popen.poll() is None)
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+
+    def wait_or_kill(self, deadline: float) -> None:
+        if self.popen is None:
+            return
+        try:
+            self.popen.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    data_dir: Path
+    host: str
+    masters: int
+    brokers: int
+    master_port: int
+    broker_port: int
+    portal: bool
+    portal_port: int
+
+    def master_children(self) -> list[Child]:
+        return [Child(f"master{i}", self.data_dir / f"master{i}",
+                      ["master", "--data-dir", str(self.data_dir / f"master{i}"),
+                       "--host", self.host, "--port", str(self._port(self.master_port, i)),
+                       "--metrics-port", "0"])
+                for i in range(self.masters)]
+
+    def broker_children(self, masters: str) -> list[Child]:
+        return [Child(f"broker{b}", self.data_dir / f"broker{b}",
+                      ["broker", "--data-dir", str(self.data_dir / f"broker{b}"),
+                       "--broker-id", str(b), "--masters", masters, "--host", self.host,
+                       "--port", str(self._port(self.broker_port, b - 1)),
+                       "--metrics-port", "0"])
+                for b in range(1, self.brokers + 1)]
+
+    def portal_child(self, masters: str) -> Child:
+        d = self.data_dir / "portal"
+        return Child("portal", d, ["portal_web", "--data-dir", str(d), "--masters", masters,
+                                   "--host", self.host, "--port", str(self.portal_port)])
+
+    @staticmethod
+    def _port(base: int, i: int) -> int:
+        return 0 if base == 0 else base + i
+
+
+def portal_available() -> bool:
+    return (Path(__file__).resolve().parents[1] / "portal_web" / "__main__.py").exists()
+
+
+def run_cluster(plan: ClusterPlan) -> None:
+    """Start everything, print where it is, wait for Ctrl-C/SIGTERM, stop everything."""
+    children: list[Child] = []
+    stop = {"now": False}
+
+    def on_signal(signum, _frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        _start_all(plan, children)
+        _announce(plan, children)
+        while not stop["now"]:
+            dead = [c.name for c in children if not c.alive()]
+            if dead:
+                click.echo(f"tubeq: {', '.join(dead)} exited; stopping the cluster "
+                           f"(see {plan.data_dir}/<name>/log.txt)", err=True)
+                break
+            time.sleep(0.5)
+    finally:
+        click.echo("tubeq: stopping...", err=True)
+        for child in reversed(children):  # portal, brokers, then masters
+            child.stop()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in reversed(children):
+            child.wait_or_kill(deadline)
+        (plan.data_dir / "cluster.json").unlink(missing_ok=True)
+        click.echo("tubeq: stopped", err=True)
+
+
+def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
+    for child in plan.master_children():
+        children.append(child)
+        child.start()
+    masters = ",".join(c.info["address"] for c in children)
+    for child in plan.broker_children(masters):
+        children.append(child)
+        child.start()
+    if plan.portal and portal_available():
+        child = plan.portal_child(masters)
+        children.append(child)
+        child.start()
+
+
+def _announce(plan: ClusterPlan, children: list[Child]) -> None:
+    summary = {c.name: {k: v for k, v in c.info.items() if k != "role"} for c in children}
+    masters = ",".join(c.info["address"] for c in children if c.name.startswith("master"))
+    summary["masters"] = masters
+    (plan.data_dir / "cluster.json").write_text(json.dumps(summary, indent=2))
+    for c in children:
+        extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
+        click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {c.info['address']}{extra}")
+    click.echo(f"\nexport TUBEQ_MASTERS={masters}\n"
+               f"logs and data under {plan.data_dir}; Ctrl-C stops the cluster")

@@ -1,0 +1,103 @@
+"""``tubeq produce`` and ``tubeq consume``: move lines of text through a topic."""
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from lib.cli import admin
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--file", "path", type=click.File("rb"), default="-", show_default=True,
+              help="Read messages from this file, one per line ('-': stdin).")
+@click.option("--key-separator", default=None,
+              help="Split each line at the first separator into key and value.")
+@click.option("--tag", default=None, help="Tag every message (brokers can filter on it).")
+@click.option("--compression", type=click.Choice(["none", "zlib"]), default="none")
+@click.pass_context
+def produce(ctx, topic, path, key_separator, tag, compression) -> None:
+    """Send each input line as one message; prints how many were acknowledged."""
+    from lib.producer import Producer
+
+    sep = key_separator.encode() if key_separator else None
+    sent = 0
+    with Producer(ctx.obj["masters"],
+                  compression=None if compression == "none" else compression) as producer:
+        futures = []
+        for line in path:
+            value = line.rstrip(b"\r\n")
+            key = None
+            if sep is not None and sep in value:
+                key, value = value.split(sep, 1)
+            futures.append(producer.send(topic, value, key=key, tag=tag))
+            sent += 1
+        producer.flush()
+        for f in futures:
+            f.result()  # raises the first failure, with its reason
+    click.echo(f"produced {sent} messages to {topic}", err=True)
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--group", default=None, help="Consume as a member of this group (commits).")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset when the "
+              "group has nothing committed (without a group: always).")
+@click.option("--tags", default=None, help="Comma-separated tags: only these messages.")
+@click.option("--max", "max_messages", type=int, default=None, help="Stop after N messages.")
+@click.option("--idle-timeout", type=float, default=None,
+              help="Stop when nothing arrives for this many seconds.")
+@click.option("--print-key/--no-print-key", default=False)
+@click.option("--print-offset/--no-print-offset", default=False)
+@click.pass_context
+def consume(ctx, topic, group, from_beginning, tags, max_messages, idle_timeout, print_key,
+            print_offset) -> None:
+    """Print messages as they arrive (Ctrl-C stops; a group commits what was printed)."""
+    from lib.consumer import PullConsumer
+    from lib.types import TopicPartition
+
+    reset = "earliest" if from_beginning else "latest"
+    tag_list = [t for t in (tags or "").split(",") if t] or None
+    consumer = PullConsumer(ctx.obj["masters"], group=group, auto_offset_reset=reset)
+    if group:
+        consumer.subscribe([topic], group=group, tags=tag_list)
+    else:
+        info = admin(ctx).describe_topic(topic)
+        consumer.assign([TopicPartition(topic, p.partition) for p in info.partitions])
+        if tag_list:
+            consumer.subscribe_tags(tag_list) if hasattr(consumer, "subscribe_tags") else None
+        if from_beginning:
+            consumer.seek_to_beginning()
+        else:
+            consumer.seek_to_end()
+    out = sys.stdout.buffer
+    seen, last = 0, time.monotonic()
+    try:
+        while max_messages is None or seen < max_messages:
+            records = consumer.poll(timeout=0.5)
+            if not records:
+                if idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                    break
+                continue
+            last = time.monotonic()
+            for rec in records[: None if max_messages is None else max_messages - seen]:
+                prefix = b""
+                if print_offset:
+                    prefix += f"{rec.partition}:{rec.offset}\t".encode()
+                if print_key:
+                    prefix += (rec.key or b"") + b"\t"
+                out.write(prefix + rec.value + b"\n")
+                seen += 1
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    click.echo(f"consumed {seen} messages", err=True)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(produce)
+    main.add_command(consume)
