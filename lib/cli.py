@@ -6,46 +6,15 @@ enough for scripts.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from lib import cli_admin, cli_bench, cli_data
+from lib.cli_common import DEFAULT_MASTERS
 from lib.errors import TubeqError
-
-DEFAULT_MASTERS = "127.0.0.1:8715"
-
-
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {k: _jsonable(v) for k, v in dataclasses.asdict(obj).items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, bytes):
-        return obj.decode("utf-8", "replace")
-    return obj
-
-
-def emit(obj: Any, as_json: bool, table: Callable[[Any], None] | None = None) -> None:
-    """Print a result as JSON or through ``table``."""
-    if as_json or table is None:
-        click.echo(json.dumps(_jsonable(obj), indent=2, default=str))
-    else:
-        table(obj)
-
-
-def print_rows(rows: Iterable[dict[str, Any]], columns: list[str]) -> None:
-    rows = list(rows)
-    widths = {c: max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns}
-    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns))
-    for r in rows:
-        click.echo("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
 
 
 class TubeqGroup(click.Group):
@@ -67,14 +36,6 @@ class TubeqGroup(click.Group):
 def main(ctx: click.Context, masters: str, timeout: float) -> None:
     """tubeq: a distributed message queue shaped like Apache TubeMQ."""
     ctx.obj = {"masters": masters, "timeout": timeout}
-
-
-def admin(ctx: click.Context):
-    from lib.admin import AdminClient
-
-    client = AdminClient(ctx.obj["masters"], timeout=ctx.obj["timeout"])
-    ctx.call_on_close(client.close)
-    return client
 
 
 # ------------------------------------------------------------------ cluster
@@ -105,15 +66,8 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
                             broker_port, portal, portal_port))
 
 
-def _register_subcommands() -> None:
-    from lib import cli_admin, cli_bench, cli_data
-
-    cli_admin.register(main)
-    cli_data.register(main)
-    cli_bench.register(main)
-
-
-_register_subcommands()
+for _module in (cli_admin, cli_data, cli_bench):
+    _module.register(main)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import dataclasses
 
 import click
 
-from lib.cli import admin, emit, print_rows
+from lib.cli_common import admin, emit, print_rows
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -43,6 +43,7 @@ def topic() -> None:
 @json_option
 @click.pass_context
 def topic_create(ctx, name, as_json, **settings) -> None:
+    """Create a topic; unset options take the master's defaults."""
     emit(admin(ctx).create_topic(name, **settings), as_json, _topic_table)
 
 
@@ -52,6 +53,7 @@ def topic_create(ctx, name, as_json, **settings) -> None:
 @json_option
 @click.pass_context
 def topic_alter(ctx, name, as_json, **settings) -> None:
+    """Change a topic's settings (partitions can only grow)."""
     emit(admin(ctx).alter_topic(name, **settings), as_json, _topic_table)
 
 
@@ -60,6 +62,7 @@ def topic_alter(ctx, name, as_json, **settings) -> None:
 @json_option
 @click.pass_context
 def topic_describe(ctx, name, as_json) -> None:
+    """Settings and partitions (broker, earliest, latest) of a topic."""
     emit(admin(ctx).describe_topic(name), as_json, _topic_table)
 
 
@@ -67,6 +70,7 @@ def topic_describe(ctx, name, as_json) -> None:
 @json_option
 @click.pass_context
 def topic_list(ctx, as_json) -> None:
+    """Every topic."""
     topics = admin(ctx).list_topics()
 
     def table(items) -> None:
@@ -86,6 +90,7 @@ def topic_list(ctx, as_json) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 def topic_delete(ctx, name, yes) -> None:
+    """Delete a topic and its data on every broker."""
     if not yes:
         click.confirm(f"delete topic {name} and all its data?", abort=True)
     admin(ctx).delete_topic(name)
@@ -101,6 +106,7 @@ def group() -> None:
 @json_option
 @click.pass_context
 def group_list(ctx, as_json) -> None:
+    """Every known consumer group."""
     groups = admin(ctx).list_groups()
     emit(groups, as_json, lambda gs: [click.echo(g) for g in gs])
 
@@ -110,6 +116,7 @@ def group_list(ctx, as_json) -> None:
 @json_option
 @click.pass_context
 def group_describe(ctx, name, as_json) -> None:
+    """Members, assignment, committed offsets and lag per partition."""
     def table(info) -> None:
         d = dataclasses.asdict(info)
         click.echo(f"group {d.get('group')}  generation {d.get('generation')}")
@@ -155,6 +162,7 @@ def broker() -> None:
 @json_option
 @click.pass_context
 def broker_list(ctx, as_json) -> None:
+    """Registered brokers and whether they are alive."""
     emit(admin(ctx).list_brokers(), as_json,
          lambda bs: print_rows([dataclasses.asdict(b) for b in bs],
                                list(dataclasses.asdict(bs[0])) if bs else ["broker_id"]))

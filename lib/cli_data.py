@@ -6,7 +6,7 @@ import time
 
 import click
 
-from lib.cli import admin
+from lib.cli_common import admin
 
 
 @click.command()
