@@ -1,0 +1,111 @@
+"""Plain value types of the public client API.
+
+They are frozen dataclasses of JSON-friendly fields (str, int, bool, lists, dicts, None) so the
+portal can serialise them with ``dataclasses.asdict`` and the CLI can print them, and so no gRPC
+message leaks out of the client library. ``TopicPartition`` is a NamedTuple: it is used as a dict
+key and unpacked as ``topic, partition`` everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where the broker stored a produced record (the result of ``Producer.send``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition of a topic: its broker and offsets (-1 when the broker did not report)."""
+
+    partition: int
+    broker_id: int
+    address: str
+    available: bool
+    earliest: int = -1
+    latest: int = -1
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's settings and partitions as the active master describes it."""
+
+    name: str
+    partitions: int
+    stores: int
+    durability: str
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+    topic_id: int = 0
+    created_ms: int = 0
+    partition_info: list[PartitionInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A registered broker and whether the master currently considers it alive."""
+
+    broker_id: int
+    address: str
+    alive: bool
+    last_heartbeat_ms: int
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """One consumer of a group with its assigned partitions (topic -> partition numbers)."""
+
+    member_id: str
+    client_host: str
+    assignments: dict[str, list[int]]
+    last_heartbeat_ms: int
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """Committed offset vs. latest offset of one partition for a group (committed -1: none)."""
+
+    topic: str
+    partition: int
+    committed: int
+    latest: int
+    lag: int
+    member_id: str = ""
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A consumer group: its generation, members and per-partition lag."""
+
+    group: str
+    generation: int
+    members: list[MemberInfo] = field(default_factory=list)
+    partitions: list[PartitionLag] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One administrative change recorded by the master."""
+
+    time_ms: int
+    principal: str
+    action: str
+    target: str
+    details: str
+    peer: str = ""
