@@ -43,10 +43,10 @@ class PartitionInfo:
 
 @dataclass(frozen=True)
 class TopicInfo:
-    """A topic's settings and partitions as the active master describes it."""
+    """A topic's settings and its partitions (``partitions``: one PartitionInfo each)."""
 
     name: str
-    partitions: int
+    partition_count: int
     stores: int
     durability: str
     retention_ms: int
@@ -54,7 +54,7 @@ class TopicInfo:
     max_message_bytes: int
     topic_id: int = 0
     created_ms: int = 0
-    partition_info: list[PartitionInfo] = field(default_factory=list)
+    partitions: list[PartitionInfo] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
