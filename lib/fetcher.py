@@ -1,0 +1,363 @@
+"""Prefetching for the pull consumer: Fetch RPCs per (broker, topic) in background threads.
+
+One worker thread per (broker address, topic) long-polls ``Fetch`` for every fetchable
+partition of that topic on that broker, decodes the frames and appends a :class:`Completed`
+fetch to one bounded ready queue (``prefetch_max_bytes`` in total, at most
+``PER_PARTITION_BUFFERED`` fetches per partition, one request in flight per worker), so memory
+stays bounded however slow the application is. Only one worker ever fetches a partition at a
+time and it appends in offset order, so order per partition is kept.
+
+:meth:`Fetcher.drain` (the application thread, through ``poll``) hands records out and moves
+the partition's position with :meth:`SubscriptionState.advance`, which refuses data fetched
+under an old epoch or that does not start at the position: such data is dropped, never
+delivered twice or out of order. Per-partition errors: OFFSET_OUT_OF_RANGE applies the reset
+policy (``error``: poll raises OffsetOutOfRange with earliest/latest); stale routes refresh them.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from lib import errors
+from lib.config import require
+from lib.coordinator import OffsetClient
+from lib.logs import event
+from lib.proto import broker_pb2
+from lib.records import FLAG_VALUE_ZLIB, FRAME_HEADER_SIZE, Record, decode_frame
+from lib.subscription import SubscriptionState
+from lib.types import TopicPartition
+from lib.wire_errors import error_class, from_rpc_error
+
+log = logging.getLogger(__name__)
+PER_PARTITION_BUFFERED = 2
+_FRAME = struct.Struct("<IIBBqHiHI")  # the frame header of lib/records.py, read in one call
+_PLAIN = FLAG_VALUE_ZLIB  # flags that need the general decoder
+
+
+def decode_records(frames: bytes, offsets: np.ndarray, partition: int, topic: str,
+                   sizes: list[int] | None = None) -> list[Record]:
+    """Decode a fetched run of frames, checking every frame CRC (lean :func:`decode_frames`).
+
+    Frames without headers or compression (the common case) are decoded inline; the others go
+    through :func:`lib.records.decode_frame`. ``sizes`` (if given) receives each frame's size.
+    """
+    mv = memoryview(frames)
+    n, pos = len(mv), 0
+    unpack, crc32 = _FRAME.unpack_from, zlib.crc32
+    out: list[Record] = []
+    append = out.append
+    for off in offsets.tolist():
+        if pos + FRAME_HEADER_SIZE > n:
+            raise errors.CorruptRecord(f"fetched frames end early at byte {pos}")
+        length, crc, flags, _a, ts, tag_len, key_len, n_headers, _vlen = unpack(mv, pos)
+        end = pos + length
+        if length < FRAME_HEADER_SIZE or end > n:
+            raise errors.CorruptRecord(f"fetched frame at byte {pos} has length {length}")
+        if n_headers or flags & _PLAIN:
+            rec = decode_frame(mv[pos:end])
+            rec.offset, rec.partition, rec.topic = off, partition, topic
+        else:
+            if crc32(mv[pos + 8:end]) != crc:
+                raise errors.CorruptRecord(f"frame CRC mismatch at offset {off}")
+            p = pos + FRAME_HEADER_SIZE
+            tag = str(mv[p:p + tag_len], "utf-8", "replace") if tag_len else None
+            p += tag_len
+            key = None
+            if key_len >= 0:
+                key, p = frames[p:p + key_len], p + key_len
+            rec = Record(frames[p:end], key, tag, {}, ts, off, partition, flags, topic)
+        append(rec)
+        if sizes is not None:
+            sizes.append(length)
+        pos = end
+    if pos != n:
+        raise errors.CorruptRecord(f"{len(out)} offsets but {n - pos} more frame bytes")
+    return out
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    fetch_max_bytes: int = 4 << 20  # per partition and request
+    fetch_max_wait_ms: int = 500  # long-poll
+    fetch_max_total_bytes: int = 16 << 20  # per request
+    prefetch_max_bytes: int = 64 << 20  # fetched but not yet polled, all partitions
+    rpc_timeout_s: float = 10.0
+
+    def validate(self) -> None:
+        require(1024 <= self.fetch_max_bytes <= 64 << 20,
+                f"fetch_max_bytes must be within 1 KiB..64 MiB, got {self.fetch_max_bytes}")
+        require(0 <= self.fetch_max_wait_ms <= 60_000,
+                f"fetch_max_wait_ms must be within 0..60000, got {self.fetch_max_wait_ms}")
+        require(self.fetch_max_total_bytes >= self.fetch_max_bytes,
+                "fetch_max_total_bytes must be >= fetch_max_bytes")
+        require(self.prefetch_max_bytes >= self.fetch_max_bytes,
+                "prefetch_max_bytes must be >= fetch_max_bytes")
+
+
+@dataclass(slots=True)
+class Completed:
+    """A fetch result waiting in the ready queue; ``expected`` = position it continues from."""
+
+    tp: TopicPartition
+    epoch: int
+    expected: int
+    records: list[Record]
+    index: int
+    next_offset: int
+    nbytes: int
+
+
+class Fetcher:
+    """The ready queue and the worker threads (see the module docstring)."""
+
+    def __init__(self, config: FetcherConfig, sub: SubscriptionState, offsets: OffsetClient,
+                 ) -> None:
+        self.config, self.sub, self.offsets = config, sub, offsets
+        self.routes = offsets.routes
+        self._cond = threading.Condition()
+        self._ready: deque[Completed] = deque()
+        self._buffered: dict[TopicPartition, int] = {}
+        self._bytes = 0
+        self._pushed = 0
+        self._closed = False
+        self._workers: dict[tuple[str, str], _Worker] = {}
+        self._seen_versions = (-1, -1)
+        self._last_refresh = 0.0
+
+    # -- application thread ------------------------------------------------------------------
+
+    def ensure_workers(self) -> None:
+        """Start a worker for every (broker, topic) with assigned partitions (cheap if none)."""
+        versions = (self.sub.version, self.routes.version)
+        if versions == self._seen_versions and not self.sub.missing_positions():
+            return
+        grouped, missing = self.routes.by_broker(self.sub.assignment())
+        if missing:
+            self.refresh_routes({tp.topic for tp in missing})
+        with self._cond:
+            if self._closed:
+                return
+            self._seen_versions = versions
+            for address, tps in grouped.items():
+                for topic in {tp.topic for tp in tps}:
+                    if (address, topic) not in self._workers:
+                        w = self._workers[(address, topic)] = _Worker(self, address, topic)
+                        w.start()
+
+    def refresh_routes(self, topics: set[str]) -> None:
+        """Ask the master for routes, at most every 200 ms (errors are logged, not raised)."""
+        now = time.monotonic()
+        if now - self._last_refresh < 0.2:
+            return
+        self._last_refresh = now
+        try:
+            self.offsets.refresh_routes(topics)
+        except errors.TubeqError as exc:
+            event(log, "fetch.routes_failed", logging.WARNING, error=str(exc))
+
+    def drain(self, max_records: int) -> list[Record]:
+        """Up to ``max_records`` ready records, in order per partition; moves positions."""
+        out: list[Record] = []
+        sub = self.sub
+        with self._cond:
+            ready, held = self._ready, []
+            while ready and len(out) < max_records:
+                c = ready.popleft()
+                if sub.epoch(c.tp) != c.epoch:
+                    self._release(c)
+                    continue
+                if sub.is_paused(c.tp):
+                    held.append(c)
+                    continue
+                end = min(len(c.records), c.index + max_records - len(out))
+                take = c.records[c.index:end]
+                new_pos = take[-1].offset + 1 if end < len(c.records) else c.next_offset
+                if not sub.advance(c.tp, c.epoch, c.expected, new_pos):
+                    sub.invalidate(c.tp)  # does not line up: the worker refetches
+                    self._release(c)
+                    continue
+                out += take
+                c.index, c.expected = end, new_pos
+                if end < len(c.records):
+                    ready.appendleft(c)
+                else:
+                    self._release(c)
+            ready.extendleft(reversed(held))
+        return out
+
+    def wait(self, timeout: float) -> None:
+        """Block until a worker appends a fetch (or ``timeout``)."""
+        with self._cond:
+            seen = self._pushed
+            self._cond.wait_for(lambda: self._pushed != seen or self._closed, timeout)
+
+    def wakeup(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def clear(self) -> None:
+        """Drop everything prefetched (e.g. after a rebalance)."""
+        with self._cond:
+            self._ready.clear()
+            self._buffered.clear()
+            self._bytes = 0
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            workers = list(self._workers.values())
+            self._cond.notify_all()
+        for w in workers:
+            w.cancel()
+        for w in workers:
+            w.join(timeout=5)
+
+    # -- worker side -------------------------------------------------------------------------
+
+    def _release(self, c: Completed) -> None:
+        n = self._buffered.get(c.tp, 0) - 1
+        if n > 0:
+            self._buffered[c.tp] = n
+        else:
+            self._buffered.pop(c.tp, None)
+        self._bytes -= c.nbytes
+        self._cond.notify_all()
+
+    def _push(self, c: Completed) -> None:
+        with self._cond:
+            self._ready.append(c)
+            self._buffered[c.tp] = self._buffered.get(c.tp, 0) + 1
+            self._bytes += c.nbytes
+            self._pushed += 1
+            self._cond.notify_all()
+
+    def _work_for(self, worker: _Worker) -> list[tuple[TopicPartition, int, int]] | None:
+        """What ``worker`` should fetch now: (tp, offset, epoch); None = exit (nothing ours)."""
+        with self._cond:
+            while not self._closed:
+                mine = [(tp, pos, ep) for tp, pos, ep in self.sub.fetchable()
+                        if tp.topic == worker.topic and self.routes.address(tp) == worker.address]
+                if not mine and not self._owns_any(worker):
+                    del self._workers[(worker.address, worker.topic)]
+                    return None
+                room = self._bytes < self.config.prefetch_max_bytes
+                todo = [(tp, worker.next_offset(tp, pos, ep), ep) for tp, pos, ep in mine
+                        if self._buffered.get(tp, 0) < PER_PARTITION_BUFFERED]
+                if todo and room:
+                    return todo
+                self._cond.wait(0.5)
+            return None
+
+    def _owns_any(self, worker: _Worker) -> bool:
+        return any(tp.topic == worker.topic and self.routes.address(tp) == worker.address
+                   for tp in self.sub.assignment())
+
+
+class _Worker(threading.Thread):
+    """Long-polls one broker for one topic; see :class:`Fetcher`."""
+
+    def __init__(self, fetcher: Fetcher, address: str, topic: str) -> None:
+        super().__init__(name=f"tubeq-fetch-{address}-{topic}", daemon=True)
+        self.fetcher, self.address, self.topic = fetcher, address, topic
+        self._next: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, offset)
+        self._call: grpc.Future | None = None
+        self._cancelled = False
+
+    def next_offset(self, tp: TopicPartition, position: int, epoch: int) -> int:
+        known = self._next.get(tp)
+        return known[1] if known is not None and known[0] == epoch else position
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+    def run(self) -> None:
+        f = self.fetcher
+        cfg = f.config
+        stub = f.offsets.stub(self.address)
+        while not self._cancelled:
+            todo = f._work_for(self)
+            if todo is None:
+                return
+            req = broker_pb2.FetchRequest(
+                topic=self.topic, max_wait_ms=cfg.fetch_max_wait_ms, tags=list(f.sub.tags),
+                max_total_bytes=cfg.fetch_max_total_bytes,
+                partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=off,
+                                                      max_bytes=cfg.fetch_max_bytes)
+                            for tp, off, _ in todo])
+            try:
+                self._call = stub.Fetch.future(
+                    req, timeout=cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s)
+                resp = self._call.result()
+            except grpc.FutureCancelledError:
+                return
+            except grpc.RpcError as exc:
+                if self._cancelled:
+                    return
+                self._call_failed(from_rpc_error(exc), todo)
+                continue
+            finally:
+                self._call = None
+            for pd in resp.partitions:
+                self._handle(pd, {tp.partition: (tp, off, ep) for tp, off, ep in todo})
+
+    def _handle(self, pd: broker_pb2.PartitionData, asked: dict) -> None:
+        if pd.partition not in asked:
+            return
+        tp, offset, epoch = asked[pd.partition]
+        if pd.error_code:
+            self._partition_failed(tp, epoch, pd)
+            return
+        try:
+            offsets = np.frombuffer(pd.offsets, "<i8")
+            records = decode_records(pd.frames, offsets, tp.partition, tp.topic)
+        except errors.CorruptRecord as exc:
+            self.fetcher.sub.fail(tp, exc)
+            return
+        if not records and pd.next_offset <= offset:
+            return
+        self._next[tp] = (epoch, pd.next_offset)
+        self.fetcher._push(Completed(tp, epoch, offset, records, 0, pd.next_offset,
+                                     len(pd.frames)))
+
+    def _partition_failed(self, tp: TopicPartition, epoch: int,
+                          pd: broker_pb2.PartitionData) -> None:
+        sub = self.fetcher.sub
+        exc = error_class(pd.error_code)(pd.error_message or pd.error_code, topic=tp.topic,
+                                         partition=tp.partition, earliest=pd.earliest,
+                                         latest=pd.latest)
+        if sub.epoch(tp) != epoch:
+            return  # the application moved meanwhile
+        if isinstance(exc, errors.OffsetOutOfRange):
+            event(log, "fetch.offset_out_of_range", topic=tp.topic, partition=tp.partition,
+                  earliest=pd.earliest, latest=pd.latest, policy=sub.reset_policy)
+            if sub.reset_policy == "error":
+                sub.fail(tp, exc)
+            else:
+                sub.seek(tp, pd.earliest if sub.reset_policy == "earliest" else pd.latest)
+        elif exc.retriable or exc.refresh_metadata:
+            self.fetcher.refresh_routes({tp.topic})
+            time.sleep(0.1)
+        else:
+            sub.fail(tp, exc)
+
+    def _call_failed(self, exc: errors.TubeqError, todo: list) -> None:
+        event(log, "fetch.failed", logging.WARNING, broker=self.address, topic=self.topic,
+              error=str(exc))
+        if isinstance(exc, errors.UnknownTopic) or not (exc.retriable or exc.refresh_metadata):
+            for tp, _, _ in todo:
+                self.fetcher.sub.fail(tp, exc)
+            return
+        self.fetcher.refresh_routes({self.topic})
+        time.sleep(0.2)
