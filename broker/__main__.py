@@ -1,0 +1,57 @@
+"""``python -m broker``: run one broker until SIGTERM/SIGINT.
+
+Writes ``<data_dir>/ready.json`` (role, broker_id, address, metrics) once the gRPC server
+listens; registration with the master may still be in progress then.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from broker.config import load
+from broker.server import Broker
+from lib.errors import TubeqError
+from lib.logs import event, setup
+from lib.process import write_ready
+
+log = logging.getLogger("broker")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m broker", description="Run a tubeq broker.")
+    p.add_argument("--config", help="TOML file with a [broker] table (and [broker.store])")
+    p.add_argument("--data-dir", dest="data_dir")
+    p.add_argument("--broker-id", dest="broker_id", type=int)
+    p.add_argument("--masters", help="comma-separated master host:port list")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--metrics-port", dest="metrics_port", type=int)
+    p.add_argument("--advertised-address", dest="advertised_address")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup("broker", args.broker_id if args.broker_id is not None else "?", args.log_level)
+    try:
+        config = load(args.config, data_dir=args.data_dir, broker_id=args.broker_id,
+                      masters=args.masters, host=args.host, port=args.port,
+                      metrics_port=args.metrics_port, advertised_address=args.advertised_address)
+        broker = Broker(config).start()
+    except TubeqError as err:
+        event(log, "broker.start_failed", logging.ERROR, error=err.message)
+        return 2
+    stop = lambda *_: broker.stop()  # noqa: E731 - the signal handler
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    write_ready(config.data_dir, {"role": "broker", "broker_id": config.broker_id,
+                                  "address": broker.address, "metrics": broker.metrics_address})
+    broker.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

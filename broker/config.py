@@ -1,0 +1,105 @@
+"""The broker's configuration: one frozen dataclass, read from TOML with CLI overrides.
+
+``[broker]`` holds the process settings, ``[broker.store]`` the storage defaults (a
+:class:`storage.config.StoreConfig` table). Per-topic settings from the master (durability,
+retention, max message size) are merged over those defaults by :func:`topic_store_config`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from lib.config import build, load_toml, require
+from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
+from storage.config import StoreConfig
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything a :class:`broker.server.Broker` needs; validated once, then passed down.
+
+    ``masters`` is a comma-separated ``host:port`` list. ``advertised_address`` is what the
+    master gives clients; empty means the address actually bound (``host:port``).
+    """
+
+    data_dir: str = ""
+    broker_id: int = -1
+    host: str = "127.0.0.1"
+    port: int = 8123
+    metrics_port: int = 0  # 0: any free port; -1: no metrics endpoint
+    masters: str = ""
+    advertised_address: str = ""
+    fetch_max_wait_ms: int = 30_000  # cap on a long-poll, whatever the client asks
+    fetch_max_bytes: int = 32 * MiB  # cap on one Fetch response
+    fetch_default_partition_bytes: int = 1 * MiB  # when a PartitionFetch says 0
+    push_chunk_bytes: int = 1 * MiB  # largest SubscribeResponse
+    push_idle_wait_ms: int = 500  # a push stream with nothing to send re-checks this often
+    grpc_workers: int = 64  # long polls and push streams each hold a thread
+    stop_grace_s: float = 5.0
+    register_timeout_s: float = 5.0  # one attempt to reach a master
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    def validate(self) -> None:
+        require(bool(self.data_dir), "BrokerConfig.data_dir is required (--data-dir)")
+        require(self.broker_id >= 0, "BrokerConfig.broker_id must be >= 0 (--broker-id)")
+        require(0 <= self.port < 65536, "BrokerConfig.port must be in [0, 65535]")
+        require(-1 <= self.metrics_port < 65536, "BrokerConfig.metrics_port must be in [-1, 65535]")
+        require(self.fetch_max_wait_ms >= 0, "BrokerConfig.fetch_max_wait_ms must be >= 0")
+        require(0 < self.fetch_max_bytes <= MAX_MESSAGE_BYTES - MiB,
+                f"BrokerConfig.fetch_max_bytes must be in (0, {MAX_MESSAGE_BYTES - MiB}] "
+                "(below the gRPC message limit)")
+        require(0 < self.fetch_default_partition_bytes <= self.fetch_max_bytes,
+                "BrokerConfig.fetch_default_partition_bytes must be in (0, fetch_max_bytes]")
+        require(0 < self.push_chunk_bytes <= self.fetch_max_bytes,
+                "BrokerConfig.push_chunk_bytes must be in (0, fetch_max_bytes]")
+        require(self.push_idle_wait_ms > 0, "BrokerConfig.push_idle_wait_ms must be > 0")
+        require(self.grpc_workers >= 4, "BrokerConfig.grpc_workers must be >= 4")
+        require(self.stop_grace_s >= 0, "BrokerConfig.stop_grace_s must be >= 0")
+        require(self.register_timeout_s > 0, "BrokerConfig.register_timeout_s must be > 0")
+        require(isinstance(self.store, StoreConfig), "BrokerConfig.store must be a StoreConfig")
+        if self.masters:
+            try:
+                parse_masters(self.masters)
+            except Exception as exc:  # noqa: BLE001 - re-raised as a config error
+                require(False, f"BrokerConfig.masters: {exc}")
+
+    @property
+    def master_list(self) -> list[str]:
+        return parse_masters(self.masters) if self.masters else []
+
+
+def load(config_file: str | None = None, **overrides: Any) -> BrokerConfig:
+    """Build the config from an optional TOML file (``[broker]``) and CLI overrides."""
+    table = dict(load_toml(config_file, "broker")) if config_file else {}
+    store_table = table.pop("store", {})
+    if isinstance(table.get("masters"), list):
+        table["masters"] = ",".join(table["masters"])
+    store = build(StoreConfig, store_table)
+    return build(BrokerConfig, table, store=store, **overrides)
+
+
+def topic_store_config(base: StoreConfig, durability: str = "", retention_ms: int = 0,
+                       retention_bytes: int = 0, max_message_bytes: int = 0) -> StoreConfig:
+    """The store config of one topic: broker defaults with the master's settings on top.
+
+    proto3 zero values mean "not set" (keep the default). A larger message limit raises the
+    batch, cache block and segment sizes with it, so the StoreConfig invariants still hold.
+    """
+    changes: dict[str, Any] = {}
+    if durability:
+        changes["durability"] = durability
+    if retention_ms:
+        changes["retention_ms"] = retention_ms
+    if retention_bytes:
+        changes["retention_bytes"] = retention_bytes
+    if max_message_bytes:
+        changes["max_message_bytes"] = max_message_bytes
+        batch = max(base.max_batch_bytes, max_message_bytes + 64 * 1024)
+        changes["max_batch_bytes"] = batch
+        changes["cache_block_bytes"] = max(base.cache_block_bytes, batch)
+        changes["segment_bytes"] = max(base.segment_bytes, changes["cache_block_bytes"])
+    merged = dataclasses.replace(base, **changes)
+    return build(StoreConfig, dataclasses.asdict(merged))

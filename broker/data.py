@@ -1,0 +1,189 @@
+"""Data-plane handlers: Produce, Fetch (with long-poll), ListOffsets, QueryMessages.
+
+Plain methods taking and returning protobuf messages; they raise TubeqError and the servicer
+(broker/service.py) turns that into a gRPC status. Nothing here loops per record: a produce is
+one ``Store.append`` of the whole batch, a fetch returns ``ReadResult.frames`` as they are.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from broker.config import BrokerConfig
+from broker.dedup import Dedup
+from broker.metrics import BrokerMetrics
+from broker.topics import TopicManager
+from lib.errors import InvalidArgument, TubeqError
+from lib.proto import broker_pb2 as pb
+from lib.records import BATCH_HEADER, HEADER_SIZE, MAX_TAG_BYTES
+
+MAX_TAGS = 256
+
+
+def check_tags(tags: Sequence[str]) -> list[str] | None:
+    """The tag filter of a request (None: no filter); refuses empty or over-long tags."""
+    if not tags:
+        return None
+    if len(tags) > MAX_TAGS:
+        raise InvalidArgument(f"{len(tags)} tags in the filter, limit {MAX_TAGS}",
+                              limit=MAX_TAGS)
+    for tag in tags:
+        if not tag or len(tag.encode()) > MAX_TAG_BYTES:
+            raise InvalidArgument(
+                f"tag {tag!r} in the filter must be 1 to {MAX_TAG_BYTES} bytes of UTF-8",
+                limit=MAX_TAG_BYTES)
+    return list(tags)
+
+
+def error_data(partition: int, offset: int, err: TubeqError) -> pb.PartitionData:
+    """A per-partition error: the code, the message and the range when the error knows it."""
+    return pb.PartitionData(
+        partition=partition, next_offset=offset, error_code=err.code, error_message=err.message,
+        earliest=int(err.details.get("earliest", -1)), latest=int(err.details.get("latest", -1)))
+
+
+def result_data(partition: int, res) -> pb.PartitionData:
+    return pb.PartitionData(
+        partition=partition, frames=res.frames, offsets=res.offsets.astype("<i8").tobytes(),
+        next_offset=res.next_offset, earliest=res.earliest, latest=res.latest)
+
+
+class DataPlane:
+    def __init__(self, config: BrokerConfig, topics: TopicManager, dedup: Dedup,
+                 metrics: BrokerMetrics) -> None:
+        self.config = config
+        self.topics = topics
+        self.dedup = dedup
+        self.metrics = metrics
+
+    # ---------------------------------------------------------------- produce
+
+    def produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
+        topic, partition, batch = req.topic, req.partition, req.batch
+        store = self.topics.store_for(topic, partition)
+        if not batch:
+            raise InvalidArgument(
+                f"empty batch for {topic}/{partition}: a ProduceRequest carries one record "
+                "batch of at least one record (lib.records.encode_batch)")
+        pid, epoch, seq, count = _batch_ids(batch)
+        if pid < 0:
+            base, last = store.append(partition, batch)
+        else:
+            with self.dedup.lock_for(topic, partition):
+                dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
+                if dup is not None:
+                    return pb.ProduceResponse(base_offset=dup[0], last_offset=dup[1])
+                base, last = store.append(partition, batch)
+                self.dedup.record(pid, epoch, seq, count, topic, partition, base, last)
+        self.metrics.produced(topic, partition, len(batch), last - base + 1)
+        self.topics.notify(topic)
+        return pb.ProduceResponse(base_offset=base, last_offset=last)
+
+    # ---------------------------------------------------------------- fetch
+
+    def fetch(self, req: pb.FetchRequest, active: Callable[[], bool]) -> pb.FetchResponse:
+        """Read every requested partition; wait for data (long-poll) when none has any."""
+        signal = self.topics.signal(req.topic)
+        tags = check_tags(req.tags)
+        wait_s = min(req.max_wait_ms, self.config.fetch_max_wait_ms) / 1e3
+        deadline = time.monotonic() + wait_s
+        while True:
+            seen = signal.version
+            parts, ready = self._read_all(req, tags)
+            left = deadline - time.monotonic()
+            if ready or left <= 0 or signal.closed or not active():
+                return pb.FetchResponse(partitions=parts)
+            # Short slices so a cancelled client frees its thread soon.
+            signal.wait(seen, min(left, 1.0))
+
+    def _read_all(self, req: pb.FetchRequest, tags: list[str] | None
+                  ) -> tuple[list[pb.PartitionData], bool]:
+        cap = self.config.fetch_max_bytes
+        budget = min(req.max_total_bytes or cap, cap)
+        out, ready = [], False
+        for pf in req.partitions:
+            if budget <= 0:
+                out.append(pb.PartitionData(partition=pf.partition, next_offset=pf.offset,
+                                            earliest=-1, latest=-1))
+                continue
+            max_bytes = min(pf.max_bytes or self.config.fetch_default_partition_bytes, budget)
+            data = self._read_one(req.topic, pf.partition, pf.offset, max_bytes, tags)
+            budget -= len(data.frames)
+            ready = ready or bool(data.frames) or bool(data.error_code)
+            out.append(data)
+        return out, ready
+
+    def _read_one(self, topic: str, partition: int, offset: int, max_bytes: int,
+                  tags: list[str] | None) -> pb.PartitionData:
+        try:
+            store = self.topics.store_for(topic, partition)
+            res = store.read(partition, offset, max_bytes, tags)
+        except TubeqError as err:
+            return error_data(partition, offset, err)
+        self.metrics.served(topic, partition, len(res.frames), len(res.offsets))
+        return result_data(partition, res)
+
+    # ---------------------------------------------------------------- offsets and queries
+
+    def list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        partitions = list(req.partitions) or self.topics.hosted(req.topic)
+        out = []
+        for p in partitions:
+            store = self.topics.store_for(req.topic, p)
+            earliest, latest = store.earliest(p), store.latest(p)
+            if req.timestamp_ms > 0:
+                for_time = store.offset_for_time(p, req.timestamp_ms)
+            else:
+                for_time = earliest if req.timestamp_ms == 0 else -1
+            out.append(pb.PartitionOffsets(partition=p, earliest=earliest, latest=latest,
+                                           for_time=for_time))
+        return pb.ListOffsetsResponse(partitions=out)
+
+    def query(self, req: pb.QueryMessagesRequest) -> pb.PartitionData:
+        """Frames of offsets [start, end) (end 0: up to latest), within max_bytes."""
+        store = self.topics.store_for(req.topic, req.partition)
+        latest = store.latest(req.partition)
+        end = latest if req.end_offset == 0 else min(req.end_offset, latest)
+        if req.end_offset and req.end_offset <= req.start_offset:
+            raise InvalidArgument(
+                f"end_offset {req.end_offset} must be greater than start_offset "
+                f"{req.start_offset} (or 0 for 'up to latest')")
+        cap = self.config.fetch_max_bytes
+        res = store.read(req.partition, req.start_offset, min(req.max_bytes or cap, cap))
+        data = result_data(req.partition, res)
+        keep = int(np.searchsorted(res.offsets, end))
+        if keep < len(res.offsets):
+            data.frames = first_frames(res.frames, keep)
+            data.offsets = res.offsets[:keep].astype("<i8").tobytes()
+            data.next_offset = end
+        return data
+
+
+def _batch_ids(batch: bytes) -> tuple[int, int, int, int]:
+    """(producer_id, epoch, base_sequence, count) from the header; -1s if it is too short.
+
+    Only a peek: the store validates the whole batch (CRC, structure) before appending, and
+    the dedup state is updated only after that append succeeded.
+    """
+    if len(batch) < HEADER_SIZE:
+        return -1, -1, -1, 0
+    fields = BATCH_HEADER.unpack_from(batch)
+    return fields[7], fields[8], fields[10], fields[6]
+
+
+def first_frames(frames: bytes, count: int) -> bytes:
+    """The first ``count`` frames of a run.
+
+    A walk over length fields (``count`` steps): only used when a reply must be cut shorter
+    than what the store returned (push credit, query end), never on the plain fetch path.
+    """
+    if count == 0:
+        return b""
+    end = 0
+    for _ in range(count):
+        end += struct.unpack_from("<I", frames, end)[0]
+    return frames[:end]
+

@@ -1,0 +1,127 @@
+"""The broker's link to the masters: register, heartbeat with stats, apply what comes back.
+
+One background thread: register (retrying until a master answers), then heartbeat every
+``heartbeat_interval_ms`` with per-partition stats. Every response's topics, placements and
+deleted incarnations go to :meth:`TopicManager.apply`; a response with a term lower than the
+highest seen comes from a deposed master and is ignored; ``reregister`` starts over. Nothing
+on the produce/fetch path ever waits for this thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from broker.metrics import BrokerMetrics
+from broker.term import TermWatermark
+from broker.topics import TopicManager, TopicSpec
+from lib.errors import TubeqError
+from lib.logs import event
+from lib.proto import master_pb2 as mpb
+from lib.proto import master_pb2_grpc
+from lib.rpc import MasterClient
+
+log = logging.getLogger(__name__)
+DEFAULT_HEARTBEAT_MS = 1000
+
+
+def specs_of(topics) -> dict[str, TopicSpec]:
+    """Our plain TopicSpec for each protobuf TopicSettings of a response."""
+    return {name: TopicSpec(partitions=s.partitions, stores=s.stores, durability=s.durability,
+                            retention_ms=s.retention_ms, retention_bytes=s.retention_bytes,
+                            max_message_bytes=s.max_message_bytes, topic_id=s.topic_id)
+            for name, s in topics.items()}
+
+
+class MasterLink:
+    def __init__(self, broker_id: int, address: str, masters: list[str], topics: TopicManager,
+                 metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 5.0,
+                 on_deleted: Callable[[str], None] | None = None) -> None:
+        self.broker_id = broker_id
+        self.address = address
+        self.topics = topics
+        self.metrics = metrics
+        self.term = term
+        self.on_deleted = on_deleted
+        self.client = MasterClient(masters, timeout=attempt_timeout,
+                                   attempt_timeout=attempt_timeout)
+        self.interval = DEFAULT_HEARTBEAT_MS / 1e3
+        self.registered = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="master-link")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.registered.is_set() and not self._register():
+                self._stop.wait(min(self.interval, 1.0))
+                continue
+            if self._stop.wait(self.interval):
+                return
+            self._heartbeat()
+
+    def _register(self) -> bool:
+        req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address)
+        try:
+            res = self.client.call(master_pb2_grpc.MasterStub, "RegisterBroker", req)
+        except TubeqError as err:
+            event(log, "master.register_failed", logging.WARNING, error=err.message)
+            return False
+        if not self.term.observe(res.term):
+            event(log, "master.stale_term_ignored", logging.WARNING, term=res.term,
+                  highest=self.term.highest)
+            return False
+        self.interval = (res.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS) / 1e3
+        self._apply(res.topics, res.placements, ())
+        self.registered.set()
+        event(log, "master.registered", master=self.client.current, term=res.term,
+              topics=len(res.topics), placements=len(res.placements))
+        return True
+
+    def _heartbeat(self) -> None:
+        req = mpb.BrokerHeartbeatRequest(broker_id=self.broker_id, stats=self.stats())
+        try:
+            res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req)
+        except TubeqError as err:
+            event(log, "master.heartbeat_failed", logging.WARNING, error=err.message)
+            return
+        if not self.term.observe(res.term):
+            event(log, "master.stale_term_ignored", logging.WARNING, term=res.term,
+                  highest=self.term.highest)
+            return
+        if res.reregister:
+            event(log, "master.reregister", term=res.term)
+            self.registered.clear()
+            return
+        self._apply(res.topics, res.placements, res.deleted)
+
+    def _apply(self, topics, placements, deleted) -> None:
+        placed = [(pl.topic, pl.partition) for pl in placements
+                  if pl.broker_id == self.broker_id]
+        gone = [(d.topic, d.topic_id) for d in deleted]
+        dropped = self.topics.apply(specs_of(topics), placed, gone)
+        if self.on_deleted is not None:
+            for name in dropped:
+                self.on_deleted(name)
+
+    def stats(self) -> list[mpb.PartitionStats]:
+        """Per-partition offsets and traffic counters of every hosted partition."""
+        out = []
+        for topic, p, store in self.topics.snapshot():
+            try:
+                earliest, latest = store.earliest(p), store.latest(p)
+            except TubeqError:
+                continue  # the store is being reopened or closed: report it next time
+            c = self.metrics.partition(topic, p)
+            out.append(mpb.PartitionStats(
+                topic=topic, partition=p, earliest=earliest, latest=latest,
+                bytes_in=c.bytes_in, messages_in=c.messages_in, bytes_out=c.bytes_out,
+                messages_out=c.messages_out))
+        return out

@@ -1,0 +1,85 @@
+"""Consumer-offset handlers: CommitOffsets, FetchOffsets (claims), ResetOffsets (master only).
+
+Committed offsets live in the broker's LMDB :class:`storage.offsets.OffsetStore`; fencing is
+the in-memory :class:`broker.claims.ClaimTable`. One lock covers a claim check together with
+the offset read or write it guards, so "claim, then read" and "check, then write" are atomic
+with respect to each other: once a new owner has read the offsets, no older commit lands.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from broker.claims import ClaimTable
+from broker.term import TermWatermark
+from broker.topics import TopicManager
+from lib.errors import Fenced, OffsetOutOfRange
+from lib.names import check_name
+from lib.proto import broker_pb2 as pb
+from storage.offsets import OffsetStore
+
+
+class OffsetsPlane:
+    def __init__(self, topics: TopicManager, store: OffsetStore, term: TermWatermark) -> None:
+        self.topics = topics
+        self.store = store
+        self.term = term
+        self.claims = ClaimTable()
+        self._lock = threading.Lock()
+
+    def commit(self, req: pb.CommitOffsetsRequest) -> pb.CommitOffsetsResponse:
+        group = check_name(req.group, "group")
+        rows = self._checked(req.topic, req.offsets)
+        with self._lock:
+            self.claims.check_commit(group, req.topic, rows, req.member_id, req.generation)
+            if rows:
+                self.store.commit(group, req.topic, rows)
+        return pb.CommitOffsetsResponse()
+
+    def fetch(self, req: pb.FetchOffsetsRequest) -> pb.FetchOffsetsResponse:
+        group = check_name(req.group, "group")
+        partitions = list(dict.fromkeys(req.partitions)) or self.topics.hosted(req.topic)
+        for p in partitions:
+            self.topics.store_for(req.topic, p)  # unknown / not hosted here: say so
+        with self._lock:
+            self.claims.claim(group, req.topic, partitions, req.member_id, req.generation)
+            got = self.store.fetch(group, req.topic, partitions)
+        return pb.FetchOffsetsResponse(offsets=[
+            pb.CommittedOffset(partition=p, offset=c.offset, metadata=c.metadata,
+                               commit_time_ms=c.commit_time_ms)
+            for p, c in sorted(got.items())])
+
+    def reset(self, req: pb.ResetOffsetsRequest) -> pb.ResetOffsetsResponse:
+        """Overwrite offsets as the master says, unless that master has been replaced."""
+        if not self.term.observe(req.term):
+            raise Fenced(f"ResetOffsets from master term {req.term} refused: this broker has "
+                         f"seen term {self.term.highest}", term=req.term,
+                         highest=self.term.highest)
+        group = check_name(req.group, "group")
+        rows = self._checked(req.topic, req.offsets)
+        with self._lock:
+            if rows:
+                self.store.commit(group, req.topic, rows)
+            self.claims.clear(group, req.topic, rows)
+        return pb.ResetOffsetsResponse()
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop every group's offsets of a deleted topic (a re-created one starts clean)."""
+        with self._lock:
+            for group in self.store.groups():
+                self.store.delete(group, topic)
+
+    def _checked(self, topic: str, offsets: Iterable[pb.OffsetCommit]
+                 ) -> dict[int, tuple[int, bytes]]:
+        """partition -> (offset, metadata), each hosted here and within [earliest, latest]."""
+        rows: dict[int, tuple[int, bytes]] = {}
+        for oc in offsets:
+            store = self.topics.store_for(topic, oc.partition)
+            earliest, latest = store.earliest(oc.partition), store.latest(oc.partition)
+            if not earliest <= oc.offset <= latest:
+                raise OffsetOutOfRange(
+                    f"cannot commit offset {oc.offset} for {topic}/{oc.partition}: it must be "
+                    f"within [earliest {earliest}, latest {latest}]", topic=topic,
+                    partition=oc.partition, offset=oc.offset, earliest=earliest, latest=latest)
+            rows[oc.partition] = (oc.offset, bytes(oc.metadata))
+        return rows

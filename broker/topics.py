@@ -1,0 +1,269 @@
+"""The broker's topics: which partitions it hosts, the stores holding them, new-data signals.
+
+The master is the source of truth: :meth:`TopicManager.apply` takes its full picture (every
+topic's settings, the partitions placed on this broker, deleted topic incarnations) from each
+register/heartbeat response and converges the local stores on it. Data of a topic that merely
+disappears from the picture is kept (only ``deleted`` with a matching ``topic_id`` erases it).
+
+Threading: one lock guards the topic table; store I/O (open, close, delete) is done outside it
+where it can be, so lookups on the produce/fetch path only ever wait for a dict swap. Each topic
+has a :class:`Signal` that appends bump and long polls wait on.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.config import topic_store_config
+from lib.errors import PartitionNotHosted, UnknownPartition, UnknownTopic
+from lib.logs import event
+from lib.names import check_name
+from storage.config import StoreConfig
+from storage.fsutil import atomic_write, inside
+from storage.store import Store
+
+log = logging.getLogger(__name__)
+TOPIC_FILE = "topic.json"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic as the master describes it (proto3 zeros mean "default")."""
+
+    partitions: int
+    stores: int = 1
+    durability: str = ""
+    retention_ms: int = 0
+    retention_bytes: int = 0
+    max_message_bytes: int = 0
+    topic_id: int = 0
+
+    def store_settings(self) -> tuple[str, int, int, int]:
+        return (self.durability, self.retention_ms, self.retention_bytes, self.max_message_bytes)
+
+
+class Signal:
+    """An event counter: appends bump it, waiters sleep until it moves past what they saw.
+
+    Comparing versions (not a bare Event) means a bump between a reader's empty read and its
+    wait is never lost.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.version = 0
+        self.closed = False
+
+    def bump(self) -> None:
+        with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """True when the version moved past ``seen`` (or the signal closed) within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.version != seen or self.closed, timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+
+@dataclass
+class _Topic:
+    name: str
+    spec: TopicSpec
+    config: StoreConfig
+    hosted: frozenset[int] = frozenset()
+    stores: dict[int, Store] = field(default_factory=dict)
+    signal: Signal = field(default_factory=Signal)
+
+
+class TopicManager:
+    """Owns every Store of this broker under ``<data_dir>/topics``."""
+
+    def __init__(self, data_dir: str | Path, defaults: StoreConfig | None = None) -> None:
+        self.root = Path(data_dir) / "topics"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.defaults = defaults or StoreConfig()
+        self._lock = threading.RLock()  # apply() is serialised; lookups take it briefly
+        self._topics: dict[str, _Topic] = {}
+        self._closed = False
+        self._dropped: list[str] = []
+
+    # ------------------------------------------------------------------ lookups (hot path)
+
+    def store_for(self, topic: str, partition: int) -> Store:
+        """The store of a hosted partition, or UnknownTopic / UnknownPartition / NotHosted."""
+        t = self.topic(topic)
+        if not 0 <= partition < t.spec.partitions:
+            raise UnknownPartition(
+                f"topic {topic} has partitions 0..{t.spec.partitions - 1}, not {partition}",
+                topic=topic, partition=partition, partitions=t.spec.partitions)
+        store = t.stores.get(partition % max(1, t.spec.stores)) if partition in t.hosted else None
+        if store is None:
+            raise PartitionNotHosted(
+                f"partition {topic}/{partition} is not hosted on this broker: refresh routes",
+                topic=topic, partition=partition)
+        return store
+
+    def topic(self, topic: str) -> _Topic:
+        t = self._topics.get(topic)
+        if t is None:
+            check_name(topic)
+            raise UnknownTopic(f"unknown topic {topic!r} on this broker", topic=topic)
+        return t
+
+    def hosted(self, topic: str) -> list[int]:
+        return sorted(self.topic(topic).hosted)
+
+    def signal(self, topic: str) -> Signal:
+        return self.topic(topic).signal
+
+    def notify(self, topic: str) -> None:
+        t = self._topics.get(topic)
+        if t is not None:
+            t.signal.bump()
+
+    def snapshot(self) -> list[tuple[str, int, Store]]:
+        """(topic, partition, store) of every hosted partition (for heartbeat stats)."""
+        out = []
+        for name, t in list(self._topics.items()):
+            for p in sorted(t.hosted):
+                store = t.stores.get(p % max(1, t.spec.stores))
+                if store is not None:
+                    out.append((name, p, store))
+        return out
+
+    # ------------------------------------------------------------------ applying the master
+
+    def apply(self, topics: Mapping[str, TopicSpec], placed: Iterable[tuple[str, int]],
+              deleted: Iterable[tuple[str, int]] = ()) -> list[str]:
+        """Converge on the master's picture: ``placed`` lists (topic, partition) hosted here.
+
+        Returns the topics whose local data was dropped (deleted or re-created), so the caller
+        can forget their committed offsets and producer state too.
+        """
+        wanted: dict[str, set[int]] = {}
+        for name, p in placed:
+            if name in topics and 0 <= p < topics[name].partitions:
+                wanted.setdefault(name, set()).add(p)
+        with self._lock:
+            self._dropped = []
+            if self._closed:
+                return []
+            for name, topic_id in deleted:
+                if name not in topics or topics[name].topic_id != topic_id:
+                    self._delete(name, topic_id)
+            for name in [n for n in self._topics if n not in topics]:
+                self._forget(name)
+            for name, spec in topics.items():
+                try:
+                    self._apply_topic(check_name(name), spec, frozenset(wanted.get(name, ())))
+                except Exception as exc:  # noqa: BLE001 - one bad topic must not stop the rest
+                    event(log, "topic.apply_failed", logging.ERROR, topic=name, error=repr(exc))
+            return self._dropped
+
+    def _apply_topic(self, name: str, spec: TopicSpec, hosted: frozenset[int]) -> None:
+        t = self._topics.get(name)
+        if t is not None and t.spec.topic_id != spec.topic_id:
+            self._delete(name, t.spec.topic_id)  # re-created: the old incarnation is gone
+            t = None
+        if t is None:
+            if not hosted:
+                return  # nothing of it lives here: no directory, no stores
+            self._claim_dir(name, spec.topic_id)
+            t = _Topic(name, spec, self._config_for(spec))
+            self._topics[name] = t
+            event(log, "topic.opened", topic=name, topic_id=spec.topic_id)
+        elif t.spec.store_settings() != spec.store_settings():
+            self._reopen(t, spec)
+        t.spec = spec
+        self._open_stores(t, hosted)
+        t.hosted = hosted
+
+    def _config_for(self, spec: TopicSpec) -> StoreConfig:
+        return topic_store_config(self.defaults, *spec.store_settings())
+
+    def _open_stores(self, t: _Topic, hosted: frozenset[int]) -> None:
+        stores = max(1, t.spec.stores)
+        for p in sorted(hosted):
+            sid = p % stores
+            store = t.stores.get(sid)
+            if store is None:
+                parts = [q for q in hosted if q % stores == sid]
+                t.stores[sid] = Store(self.root, t.name, sid, parts, t.config)
+            elif p not in store.partitions:
+                store.add_partition(p)
+
+    def _reopen(self, t: _Topic, spec: TopicSpec) -> None:
+        """Settings changed: close the stores and reopen them with the new config."""
+        old, t.stores = t.stores, {}
+        t.config = self._config_for(spec)
+        for store in old.values():
+            store.close()  # in-flight appends on it get StoreClosed (retriable)
+        event(log, "topic.reconfigured", topic=t.name, durability=t.config.durability,
+              retention_ms=t.config.retention_ms, max_message_bytes=t.config.max_message_bytes)
+
+    def _forget(self, name: str) -> None:
+        t = self._topics.pop(name)
+        t.signal.close()
+        for store in t.stores.values():
+            store.close()
+        event(log, "topic.unhosted", topic=name)
+
+    def _delete(self, name: str, topic_id: int) -> None:
+        """Drop the data of one incarnation of a topic (only when its topic_id matches)."""
+        if name in self._topics and self._topics[name].spec.topic_id == topic_id:
+            self._forget(name)
+        try:
+            d = inside(self.root, check_name(name))
+        except Exception:  # noqa: BLE001 - a bad name from the master has no directory
+            return
+        if d.is_dir() and _read_topic_id(d) in (topic_id, None) and name not in self._topics:
+            shutil.rmtree(d, ignore_errors=True)
+            self._dropped.append(name)
+            event(log, "topic.deleted", topic=name, topic_id=topic_id)
+
+    def _claim_dir(self, name: str, topic_id: int) -> None:
+        """Make ``<root>/<topic>`` belong to ``topic_id``, erasing an older incarnation."""
+        d = inside(self.root, name)
+        old = _read_topic_id(d) if d.is_dir() else None
+        if d.is_dir() and old is not None and old != topic_id:
+            shutil.rmtree(d)
+            self._dropped.append(name)
+            event(log, "topic.stale_data_dropped", topic=name, old_id=old, topic_id=topic_id)
+        d.mkdir(parents=True, exist_ok=True)
+        if old != topic_id:
+            atomic_write(d / TOPIC_FILE, json.dumps({"topic": name, "topic_id": topic_id}).encode())
+
+    def wake_all(self) -> None:
+        """Close every topic's signal: long polls return and push streams end (shutdown)."""
+        for t in list(self._topics.values()):
+            t.signal.close()
+
+    def close(self) -> None:
+        """Close every store (each flushes and fsyncs) and wake every long poll."""
+        with self._lock:
+            self._closed = True
+            topics, self._topics = list(self._topics.values()), {}
+        for t in topics:
+            t.signal.close()
+            for store in t.stores.values():
+                try:
+                    store.close()
+                except Exception as exc:  # noqa: BLE001 - close the others anyway
+                    event(log, "store.close_failed", logging.ERROR, topic=t.name, error=repr(exc))
+
+
+def _read_topic_id(d: Path) -> int | None:
+    try:
+        return int(json.loads((d / TOPIC_FILE).read_text())["topic_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
