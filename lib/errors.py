@@ -160,3 +160,9 @@ class OutOfOrderSequence(TubeqError):
     """An idempotent batch skipped sequence numbers: earlier batches were lost."""
 
     code = "OUT_OF_ORDER_SEQUENCE"
+
+
+class ClientClosed(TubeqError):
+    """The client (producer, consumer) was closed: it takes no more calls. Never on the wire."""
+
+    code = "CLIENT_CLOSED"
