@@ -111,7 +111,12 @@ class DataPlane:
                 continue
             max_bytes = min(pf.max_bytes or self.config.fetch_default_partition_bytes, budget)
             data = self._read_one(req.topic, pf.partition, pf.offset, max_bytes, tags)
+            if len(data.frames) > budget and ready:
+                # A store returns at least one frame; only the first data may overshoot.
+                data = pb.PartitionData(partition=pf.partition, next_offset=pf.offset,
+                                        earliest=data.earliest, latest=data.latest)
             budget -= len(data.frames)
+            self.metrics.served(req.topic, pf.partition, len(data.frames), len(data.offsets) // 8)
             ready = ready or bool(data.frames) or bool(data.error_code)
             out.append(data)
         return out, ready
@@ -123,7 +128,6 @@ class DataPlane:
             res = store.read(partition, offset, max_bytes, tags)
         except TubeqError as err:
             return error_data(partition, offset, err)
-        self.metrics.served(topic, partition, len(res.frames), len(res.offsets))
         return result_data(partition, res)
 
     # ---------------------------------------------------------------- offsets and queries

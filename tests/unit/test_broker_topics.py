@@ -1,0 +1,132 @@
+"""TopicManager on a temp dir: placements, growth, reconfiguration, deletion, lookups."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker.config import BrokerConfig, load, topic_store_config
+from broker.topics import TopicManager, TopicSpec
+from lib.errors import ConfigError, InvalidName, PartitionNotHosted, UnknownPartition, UnknownTopic
+from storage.config import StoreConfig
+from tests.helpers import batch_of, read_all
+
+SMALL = StoreConfig(cache_flush_interval_ms=10)
+
+
+@pytest.fixture
+def tm(tmp_path):
+    m = TopicManager(tmp_path, SMALL)
+    yield m
+    m.close()
+
+
+def test_hosted_partitions_open_in_store_p_mod_stores(tm, tmp_path):
+    tm.apply({"t": TopicSpec(partitions=4, stores=2, topic_id=1)}, [("t", 0), ("t", 1), ("t", 3)])
+    assert tm.hosted("t") == [0, 1, 3]
+    assert tm.store_for("t", 0).store_id == 0
+    assert tm.store_for("t", 3).store_id == 1
+    assert tm.store_for("t", 1) is tm.store_for("t", 3)
+    meta = json.loads((tmp_path / "topics" / "t" / "topic.json").read_text())
+    assert meta["topic_id"] == 1
+
+
+def test_lookup_errors_name_the_problem(tm):
+    tm.apply({"t": TopicSpec(partitions=2, topic_id=1)}, [("t", 0)])
+    with pytest.raises(UnknownTopic):
+        tm.store_for("nope", 0)
+    with pytest.raises(UnknownPartition, match="partitions 0..1"):
+        tm.store_for("t", 2)
+    with pytest.raises(PartitionNotHosted):
+        tm.store_for("t", 1)
+    with pytest.raises(InvalidName):
+        tm.store_for("../etc", 0)
+
+
+def test_growing_topic_adds_partitions_and_keeps_data(tm):
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    tm.store_for("t", 0).append(0, batch_of([b"a", b"b"]))
+    tm.apply({"t": TopicSpec(partitions=3, topic_id=1)}, [("t", 0), ("t", 2)])
+    tm.store_for("t", 2).append(2, batch_of([b"c"]))
+    assert [r.value for r in read_all(tm.store_for("t", 0), 0)] == [b"a", b"b"]
+    assert tm.store_for("t", 2).latest(2) == 1
+
+
+def test_changed_settings_reopen_the_store_with_the_new_config(tm):
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    tm.store_for("t", 0).append(0, batch_of([b"a"]))
+    tm.apply({"t": TopicSpec(partitions=1, durability="sync", max_message_bytes=2 << 20,
+                             topic_id=1)}, [("t", 0)])
+    store = tm.store_for("t", 0)
+    assert store.config.durability == "sync"
+    assert store.config.max_message_bytes == 2 << 20
+    assert [r.value for r in read_all(store, 0)] == [b"a"]
+
+
+def test_deleted_incarnation_drops_data_and_recreated_topic_starts_empty(tm, tmp_path):
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    tm.store_for("t", 0).append(0, batch_of([b"old"]))
+    assert tm.apply({}, [], [("t", 1)]) == ["t"]
+    assert not (tmp_path / "topics" / "t").exists()
+    with pytest.raises(UnknownTopic):
+        tm.store_for("t", 0)
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=2)}, [("t", 0)])
+    assert tm.store_for("t", 0).latest(0) == 0
+
+
+def test_recreated_topic_with_new_id_replaces_old_data(tm):
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    tm.store_for("t", 0).append(0, batch_of([b"old"]))
+    assert tm.apply({"t": TopicSpec(partitions=1, topic_id=2)}, [("t", 0)]) == ["t"]
+    assert tm.store_for("t", 0).latest(0) == 0
+
+
+def test_tombstone_of_another_incarnation_keeps_current_data(tm):
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=2)}, [("t", 0)])
+    tm.store_for("t", 0).append(0, batch_of([b"keep"]))
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=2)}, [("t", 0)], [("t", 1)])
+    assert tm.store_for("t", 0).latest(0) == 1
+
+
+def test_topic_missing_from_picture_is_unhosted_but_data_kept(tmp_path):
+    tm = TopicManager(tmp_path, SMALL)
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    tm.store_for("t", 0).append(0, batch_of([b"a"]))
+    tm.apply({}, [])
+    with pytest.raises(UnknownTopic):
+        tm.store_for("t", 0)
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    assert tm.store_for("t", 0).latest(0) == 1
+    tm.close()
+
+
+def test_signal_wakes_waiter_on_notify(tm):
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    sig = tm.signal("t")
+    seen = sig.version
+    assert not sig.wait(seen, 0.01)
+    tm.notify("t")
+    assert sig.wait(seen, 0.01)
+
+
+def test_config_rejects_bad_values_and_merges_topic_settings():
+    with pytest.raises(ConfigError, match="broker_id"):
+        load(None, data_dir="/tmp/x")
+    with pytest.raises(ConfigError, match="masters"):
+        load(None, data_dir="/tmp/x", broker_id=1, masters="nohost")
+    with pytest.raises(ConfigError, match="unknown"):
+        load(None, data_dir="/tmp/x", broker_id=1, bogus=1)
+    cfg = load(None, data_dir="/tmp/x", broker_id=1, masters="127.0.0.1:1,127.0.0.1:2")
+    assert isinstance(cfg, BrokerConfig) and cfg.master_list == ["127.0.0.1:1", "127.0.0.1:2"]
+    merged = topic_store_config(StoreConfig(), "sync", 1000, 0, 8 << 20)
+    assert merged.durability == "sync" and merged.retention_ms == 1000
+    assert merged.max_batch_bytes >= 8 << 20 and merged.cache_block_bytes >= merged.max_batch_bytes
+
+
+def test_config_file_with_store_table(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('[broker]\nport = 0\nmasters = ["127.0.0.1:9"]\n'
+                    '[broker.store]\ncache_flush_interval_ms = 50\n')
+    cfg = load(str(path), data_dir=str(tmp_path), broker_id=3)
+    assert cfg.port == 0 and cfg.masters == "127.0.0.1:9"
+    assert cfg.store.cache_flush_interval_ms == 50
