@@ -1,0 +1,189 @@
+"""The producer's buffer: records grouped into per-partition batches, with bounded memory.
+
+``Producer.send`` appends an encoded frame to the open batch of its partition; the sender thread
+:meth:`Accumulator.drain` s batches that are ready (full, lingered long enough, flushing, or a
+retry whose backoff is over). Ordering rules:
+
+- at most one batch per partition is in flight: :meth:`drain` skips a partition until
+  :meth:`release` (success or final failure) or :meth:`requeue` (retry) hands it back;
+- a retried batch goes back to the *head* of its partition's queue, sealed, so it is sent again
+  before anything appended after it.
+
+Memory: ``buffer_bytes`` bounds the frame bytes held (queued + in flight). :meth:`append` waits
+up to ``max_block_s`` for room and then raises, so a slow cluster slows the caller down instead
+of growing the heap. One condition variable guards everything; appends take it once per record
+and wake the sender only when a batch fills or a partition gets its first batch.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from lib.errors import ClientClosed, RequestTimedOut
+from lib.records import MAX_RECORDS_PER_BATCH
+from lib.types import TopicPartition
+
+
+@dataclass(eq=False)
+class Batch:
+    """Records of one partition sent in one Produce call."""
+
+    tp: TopicPartition
+    created: float
+    frames: list[bytes] = field(default_factory=list)
+    tag_hashes: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    futures: list[Future] = field(default_factory=list)
+    size: int = 0
+    sealed: bool = False  # sent at least once: no more appends, keeps its bytes and sequence
+    attempts: int = 0
+    first_sent: float = 0.0
+    retry_at: float = 0.0
+    payload: bytes = b""  # the assembled batch, built once and reused for retries
+    base_sequence: int = -1
+    producer_id: int = -1
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+class Accumulator:
+    """Per-partition batch queues shared by the caller threads and the sender thread."""
+
+    def __init__(self, batch_bytes: int, buffer_bytes: int, linger_s: float,
+                 max_block_s: float) -> None:
+        self.batch_bytes = batch_bytes
+        self.buffer_bytes = buffer_bytes
+        self.linger_s = linger_s
+        self.max_block_s = max_block_s
+        self.cond = threading.Condition()
+        self._queues: dict[TopicPartition, deque[Batch]] = {}
+        self._in_flight: set[TopicPartition] = set()
+        self._incomplete: set[Batch] = set()
+        self._used = 0
+        self.flushing = 0  # > 0: ignore linger, send everything now
+        self.closed = False  # no more appends; linger ignored
+        self.forced = False  # close timed out: fail what is left instead of waiting
+
+    # ------------------------------------------------------------------ caller side
+
+    def append(self, tp: TopicPartition, frame: bytes, tag_hash: int, timestamp: int,
+               future: Future) -> None:
+        """Queue one encoded frame; blocks while the buffer is full (up to max_block_s)."""
+        size = len(frame)
+        with self.cond:
+            if self.closed:
+                raise ClientClosed("the producer is closed: it accepts no more records")
+            if self._used + size > self.buffer_bytes:
+                self._wait_for_room(size)
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
+            batch = queue[-1] if queue else None
+            if batch is None or batch.sealed or batch.size + size > self.batch_bytes or \
+                    len(batch.frames) >= MAX_RECORDS_PER_BATCH:
+                batch = Batch(tp, time.monotonic())
+                queue.append(batch)
+                self._incomplete.add(batch)
+                self.cond.notify_all()  # a new batch: the sender learns its linger deadline
+            batch.frames.append(frame)
+            batch.tag_hashes.append(tag_hash)
+            batch.timestamps.append(timestamp)
+            batch.futures.append(future)
+            batch.size += size
+            self._used += size
+
+    def _wait_for_room(self, size: int) -> None:
+        if size > self.buffer_bytes:
+            raise RequestTimedOut(
+                f"message of {size} bytes is larger than the whole producer buffer "
+                f"({self.buffer_bytes} bytes): raise buffer_bytes", size=size,
+                limit=self.buffer_bytes)
+        deadline = time.monotonic() + self.max_block_s
+        while self._used + size > self.buffer_bytes:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimedOut(
+                    f"producer buffer full ({self._used} of {self.buffer_bytes} bytes) for "
+                    f"{self.max_block_s} s: the cluster is not keeping up or is unreachable",
+                    used=self._used, limit=self.buffer_bytes)
+            self.cond.wait(left)
+
+    # ------------------------------------------------------------------ sender side
+
+    def drain(self, now: float) -> tuple[list[Batch], float | None]:
+        """Take the ready head batches of idle partitions (call with ``cond`` held).
+
+        Returns the batches and the time of the next deadline (linger or backoff) to wait for.
+        """
+        ready: list[Batch] = []
+        next_at: float | None = None
+        for tp, queue in self._queues.items():
+            if not queue or tp in self._in_flight:
+                continue
+            head = queue[0]
+            due = self._due(head, len(queue))
+            if due <= now:
+                queue.popleft()
+                self._in_flight.add(tp)
+                head.sealed = True
+                ready.append(head)
+            elif next_at is None or due < next_at:
+                next_at = due
+        return ready, next_at
+
+    def _due(self, head: Batch, queued: int) -> float:
+        if head.retry_at:
+            return head.retry_at
+        if queued > 1 or head.size >= self.batch_bytes or self.flushing or self.closed:
+            return 0.0
+        return head.created + self.linger_s
+
+    def requeue(self, batch: Batch, retry_at: float) -> None:
+        """Put a batch back at the head of its partition for another attempt."""
+        with self.cond:
+            batch.retry_at = retry_at
+            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+            self._in_flight.discard(batch.tp)
+            self.cond.notify_all()
+
+    def release(self, batch: Batch, in_flight: bool = True) -> None:
+        """The batch is finished (acknowledged or failed): free its bytes (and its partition,
+        unless it was still queued: then another batch of the partition may be in flight)."""
+        with self.cond:
+            if batch in self._incomplete and in_flight:
+                self._in_flight.discard(batch.tp)
+            if batch in self._incomplete:
+                self._incomplete.discard(batch)
+                self._used -= batch.size
+            self.cond.notify_all()
+        batch.done.set()
+
+    def abort_queued(self) -> list[Batch]:
+        """Remove every queued (not in flight) batch; the caller fails their futures."""
+        with self.cond:
+            batches = [b for q in self._queues.values() for b in q]
+            for q in self._queues.values():
+                q.clear()
+            return batches
+
+    def incomplete(self) -> list[Batch]:
+        """Every batch not finished yet (queued or in flight)."""
+        with self.cond:
+            return list(self._incomplete)
+
+    def incomplete_count(self) -> int:
+        """Unfinished batches (call with ``cond`` held or accept a racy answer)."""
+        return len(self._incomplete)
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used
+
+    def in_flight_count(self) -> int:
+        with self.cond:
+            return len(self._in_flight)

@@ -1,0 +1,176 @@
+"""AdminClient: every administrative operation of the active master, as plain dataclasses.
+
+It calls ``tubeq.admin.Admin`` through :class:`lib.rpc.MasterClient`, so it follows a standby's
+NOT_LEADER hint and rotates over the master list. Results are the frozen dataclasses of
+lib/types.py (never protobuf messages): the portal serialises them with ``dataclasses.asdict``.
+Given a ``principal``, every call carries it as ``tubeq-principal`` metadata for the audit log.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lib.errors import InvalidArgument
+from lib.names import check_name
+from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
+from lib.rpc import MasterClient
+from lib.types import (
+    AuditEntry,
+    BrokerInfo,
+    GroupInfo,
+    MemberInfo,
+    PartitionInfo,
+    PartitionLag,
+    TopicInfo,
+)
+
+PRINCIPAL_KEY = "tubeq-principal"
+
+
+def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
+    """TopicDescription -> TopicInfo (partitions sorted by number)."""
+    s = desc.settings
+    parts = sorted(desc.partitions, key=lambda p: p.partition)
+    return TopicInfo(
+        name=desc.topic, partition_count=s.partitions or len(parts), stores=s.stores,
+        durability=s.durability, retention_ms=s.retention_ms,
+        retention_bytes=s.retention_bytes, max_message_bytes=s.max_message_bytes,
+        topic_id=s.topic_id, created_ms=desc.created_ms,
+        partitions=[PartitionInfo(p.partition, p.broker_id, p.address, p.available,
+                                  p.earliest, p.latest) for p in parts],
+    )
+
+
+def group_info(desc: admin_pb2.GroupDescription) -> GroupInfo:
+    """GroupDescription -> GroupInfo."""
+    members = [
+        MemberInfo(m.member_id, m.client_host,
+                   {a.topic: sorted(a.partitions) for a in m.assignments}, m.last_heartbeat_ms)
+        for m in desc.members
+    ]
+    lags = [PartitionLag(p.topic, p.partition, p.committed, p.latest, p.lag, p.member_id)
+            for p in sorted(desc.partitions, key=lambda p: (p.topic, p.partition))]
+    return GroupInfo(desc.group, desc.generation, members, lags)
+
+
+def settings_of(partitions: int | None = None, stores: int | None = None,
+                durability: str | None = None, retention_ms: int | None = None,
+                retention_bytes: int | None = None,
+                max_message_bytes: int | None = None) -> master_pb2.TopicSettings:
+    """TopicSettings with unset (None) fields left at zero: "master default" / "keep"."""
+    if durability is not None and durability not in ("async", "sync"):
+        raise InvalidArgument(f"durability must be 'async' or 'sync', got {durability!r}")
+    for name, value, low in (("partitions", partitions, 1), ("stores", stores, 1),
+                             ("max_message_bytes", max_message_bytes, 1),
+                             ("retention_ms", retention_ms, -1),
+                             ("retention_bytes", retention_bytes, -1)):
+        if value is not None and (not isinstance(value, int) or value < low):
+            raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}")
+    return master_pb2.TopicSettings(
+        partitions=partitions or 0, stores=stores or 0, durability=durability or "",
+        retention_ms=retention_ms or 0, retention_bytes=retention_bytes or 0,
+        max_message_bytes=max_message_bytes or 0)
+
+
+class AdminClient:
+    """Admin operations against the active master. Thread-safe; call ``close()`` when done."""
+
+    def __init__(self, masters: str | Sequence[str], timeout: float = 10.0,
+                 principal: str | None = None) -> None:
+        self.timeout = timeout
+        self._master = MasterClient(masters, timeout=timeout)
+        self._metadata = ((PRINCIPAL_KEY, principal),) if principal else None
+
+    def _call(self, method: str, request: Any) -> Any:
+        return self._master.call(admin_pb2_grpc.AdminStub, method, request,
+                                 timeout=self.timeout, metadata=self._metadata)
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, partitions: int | None = None, stores: int | None = None,
+                     durability: str | None = None, retention_ms: int | None = None,
+                     retention_bytes: int | None = None,
+                     max_message_bytes: int | None = None) -> TopicInfo:
+        """Create a topic; unset settings take the master's defaults. TopicExists if it is."""
+        settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
+                               max_message_bytes)
+        request = admin_pb2.CreateTopicRequest(topic=check_name(name), settings=settings)
+        return topic_info(self._call("CreateTopic", request))
+
+    def alter_topic(self, name: str, partitions: int | None = None, stores: int | None = None,
+                    durability: str | None = None, retention_ms: int | None = None,
+                    retention_bytes: int | None = None,
+                    max_message_bytes: int | None = None) -> TopicInfo:
+        """Change settings; unset ones keep their value. Partitions can only grow."""
+        settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
+                               max_message_bytes)
+        request = admin_pb2.AlterTopicRequest(topic=check_name(name), settings=settings)
+        return topic_info(self._call("AlterTopic", request))
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and (through the brokers' heartbeats) its data."""
+        self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(topic=check_name(name)))
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        """Settings plus, per partition, its broker and earliest/latest offsets."""
+        request = admin_pb2.DescribeTopicRequest(topic=check_name(name))
+        return topic_info(self._call("DescribeTopic", request))
+
+    def list_topics(self) -> list[TopicInfo]:
+        response = self._call("ListTopics", admin_pb2.ListTopicsRequest())
+        return sorted((topic_info(t) for t in response.topics), key=lambda t: t.name)
+
+    # ------------------------------------------------------------------ brokers, groups
+
+    def list_brokers(self) -> list[BrokerInfo]:
+        response = self._call("ListBrokers", admin_pb2.ListBrokersRequest())
+        return sorted((BrokerInfo(b.broker_id, b.address, b.alive, b.last_heartbeat_ms)
+                       for b in response.brokers), key=lambda b: b.broker_id)
+
+    def list_groups(self) -> list[str]:
+        return sorted(self._call("ListGroups", admin_pb2.ListGroupsRequest()).groups)
+
+    def describe_group(self, group: str) -> GroupInfo:
+        """Members, their assignment, and committed offset and lag per partition."""
+        request = admin_pb2.DescribeGroupRequest(group=check_name(group, "group"))
+        return group_info(self._call("DescribeGroup", request))
+
+    def reset_group_offsets(self, group: str, topic: str, *, to_earliest: bool = False,
+                            to_latest: bool = False, to_offset: int | None = None,
+                            to_timestamp: int | None = None,
+                            partitions: Iterable[int] | None = None) -> GroupInfo:
+        """Move a group's committed offsets; give exactly one target. The group must have no
+        live members (GroupNotEmpty otherwise)."""
+        targets = {"earliest": to_earliest or None, "latest": to_latest or None,
+                   "offset": to_offset, "timestamp_ms": to_timestamp}
+        chosen = {k: v for k, v in targets.items() if v is not None}
+        if len(chosen) != 1:
+            raise InvalidArgument(
+                "reset_group_offsets needs exactly one of to_earliest, to_latest, to_offset, "
+                f"to_timestamp; got {sorted(chosen) or 'none'}")
+        parts = sorted(set(partitions or ()))
+        if any(not isinstance(p, int) or p < 0 for p in parts):
+            raise InvalidArgument(f"partitions must be integers >= 0, got {parts}")
+        request = admin_pb2.ResetGroupOffsetsRequest(
+            group=check_name(group, "group"), topic=check_name(topic), partitions=parts,
+            **chosen)
+        return group_info(self._call("ResetGroupOffsets", request))
+
+    def audit_log(self, limit: int = 100) -> list[AuditEntry]:
+        """The newest ``limit`` admin changes, newest first as the master returns them."""
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"limit must be an integer >= 1, got {limit!r}")
+        response = self._call("AuditLog", admin_pb2.AuditLogRequest(limit=limit))
+        return [AuditEntry(e.time_ms, e.principal, e.action, e.target, e.details, e.peer)
+                for e in response.entries]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        self._master.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

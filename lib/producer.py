@@ -1,0 +1,244 @@
+"""Producer: the public facade over an accumulator (batching) and one sender thread.
+
+``send`` validates and encodes the record in the caller's thread (each frame is encoded exactly
+once), appends it to the batch of its partition and returns a future; the sender thread ships
+batches and resolves the futures a whole batch at a time. See lib/accumulator.py for ordering
+and memory bounds, lib/sender.py for retries and idempotence, lib/partitioner.py for placement.
+
+Example::
+
+    with Producer("127.0.0.1:8715") as producer:
+        producer.send("orders", b"payload", key=b"customer-7")
+        producer.flush()
+"""
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from lib.accumulator import Accumulator
+from lib.config import build
+from lib.errors import (
+    ConfigError,
+    InvalidArgument,
+    RecordTooLarge,
+    RequestTimedOut,
+    Unavailable,
+    UnknownPartition,
+)
+from lib.names import check_name
+from lib.partitioner import Partitioner
+from lib.records import (
+    DEFAULT_MAX_BATCH_BYTES,
+    FLAG_VALUE_ZLIB,
+    Record,
+    encode_frame,
+    headers_of,
+    tag_hash,
+)
+from lib.routes import RouteCache, TopicRoutes
+from lib.rpc import ChannelPool, MasterClient
+from lib.sender import Sender
+from lib.types import RecordMetadata, TopicPartition
+
+_BYTES = (bytes, bytearray)
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Every producer setting; ``Producer(masters, **settings)`` builds one."""
+
+    linger_ms: int = 5  # how long a batch waits for more records before it is sent
+    batch_bytes: int = 512 * 1024  # a batch is sent once it holds this many frame bytes
+    buffer_bytes: int = 64 * 1024 * 1024  # bytes held (queued + in flight) before send() blocks
+    max_block_ms: int = 60_000  # how long send() blocks on a full buffer before raising
+    retries: int = 5  # retries of a batch on retriable errors
+    retry_backoff_ms: int = 100  # first backoff; doubles per retry, at most 1 s
+    request_timeout_ms: int = 30_000  # deadline of one Produce call and of master calls
+    compression: str | None = None  # None or "zlib" (per record, only when it saves bytes)
+    idempotent: bool = False  # broker deduplicates retried batches
+    client_id: str = ""
+    metadata_max_age_ms: int = 30_000  # routes are refreshed at least this often
+
+    def validate(self) -> None:
+        limit = DEFAULT_MAX_BATCH_BYTES // 2
+        checks = [
+            (self.linger_ms >= 0, "linger_ms must be >= 0"),
+            (0 < self.batch_bytes <= limit, f"batch_bytes must be in 1..{limit}"),
+            (self.buffer_bytes >= self.batch_bytes, "buffer_bytes must be >= batch_bytes"),
+            (self.max_block_ms >= 0, "max_block_ms must be >= 0"),
+            (self.retries >= 0, "retries must be >= 0"),
+            (self.retry_backoff_ms >= 0, "retry_backoff_ms must be >= 0"),
+            (self.request_timeout_ms > 0, "request_timeout_ms must be > 0"),
+            (self.compression in (None, "zlib"), "compression must be None or 'zlib'"),
+            (self.metadata_max_age_ms > 0, "metadata_max_age_ms must be > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"producer config: {message}")
+
+
+class Producer:
+    """Sends records to topics; thread-safe (many threads may call ``send``)."""
+
+    def __init__(self, masters: str | Sequence[str], *, config: ProducerConfig | None = None,
+                 **settings: Any) -> None:
+        self.config = cfg = config or build(ProducerConfig, None, **settings)
+        client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
+        timeout_s = cfg.request_timeout_ms / 1000
+        self._pool = ChannelPool()
+        self._master = MasterClient(masters, pool=self._pool, timeout=timeout_s)
+        self._routes = RouteCache(self._master, cfg.metadata_max_age_ms / 1000, timeout_s)
+        self._partitioner = Partitioner()
+        self._acc = Accumulator(cfg.batch_bytes, cfg.buffer_bytes, cfg.linger_ms / 1000,
+                                cfg.max_block_ms / 1000)
+        self._sender = Sender(self._acc, self._routes, self._pool, retries=cfg.retries,
+                              retry_backoff_s=cfg.retry_backoff_ms / 1000,
+                              request_timeout_s=timeout_s, idempotent=cfg.idempotent,
+                              client_id=client_id)
+        self._zlib = cfg.compression == "zlib"
+        self._named: set[str] = set()
+        self._closed = False
+        self._sender.start()
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None, tag: str | None = None,
+             headers: Mapping[str, bytes] | None = None, partition: int | None = None,
+             timestamp: int | None = None) -> Future[RecordMetadata]:
+        """Queue one record; the future resolves to its RecordMetadata once acknowledged.
+
+        Raises at once (not through the future) for bad input: InvalidName, InvalidArgument,
+        RecordTooLarge, UnknownTopic, UnknownPartition; RequestTimedOut when the buffer stays
+        full for max_block_ms; ClientClosed after close().
+        """
+        if topic not in self._named:
+            check_name(topic)
+            self._named.add(topic)
+        if not isinstance(value, _BYTES) or (key is not None and not isinstance(key, _BYTES)):
+            raise InvalidArgument(
+                f"value and key must be bytes, got value {type(value).__name__}, "
+                f"key {type(key).__name__}")
+        route = self._routes.get(topic)
+        p = self._choose(route, key, partition)
+        ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        flags = 0
+        if self._zlib and len(value) > 64:
+            packed = zlib.compress(value, 1)
+            if len(packed) < len(value):
+                value, flags = packed, FLAG_VALUE_ZLIB
+        frame = encode_frame(Record(bytes(value), None if key is None else bytes(key), tag,
+                                    headers_of(headers) if headers else {}, ts, flags=flags))
+        if len(frame) > route.max_message_bytes:
+            raise RecordTooLarge(
+                f"message for {topic} is {len(frame)} bytes encoded, over the topic's "
+                f"max_message_bytes of {route.max_message_bytes}",
+                topic=topic, size=len(frame), limit=route.max_message_bytes)
+        future: Future[RecordMetadata] = Future()
+        self._acc.append(TopicPartition(topic, p), frame, tag_hash(tag) if tag else 0, ts, future)
+        return future
+
+    def _choose(self, route: TopicRoutes, key: bytes | None, partition: int | None) -> int:
+        if partition is None:
+            if not route.count:
+                raise Unavailable(f"topic {route.topic} has no partitions placed yet",
+                                  topic=route.topic)
+            return self._partitioner.partition(route.topic, key, route.count, route.available)
+        if not isinstance(partition, int) or partition < 0:
+            raise InvalidArgument(f"partition must be an int >= 0, got {partition!r}")
+        if partition >= route.count:
+            self._routes.invalidate(route.topic)
+            route = self._routes.get(route.topic)
+            if partition >= route.count:
+                raise UnknownPartition(
+                    f"topic {route.topic} has {route.count} partitions, no partition {partition}",
+                    topic=route.topic, partition=partition, partitions=route.count)
+        return partition
+
+    def send_sync(self, topic: str, value: bytes, key: bytes | None = None,
+                  tag: str | None = None, headers: Mapping[str, bytes] | None = None,
+                  partition: int | None = None, timestamp: int | None = None,
+                  timeout: float | None = None) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement (raises its error)."""
+        future = self.send(topic, value, key, tag, headers, partition, timestamp)
+        self.flush_future(future, timeout)
+        return future.result(0)
+
+    def flush_future(self, future: Future, timeout: float | None = None) -> None:
+        """Wait for one future, sending without linger meanwhile."""
+        with self._acc.cond:
+            self._acc.flushing += 1
+            self._acc.cond.notify_all()
+        try:
+            future.exception(timeout)
+        except TimeoutError:
+            raise RequestTimedOut(f"record not acknowledged within {timeout} s") from None
+        finally:
+            with self._acc.cond:
+                self._acc.flushing -= 1
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until every record sent so far is finished
+        (acknowledged or failed; failures are on the futures). RequestTimedOut after
+        ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        batches = self._acc.incomplete()
+        with self._acc.cond:
+            self._acc.flushing += 1
+            self._acc.cond.notify_all()
+        try:
+            for batch in batches:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.done.wait(left):
+                    raise RequestTimedOut(
+                        f"flush: records still unacknowledged after {timeout} s",
+                        pending=len(self._acc.incomplete()))
+        finally:
+            with self._acc.cond:
+                self._acc.flushing -= 1
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued, wait up to ``timeout`` s, then fail what is left and stop.
+
+        Records not acknowledged by then fail their futures with Unavailable: none is dropped
+        silently. Idempotent: a second call returns at once.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with self._acc.cond:
+            self._acc.closed = True
+            self._acc.cond.notify_all()
+        try:
+            self.flush(timeout)
+        except RequestTimedOut:
+            with self._acc.cond:
+                self._acc.forced = True
+        self._sender.stop()
+        self._sender.join(timeout=5.0)
+        self._master.close()
+        self._pool.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def routes(self) -> RouteCache:
+        """The producer's route cache (shared with nothing else)."""
+        return self._routes
+
+    def metrics(self) -> dict[str, int]:
+        """Buffer use and in-flight batches (for dashboards and tests)."""
+        return {"buffer_used_bytes": self._acc.used_bytes,
+                "batches_in_flight": self._acc.in_flight_count(),
+                "batches_incomplete": len(self._acc.incomplete())}

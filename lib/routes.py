@@ -1,0 +1,130 @@
+"""Client-side cache of topic routes: which broker hosts each partition, and topic settings.
+
+Routes come from the active master (``Master.GetRoutes``). An entry is fetched on first use,
+again after ``max_age_s`` (so new partitions and moved placements are picked up without errors),
+and again on demand: a caller that got an error with ``refresh_metadata`` calls
+:meth:`RouteCache.invalidate` and the next :meth:`RouteCache.get` asks the master.
+
+Thread-safety: every method may be called from any thread. Reads of a fresh entry take no
+master call; one lock serialises master calls so a burst of invalidations from many in-flight
+batches turns into one GetRoutes, not one per batch.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lib.errors import UnknownTopic
+from lib.proto import master_pb2, master_pb2_grpc
+from lib.records import DEFAULT_MAX_MESSAGE_BYTES
+from lib.rpc import MasterClient
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRoute:
+    """Where one partition lives; ``available`` is false while its broker is down."""
+
+    partition: int
+    broker_id: int
+    address: str
+    available: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoutes:
+    """All partitions of one topic plus the settings a producer checks before sending."""
+
+    topic: str
+    partitions: tuple[PartitionRoute, ...]
+    available: tuple[int, ...]  # partition numbers whose broker is up
+    max_message_bytes: int
+    topic_id: int
+    fetched_at: float  # time.monotonic() of the master's answer
+
+    @property
+    def count(self) -> int:
+        return len(self.partitions)
+
+    def address(self, partition: int) -> str:
+        return self.partitions[partition].address
+
+
+def topic_routes(route: master_pb2.TopicRoute, now: float) -> TopicRoutes:
+    """Convert one ``TopicRoute`` message (partitions sorted by number)."""
+    parts = tuple(sorted(
+        (PartitionRoute(p.partition, p.broker_id, p.address, p.available)
+         for p in route.partitions),
+        key=lambda p: p.partition))
+    settings = route.settings
+    return TopicRoutes(
+        topic=route.topic,
+        partitions=parts,
+        available=tuple(p.partition for p in parts if p.available and p.address),
+        max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
+        topic_id=settings.topic_id,
+        fetched_at=now,
+    )
+
+
+class RouteCache:
+    """topic -> :class:`TopicRoutes`, fetched from the master and refreshed when stale."""
+
+    def __init__(self, master: MasterClient, max_age_s: float = 30.0,
+                 timeout: float | None = None) -> None:
+        self._master = master
+        self.max_age_s = max_age_s
+        self.timeout = timeout
+        self._lock = threading.Lock()  # guards _routes and _stale
+        self._fetch_lock = threading.Lock()  # one GetRoutes at a time
+        self._routes: dict[str, TopicRoutes] = {}
+        self._stale: set[str] = set()
+
+    def get(self, topic: str) -> TopicRoutes:
+        """Routes of ``topic``, from the cache when fresh; raises UnknownTopic if none."""
+        entry = self._routes.get(topic)
+        if entry is not None and topic not in self._stale and \
+                time.monotonic() - entry.fetched_at < self.max_age_s:
+            return entry
+        return self._fetch_one(topic)
+
+    def cached(self, topic: str) -> TopicRoutes | None:
+        """The cached entry even if stale (never calls the master)."""
+        return self._routes.get(topic)
+
+    def invalidate(self, topic: str) -> None:
+        """Mark ``topic`` stale: the next :meth:`get` asks the master."""
+        with self._lock:
+            self._stale.add(topic)
+
+    def refresh(self, topics: Iterable[str]) -> dict[str, TopicRoutes]:
+        """Ask the master for ``topics`` now; topics it does not know are dropped from the cache."""
+        wanted = sorted(set(topics))
+        request = master_pb2.GetRoutesRequest(topics=wanted)
+        response = self._master.call(master_pb2_grpc.MasterStub, "GetRoutes", request,
+                                     timeout=self.timeout)
+        now = time.monotonic()
+        found = {r.topic: topic_routes(r, now) for r in response.routes if r.topic in wanted}
+        with self._lock:
+            for name in wanted:
+                self._stale.discard(name)
+                if name in found:
+                    self._routes[name] = found[name]
+                else:
+                    self._routes.pop(name, None)
+        return found
+
+    def _fetch_one(self, topic: str) -> TopicRoutes:
+        requested_at = time.monotonic()
+        with self._fetch_lock:
+            entry = self._routes.get(topic)
+            # Another thread may have fetched while this one waited for the lock.
+            if entry is not None and entry.fetched_at >= requested_at and \
+                    topic not in self._stale:
+                return entry
+            found = self.refresh([topic])
+        if topic not in found:
+            raise UnknownTopic(f"unknown topic {topic!r}: the master has no such topic",
+                               topic=topic)
+        return found[topic]

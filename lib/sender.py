@@ -1,0 +1,225 @@
+"""The producer's one background thread: sends ready batches, retries, resolves futures.
+
+Each ready batch becomes one ``Broker.Produce`` call made with the stub's ``.future()`` so many
+partitions are in flight at once while each partition has at most one (the accumulator enforces
+that). gRPC completion callbacks only queue the outcome and wake this thread; resolving record
+futures, retry decisions and route refreshes all happen here, so a user's done-callback runs on
+this thread (keep it short: a callback that blocks stalls every partition).
+
+Retries: an error with ``retriable`` puts the batch back at the head of its partition after an
+exponential backoff (``retry_backoff_s`` doubling, at most 1 s), invalidating the topic's routes
+when the error says ``refresh_metadata``; after ``retries`` retries, or on any other error, the
+futures of the batch fail with the TubeqError. Nothing is dropped silently.
+
+Idempotence: a batch gets its producer id and base sequence once, on its first send, and keeps
+them for every retry, so the broker can acknowledge a retried batch instead of appending it
+twice. When a sequenced batch fails for good, the partition moves to a fresh producer id: the
+broker cannot tell whether the failed batch was appended, and a fresh id starts a new sequence
+instead of leaving a gap that would fail every later batch.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from concurrent.futures import InvalidStateError
+from typing import Any
+
+import grpc
+
+from lib.accumulator import Accumulator, Batch
+from lib.errors import TubeqError, Unavailable
+from lib.logs import event
+from lib.proto import broker_pb2, broker_pb2_grpc
+from lib.records import assemble_batch
+from lib.routes import RouteCache
+from lib.rpc import ChannelPool
+from lib.types import RecordMetadata, TopicPartition
+from lib.wire_errors import from_rpc_error
+
+log = logging.getLogger("tubeq.producer")
+MAX_BACKOFF_S = 1.0
+
+
+def new_producer_id() -> int:
+    """A random 63-bit producer id (non-negative: negative means "not idempotent")."""
+    return random.getrandbits(63)
+
+
+class Sender(threading.Thread):
+    """Drains the accumulator into Produce calls until stopped."""
+
+    def __init__(self, acc: Accumulator, routes: RouteCache, pool: ChannelPool, *,
+                 retries: int, retry_backoff_s: float, request_timeout_s: float,
+                 idempotent: bool, client_id: str) -> None:
+        super().__init__(name=f"tubeq-producer-{client_id}", daemon=True)
+        self.acc, self.routes, self.pool = acc, routes, pool
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self.request_timeout_s = request_timeout_s
+        self.idempotent = idempotent
+        self.metadata = (("tubeq-client-id", client_id),)
+        self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
+            queue.SimpleQueue()
+        self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._pids: dict[TopicPartition, int] = {}
+        self._sequences: dict[TopicPartition, int] = {}
+        self._producer_id = new_producer_id() if idempotent else -1
+        self._stopping = False
+
+    # ------------------------------------------------------------------ thread
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # a bug here must not leave futures pending forever
+            log.exception("producer sender thread crashed")
+            self.fail_all(Unavailable(f"producer sender thread crashed: {exc!r}"))
+
+    def _loop(self) -> None:
+        while True:
+            self._process_completions()
+            with self.acc.cond:
+                if self._stopping and self.acc.forced:
+                    break
+                if self._stopping and not self.acc.incomplete_count():
+                    return
+                batches, next_at = self.acc.drain(time.monotonic())
+                if not batches and self._completions.empty():
+                    wait = None if next_at is None else max(0.0, next_at - time.monotonic())
+                    self.acc.cond.wait(wait if wait is None else min(wait, 1.0))
+                    continue
+            for batch in batches:
+                self._send(batch)
+        self.fail_all(Unavailable("producer closed before these records were acknowledged "
+                                  "(close timeout passed)"))
+
+    def stop(self) -> None:
+        """Exit once every batch is finished (call after the accumulator is closed)."""
+        with self.acc.cond:
+            self._stopping = True
+            self.acc.cond.notify_all()
+
+    # ------------------------------------------------------------------ sending
+
+    def _send(self, batch: Batch) -> None:
+        topic, partition = batch.tp
+        batch.attempts += 1
+        try:
+            route = self.routes.get(topic)
+            if partition >= route.count or not route.address(partition):
+                raise Unavailable(f"no broker hosts {topic}/{partition} right now",
+                                  topic=topic, partition=partition)
+            stub = self._stub(route.address(partition))
+        except TubeqError as exc:
+            self._retry_or_fail(batch, exc)
+            return
+        if not batch.payload:
+            self._seal(batch)
+        request = broker_pb2.ProduceRequest(topic=topic, partition=partition,
+                                            batch=batch.payload)
+        call = stub.Produce.future(request, timeout=self.request_timeout_s,
+                                   metadata=self.metadata)
+        call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
+
+    def _seal(self, batch: Batch) -> None:
+        """Build the wire batch once; assign the idempotent sequence on the first send."""
+        batch.first_sent = time.monotonic()
+        pid = seq = -1
+        if self.idempotent:
+            pid = self._pids.setdefault(batch.tp, self._producer_id)
+            seq = self._sequences.get(batch.tp, 0)
+            self._sequences[batch.tp] = (seq + len(batch)) & 0x7FFFFFFF
+        batch.producer_id, batch.base_sequence = pid, seq
+        batch.payload = assemble_batch(batch.frames, batch.tag_hashes, batch.timestamps,
+                                       producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                                       base_sequence=seq)
+
+    def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            stub = self._stubs[address] = broker_pb2_grpc.BrokerStub(self.pool.get(address))
+        return stub
+
+    def _on_done(self, batch: Batch, fut: grpc.Future) -> None:
+        """gRPC thread: hand the outcome to the sender thread, do nothing else here."""
+        try:
+            result, error = fut.result(), None
+        except grpc.RpcError as exc:
+            result, error = None, from_rpc_error(exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. cancelled on close: still report it
+            result, error = None, Unavailable(f"produce call failed: {exc!r}")
+        self._completions.put((batch, result, error))
+        with self.acc.cond:
+            self.acc.cond.notify_all()
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _process_completions(self) -> None:
+        while True:
+            try:
+                batch, result, error = self._completions.get_nowait()
+            except queue.Empty:
+                return
+            if batch.done.is_set():
+                continue  # failed by a forced close while the call was in flight
+            if error is None:
+                self._succeed(batch, result)
+            else:
+                self._retry_or_fail(batch, error)
+
+    def _succeed(self, batch: Batch, response: broker_pb2.ProduceResponse) -> None:
+        topic, partition = batch.tp
+        base = response.base_offset
+        if response.last_offset - base + 1 != len(batch):
+            event(log, "producer.offsets_mismatch", logging.WARNING, topic=topic,
+                  partition=partition, base=base, last=response.last_offset, count=len(batch))
+        for i, (fut, ts) in enumerate(zip(batch.futures, batch.timestamps, strict=True)):
+            _resolve(fut, RecordMetadata(topic, partition, base + i, ts))
+        self.acc.release(batch)
+
+    def _retry_or_fail(self, batch: Batch, error: TubeqError) -> None:
+        if error.refresh_metadata:
+            self.routes.invalidate(batch.tp.topic)
+        if error.retriable and batch.attempts <= self.retries and not self.acc.forced:
+            backoff = min(MAX_BACKOFF_S, self.retry_backoff_s * (2 ** max(0, batch.attempts - 1)))
+            event(log, "producer.retry", logging.INFO, topic=batch.tp.topic,
+                  partition=batch.tp.partition, attempt=batch.attempts, error=error.code,
+                  backoff_s=round(backoff, 3))
+            self.acc.requeue(batch, time.monotonic() + backoff)
+            return
+        self.fail(batch, error)
+
+    def fail(self, batch: Batch, error: TubeqError, in_flight: bool = True) -> None:
+        """Fail every record future of ``batch`` with ``error`` and finish the batch."""
+        if batch.producer_id >= 0:
+            self._pids[batch.tp] = new_producer_id()
+            self._sequences[batch.tp] = 0
+        event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
+              partition=batch.tp.partition, records=len(batch), error=error.code,
+              message=error.message)
+        for fut in batch.futures:
+            _reject(fut, error)
+        self.acc.release(batch, in_flight)
+
+    def fail_all(self, error: TubeqError) -> None:
+        """Fail every unfinished batch, queued and in flight (forced close, crash)."""
+        queued = set(self.acc.abort_queued())
+        for batch in self.acc.incomplete():
+            self.fail(batch, error, in_flight=batch not in queued)
+
+
+def _resolve(fut, value) -> None:
+    try:
+        fut.set_result(value)
+    except InvalidStateError:
+        pass  # already failed by a forced close
+
+
+def _reject(fut, error: BaseException) -> None:
+    try:
+        fut.set_exception(error)
+    except InvalidStateError:
+        pass
