@@ -24,6 +24,7 @@ from typing import Any
 from lib.accumulator import Accumulator
 from lib.config import build
 from lib.errors import (
+    ClientClosed,
     ConfigError,
     InvalidArgument,
     RecordTooLarge,
@@ -117,6 +118,8 @@ class Producer:
         RecordTooLarge, UnknownTopic, UnknownPartition; RequestTimedOut when the buffer stays
         full for max_block_ms; ClientClosed after close().
         """
+        if self._closed:
+            raise ClientClosed("the producer is closed: it accepts no more records")
         if topic not in self._named:
             check_name(topic)
             self._named.add(topic)

@@ -1,0 +1,147 @@
+"""Accumulator: per-partition batching, linger, one batch in flight per partition, retries at
+the head, bounded memory. Pure in-process: no network."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from lib.accumulator import Accumulator
+from lib.errors import ClientClosed, RequestTimedOut
+from lib.types import TopicPartition
+
+A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
+
+
+def _acc(batch_bytes=100, buffer_bytes=10_000, linger_s=0.05, max_block_s=0.1) -> Accumulator:
+    return Accumulator(batch_bytes, buffer_bytes, linger_s, max_block_s)
+
+
+def _add(acc: Accumulator, tp: TopicPartition, size: int = 10) -> Future:
+    fut: Future = Future()
+    acc.append(tp, b"x" * size, 0, 0, fut)
+    return fut
+
+
+def _drain(acc: Accumulator, now: float | None = None):
+    with acc.cond:
+        return acc.drain(time.monotonic() if now is None else now)
+
+
+def test_batch_waits_for_linger_then_is_drained():
+    acc = _acc(linger_s=0.05)
+    _add(acc, A0)
+    ready, next_at = _drain(acc)
+    assert ready == [] and next_at is not None
+    ready, _ = _drain(acc, next_at)
+    assert len(ready) == 1 and len(ready[0]) == 1 and ready[0].sealed
+
+
+def test_full_batch_is_drained_without_waiting_for_linger():
+    acc = _acc(batch_bytes=30, linger_s=60)
+    for _ in range(4):
+        _add(acc, A0)  # 3 fill the first batch, the 4th opens a second
+    ready, _ = _drain(acc)
+    assert [len(b) for b in ready] == [3]
+
+
+def test_records_of_one_partition_stay_in_order_across_batches():
+    acc = _acc(batch_bytes=20, linger_s=0)
+    futures = [_add(acc, A0) for _ in range(5)]
+    seen = []
+    while True:
+        ready, _ = _drain(acc)
+        if not ready:
+            break
+        assert len(ready) == 1
+        seen += ready[0].futures
+        acc.release(ready[0])
+    assert seen == futures
+
+
+def test_only_one_batch_per_partition_is_in_flight_but_partitions_go_in_parallel():
+    acc = _acc(batch_bytes=10, linger_s=0)
+    for _ in range(3):
+        _add(acc, A0)
+        _add(acc, A1)
+    ready, _ = _drain(acc)
+    assert sorted(b.tp for b in ready) == [A0, A1]
+    assert _drain(acc)[0] == []
+    acc.release(ready[0])
+    again, _ = _drain(acc)
+    assert [b.tp for b in again] == [ready[0].tp]
+
+
+def test_requeued_batch_is_sent_again_before_later_batches_after_its_backoff():
+    acc = _acc(batch_bytes=10, linger_s=0)
+    _add(acc, A0)
+    _add(acc, A0)
+    (first,), _ = _drain(acc)
+    now = time.monotonic()
+    acc.requeue(first, now + 0.5)
+    ready, next_at = _drain(acc, now)
+    assert ready == [] and next_at == pytest.approx(now + 0.5)
+    ready, _ = _drain(acc, now + 0.5)
+    assert ready == [first]
+
+
+def test_appends_never_join_a_batch_that_was_already_sent():
+    acc = _acc(batch_bytes=100, linger_s=0)
+    _add(acc, A0)
+    (sent,), _ = _drain(acc)
+    acc.requeue(sent, time.monotonic() + 10)
+    _add(acc, A0)
+    assert len(sent) == 1
+
+
+def test_append_blocks_on_full_buffer_then_raises_after_max_block():
+    acc = _acc(batch_bytes=10, buffer_bytes=20, max_block_s=0.2)
+    _add(acc, A0)
+    _add(acc, A0)
+    start = time.monotonic()
+    with pytest.raises(RequestTimedOut, match="buffer full"):
+        _add(acc, A0)
+    assert 0.15 <= time.monotonic() - start < 2
+
+
+def test_blocked_append_proceeds_when_a_batch_is_released():
+    acc = _acc(batch_bytes=10, buffer_bytes=20, linger_s=0, max_block_s=5)
+    _add(acc, A0)
+    _add(acc, A1)
+    ready, _ = _drain(acc)
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (_add(acc, A0), done.set()))
+    thread.start()
+    assert not done.wait(0.1)
+    acc.release(ready[0])
+    assert done.wait(5)
+    thread.join(5)
+    assert acc.used_bytes == 20
+
+
+def test_release_twice_frees_the_bytes_once():
+    acc = _acc(linger_s=0)
+    _add(acc, A0)
+    (batch,), _ = _drain(acc)
+    acc.release(batch)
+    acc.release(batch)
+    assert acc.used_bytes == 0 and acc.incomplete() == [] and batch.done.is_set()
+
+
+def test_message_larger_than_the_whole_buffer_is_refused_at_once():
+    acc = _acc(buffer_bytes=50, max_block_s=10)
+    start = time.monotonic()
+    with pytest.raises(RequestTimedOut, match="larger than the whole producer buffer"):
+        _add(acc, A0, size=51)
+    assert time.monotonic() - start < 1
+
+
+def test_closed_accumulator_refuses_appends_and_ignores_linger():
+    acc = _acc(linger_s=60)
+    _add(acc, A0)
+    acc.closed = True
+    with pytest.raises(ClientClosed):
+        _add(acc, A0)
+    assert len(_drain(acc)[0]) == 1

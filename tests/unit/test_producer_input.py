@@ -1,0 +1,74 @@
+"""Producer input checks that need no cluster, and an unreachable master list."""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from lib.errors import ClientClosed, ConfigError, InvalidArgument, InvalidName, Unavailable
+from lib.producer import Producer
+
+
+def _dead_address() -> str:
+    """A local port nobody listens on (bound then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+def producer():
+    p = Producer(_dead_address(), request_timeout_ms=1000)
+    yield p
+    p.close(timeout=2)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"linger_ms": -1}, "linger_ms"),
+    ({"batch_bytes": 0}, "batch_bytes"),
+    ({"batch_bytes": 1 << 30}, "batch_bytes"),
+    ({"buffer_bytes": 10, "batch_bytes": 100}, "buffer_bytes"),
+    ({"compression": "lz4"}, "compression"),
+    ({"retries": -1}, "retries"),
+    ({"no_such_setting": 1}, "no_such_setting"),
+])
+def test_producer_refuses_bad_settings_with_the_setting_named(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        Producer("127.0.0.1:1", **settings)
+
+
+def test_producer_refuses_a_bad_master_list():
+    with pytest.raises(InvalidArgument, match="master"):
+        Producer("not-an-address")
+
+
+def test_send_refuses_a_bad_topic_name_before_any_network_call(producer):
+    with pytest.raises(InvalidName, match="topic name"):
+        producer.send("../etc", b"v")
+
+
+@pytest.mark.parametrize("value, key", [("text", None), (b"v", "text-key"), (None, None)])
+def test_send_refuses_values_and_keys_that_are_not_bytes(producer, value, key):
+    with pytest.raises(InvalidArgument, match="must be bytes"):
+        producer.send("t", value, key=key)
+
+
+def test_send_with_an_unreachable_master_list_raises_unavailable_within_the_timeout(producer):
+    start = time.monotonic()
+    with pytest.raises(Unavailable, match="no active master"):
+        producer.send("t", b"v")
+    assert time.monotonic() - start < 5
+
+
+def test_send_after_close_raises_client_closed(producer):
+    producer.close()
+    with pytest.raises(ClientClosed):
+        producer.send("t", b"v")
+
+
+def test_close_with_nothing_sent_returns_quickly():
+    p = Producer(_dead_address())
+    start = time.monotonic()
+    p.close()
+    assert time.monotonic() - start < 2

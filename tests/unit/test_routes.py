@@ -1,0 +1,42 @@
+"""Route conversion from the master's TopicRoute message (the cache itself is tested against a
+real master in tests/integration/test_producer_cluster.py)."""
+from __future__ import annotations
+
+from lib.proto import master_pb2
+from lib.records import DEFAULT_MAX_MESSAGE_BYTES
+from lib.routes import topic_routes
+
+
+def _route(max_message_bytes: int = 0) -> master_pb2.TopicRoute:
+    msg = master_pb2.TopicRoute(
+        topic="orders",
+        partitions=[
+            master_pb2.PartitionRoute(partition=2, broker_id=1, address="h:2", available=True),
+            master_pb2.PartitionRoute(partition=0, broker_id=1, address="h:2", available=True),
+            master_pb2.PartitionRoute(partition=1, broker_id=2, address="h:3", available=False),
+        ],
+        settings=master_pb2.TopicSettings(partitions=3, max_message_bytes=max_message_bytes,
+                                          topic_id=99),
+    )
+    return master_pb2.TopicRoute.FromString(msg.SerializeToString())
+
+
+def test_topic_routes_sorts_partitions_and_lists_the_available_ones():
+    routes = topic_routes(_route(), now=5.0)
+    assert [p.partition for p in routes.partitions] == [0, 1, 2]
+    assert routes.available == (0, 2)
+    assert routes.count == 3
+    assert routes.address(1) == "h:3"
+    assert routes.topic_id == 99
+    assert routes.fetched_at == 5.0
+
+
+def test_topic_routes_takes_max_message_bytes_from_settings_or_the_default():
+    assert topic_routes(_route(1000), 0).max_message_bytes == 1000
+    assert topic_routes(_route(0), 0).max_message_bytes == DEFAULT_MAX_MESSAGE_BYTES
+
+
+def test_partition_without_address_is_not_available():
+    msg = master_pb2.TopicRoute(topic="t", partitions=[
+        master_pb2.PartitionRoute(partition=0, broker_id=-1, address="", available=True)])
+    assert topic_routes(msg, 0).available == ()
