@@ -1,0 +1,55 @@
+"""``python -m master``: run one master until SIGTERM/SIGINT.
+
+Writes ``<data_dir>/ready.json`` (role, address, metrics, epoch) once the gRPC server listens.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from lib.errors import TubeqError
+from lib.logs import event, setup
+from lib.process import write_ready
+from master.config import load
+from master.server import Master
+
+log = logging.getLogger("master")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m master", description="Run a tubeq master.")
+    p.add_argument("--config", help="TOML file with a [master] table")
+    p.add_argument("--data-dir", dest="data_dir")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--metrics-port", dest="metrics_port", type=int)
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup("master", args.port if args.port is not None else "?", args.log_level)
+    try:
+        config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
+                      metrics_port=args.metrics_port)
+        master = Master(config).start()
+    except TubeqError as err:
+        event(log, "master.start_failed", logging.ERROR, error=err.message)
+        return 2
+    stopper = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopper.set())
+    signal.signal(signal.SIGINT, lambda *_: stopper.set())
+    write_ready(config.data_dir, {"role": "master", "address": master.address,
+                                  "metrics": master.metrics_address, "epoch": master.epoch})
+    while not stopper.wait(0.5):
+        pass
+    master.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""gRPC servicer of ``tubeq.admin.Admin``: topic and group administration, brokers, audit log.
+
+Thin: requests are checked and turned into calls of :class:`TopicOps` / :class:`GroupOps`;
+every change carries the caller (principal from metadata ``tubeq-principal``, gRPC peer) into
+its audit entry, written in the same state transaction as the change.
+"""
+from __future__ import annotations
+
+import grpc
+
+from lib.proto import admin_pb2 as apb
+from lib.proto import admin_pb2_grpc
+from lib.proto import master_pb2 as mpb
+from master.brokers import BrokerRegistry
+from master.group_ops import GroupOps
+from master.guard import Leadership, audited, caller, guarded
+from master.state import MetaState
+from master.topic_ops import TopicOps
+
+DEFAULT_AUDIT_LIMIT = 100
+MAX_AUDIT_LIMIT = 10_000
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    def __init__(self, state: MetaState, registry: BrokerRegistry, topics: TopicOps,
+                 groups: GroupOps, leadership: Leadership) -> None:
+        self.state, self.registry = state, registry
+        self.topics, self.group_ops, self.leadership = topics, groups, leadership
+
+    @guarded
+    def CreateTopic(self, request, context):  # noqa: N802
+        settings = request.settings if request.HasField("settings") else None
+        self.topics.create(request.topic, settings, caller(context))
+        audited("create_topic", topic=request.topic)
+        return self.topics.describe(request.topic, live=False)
+
+    @guarded
+    def AlterTopic(self, request, context):  # noqa: N802
+        settings = request.settings if request.HasField("settings") else None
+        self.topics.alter(request.topic, settings, caller(context))
+        audited("alter_topic", topic=request.topic)
+        return self.topics.describe(request.topic, live=False)
+
+    @guarded
+    def DeleteTopic(self, request, context):  # noqa: N802
+        self.topics.delete(request.topic, caller(context))
+        audited("delete_topic", topic=request.topic)
+        return apb.DeleteTopicResponse()
+
+    @guarded
+    def DescribeTopic(self, request, context):  # noqa: N802
+        return self.topics.describe(request.topic)
+
+    @guarded
+    def ListTopics(self, request, context):  # noqa: N802
+        return apb.ListTopicsResponse(topics=[self.topics.describe(name, live=False)
+                                              for name in sorted(self.state.topics())])
+
+    @guarded
+    def ListBrokers(self, request, context):  # noqa: N802
+        live = {b: (addr, alive, hb) for b, addr, alive, hb in self.registry.snapshot()}
+        out = []
+        for broker, address in sorted({**self.state.brokers(),
+                                       **{b: v[0] for b, v in live.items()}}.items()):
+            _, alive, hb = live.get(broker, (address, False, 0))
+            out.append(mpb.BrokerInfo(broker_id=broker, address=address, alive=alive,
+                                      last_heartbeat_ms=hb))
+        return apb.ListBrokersResponse(brokers=out)
+
+    @guarded
+    def ListGroups(self, request, context):  # noqa: N802
+        return apb.ListGroupsResponse(groups=self.group_ops.list())
+
+    @guarded
+    def DescribeGroup(self, request, context):  # noqa: N802
+        return self.group_ops.describe(request.group)
+
+    @guarded
+    def ResetGroupOffsets(self, request, context):  # noqa: N802
+        result = self.group_ops.reset(request, self.group_ops.groups.epoch, caller(context))
+        audited("reset_group_offsets", group=request.group, topic=request.topic)
+        return result
+
+    @guarded
+    def AuditLog(self, request, context):  # noqa: N802
+        limit = min(request.limit or DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT)
+        return apb.AuditLogResponse(entries=[
+            apb.AuditEntry(time_ms=e["time_ms"], principal=e.get("principal", ""),
+                           action=e.get("action", ""), target=e.get("target", ""),
+                           details=e.get("details", ""), peer=e.get("peer", ""))
+            for e in self.state.audit(limit)])
+
+
+def add_to(server: grpc.Server, service: AdminService) -> None:
+    admin_pb2_grpc.add_AdminServicer_to_server(service, server)

@@ -1,0 +1,63 @@
+"""The master's calls to brokers: ListOffsets, FetchOffsets (no claim), ResetOffsets.
+
+Used by describe and reset. Each call has a short deadline (``timeout_s``, ~1 s) so one dead
+broker cannot stall an admin request; calls to different brokers run concurrently.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from lib.proto import broker_pb2 as bpb
+from lib.proto import broker_pb2_grpc
+from lib.rpc import ChannelPool, invoke
+
+T = TypeVar("T")
+NO_TIME = -1
+
+
+class BrokerCalls:
+    def __init__(self, timeout_s: float = 1.0, workers: int = 8) -> None:
+        self.timeout_s = timeout_s
+        self._pool = ChannelPool()
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="to-broker")
+
+    def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        return broker_pb2_grpc.BrokerStub(self._pool.get(address))
+
+    def list_offsets(self, address: str, topic: str, partitions: list[int],
+                     timestamp_ms: int = NO_TIME) -> dict[int, bpb.PartitionOffsets]:
+        req = bpb.ListOffsetsRequest(topic=topic, partitions=partitions,
+                                     timestamp_ms=timestamp_ms)
+        res = invoke(self._stub(address).ListOffsets, req, self.timeout_s)
+        return {po.partition: po for po in res.partitions}
+
+    def committed(self, address: str, group: str, topic: str,
+                  partitions: list[int]) -> dict[int, int]:
+        """Committed offsets, read WITHOUT a member id: the broker records no claim."""
+        req = bpb.FetchOffsetsRequest(group=group, topic=topic, partitions=partitions,
+                                      member_id="", generation=-1)
+        res = invoke(self._stub(address).FetchOffsets, req, self.timeout_s)
+        return {c.partition: c.offset for c in res.offsets}
+
+    def reset(self, address: str, group: str, topic: str, offsets: dict[int, int],
+              term: int) -> None:
+        items = [bpb.OffsetCommit(partition=p, offset=o) for p, o in sorted(offsets.items())]
+        req = bpb.ResetOffsetsRequest(group=group, topic=topic, offsets=items, term=term)
+        invoke(self._stub(address).ResetOffsets, req, self.timeout_s)
+
+    def each(self, jobs: dict[int, Callable[[], T]]) -> dict[int, T | Exception]:
+        """Run one job per broker concurrently; a failed job's value is its exception."""
+        futures = {key: self._executor.submit(job) for key, job in jobs.items()}
+        out: dict[int, T | Exception] = {}
+        for key, fut in futures.items():
+            try:
+                out[key] = fut.result()
+            except Exception as exc:  # noqa: BLE001 - returned to the caller, per broker
+                out[key] = exc
+        return out
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()

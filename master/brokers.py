@@ -1,0 +1,107 @@
+"""Live broker registry: who registered since this master started, who still heartbeats.
+
+Live state only (in memory, on the active master): after a restart or failover every broker
+registers again. A broker is alive while its last heartbeat (or registration) is younger than
+``timeout_ms``; a dead broker's partitions are reported unavailable (there is no replication
+yet, so nothing moves). The latest per-partition stats of each heartbeat are kept for describe.
+The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from lib.errors import InvalidArgument
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class PartitionStat:
+    earliest: int
+    latest: int
+    bytes_in: int = 0
+    messages_in: int = 0
+    bytes_out: int = 0
+    messages_out: int = 0
+
+
+@dataclass
+class LiveBroker:
+    broker_id: int
+    address: str
+    last_seen: int  # monotonic ms
+    last_heartbeat_ms: int  # wall clock, for humans
+    stats: dict[tuple[str, int], PartitionStat] = field(default_factory=dict)
+
+
+def check_address(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgument(f"bad broker address {address!r}: expected host:port",
+                              address=address)
+    return address
+
+
+class BrokerRegistry:
+    def __init__(self, timeout_ms: int, clock: Callable[[], int] = monotonic_ms,
+                 wall: Callable[[], int] = wall_ms) -> None:
+        self.timeout_ms = timeout_ms
+        self._clock, self._wall = clock, wall
+        self._lock = threading.Lock()
+        self._brokers: dict[int, LiveBroker] = {}
+
+    def register(self, broker_id: int, address: str) -> None:
+        """(Re)register: a restarted broker starts with fresh stats."""
+        if broker_id < 0:
+            raise InvalidArgument(f"broker_id must be >= 0, got {broker_id}")
+        check_address(address)
+        with self._lock:
+            self._brokers[broker_id] = LiveBroker(broker_id, address, self._clock(), self._wall())
+
+    def heartbeat(self, broker_id: int,
+                  stats: Iterable[tuple[str, int, PartitionStat]]) -> bool:
+        """Record a heartbeat; False when the broker must register first."""
+        with self._lock:
+            live = self._brokers.get(broker_id)
+            if live is None:
+                return False
+            live.last_seen, live.last_heartbeat_ms = self._clock(), self._wall()
+            live.stats = {(t, p): s for t, p, s in stats}
+            return True
+
+    def is_alive(self, broker_id: int) -> bool:
+        with self._lock:
+            live = self._brokers.get(broker_id)
+            return live is not None and self._fresh(live)
+
+    def alive_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(b for b, live in self._brokers.items() if self._fresh(live))
+
+    def address(self, broker_id: int) -> str | None:
+        with self._lock:
+            live = self._brokers.get(broker_id)
+            return None if live is None else live.address
+
+    def stat(self, broker_id: int, topic: str, partition: int) -> PartitionStat | None:
+        with self._lock:
+            live = self._brokers.get(broker_id)
+            return None if live is None else live.stats.get((topic, partition))
+
+    def snapshot(self) -> list[tuple[int, str, bool, int]]:
+        """(broker_id, address, alive, last_heartbeat_ms) of every registered broker."""
+        with self._lock:
+            return [(b, live.address, self._fresh(live), live.last_heartbeat_ms)
+                    for b, live in sorted(self._brokers.items())]
+
+    def _fresh(self, live: LiveBroker) -> bool:
+        return self._clock() - live.last_seen <= self.timeout_ms

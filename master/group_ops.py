@@ -1,0 +1,162 @@
+"""Group administration: describe (members, committed offsets, lag) and reset offsets.
+
+Committed offsets live on the brokers, so both operations ask the broker owning each partition:
+FetchOffsets WITHOUT a member id (reading never claims), ListOffsets for earliest/latest (and
+time lookups), and for a reset the master-only ResetOffsets carrying the master's term. Every
+target offset is computed and checked before the first broker is changed, so a bad request
+changes nothing.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lib.errors import (
+    GroupNotEmpty,
+    InvalidArgument,
+    OffsetOutOfRange,
+    PartitionNotHosted,
+    TubeqError,
+    UnknownPartition,
+    UnknownTopic,
+)
+from lib.names import check_name
+from lib.proto import admin_pb2 as apb
+from lib.proto import master_pb2 as mpb
+from master.broker_calls import NO_TIME, BrokerCalls
+from master.brokers import wall_ms
+from master.groups import GroupCoordinator
+from master.routes import RouteBook
+from master.state import MetaState
+
+
+class GroupOps:
+    def __init__(self, state: MetaState, groups: GroupCoordinator, routes: RouteBook,
+                 calls: BrokerCalls) -> None:
+        self.state, self.groups, self.routes, self.calls = state, groups, routes, calls
+
+    def list(self) -> list[str]:
+        return sorted(set(self.state.groups()) | set(self.groups.live_groups()))
+
+    def describe(self, group: str) -> apb.GroupDescription:
+        check_name(group, "group")
+        generation, members = self.groups.describe(group)
+        owner = {(t, p): m.member_id for m, assigned in members
+                 for t, parts in assigned.items() for p in parts}
+        recorded = self.state.groups().get(group, {}).get("topics", [])
+        topics = sorted(set(recorded) | {t for m, _ in members for t in m.topics})
+        rows = []
+        for topic in topics:
+            record = self.state.topic(topic)
+            if record is not None:
+                rows += self._lags(group, record, owner)
+        return apb.GroupDescription(
+            group=group, generation=generation, partitions=rows,
+            members=[apb.MemberDescription(
+                member_id=m.member_id, client_host=m.client_host,
+                last_heartbeat_ms=m.last_heartbeat_ms,
+                assignments=[mpb.Assignment(topic=t, partitions=ps)
+                             for t, ps in sorted(assigned.items())])
+                for m, assigned in members])
+
+    def _lags(self, group: str, record: dict[str, Any],
+              owner: dict[tuple[str, int], str]) -> list[apb.PartitionLag]:
+        topic = record["topic"]
+        jobs = {}
+        for broker, parts in self.routes.by_broker(record).items():
+            address = self.routes.address(broker)
+            if address:
+                jobs[broker] = (lambda a=address, ps=parts: (
+                    self.calls.committed(a, group, topic, ps),
+                    self.calls.list_offsets(a, topic, ps)))
+        known: dict[int, tuple[int, int, int]] = {}
+        for result in self.calls.each(jobs).values():
+            if isinstance(result, tuple):
+                committed, offsets = result
+                for p, po in offsets.items():
+                    known[p] = (committed.get(p, -1), po.earliest, po.latest)
+        rows = []
+        for p in range(len(record["placement"])):
+            committed, earliest, latest = known.get(p, (-1, -1, -1))
+            base = committed if committed >= 0 else earliest
+            lag = max(0, latest - base) if latest >= 0 and base >= 0 else -1
+            rows.append(apb.PartitionLag(topic=topic, partition=p, committed=committed,
+                                         latest=latest, lag=lag,
+                                         member_id=owner.get((topic, p), "")))
+        return rows
+
+    def reset(self, req: apb.ResetGroupOffsetsRequest, term: int,
+              audit: dict[str, Any]) -> apb.GroupDescription:
+        """Move a group's committed offsets (only while it has no live member)."""
+        group, topic = check_name(req.group, "group"), check_name(req.topic, "topic")
+        record = self.state.topic(topic)
+        if record is None:
+            raise UnknownTopic(f"unknown topic {topic!r}", topic=topic)
+        kind = req.WhichOneof("target")
+        if kind is None:
+            raise InvalidArgument("reset needs a target: earliest, latest, offset or timestamp_ms")
+        if self.groups.has_members(group):
+            raise GroupNotEmpty(f"group {group!r} has live members: stop its consumers (or wait "
+                                "for their sessions to expire) before resetting offsets",
+                                group=group)
+        parts = self._partitions(record, list(req.partitions))
+        targets = self._targets(record, parts, kind, getattr(req, kind))
+        self._apply(record, group, targets, term)
+        self.state.apply({"op": "record_group", "time_ms": wall_ms(), "group": group,
+                          "topics": [topic], "audit": {
+                              **audit, "action": "reset_group_offsets", "target": group,
+                              "details": json.dumps({"topic": topic, kind: getattr(req, kind),
+                                                     "offsets": targets}, sort_keys=True)}})
+        return self.describe(group)
+
+    @staticmethod
+    def _partitions(record: dict[str, Any], asked: list[int]) -> list[int]:
+        count = len(record["placement"])
+        for p in asked:
+            if p >= count:
+                raise UnknownPartition(f"topic {record['topic']!r} has no partition {p} "
+                                       f"(it has {count})", topic=record["topic"], partition=p)
+        return sorted(set(asked)) if asked else list(range(count))
+
+    def _targets(self, record: dict[str, Any], parts: list[int], kind: str,
+                 value: Any) -> dict[int, int]:
+        if kind == "timestamp_ms" and value < 0:
+            raise InvalidArgument(f"timestamp_ms must be >= 0, got {value}")
+        topic = record["topic"]
+        targets: dict[int, int] = {}
+        for broker, ps in self.routes.by_broker(record, parts).items():
+            stamp = value if kind == "timestamp_ms" else NO_TIME
+            offsets = self.calls.list_offsets(self._address(broker), topic, ps, stamp)
+            for p in ps:
+                if p not in offsets:
+                    raise PartitionNotHosted(f"broker {broker} did not report {topic}[{p}]",
+                                             topic=topic, partition=p, broker_id=broker)
+                targets[p] = _target(topic, p, offsets[p], kind, value)
+        return targets
+
+    def _apply(self, record: dict[str, Any], group: str, targets: dict[int, int],
+               term: int) -> None:
+        for broker, ps in self.routes.by_broker(record, sorted(targets)).items():
+            self.calls.reset(self._address(broker), group, record["topic"],
+                             {p: targets[p] for p in ps}, term)
+
+    def _address(self, broker: int) -> str:
+        address = self.routes.address(broker)
+        if not address:
+            raise TubeqError(f"broker {broker} has no known address")
+        return address
+
+
+def _target(topic: str, p: int, po: Any, kind: str, value: Any) -> int:
+    if kind == "earliest":
+        return po.earliest
+    if kind == "latest":
+        return po.latest
+    if kind == "timestamp_ms":
+        return po.for_time if po.for_time >= 0 else po.latest
+    if not po.earliest <= value <= po.latest:
+        raise OffsetOutOfRange(
+            f"cannot reset {topic}[{p}] to offset {value}: it must be within [earliest "
+            f"{po.earliest}, latest {po.latest}]", topic=topic, partition=p, offset=value,
+            earliest=po.earliest, latest=po.latest)
+    return value

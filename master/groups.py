@@ -1,0 +1,230 @@
+"""Consumer-group coordination on the master: membership, sessions, sticky rebalancing.
+
+Live state only (in memory, on the active master). Members join, heartbeat and leave; a member
+whose session passed is expired by a reaper thread. Every join of a new member (or a change of
+its topics), leave, expiry and change of a subscribed topic's partition count rebalances the
+group AT ONCE (no timer) under a new generation ``(epoch << 32) | counter``; members learn
+their new assignment in their next heartbeat reply. The counter is shared by every group, so a
+group's generation never goes back even when the group empties and comes back; the epoch grows
+at every master start, so generations grow across restarts too (brokers fence on them).
+
+The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe: one lock.
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from lib.errors import InvalidArgument, UnknownMember, UnknownTopic
+from lib.names import check_name
+from master.assign import Assignment, assign
+from master.brokers import monotonic_ms, wall_ms
+
+MAX_TOPICS_PER_MEMBER = 1000
+MAX_HOST_LEN = 255
+
+
+@dataclass
+class Member:
+    member_id: str
+    topics: tuple[str, ...]
+    client_host: str
+    session_ms: int
+    last_seen: int  # monotonic ms
+    last_heartbeat_ms: int  # wall ms
+
+
+@dataclass
+class Group:
+    name: str
+    members: dict[str, Member] = field(default_factory=dict)
+    assignment: Assignment = field(default_factory=dict)
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """What a member is told: its id, the generation and its partitions (topic -> list)."""
+
+    member_id: str
+    generation: int
+    assignments: dict[str, list[int]]
+    topics: tuple[str, ...]
+    heartbeat_interval_ms: int
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    default_ms: int = 10_000
+    min_ms: int = 1000
+    max_ms: int = 600_000
+
+
+class GroupCoordinator:
+    def __init__(self, epoch: int, partitions_of: Callable[[str], int | None],
+                 limits: SessionLimits = SessionLimits(), reaper_interval_ms: int = 200,
+                 clock: Callable[[], int] = monotonic_ms, wall: Callable[[], int] = wall_ms,
+                 on_rebalance: Callable[[str, str, int], None] | None = None) -> None:
+        self.epoch = epoch
+        self._partitions_of = partitions_of
+        self._limits = limits
+        self._reaper_interval = reaper_interval_ms / 1000
+        self._clock, self._wall = clock, wall
+        self._on_rebalance = on_rebalance
+        self._lock = threading.Lock()
+        self._groups: dict[str, Group] = {}
+        self._counter = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- membership ----------------------------------------------------------------------
+
+    def join(self, group: str, topics: Sequence[str], member_id: str = "",
+             client_host: str = "", session_ms: int = 0) -> MemberView:
+        """Add (or update) a member; a new member or new topics rebalance the group now."""
+        check_name(group, "group")
+        wanted = self._check_topics(topics)
+        session = self._session(session_ms)
+        if len(client_host) > MAX_HOST_LEN:
+            raise InvalidArgument(f"client_host is longer than {MAX_HOST_LEN} characters")
+        with self._lock:
+            g = self._groups.setdefault(group, Group(group))
+            member = g.members.get(member_id) if member_id else None
+            if member is None:
+                member_id = f"{group}-{uuid.uuid4().hex[:8]}"
+                member = g.members[member_id] = Member(member_id, wanted, client_host, session,
+                                                       0, 0)
+                self._rebalance(g, "join")
+            elif member.topics != wanted:
+                member.topics = wanted
+                self._rebalance(g, "topics_changed")
+            member.client_host, member.session_ms = client_host, session
+            self._touch(member)
+            return self._view(g, member)
+
+    def heartbeat(self, group: str, member_id: str) -> MemberView:
+        """Keep the session alive; the reply carries the current generation and assignment."""
+        with self._lock:
+            g, member = self._member(group, member_id)
+            self._touch(member)
+            return self._view(g, member)
+
+    def leave(self, group: str, member_id: str) -> None:
+        """Remove a member and rebalance the others at once (unknown members: no-op)."""
+        with self._lock:
+            g = self._groups.get(group)
+            if g is not None and g.members.pop(member_id, None) is not None:
+                self._rebalance(g, "leave")
+
+    def expire(self) -> list[tuple[str, str]]:
+        """Drop every member whose session passed; returns (group, member) pairs dropped."""
+        now = self._clock()
+        dropped = []
+        with self._lock:
+            for g in list(self._groups.values()):
+                gone = [m for m in g.members.values() if now - m.last_seen > m.session_ms]
+                for m in gone:
+                    del g.members[m.member_id]
+                    dropped.append((g.name, m.member_id))
+                if gone:
+                    self._rebalance(g, "expired")
+        return dropped
+
+    def topics_changed(self, topics: set[str]) -> None:
+        """Partition counts of ``topics`` changed (or they were deleted): rebalance users."""
+        with self._lock:
+            for g in self._groups.values():
+                if any(set(m.topics) & topics for m in g.members.values()):
+                    self._rebalance(g, "topic_changed")
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def live_groups(self) -> list[str]:
+        with self._lock:
+            return sorted(name for name, g in self._groups.items() if g.members)
+
+    def has_members(self, group: str) -> bool:
+        with self._lock:
+            g = self._groups.get(group)
+            return g is not None and bool(g.members)
+
+    def describe(self, group: str) -> tuple[int, list[tuple[Member, dict[str, list[int]]]]]:
+        """(generation, [(member copy, its assignment)]) of a group (0, [] when unknown)."""
+        with self._lock:
+            g = self._groups.get(group)
+            if g is None:
+                return 0, []
+            return g.generation, [(Member(**vars(m)), dict(g.assignment.get(m.member_id, {})))
+                                  for m in sorted(g.members.values(), key=lambda m: m.member_id)]
+
+    # -- reaper --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._reap, name="group-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _reap(self) -> None:
+        while not self._stop.wait(self._reaper_interval):
+            self.expire()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _rebalance(self, g: Group, reason: str) -> None:
+        subs = {m.member_id: list(m.topics) for m in g.members.values()}
+        counts = {}
+        for t in {t for ts in subs.values() for t in ts}:
+            n = self._partitions_of(t)
+            if n:
+                counts[t] = n
+        g.assignment = assign(subs, counts, g.assignment)
+        self._counter += 1
+        g.generation = (self.epoch << 32) | self._counter
+        if self._on_rebalance is not None:
+            self._on_rebalance(g.name, reason, g.generation)
+
+    def _member(self, group: str, member_id: str) -> tuple[Group, Member]:
+        g = self._groups.get(group)
+        member = g.members.get(member_id) if g is not None else None
+        if g is None or member is None:
+            raise UnknownMember(
+                f"group {group!r} has no member {member_id!r} (session expired or never "
+                "joined): join again", group=group, member_id=member_id)
+        return g, member
+
+    def _touch(self, member: Member) -> None:
+        member.last_seen, member.last_heartbeat_ms = self._clock(), self._wall()
+
+    def _view(self, g: Group, member: Member) -> MemberView:
+        return MemberView(member.member_id, g.generation,
+                          dict(g.assignment.get(member.member_id, {})), member.topics,
+                          max(1, member.session_ms // 3))
+
+    def _check_topics(self, topics: Sequence[str]) -> tuple[str, ...]:
+        wanted = tuple(sorted(set(topics)))
+        if not wanted:
+            raise InvalidArgument("a group member must subscribe to at least one topic")
+        if len(wanted) > MAX_TOPICS_PER_MEMBER:
+            raise InvalidArgument(f"a member may subscribe to at most {MAX_TOPICS_PER_MEMBER} "
+                                  f"topics, asked for {len(wanted)}")
+        for t in wanted:
+            check_name(t, "topic")
+            if self._partitions_of(t) is None:
+                raise UnknownTopic(f"unknown topic {t!r}", topic=t)
+        return wanted
+
+    def _session(self, session_ms: int) -> int:
+        lim = self._limits
+        if session_ms == 0:
+            return lim.default_ms
+        if not lim.min_ms <= session_ms <= lim.max_ms:
+            raise InvalidArgument(
+                f"session_timeout_ms must be within {lim.min_ms}..{lim.max_ms}, got "
+                f"{session_ms}", min=lim.min_ms, max=lim.max_ms)
+        return session_ms

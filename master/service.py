@@ -1,0 +1,115 @@
+"""gRPC servicer of ``tubeq.master.Master``: brokers register and heartbeat, clients get routes
+and coordinate consumer groups.
+
+Every response to a broker carries ``term`` = the master epoch, so a broker can ignore a
+deposed master. Heartbeat responses carry the whole desired state (topic settings, this
+broker's placements, deleted incarnations): a broker that missed one catches up with the next.
+"""
+from __future__ import annotations
+
+import grpc
+
+from lib.errors import InvalidArgument, UnknownTopic
+from lib.names import check_name
+from lib.proto import master_pb2 as mpb
+from lib.proto import master_pb2_grpc
+from master import settings
+from master.brokers import BrokerRegistry, PartitionStat, wall_ms
+from master.config import MasterConfig
+from master.groups import GroupCoordinator, MemberView
+from master.guard import Leadership, guarded
+from master.routes import RouteBook
+from master.state import MetaState
+
+MAX_ROUTE_TOPICS = 10_000
+
+
+class MasterService(master_pb2_grpc.MasterServicer):
+    def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
+                 groups: GroupCoordinator, routes: RouteBook, leadership: Leadership) -> None:
+        self.config, self.state, self.registry = config, state, registry
+        self.groups, self.routes, self.leadership = groups, routes, leadership
+
+    @property
+    def term(self) -> int:
+        return self.groups.epoch
+
+    # -- brokers -------------------------------------------------------------------------
+
+    @guarded
+    def RegisterBroker(self, request, context):  # noqa: N802
+        self.registry.register(request.broker_id, request.address)
+        if self.state.brokers().get(request.broker_id) != request.address:
+            self.state.apply({"op": "register_broker", "time_ms": wall_ms(),
+                              "broker_id": request.broker_id, "address": request.address})
+        topics, placements = self._desired(request.broker_id)
+        return mpb.RegisterBrokerResponse(
+            term=self.term, topics=topics, placements=placements,
+            heartbeat_interval_ms=self.config.broker_heartbeat_interval_ms)
+
+    @guarded
+    def BrokerHeartbeat(self, request, context):  # noqa: N802
+        stats = [(s.topic, s.partition, PartitionStat(
+            s.earliest, s.latest, s.bytes_in, s.messages_in, s.bytes_out, s.messages_out))
+            for s in request.stats]
+        if not self.registry.heartbeat(request.broker_id, stats):
+            return mpb.BrokerHeartbeatResponse(term=self.term, reregister=True)
+        topics, placements = self._desired(request.broker_id)
+        deleted = [mpb.DeletedTopic(topic=t["topic"], topic_id=t["topic_id"])
+                   for t in self.state.tombstones()]
+        return mpb.BrokerHeartbeatResponse(term=self.term, topics=topics,
+                                           placements=placements, deleted=deleted)
+
+    def _desired(self, broker_id: int):
+        """Settings of every topic and the placements this broker must host."""
+        topics, placements = {}, []
+        for name, record in self.state.topics().items():
+            topics[name] = settings.to_pb(record["settings"], record["topic_id"])
+            placements += [mpb.PartitionPlacement(topic=name, partition=p, broker_id=broker_id)
+                           for p, b in enumerate(record["placement"]) if b == broker_id]
+        return topics, placements
+
+    # -- clients -------------------------------------------------------------------------
+
+    @guarded
+    def GetRoutes(self, request, context):  # noqa: N802
+        names = list(dict.fromkeys(request.topics))
+        if len(names) > MAX_ROUTE_TOPICS:
+            raise InvalidArgument(f"at most {MAX_ROUTE_TOPICS} topics per GetRoutes call")
+        for name in names:
+            check_name(name, "topic")
+            if self.state.topic(name) is None:
+                raise UnknownTopic(f"unknown topic {name!r}", topic=name)
+        return mpb.GetRoutesResponse(routes=self.routes.routes(names))
+
+    @guarded
+    def JoinGroup(self, request, context):  # noqa: N802
+        view = self.groups.join(request.group, list(request.topics), request.member_id,
+                                request.client_host, request.session_timeout_ms)
+        recorded = self.state.groups().get(request.group, {}).get("topics", [])
+        if not set(view.topics) <= set(recorded):
+            self.state.apply({"op": "record_group", "time_ms": wall_ms(),
+                              "group": request.group, "topics": list(view.topics)})
+        return self._group_state(view)
+
+    @guarded
+    def GroupHeartbeat(self, request, context):  # noqa: N802
+        return self._group_state(self.groups.heartbeat(request.group, request.member_id))
+
+    @guarded
+    def LeaveGroup(self, request, context):  # noqa: N802
+        check_name(request.group, "group")
+        self.groups.leave(request.group, request.member_id)
+        return mpb.LeaveGroupResponse()
+
+    def _group_state(self, view: MemberView) -> mpb.GroupState:
+        return mpb.GroupState(
+            member_id=view.member_id, generation=view.generation,
+            assignments=[mpb.Assignment(topic=t, partitions=ps)
+                         for t, ps in sorted(view.assignments.items())],
+            routes=self.routes.routes(view.topics),
+            heartbeat_interval_ms=view.heartbeat_interval_ms)
+
+
+def add_to(server: grpc.Server, service: MasterService) -> None:
+    master_pb2_grpc.add_MasterServicer_to_server(service, server)

@@ -1,0 +1,117 @@
+"""Topic administration: create, alter, delete, describe.
+
+Validation and placement happen here, against the live broker registry; the change itself is
+one state command (with its audit entry), so the same command can later go through Raft.
+A lock serialises "compute placement, then apply" so concurrent creates still spread evenly.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from lib.errors import UnknownTopic
+from lib.names import check_name
+from lib.proto import admin_pb2 as apb
+from lib.proto import master_pb2 as mpb
+from master import placement, settings
+from master.broker_calls import BrokerCalls
+from master.brokers import BrokerRegistry, wall_ms
+from master.config import MasterConfig
+from master.groups import GroupCoordinator
+from master.routes import RouteBook
+from master.state import MetaState
+
+
+class TopicOps:
+    def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
+                 groups: GroupCoordinator, routes: RouteBook, calls: BrokerCalls) -> None:
+        self.config, self.state, self.registry = config, state, registry
+        self.groups, self.routes, self.calls = groups, routes, calls
+        self._lock = threading.Lock()
+
+    def create(self, name: str, pb: mpb.TopicSettings | None,
+               audit: dict[str, Any]) -> dict[str, Any]:
+        check_name(name, "topic")
+        wanted = settings.for_create(pb, self.config)
+        with self._lock:
+            places = placement.place(wanted["partitions"], self._load())
+            return self.state.apply({
+                "op": "create_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
+                "placement": places, "max_topics": self.config.max_topics,
+                "audit": _audit(audit, "create_topic", name, {**wanted, "placement": places})})
+
+    def alter(self, name: str, pb: mpb.TopicSettings | None,
+              audit: dict[str, Any]) -> dict[str, Any]:
+        check_name(name, "topic")
+        with self._lock:
+            current = self._existing(name)
+            wanted = settings.for_alter(current["settings"], pb, self.config)
+            added = wanted["partitions"] - current["settings"]["partitions"]
+            places = current["placement"] + placement.place(added, self._load())
+            changes = {k: v for k, v in wanted.items() if current["settings"][k] != v}
+            record = self.state.apply({
+                "op": "alter_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
+                "placement": places,
+                "audit": _audit(audit, "alter_topic", name,
+                                {**changes, "new_placement": places[len(current["placement"]):]})})
+        if added:
+            self.groups.topics_changed({name})
+        return record
+
+    def delete(self, name: str, audit: dict[str, Any]) -> None:
+        check_name(name, "topic")
+        with self._lock:
+            old = self._existing(name)
+            self.state.apply({"op": "delete_topic", "time_ms": wall_ms(), "topic": name,
+                              "audit": _audit(audit, "delete_topic", name,
+                                              {"topic_id": old["topic_id"]})})
+        self.groups.topics_changed({name})
+
+    def describe(self, name: str, live: bool = True) -> apb.TopicDescription:
+        """Settings and partitions; offsets asked of the brokers (``live``) else last stats."""
+        check_name(name, "topic")
+        record = self._existing(name)
+        offsets = self._live_offsets(record) if live else {}
+        parts = []
+        for route in self.routes.partitions(record):
+            earliest, latest = offsets.get(route.partition) or self._stat(record, route)
+            parts.append(apb.PartitionDescription(
+                partition=route.partition, broker_id=route.broker_id, address=route.address,
+                available=route.available, earliest=earliest, latest=latest))
+        return apb.TopicDescription(
+            topic=name, settings=settings.to_pb(record["settings"], record["topic_id"]),
+            partitions=parts, created_ms=record["created_ms"])
+
+    def _live_offsets(self, record: dict[str, Any]) -> dict[int, tuple[int, int]]:
+        jobs = {}
+        for broker, parts in self.routes.by_broker(record).items():
+            address = self.routes.address(broker)
+            if address and self.registry.is_alive(broker):
+                jobs[broker] = (lambda a=address, ps=parts:
+                                self.calls.list_offsets(a, record["topic"], ps))
+        out: dict[int, tuple[int, int]] = {}
+        for result in self.calls.each(jobs).values():
+            if isinstance(result, dict):
+                out.update({p: (po.earliest, po.latest) for p, po in result.items()})
+        return out
+
+    def _stat(self, record: dict[str, Any], route: mpb.PartitionRoute) -> tuple[int, int]:
+        stat = self.registry.stat(route.broker_id, record["topic"], route.partition)
+        return (-1, -1) if stat is None else (stat.earliest, stat.latest)
+
+    def _existing(self, name: str) -> dict[str, Any]:
+        record = self.state.topic(name)
+        if record is None:
+            raise UnknownTopic(f"unknown topic {name!r}", topic=name)
+        return record
+
+    def _load(self) -> dict[int, int]:
+        return placement.load_of((t["placement"] for t in self.state.topics().values()),
+                                 self.registry.alive_ids())
+
+
+def _audit(base: dict[str, Any], action: str, target: str,
+           details: dict[str, Any]) -> dict[str, Any]:
+    return {**base, "action": action, "target": target,
+            "details": json.dumps(details, sort_keys=True)}
