@@ -1,0 +1,85 @@
+"""The master's LMDB state machine: commands, atomic audit, survival across reopen."""
+from __future__ import annotations
+
+import pytest
+
+from lib.errors import InvalidArgument, TopicExists, UnknownTopic
+from master.state import MetaState
+
+SETTINGS = {"partitions": 2, "stores": 1, "durability": "async", "retention_ms": 1000,
+            "retention_bytes": -1, "max_message_bytes": 1024}
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = MetaState(tmp_path / "meta", map_size=1 << 24, tombstones_kept=3, audit_kept=5)
+    yield s
+    s.close()
+
+
+def create(state, name, audit=None, **extra):
+    return state.apply({"op": "create_topic", "time_ms": 10, "topic": name,
+                        "settings": SETTINGS, "placement": [1, 2], "audit": audit, **extra})
+
+
+def test_epoch_grows_at_every_start(tmp_path):
+    s = MetaState(tmp_path / "m")
+    assert s.apply({"op": "start", "time_ms": 1}) == 1
+    assert s.apply({"op": "start", "time_ms": 2}) == 2
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert s.epoch == 2 and s.apply({"op": "start", "time_ms": 3}) == 3
+    s.close()
+
+
+def test_create_alter_delete_topic_and_reopen(tmp_path):
+    s = MetaState(tmp_path / "m")
+    rec = create(s, "t", audit={"principal": "alice", "peer": "p", "action": "create_topic",
+                                "target": "t", "details": "{}"})
+    assert rec["topic_id"] == 1 and s.topic("t")["placement"] == [1, 2]
+    s.apply({"op": "alter_topic", "time_ms": 11, "topic": "t",
+             "settings": {**SETTINGS, "partitions": 3}, "placement": [1, 2, 1]})
+    s.apply({"op": "delete_topic", "time_ms": 12, "topic": "t"})
+    assert create(s, "t")["topic_id"] == 2, "a re-created topic gets a new id"
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert s.topic("t")["topic_id"] == 2
+    assert s.tombstones() == [{"topic": "t", "topic_id": 1, "time_ms": 12}]
+    assert s.audit(10)[0]["principal"] == "alice" and s.audit(10)[0]["time_ms"] == 10
+    s.close()
+
+
+def test_invalid_commands_change_nothing(state):
+    create(state, "t")
+    with pytest.raises(TopicExists):
+        create(state, "t", audit={"principal": "x", "action": "create_topic"})
+    with pytest.raises(UnknownTopic):
+        state.apply({"op": "delete_topic", "time_ms": 1, "topic": "nope"})
+    with pytest.raises(InvalidArgument):
+        state.apply({"op": "alter_topic", "time_ms": 1, "topic": "t", "settings": SETTINGS,
+                     "placement": [2, 1]})
+    with pytest.raises(InvalidArgument):
+        create(state, "u", max_topics=1)
+    with pytest.raises(InvalidArgument):
+        state.apply({"op": "launch_missiles", "time_ms": 1})
+    assert list(state.topics()) == ["t"] and state.audit(10) == []
+
+
+def test_tombstones_and_audit_keep_only_the_newest(state):
+    for i in range(5):
+        create(state, f"t{i}")
+        state.apply({"op": "delete_topic", "time_ms": i, "topic": f"t{i}",
+                     "audit": {"action": "delete_topic", "target": f"t{i}"}})
+    state.apply({"op": "audit", "time_ms": 99, "audit": {"action": "x"}})
+    assert [t["topic"] for t in state.tombstones()] == ["t2", "t3", "t4"]
+    entries = state.audit(100)
+    assert len(entries) == 5 and entries[-1]["action"] == "x"
+    assert [e.get("target") for e in state.audit(2)] == ["t4", None]
+
+
+def test_groups_and_brokers_are_recorded(state):
+    state.apply({"op": "record_group", "time_ms": 1, "group": "g", "topics": ["a"]})
+    state.apply({"op": "record_group", "time_ms": 2, "group": "g", "topics": ["b"]})
+    state.apply({"op": "register_broker", "time_ms": 3, "broker_id": 7, "address": "h:1"})
+    assert state.groups()["g"] == {"created_ms": 1, "updated_ms": 2, "topics": ["a", "b"]}
+    assert state.brokers() == {7: "h:1"}
