@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 
 from lib.accumulator import Accumulator, Batch
-from lib.errors import TubeqError, Unavailable
+from lib.errors import PartitionNotHosted, TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import assemble_batch
@@ -183,6 +183,8 @@ class Sender(threading.Thread):
     def _retry_or_fail(self, batch: Batch, error: TubeqError) -> None:
         if error.refresh_metadata:
             self.routes.invalidate(batch.tp.topic)
+        if isinstance(error, UnknownTopic):
+            error = self._confirm_unknown(batch.tp.topic, error)
         if error.retriable and batch.attempts <= self.retries and not self.acc.forced:
             backoff = min(MAX_BACKOFF_S, self.retry_backoff_s * (2 ** max(0, batch.attempts - 1)))
             event(log, "producer.retry", logging.INFO, topic=batch.tp.topic,
@@ -191,6 +193,16 @@ class Sender(threading.Thread):
             self.acc.requeue(batch, time.monotonic() + backoff)
             return
         self.fail(batch, error)
+
+    def _confirm_unknown(self, topic: str, error: TubeqError) -> TubeqError:
+        """A broker learns a new topic at its next heartbeat, so its UNKNOWN_TOPIC right after
+        a create is transient: only the master can say a topic does not exist."""
+        try:
+            self.routes.get(topic)
+        except TubeqError as exc:
+            return exc  # UnknownTopic from the master: final; Unavailable: retriable
+        return PartitionNotHosted(f"{error.message} (the master knows {topic}: the broker "
+                                  "has not learned it yet)", topic=topic)
 
     def fail(self, batch: Batch, error: TubeqError, in_flight: bool = True) -> None:
         """Fail every record future of ``batch`` with ``error`` and finish the batch."""

@@ -1,0 +1,168 @@
+"""Producer against a real cluster: placement, offsets, async sends, errors, broker restart."""
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from lib.admin import AdminClient
+from lib.errors import InvalidName, RecordTooLarge, UnknownPartition, UnknownTopic
+from lib.producer import Producer
+from lib.proto import broker_pb2, broker_pb2_grpc
+from lib.records import FLAG_VALUE_ZLIB, Record, decode_frames
+from lib.rpc import channel, invoke
+
+
+def create(cluster, topic: str, **settings):
+    with AdminClient(cluster.master_addresses) as admin:
+        return admin.create_topic(topic, **settings)
+
+
+def fetch_partition(address: str, topic: str, partition: int) -> list[Record]:
+    """Every record of one partition, read with raw Fetch calls from its broker."""
+    ch = channel(address)
+    try:
+        stub = broker_pb2_grpc.BrokerStub(ch)
+        out: list[Record] = []
+        offset = 0
+        while True:
+            req = broker_pb2.FetchRequest(topic=topic, partitions=[
+                broker_pb2.PartitionFetch(partition=partition, offset=offset,
+                                          max_bytes=1 << 20)], max_wait_ms=0)
+            (data,) = invoke(stub.Fetch, req, 10).partitions
+            assert not data.error_code, data.error_message
+            offsets = np.frombuffer(data.offsets, "<i8")
+            out += decode_frames(data.frames, offsets, partition, topic)
+            if data.next_offset >= data.latest or not len(offsets):
+                return out
+            offset = data.next_offset
+    finally:
+        ch.close()
+
+
+def fetch_topic(cluster, topic: str) -> dict[int, list[Record]]:
+    with AdminClient(cluster.master_addresses) as admin:
+        info = admin.describe_topic(topic)
+    return {p.partition: fetch_partition(p.address, topic, p.partition) for p in info.partitions}
+
+
+def test_keyed_records_land_on_stable_partitions_with_dense_offsets(cluster):
+    create(cluster, "keyed", partitions=4)
+    with Producer(cluster.master_addresses) as producer:
+        futures = [producer.send("keyed", f"v{i}".encode(), key=f"k{i % 40}".encode())
+                   for i in range(2000)]
+        producer.flush(timeout=30)
+        metas = [f.result(0) for f in futures]
+    by_partition = fetch_topic(cluster, "keyed")
+    assert sum(len(r) for r in by_partition.values()) == 2000
+    for partition, records in by_partition.items():
+        assert [r.offset for r in records] == list(range(len(records)))
+        assert all(zlib.crc32(r.key) % 4 == partition for r in records)
+    for i, meta in enumerate(metas):
+        assert meta.topic == "keyed" and meta.partition == zlib.crc32(f"k{i % 40}".encode()) % 4
+        assert by_partition[meta.partition][meta.offset].value == f"v{i}".encode()
+    per_key = {}
+    for meta, i in zip(metas, range(2000), strict=True):
+        per_key.setdefault(i % 40, []).append(meta.offset)
+    assert all(offs == sorted(offs) for offs in per_key.values())  # per-key order kept
+
+
+def test_async_sends_are_all_acknowledged_after_flush_and_spread_without_keys(cluster):
+    create(cluster, "spread", partitions=3)
+    with Producer(cluster.master_addresses, linger_ms=20, batch_bytes=4096) as producer:
+        futures = [producer.send("spread", b"x" * 100) for _ in range(3000)]
+        producer.flush(timeout=30)
+        assert all(f.done() and f.exception() is None for f in futures)
+        counts = np.bincount([f.result().partition for f in futures], minlength=3)
+    assert counts.tolist() == [1000, 1000, 1000]
+    assert {p: len(r) for p, r in fetch_topic(cluster, "spread").items()} == {0: 1000, 1: 1000,
+                                                                              2: 1000}
+
+
+def test_send_sync_returns_metadata_and_tag_headers_and_zlib_values_round_trip(cluster):
+    create(cluster, "rich", partitions=1)
+    value = b"compress me " * 200
+    with Producer(cluster.master_addresses, compression="zlib") as producer:
+        meta = producer.send_sync("rich", value, key=b"k", tag="red",
+                                  headers={"h": b"1"}, timestamp=1234, timeout=30)
+    assert (meta.partition, meta.offset, meta.timestamp) == (0, 0, 1234)
+    (rec,) = fetch_topic(cluster, "rich")[0]
+    assert (rec.value, rec.key, rec.tag, rec.headers, rec.timestamp) == \
+        (value, b"k", "red", {"h": b"1"}, 1234)
+    assert rec.flags & FLAG_VALUE_ZLIB
+
+
+def test_message_over_the_topic_limit_raises_record_too_large_naming_size_and_limit(cluster):
+    create(cluster, "small", partitions=1, max_message_bytes=1000)
+    with Producer(cluster.master_addresses) as producer:
+        with pytest.raises(RecordTooLarge, match="1000") as info:
+            producer.send("small", b"x" * 2000)
+        assert info.value.limit == 1000 and info.value.size > 2000
+        assert producer.send_sync("small", b"x" * 100, timeout=30).offset == 0
+
+
+def test_unknown_topic_bad_name_and_missing_partition_raise_at_send(cluster):
+    create(cluster, "one", partitions=1)
+    with Producer(cluster.master_addresses) as producer:
+        with pytest.raises(UnknownTopic, match="nope"):
+            producer.send("nope", b"v")
+        with pytest.raises(InvalidName):
+            producer.send("bad/name", b"v")
+        with pytest.raises(UnknownPartition, match="1 partitions"):
+            producer.send("one", b"v", partition=5)
+
+
+def test_records_sent_to_a_deleted_topic_fail_their_futures(cluster):
+    create(cluster, "gone", partitions=1)
+    with Producer(cluster.master_addresses, linger_ms=0) as producer:
+        producer.send_sync("gone", b"first", timeout=30)
+        with AdminClient(cluster.master_addresses) as admin:
+            admin.delete_topic("gone")
+        deadline = time.monotonic() + 30
+        while True:  # the broker drops the topic at its next heartbeat
+            try:
+                producer.send("gone", b"later").result(30)
+            except UnknownTopic:
+                break
+            assert time.monotonic() < deadline, "records to a deleted topic kept succeeding"
+            time.sleep(0.2)
+    # the producer's routes were invalidated: a fresh send fails at once
+    with Producer(cluster.master_addresses) as producer, pytest.raises(UnknownTopic):
+        producer.send("gone", b"v")
+
+
+def test_retries_survive_a_broker_restart_with_no_loss(cluster):
+    create(cluster, "durable", partitions=4, durability="sync")
+    sent, failures, stop = [], [], threading.Event()
+    with Producer(cluster.master_addresses, retries=60, retry_backoff_ms=50,
+                  request_timeout_ms=5000, idempotent=True, linger_ms=2) as producer:
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                value = f"m{i}".encode()
+                fut = producer.send("durable", value)
+                fut.add_done_callback(lambda f: f.exception() and failures.append(f.exception()))
+                sent.append(value)
+                i += 1
+                time.sleep(0.0005)
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        try:
+            time.sleep(0.5)
+            cluster.brokers[1].stop()
+            time.sleep(0.5)
+            cluster.brokers[1].start()
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            thread.join(10)
+        producer.flush(timeout=60)
+    assert not failures, failures[:3]
+    stored = [r.value for recs in fetch_topic(cluster, "durable").values() for r in recs]
+    assert set(stored) == set(sent)
+    assert len(sent) > 100
