@@ -74,13 +74,9 @@ def topic_list(ctx, as_json) -> None:
     topics = admin(ctx).list_topics()
 
     def table(items) -> None:
-        rows = []
-        for t in items:
-            d = dataclasses.asdict(t)
-            rows.append({"topic": d.get("name", d.get("topic")),
-                         "partitions": len(d.get("partitions", [])),
-                         **{k: d.get(k) for k in ("durability", "stores")}})
-        print_rows(rows, ["topic", "partitions", "stores", "durability"])
+        print_rows([{"topic": t.name, "partitions": t.partition_count, "stores": t.stores,
+                     "durability": t.durability} for t in items],
+                   ["topic", "partitions", "stores", "durability"])
 
     emit(topics, as_json, table)
 

@@ -1,0 +1,113 @@
+"""The ``tubeq`` command end to end: ``cluster up`` as a real process tree, then the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TUBEQ = [sys.executable, "-m", "lib.cli"]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def local_cluster(tmp_path):
+    """``tubeq cluster up`` on free ports; yields (masters, cluster.json); stops it by PID."""
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [*TUBEQ, "cluster", "up", "--data-dir", str(data), "--master-port", "0",
+         "--broker-port", "0", "--no-portal"], cwd=ROOT, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    summary = data / "cluster.json"
+    deadline = time.monotonic() + 60
+    while not summary.exists():
+        assert proc.poll() is None, proc.stdout.read().decode()
+        assert time.monotonic() < deadline, "cluster up did not start in 60 s"
+        time.sleep(0.1)
+    info = json.loads(summary.read_text())
+    try:
+        yield proc, info
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for child in info.values():  # never leave a child behind, even on failure
+            if isinstance(child, dict) and _pid_alive(child["pid"]):
+                os.kill(child["pid"], signal.SIGKILL)
+
+
+def tubeq(masters: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*TUBEQ, "--masters", masters, *args], cwd=ROOT, input=stdin,
+                          capture_output=True, timeout=60)
+
+
+def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
+    _, info = local_cluster
+    masters = info["masters"]
+    assert {"master0", "broker1", "broker2"} <= set(info)
+
+    created = tubeq(masters, "topic", "create", "cli-demo", "--partitions", "3", "--json")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["partition_count"] == 3
+
+    lines = b"".join(b"line-%d\n" % i for i in range(50))
+    produced = tubeq(masters, "produce", "cli-demo", stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    assert b"produced 50 messages" in produced.stderr
+
+    consumed = tubeq(masters, "consume", "cli-demo", "--from-beginning", "--max", "50")
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(consumed.stdout.splitlines()) == sorted(lines.splitlines())
+
+    listed = tubeq(masters, "topic", "list", "--json")
+    assert [t["name"] for t in json.loads(listed.stdout)] == ["cli-demo"]
+    brokers = json.loads(tubeq(masters, "broker", "list", "--json").stdout)
+    assert sorted(b["broker_id"] for b in brokers) == [1, 2]
+    assert all(b["alive"] for b in brokers)
+
+
+def test_cli_errors_are_one_clear_line(local_cluster):
+    _, info = local_cluster
+    bad = tubeq(info["masters"], "topic", "describe", "no-such-topic")
+    assert bad.returncode == 1
+    assert b"UnknownTopic" in bad.stderr and b"Traceback" not in bad.stderr
+    bad_name = tubeq(info["masters"], "topic", "create", "../etc")
+    assert bad_name.returncode == 1 and b"InvalidName" in bad_name.stderr
+
+
+def test_cluster_up_stops_every_child_on_ctrl_c(local_cluster):
+    proc, info = local_cluster
+    pids = [c["pid"] for c in info.values() if isinstance(c, dict)]
+    assert all(_pid_alive(p) for p in pids)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0
+    deadline = time.monotonic() + 10
+    while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_pid_alive(p) for p in pids)
+
+
+def test_unreachable_masters_give_a_clear_error_quickly():
+    start = time.monotonic()
+    res = subprocess.run([*TUBEQ, "--masters", "127.0.0.1:1", "--timeout", "2", "topic", "list"],
+                         cwd=ROOT, capture_output=True, timeout=60)
+    assert res.returncode == 1
+    assert b"Unavailable" in res.stderr and b"127.0.0.1:1" in res.stderr
+    assert time.monotonic() - start < 30
