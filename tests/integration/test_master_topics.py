@@ -1,0 +1,160 @@
+"""A real master process: brokers, topics, placement, routes, validation, audit, restart."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lib import errors
+from lib.proto import admin_pb2 as apb
+from lib.proto import master_pb2 as mpb
+from tests.integration.test_master_common import MasterSession, wait_for
+
+
+@pytest.fixture
+def m(tmp_path):
+    session = MasterSession(tmp_path / "m")
+    yield session
+    session.close()
+
+
+def create(m, name, principal=None, **settings):
+    req = apb.CreateTopicRequest(topic=name, settings=mpb.TopicSettings(**settings))
+    return m.call(m.admin.CreateTopic, req, principal)
+
+
+def test_create_topic_places_partitions_over_two_brokers_round_robin(m):
+    m.register(1)
+    m.register(2)
+    desc = create(m, "orders", partitions=4)
+    assert [(p.partition, p.broker_id) for p in desc.partitions] == [(0, 1), (1, 2), (2, 1),
+                                                                     (3, 2)]
+    assert desc.settings.durability == "async" and desc.settings.stores == 1
+    assert desc.settings.max_message_bytes == 1 << 20 and desc.settings.topic_id > 0
+    assert all(p.available and p.address for p in desc.partitions)
+    hb = m.heartbeat(1)
+    assert hb.term == m.epoch and "orders" in hb.topics
+    assert sorted(pl.partition for pl in hb.placements) == [0, 2]
+    routes = m.call(m.master.GetRoutes, mpb.GetRoutesRequest(topics=["orders"])).routes
+    assert [r.broker_id for r in routes[0].partitions] == [1, 2, 1, 2]
+
+
+def test_describe_reports_offsets_from_heartbeat_stats_when_broker_does_not_answer(m):
+    m.register(1)
+    create(m, "t", partitions=2)
+    m.heartbeat(1, [mpb.PartitionStats(topic="t", partition=0, earliest=3, latest=10),
+                    mpb.PartitionStats(topic="t", partition=1, earliest=0, latest=5)])
+    desc = m.call(m.admin.DescribeTopic, apb.DescribeTopicRequest(topic="t"))
+    assert [(p.earliest, p.latest) for p in desc.partitions] == [(3, 10), (0, 5)]
+
+
+def test_alter_grows_partitions_on_live_brokers_and_keeps_old_placement(m):
+    m.register(1)
+    create(m, "t", partitions=2, durability="sync")
+    m.register(2)
+    req = apb.AlterTopicRequest(topic="t", settings=mpb.TopicSettings(partitions=4,
+                                                                     retention_ms=5000))
+    desc = m.call(m.admin.AlterTopic, req)
+    assert [p.broker_id for p in desc.partitions] == [1, 1, 2, 2]
+    assert desc.settings.durability == "sync" and desc.settings.retention_ms == 5000
+    hb = m.heartbeat(2)
+    assert hb.topics["t"].retention_ms == 5000 and len(hb.placements) == 2
+    with pytest.raises(errors.InvalidArgument, match="only grow"):
+        m.call(m.admin.AlterTopic, apb.AlterTopicRequest(
+            topic="t", settings=mpb.TopicSettings(partitions=3)))
+
+
+def test_delete_topic_tombstones_it_for_brokers_and_recreate_gets_new_id(m):
+    m.register(1)
+    old = create(m, "t").settings.topic_id
+    m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="t"))
+    hb = m.heartbeat(1)
+    assert "t" not in hb.topics
+    assert [(d.topic, d.topic_id) for d in hb.deleted] == [("t", old)]
+    with pytest.raises(errors.UnknownTopic):
+        m.call(m.admin.DescribeTopic, apb.DescribeTopicRequest(topic="t"))
+    with pytest.raises(errors.UnknownTopic):
+        m.call(m.master.GetRoutes, mpb.GetRoutesRequest(topics=["t"]))
+    assert create(m, "t").settings.topic_id > old
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"partitions": 1025}, "partitions"),
+    ({"partitions": 2, "stores": 3}, "stores"),
+    ({"durability": "maybe"}, "durability"),
+    ({"retention_ms": -5}, "retention_ms"),
+    ({"retention_bytes": -2}, "retention_bytes"),
+    ({"max_message_bytes": (16 << 20) + 1}, "max_message_bytes"),
+])
+def test_bad_topic_settings_are_refused_naming_the_field(m, settings, field):
+    m.register(1)
+    with pytest.raises(errors.InvalidArgument, match=field):
+        create(m, "t", **settings)
+    assert m.call(m.admin.ListTopics, apb.ListTopicsRequest()).topics == []
+
+
+def test_bad_names_duplicates_and_no_brokers_give_clear_errors(m):
+    with pytest.raises(errors.NotEnoughBrokers):
+        create(m, "t")
+    m.register(1)
+    for bad in ("", "..", "a/b", "-x", "x" * 250):
+        with pytest.raises(errors.InvalidName):
+            create(m, bad)
+    create(m, "t")
+    with pytest.raises(errors.TopicExists):
+        create(m, "t")
+    with pytest.raises(errors.InvalidArgument):
+        m.register(2, "no-port")
+    assert m.call(m.admin.ListTopics, apb.ListTopicsRequest()).topics[0].topic == "t"
+
+
+def test_broker_missing_heartbeats_is_marked_down_and_its_partitions_unavailable(m):
+    m.register(1)
+    m.register(2)
+    create(m, "t", partitions=2)
+
+    def broker2_down():
+        m.heartbeat(1)
+        brokers = m.call(m.admin.ListBrokers, apb.ListBrokersRequest()).brokers
+        return [(b.broker_id, b.alive) for b in brokers] == [(1, True), (2, False)]
+    wait_for(broker2_down, 5.0, "broker 2 to be marked down", interval=0.2)
+    route = m.call(m.master.GetRoutes, mpb.GetRoutesRequest()).routes[0]
+    assert [(p.broker_id, p.available) for p in route.partitions] == [(1, True), (2, False)]
+    assert route.partitions[1].address == "127.0.0.1:2"
+    assert m.heartbeat(3).reregister, "an unknown broker is told to register"
+
+
+def test_every_admin_change_is_audited_with_principal_and_peer(m):
+    m.register(1)
+    create(m, "t", principal="alice")
+    m.call(m.admin.AlterTopic, apb.AlterTopicRequest(
+        topic="t", settings=mpb.TopicSettings(partitions=4)), "bob")
+    m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="t"))
+    entries = m.call(m.admin.AuditLog, apb.AuditLogRequest(limit=10)).entries
+    assert [(e.action, e.target, e.principal) for e in entries] == [
+        ("create_topic", "t", "alice"), ("alter_topic", "t", "bob"),
+        ("delete_topic", "t", "anonymous")]
+    assert json.loads(entries[1].details)["partitions"] == 4
+    assert all(e.peer and e.time_ms > 0 for e in entries)
+
+
+def test_metadata_survives_restart_and_epoch_grows(m):
+    m.register(1)
+    before = create(m, "t", partitions=3, durability="sync")
+    epoch = m.epoch
+    m.restart()
+    assert m.epoch == epoch + 1
+    desc = m.call(m.admin.DescribeTopic, apb.DescribeTopicRequest(topic="t"))
+    assert desc.settings == before.settings and desc.created_ms == before.created_ms
+    assert not any(p.available for p in desc.partitions), "brokers must register again"
+    assert m.heartbeat(1).reregister
+    assert m.register(1).term == epoch + 1
+    assert len(m.call(m.admin.AuditLog, apb.AuditLogRequest()).entries) == 1
+
+
+def test_health_service_reports_serving(m):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    stub = health_pb2_grpc.HealthStub(m.channel)
+    for service in ("", "tubeq.master.Master", "tubeq.admin.Admin"):
+        res = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert res.status == health_pb2.HealthCheckResponse.SERVING
