@@ -31,7 +31,7 @@ from lib.logs import event
 from lib.names import check_name
 from lib.records import Record
 from lib.rpc import ChannelPool, MasterClient
-from lib.subscription import Routes, SubscriptionState
+from lib.subscription import Routes, SubscriptionState, topic_names
 from lib.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class ConsumerBase:
                  session_timeout_ms: int, client_id: str, rpc_timeout_s: float) -> None:
         self._pool = ChannelPool()
         self._masters = MasterClient(masters if isinstance(masters, str) else list(masters),
-                                     self._pool)
+                                     self._pool, timeout=rpc_timeout_s)
         self._sub = SubscriptionState(reset)
         self._offsets = OffsetClient(self._pool, self._masters, Routes(), rpc_timeout_s)
         self._group = group
@@ -100,8 +100,9 @@ class ConsumerBase:
         if self._coordinator is not None or self._sub.assignment():
             raise errors.InvalidArgument("this consumer is already subscribed or assigned")
         self._group = check_name(group or self._group, "group")
-        self._sub.set_topics([topics] if isinstance(topics, str) else topics, tags)
-        self._offsets.refresh_routes(self._sub.topics)
+        names = topic_names(topics)
+        self._offsets.refresh_routes(names)
+        self._sub.set_topics(names, tags)
         cfg = as_config(CoordinatorConfig, {"group": self._group,
                                             "session_timeout_ms": self._session_timeout_ms,
                                             "client_host": self._client_id})
@@ -110,7 +111,7 @@ class ConsumerBase:
         try:
             coordinator.start()
         except BaseException:
-            self._coordinator = None
+            self._coordinator, self._sub.topics = None, ()
             raise
 
     @property
@@ -141,7 +142,7 @@ class ConsumerBase:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise errors.InvalidArgument("the consumer is closed")
+            raise errors.ClientClosed("the consumer is closed: it takes no more calls")
 
     # -- RebalanceListener -------------------------------------------------------------------
 
@@ -193,10 +194,10 @@ class PullConsumer(ConsumerBase):
         if group or self._group:
             self._start_group(topics, group, tags)
             return
-        self._sub.set_topics([topics] if isinstance(topics, str) else topics, tags)
-        self._offsets.refresh_routes(self._sub.topics)
+        names = topic_names(topics)
+        self._offsets.refresh_routes(names)
         routes = self._offsets.routes
-        self.assign([TopicPartition(t, p) for t in self._sub.topics
+        self.assign([TopicPartition(t, p) for t in names
                      for p in range(routes.partitions(t) or 0)], tags)
 
     def assign(self, tps: Iterable[TopicPartition], tags: Iterable[str] | None = None) -> None:
@@ -208,14 +209,15 @@ class PullConsumer(ConsumerBase):
         tps = [TopicPartition(*tp) for tp in tps]
         topics = sorted({tp.topic for tp in tps})
         if topics:
-            self._sub.set_topics(topics, tags if tags is not None else self._sub.tags)
-            self._offsets.refresh_routes(topics)
+            self._offsets.refresh_routes(topic_names(topics))
         for tp in tps:
             count = self._offsets.routes.partitions(tp.topic) or 0
             if not 0 <= tp.partition < count:
                 raise errors.UnknownPartition(
                     f"{tp.topic} has {count} partitions: no partition {tp.partition}",
                     topic=tp.topic, partition=tp.partition)
+        if topics:
+            self._sub.set_topics(topics, tags if tags is not None else self._sub.tags)
         removed = self._sub.assignment() - set(tps)
         if removed and self._group and self._auto_commit:
             self._commit_quietly(self._sub.revoke(removed), "assign")

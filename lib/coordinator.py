@@ -12,6 +12,10 @@ Rebalance, in the heartbeat thread, when the master answers with a new generatio
    claimed them: then the commit is fenced and the new owner re-reads from the last commit, so
    nothing is skipped; at worst uncommitted records are delivered again);
 2. the new assignment replaces the old; the new generation becomes ours;
+   if partitions were added, wait one heartbeat interval + 300 ms (``handoff_ms``): by then
+   their previous owners have heard of the new generation, committed and stopped, so we start
+   where they stopped and no record we commit is still being delivered to them (a member that
+   misses its heartbeats can break this; its commits are fenced all the same);
 3. FetchOffsets with member_id + generation claims every partition now ours and gives the start
    position of the new ones (committed offset, else the reset policy);
 4. ``listener.on_assign(added)``.
@@ -181,6 +185,7 @@ class CoordinatorConfig:
     group: str
     session_timeout_ms: int = 10_000
     client_host: str = ""
+    handoff_ms: int = -1  # wait before claiming new partitions; -1: one heartbeat + 300 ms
 
     def validate(self) -> None:
         check_name(self.group, "group")
@@ -198,14 +203,17 @@ class Coordinator:
         self.identity: tuple[str, int] = NO_MEMBER  # (member_id, generation), swapped whole
         self._interval = config.session_timeout_ms / 3000
         self._stop = threading.Event()
-        self._lock = threading.Lock()  # one rebalance at a time
+        self._lock = threading.RLock()  # one rebalance at a time
+        self.lock = self._lock  # for consumers that must not interleave with a rebalance
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Join now (bad group/topic raise here), then heartbeat in the background."""
-        self._apply(self._join())
-        self._thread = threading.Thread(target=self._run, name=f"tubeq-hb-{self.config.group}",
-                                        daemon=True)
+        """Join now (bad group/topic raise here); the assignment is taken and the heartbeats
+        sent in the background thread."""
+        state = self._join()
+        self.identity = (state.member_id, -1)  # known for leave(); generation not taken yet
+        self._thread = threading.Thread(target=self._run, args=(state,), daemon=True,
+                                        name=f"tubeq-hb-{self.config.group}")
         self._thread.start()
 
     def stop(self) -> None:
@@ -230,11 +238,18 @@ class Coordinator:
         self.identity = NO_MEMBER
 
     def resolve_missing(self) -> None:
-        """Start positions for assigned partitions whose claim failed in the rebalance."""
-        with self._lock:
+        """Start positions for assigned partitions whose claim failed in a rebalance.
+
+        Does nothing while a rebalance is running (it gives those partitions their positions).
+        """
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             missing = self.sub.missing_positions()
-            if missing:
+            if missing and self.identity[1] >= 0:
                 self.offsets.resolve(self.sub, missing, self.config.group, self.identity)
+        finally:
+            self._lock.release()
 
     def _join(self) -> master_pb2.GroupState:
         req = master_pb2.JoinGroupRequest(
@@ -250,24 +265,26 @@ class Coordinator:
         return self.offsets.masters.call(master_pb2_grpc.MasterStub, "GroupHeartbeat", req,
                                          timeout=max(1.0, self.config.session_timeout_ms / 2000))
 
-    def _run(self) -> None:
-        delay = self._interval
+    def _run(self, first: master_pb2.GroupState) -> None:
+        delay = self._step(lambda: first)
         while not self._stop.wait(delay):
-            delay = self._interval
-            try:
-                state = self._heartbeat() if self.identity[0] else self._join()
-                self._apply(state)
-            except (errors.UnknownMember, errors.Fenced) as exc:
-                event(log, "group.rejoin", group=self.config.group, reason=str(exc))
-                self._lose_membership()
-                delay = 0.0
-            except errors.TubeqError as exc:
-                event(log, "group.heartbeat_failed", logging.WARNING, group=self.config.group,
-                      error=str(exc))
-                delay = min(self._interval, 0.5)
-            except Exception:  # the heartbeat thread must survive a listener bug
-                log.exception("group.heartbeat_crashed")
-                delay = min(self._interval, 0.5)
+            delay = self._step(lambda: self._heartbeat() if self.identity[0] else self._join())
+
+    def _step(self, ask: Callable[[], master_pb2.GroupState]) -> float:
+        """One heartbeat (or join) and its rebalance; returns the wait before the next one."""
+        try:
+            self._apply(ask())
+            return self._interval
+        except (errors.UnknownMember, errors.Fenced) as exc:
+            event(log, "group.rejoin", group=self.config.group, reason=str(exc))
+            self._lose_membership()
+            return 0.0
+        except errors.TubeqError as exc:
+            event(log, "group.heartbeat_failed", logging.WARNING, group=self.config.group,
+                  error=str(exc))
+        except Exception:  # the heartbeat thread must survive a listener bug
+            log.exception("group.heartbeat_crashed")
+        return min(self._interval, 0.5)
 
     def _lose_membership(self) -> None:
         with self._lock:
@@ -283,28 +300,48 @@ class Coordinator:
 
     def _apply(self, state: master_pb2.GroupState) -> None:
         """Take the master's answer: routes always, the assignment when it changed."""
+        with self._lock:
+            while state is not None:
+                state = self._take(state)
+
+    def _take(self, state: master_pb2.GroupState) -> master_pb2.GroupState | None:
+        """One rebalance step; returns a newer state if the master moved on during the hand-off."""
         self.offsets.routes.update(state.routes)
         if state.heartbeat_interval_ms:
             self._interval = state.heartbeat_interval_ms / 1000
         new = {TopicPartition(a.topic, p) for a in state.assignments for p in a.partitions}
-        with self._lock:
-            current = self.sub.assignment()
-            same_generation = state.generation == self.identity[1]
-            if same_generation and new == current and state.member_id == self.identity[0]:
-                return
-            self._revoke(current - new)
-            added, _ = self.sub.assign(new)
-            self.identity = (state.member_id, state.generation)
-            event(log, "group.assigned", group=self.config.group, member=state.member_id,
-                  generation=state.generation, partitions=len(new), added=len(added))
-            self._claim(new, added)
+        current = self.sub.assignment()
+        if (state.generation, state.member_id) == self.identity and new == current:
+            return None
+        self._revoke(current - new)
+        added, _ = self.sub.assign(new)
+        self.identity = (state.member_id, state.generation)
+        event(log, "group.assigned", group=self.config.group, member=state.member_id,
+              generation=state.generation, partitions=len(new), added=len(added))
+        if added:
+            # Hand-off: the previous owners learn of the new generation at their next
+            # heartbeat, commit what they consumed and stop. Claiming only after that starts
+            # us where they stopped, and no record we deliver and commit is still being
+            # delivered to them. Then make sure the generation is still the current one.
+            if self._stop.wait(self._handoff_s()):
+                return None  # closing: the positions are not needed any more
+            fresh = self._heartbeat()
+            if (fresh.generation, fresh.member_id) != self.identity:
+                return fresh
+        self._claim(new, set(self.sub.missing_positions()) & new)
         try:
             self.listener.on_assign(added)
         except Exception:
             log.exception("group.on_assign_failed")
+        return None
+
+    def _handoff_s(self) -> float:
+        if self.config.handoff_ms >= 0:
+            return self.config.handoff_ms / 1000
+        return self._interval + 0.3
 
     def _claim(self, new: set[TopicPartition], added: set[TopicPartition]) -> None:
-        """Claim every partition under the new generation; start the added ones."""
+        """Claim every partition under the new generation; start those without a position."""
         try:
             committed = self.offsets.committed(self.config.group, new, self.identity)
         except errors.TubeqError as exc:

@@ -53,13 +53,10 @@ class SubscriptionState:
 
     # -- subscription and assignment ---------------------------------------------------------
 
-    def set_topics(self, topics: Iterable[str], tags: Iterable[str] | None = None) -> None:
+    def set_topics(self, topics: Iterable[str] | str, tags: Iterable[str] | None = None) -> None:
         """Record the subscribed topics (names checked) and the tag filter."""
-        names = tuple(dict.fromkeys(check_name(t, "topic") for t in topics))
-        if not names:
-            raise InvalidArgument("subscribe needs at least one topic")
-        self.topics = names
         self.set_tags(tags)
+        self.topics = topic_names(topics)
 
     def set_tags(self, tags: Iterable[str] | None) -> None:
         if isinstance(tags, str):
@@ -220,6 +217,15 @@ class SubscriptionState:
         return st
 
 
+def topic_names(topics: Iterable[str] | str) -> tuple[str, ...]:
+    """Checked, de-duplicated topic names (a single name may be given as a string)."""
+    names = tuple(dict.fromkeys(check_name(t, "topic")
+                                for t in ([topics] if isinstance(topics, str) else topics)))
+    if not names:
+        raise InvalidArgument("subscribe needs at least one topic")
+    return names
+
+
 def _commit_point(st: PartitionState) -> int:
     assert st.position is not None
     return st.position if st.hold is None else min(st.position, st.hold)
@@ -242,6 +248,7 @@ class Routes:
         self._lock = threading.Lock()
         self._addr: dict[TopicPartition, str] = {}
         self._partitions: dict[str, int] = {}
+        self._max_message: dict[str, int] = {}
         self.version = 0
 
     def update(self, routes: Iterable) -> None:
@@ -250,6 +257,8 @@ class Routes:
             new = dict(self._addr)
             for route in routes:
                 self._partitions[route.topic] = len(route.partitions)
+                if route.settings.max_message_bytes:
+                    self._max_message[route.topic] = route.settings.max_message_bytes
                 for p in route.partitions:
                     tp = TopicPartition(route.topic, p.partition)
                     if p.available and p.address:
@@ -266,6 +275,10 @@ class Routes:
     def partitions(self, topic: str) -> int | None:
         """Number of partitions of ``topic`` known from routes (None: never seen)."""
         return self._partitions.get(topic)
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The topic's largest message (from its settings), None when not known."""
+        return self._max_message.get(topic)
 
     def by_broker(self, tps: Iterable[TopicPartition]) -> tuple[dict[str, list[TopicPartition]],
                                                                list[TopicPartition]]:

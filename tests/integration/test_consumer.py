@@ -1,0 +1,191 @@
+"""PullConsumer against a real cluster (1 master + 2 brokers as processes on 127.0.0.1)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lib import errors
+from lib.consumer import PullConsumer
+from lib.types import TopicPartition
+from tests.integration.test_consumer_common import Feeder, poll_until, wait_for
+
+
+@pytest.fixture
+def feeder(cluster):
+    f = Feeder(cluster.master_addresses)
+    yield f
+    f.close()
+
+
+def by_partition(records):
+    out: dict[int, list] = {}
+    for r in records:
+        out.setdefault(r.partition, []).append(r)
+    return out
+
+
+def test_pull_consumer_reads_every_partition_in_order(cluster, feeder):
+    feeder.create_topic("orders", 4)
+    sent = feeder.fill("orders", 4, 700, batch=100)
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest",
+                      max_poll_records=300) as c:
+        c.subscribe(["orders"])
+        assert c.assignment() == {TopicPartition("orders", p) for p in range(4)}
+        got = poll_until(c, 2800)
+        assert c.poll(timeout=0.3) == []
+    for p, recs in by_partition(got).items():
+        assert [r.offset for r in recs] == list(range(700))
+        assert [r.value for r in recs] == sent[p]
+        assert all(r.topic == "orders" for r in recs)
+
+
+def test_pull_consumer_resumes_from_committed_offset(cluster, feeder):
+    feeder.create_topic("resume", 2)
+    feeder.fill("resume", 2, 100)
+    tp0 = TopicPartition("resume", 0)
+    with PullConsumer(cluster.master_addresses, group="g1", auto_offset_reset="earliest",
+                      enable_auto_commit=False) as c:
+        c.subscribe(["resume"])
+        wait_for(lambda: len(c.assignment()) == 2, 15, "assignment")
+        got = poll_until(c, 200)
+        assert len(got) == 200
+        c.commit({tp0: 60, TopicPartition("resume", 1): 100})
+        assert c.committed(tp0) == 60
+    feeder.produce("resume", 1, [b"late"])
+    with PullConsumer(cluster.master_addresses, group="g1", auto_offset_reset="earliest") as c:
+        c.subscribe(["resume"])
+        got = poll_until(c, 41)
+        assert [(r.partition, r.offset) for r in got if r.partition == 1] == [(1, 100)]
+        assert [r.offset for r in got if r.partition == 0] == list(range(60, 100))
+        # close() auto-commits what poll returned
+    with PullConsumer(cluster.master_addresses, group="g1") as c:
+        assert c.committed(tp0) == 100
+
+
+def test_close_commits_positions_and_new_member_starts_there(cluster, feeder):
+    feeder.create_topic("autoc", 1)
+    feeder.fill("autoc", 1, 50)
+    with PullConsumer(cluster.master_addresses, group="ga", auto_offset_reset="earliest",
+                      max_poll_records=20) as c:
+        c.subscribe("autoc")
+        first = poll_until(c, 20)
+    assert [r.offset for r in first] == list(range(20))
+    end = 20
+    with PullConsumer(cluster.master_addresses, group="ga", auto_offset_reset="earliest") as c:
+        c.subscribe("autoc")
+        rest = poll_until(c, 50 - end)
+    assert rest[0].offset == end and rest[-1].offset == 49
+
+
+def test_seek_to_time_starts_at_first_record_at_or_after_it(cluster, feeder):
+    feeder.create_topic("timed", 1)
+    feeder.produce("timed", 0, [b"a", b"b"], timestamp=1_000)
+    feeder.produce("timed", 0, [b"c", b"d"], timestamp=2_000)
+    feeder.produce("timed", 0, [b"e"], timestamp=3_000)
+    tp = TopicPartition("timed", 0)
+    with PullConsumer(cluster.master_addresses) as c:
+        c.assign([tp])
+        c.seek_to_time(1_500)
+        assert c.position(tp) == 2
+        assert [r.value for r in poll_until(c, 3)] == [b"c", b"d", b"e"]
+        c.seek_to_beginning(tp)
+        assert c.position(tp) == 0
+        c.seek_to_end()
+        assert c.position(tp) == 5
+        c.seek(tp, 4)
+        assert [r.value for r in poll_until(c, 1)] == [b"e"]
+
+
+def test_tag_filter_returns_only_matching_records(cluster, feeder):
+    feeder.create_topic("tagged", 1)
+    for i in range(10):
+        feeder.produce("tagged", 0, [f"red-{i}".encode()] * 3, tag="red")
+        feeder.produce("tagged", 0, [f"blue-{i}".encode()] * 2, tag="blue")
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as c:
+        c.subscribe(["tagged"], tags=["blue"])
+        got = poll_until(c, 20)
+        assert c.poll(timeout=0.5) == []
+        assert all(r.tag == "blue" and r.value.startswith(b"blue") for r in got)
+        assert [r.offset for r in got] == sorted(r.offset for r in got)
+        assert c.position(TopicPartition("tagged", 0)) == 50
+
+
+def test_reset_policy_error_raises_offset_out_of_range_with_the_range(cluster, feeder):
+    feeder.create_topic("strict", 1)
+    feeder.fill("strict", 1, 10)
+    tp = TopicPartition("strict", 0)
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="error") as c:
+        c.assign([tp])
+        with pytest.raises(errors.OffsetOutOfRange) as info:
+            c.poll(timeout=5)  # no committed offset and no reset allowed
+        assert (info.value.earliest, info.value.latest) == (0, 10)
+        c.seek(tp, 500)
+        with pytest.raises(errors.OffsetOutOfRange) as info:
+            for _ in range(20):
+                assert c.poll(timeout=0.5) == []
+        assert info.value.latest == 10
+        c.seek(tp, 8)
+        assert [r.offset for r in poll_until(c, 2)] == [8, 9]
+
+
+def test_out_of_range_position_with_earliest_policy_restarts_at_earliest(cluster, feeder):
+    feeder.create_topic("lenient", 1)
+    feeder.fill("lenient", 1, 5)
+    tp = TopicPartition("lenient", 0)
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        c.seek(tp, 1000)
+        assert [r.offset for r in poll_until(c, 5)] == [0, 1, 2, 3, 4]
+
+
+def test_pause_stops_delivery_until_resume(cluster, feeder):
+    feeder.create_topic("paused", 2)
+    feeder.fill("paused", 2, 30)
+    p0, p1 = TopicPartition("paused", 0), TopicPartition("paused", 1)
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as c:
+        c.assign([p0, p1])
+        c.pause(p0)
+        got = poll_until(c, 30)
+        assert {r.partition for r in got} == {1}
+        assert c.poll(timeout=0.5) == []
+        c.resume(p0)
+        assert {r.partition for r in poll_until(c, 30)} == {0}
+
+
+def test_bad_input_gives_clear_errors(cluster, feeder):
+    feeder.create_topic("valid", 1)
+    masters = cluster.master_addresses
+    with pytest.raises(errors.InvalidName, match="group"):
+        PullConsumer(masters, group="bad/group")
+    with pytest.raises(errors.InvalidArgument, match="auto_offset_reset"):
+        PullConsumer(masters, auto_offset_reset="sometime")
+    with PullConsumer(masters) as c:
+        with pytest.raises(errors.UnknownTopic):
+            c.subscribe(["no-such-topic"])
+        with pytest.raises(errors.InvalidArgument, match="subscribe"):
+            c.poll(timeout=0)
+        with pytest.raises(errors.UnknownPartition):
+            c.assign([TopicPartition("valid", 7)])
+        c.assign([TopicPartition("valid", 0)])
+        with pytest.raises(errors.InvalidArgument, match="offsets are integers"):
+            c.seek(TopicPartition("valid", 0), -1)
+        with pytest.raises(errors.InvalidArgument, match="not assigned"):
+            c.seek(TopicPartition("other", 0), 1)
+        with pytest.raises(errors.InvalidArgument, match="group"):
+            c.commit()
+    with PullConsumer(masters, group="g") as c, pytest.raises(errors.UnknownTopic):
+        c.subscribe(["missing-topic"])
+    c = PullConsumer(masters)
+    c.close()
+    with pytest.raises(errors.ClientClosed):
+        c.poll()
+
+
+def test_unreachable_master_list_fails_clearly_within_the_timeout():
+    started = time.monotonic()
+    c = PullConsumer("127.0.0.1:1", rpc_timeout_s=2.0)
+    with pytest.raises(errors.Unavailable, match="master"):
+        c.subscribe(["t"])
+    c.close()
+    assert time.monotonic() - started < 15
