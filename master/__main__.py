@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from lib.errors import TubeqError
 from lib.logs import event, setup
@@ -32,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setup("master", args.port if args.port is not None else "?", args.log_level)
+    setup("master", Path(args.data_dir).name if args.data_dir else "?", args.log_level)
     try:
         config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
                       metrics_port=args.metrics_port)

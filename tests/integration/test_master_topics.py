@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lib import errors
 from lib.proto import admin_pb2 as apb
@@ -152,9 +154,23 @@ def test_metadata_survives_restart_and_epoch_grows(m):
     assert len(m.call(m.admin.AuditLog, apb.AuditLogRequest()).entries) == 1
 
 
-def test_health_service_reports_serving(m):
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+def test_health_service_reports_serving_and_metrics_are_served(m):
     stub = health_pb2_grpc.HealthStub(m.channel)
     for service in ("", "tubeq.master.Master", "tubeq.admin.Admin"):
         res = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
         assert res.status == health_pb2.HealthCheckResponse.SERVING
+    m.register(1)
+    with urllib.request.urlopen(f"http://{m.proc.info['metrics']}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert "tubeq_master_brokers_alive 1.0" in text
+    assert f"tubeq_master_epoch {float(m.epoch)}" in text
+
+
+def test_bad_requests_leave_the_master_serving(m):
+    m.register(1)
+    for _ in range(3):
+        with pytest.raises(errors.InvalidName):
+            m.call(m.master.GetRoutes, mpb.GetRoutesRequest(topics=["../etc"]))
+        with pytest.raises(errors.InvalidArgument):
+            m.register(-1)
+    assert m.proc.alive() and create(m, "still-ok").topic == "still-ok"

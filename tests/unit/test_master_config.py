@@ -1,0 +1,47 @@
+"""MasterConfig and topic settings: defaults, validation messages that name the field."""
+from __future__ import annotations
+
+import pytest
+
+from lib.errors import ConfigError, InvalidArgument
+from lib.proto import master_pb2 as mpb
+from master import settings
+from master.config import MasterConfig, load
+
+
+def test_config_from_toml_with_overrides(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('[master]\ndata_dir = "x"\nport = 1234\ndefault_partitions = 8\n')
+    cfg = load(str(path), port=4321)
+    assert (cfg.data_dir, cfg.port, cfg.default_partitions) == ("x", 4321, 8)
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"bogus": 1}, "bogus"),
+    ({"data_dir": ""}, "data_dir"),
+    ({"broker_heartbeat_interval_ms": 7000}, "broker_heartbeat_interval_ms"),
+    ({"group_min_session_timeout_ms": 20_000}, "group_min_session_timeout_ms"),
+    ({"default_durability": "never"}, "default_durability"),
+    ({"default_stores": 4}, "default_stores"),
+])
+def test_bad_config_is_refused_naming_the_key(values, key):
+    with pytest.raises(ConfigError, match=key):
+        load(None, **{"data_dir": "d", **values})
+
+
+def test_zero_fields_use_defaults_on_create_and_stores_follow_partitions():
+    cfg = MasterConfig(data_dir="d", default_stores=2, default_partitions=4)
+    assert settings.for_create(None, cfg)["stores"] == 2
+    one = settings.for_create(mpb.TopicSettings(partitions=1), cfg)
+    assert (one["partitions"], one["stores"], one["durability"]) == (1, 1, "async")
+
+
+def test_alter_keeps_unset_fields_and_refuses_shrinking_or_new_store_count():
+    cfg = MasterConfig(data_dir="d")
+    current = settings.for_create(mpb.TopicSettings(partitions=4, durability="sync"), cfg)
+    altered = settings.for_alter(current, mpb.TopicSettings(retention_bytes=1000), cfg)
+    assert altered == {**current, "retention_bytes": 1000}
+    with pytest.raises(InvalidArgument, match="only grow"):
+        settings.for_alter(current, mpb.TopicSettings(partitions=2), cfg)
+    with pytest.raises(InvalidArgument, match="stores"):
+        settings.for_alter(current, mpb.TopicSettings(stores=2), cfg)
