@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import queue
+import socket
 import threading
 import time
 
@@ -256,3 +257,35 @@ def test_deleted_topic_data_is_dropped_by_the_broker(h, cluster):
                 topic="gone", partitions=[pb.PartitionFetch(partition=0)]), 5)
     finally:
         ch.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_broker_reregisters_after_master_restart_and_keeps_serving(cluster_factory):
+    cluster = cluster_factory(brokers=1, master_args=["--port", str(_free_port())])
+    h = Harness(cluster)
+    try:
+        h.create("survive", partitions=1)
+        h.produce("survive", 0, [b"before"])
+        broker = cluster.brokers[1]
+        master = cluster.masters[0]
+        master.stop()
+        master.start()  # same data dir and port: epoch (term) grows, live state is empty
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            brokers = h.admin("ListBrokers", admin_pb2.ListBrokersRequest()).brokers
+            if any(b.broker_id == 1 and b.alive for b in brokers):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"broker did not re-register:\n{broker.log_tail()}")
+        assert "master.reregister" in broker.log_tail(200) or \
+            broker.log_tail(200).count("master.registered") >= 2
+        h.produce("survive", 0, [b"after"])
+        assert read_all(h, "survive", 0) == [b"before", b"after"]
+    finally:
+        h.close()
