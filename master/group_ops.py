@@ -65,7 +65,7 @@ class GroupOps:
         jobs = {}
         for broker, parts in self.routes.by_broker(record).items():
             address = self.routes.address(broker)
-            if address:
+            if address and self.routes.registry.is_alive(broker):
                 jobs[broker] = (lambda a=address, ps=parts: (
                     self.calls.committed(a, group, topic, ps),
                     self.calls.list_offsets(a, topic, ps)))
