@@ -88,6 +88,8 @@ class DataPlane:
         """Read every requested partition; wait for data (long-poll) when none has any."""
         signal = self.topics.signal(req.topic)
         tags = check_tags(req.tags)
+        if not req.partitions:
+            raise InvalidArgument(f"Fetch of {req.topic} names no partition")
         wait_s = min(req.max_wait_ms, self.config.fetch_max_wait_ms) / 1e3
         deadline = time.monotonic() + wait_s
         while True:
