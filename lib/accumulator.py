@@ -19,10 +19,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lib.errors import ClientClosed, RequestTimedOut
+from lib.futures import RecordFuture
 from lib.records import MAX_RECORDS_PER_BATCH
 from lib.types import TopicPartition
 
@@ -36,7 +36,7 @@ class Batch:
     frames: list[bytes] = field(default_factory=list)
     tag_hashes: list[int] = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
-    futures: list[Future] = field(default_factory=list)
+    futures: list[RecordFuture] = field(default_factory=list)
     size: int = 0
     sealed: bool = False  # sent at least once: no more appends, keeps its bytes and sequence
     attempts: int = 0
@@ -46,6 +46,7 @@ class Batch:
     base_sequence: int = -1
     producer_id: int = -1
     done: threading.Event = field(default_factory=threading.Event)
+    condition: threading.Condition = field(default_factory=threading.Condition)  # of futures
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -71,9 +72,10 @@ class Accumulator:
 
     # ------------------------------------------------------------------ caller side
 
-    def append(self, tp: TopicPartition, frame: bytes, tag_hash: int, timestamp: int,
-               future: Future) -> None:
-        """Queue one encoded frame; blocks while the buffer is full (up to max_block_s)."""
+    def append(self, tp: TopicPartition, frame: bytes, tag_hash: int,
+               timestamp: int) -> RecordFuture:
+        """Queue one encoded frame and return its future; blocks while the buffer is full
+        (up to max_block_s)."""
         size = len(frame)
         with self.cond:
             if self.closed:
@@ -93,9 +95,11 @@ class Accumulator:
             batch.frames.append(frame)
             batch.tag_hashes.append(tag_hash)
             batch.timestamps.append(timestamp)
+            future = RecordFuture(batch.condition)
             batch.futures.append(future)
             batch.size += size
             self._used += size
+        return future
 
     def _wait_for_room(self, size: int) -> None:
         if size > self.buffer_bytes:

@@ -24,13 +24,13 @@ import queue
 import random
 import threading
 import time
-from concurrent.futures import InvalidStateError
 from typing import Any
 
 import grpc
 
 from lib.accumulator import Accumulator, Batch
 from lib.errors import PartitionNotHosted, TubeqError, Unavailable, UnknownTopic
+from lib.futures import settle
 from lib.logs import event
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import assemble_batch
@@ -176,8 +176,9 @@ class Sender(threading.Thread):
         if response.last_offset - base + 1 != len(batch):
             event(log, "producer.offsets_mismatch", logging.WARNING, topic=topic,
                   partition=partition, base=base, last=response.last_offset, count=len(batch))
-        for i, (fut, ts) in enumerate(zip(batch.futures, batch.timestamps, strict=True)):
-            _resolve(fut, RecordMetadata(topic, partition, base + i, ts))
+        times = batch.timestamps
+        settle(batch.condition, batch.futures,
+               lambda i: RecordMetadata(topic, partition, base + i, times[i]))
         self.acc.release(batch)
 
     def _retry_or_fail(self, batch: Batch, error: TubeqError) -> None:
@@ -212,8 +213,7 @@ class Sender(threading.Thread):
         event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), error=error.code,
               message=error.message)
-        for fut in batch.futures:
-            _reject(fut, error)
+        settle(batch.condition, batch.futures, error=error)
         self.acc.release(batch, in_flight)
 
     def fail_all(self, error: TubeqError) -> None:
@@ -222,16 +222,3 @@ class Sender(threading.Thread):
         for batch in self.acc.incomplete():
             self.fail(batch, error, in_flight=batch not in queued)
 
-
-def _resolve(fut, value) -> None:
-    try:
-        fut.set_result(value)
-    except InvalidStateError:
-        pass  # already failed by a forced close
-
-
-def _reject(fut, error: BaseException) -> None:
-    try:
-        fut.set_exception(error)
-    except InvalidStateError:
-        pass

@@ -19,7 +19,7 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per produced record, keep it small
 class RecordMetadata:
     """Where the broker stored a produced record (the result of ``Producer.send``)."""
 

@@ -20,9 +20,7 @@ def _acc(batch_bytes=100, buffer_bytes=10_000, linger_s=0.05, max_block_s=0.1) -
 
 
 def _add(acc: Accumulator, tp: TopicPartition, size: int = 10) -> Future:
-    fut: Future = Future()
-    acc.append(tp, b"x" * size, 0, 0, fut)
-    return fut
+    return acc.append(tp, b"x" * size, 0, 0)
 
 
 def _drain(acc: Accumulator, now: float | None = None):
