@@ -65,9 +65,8 @@ def consume(ctx, topic, group, from_beginning, tags, max_messages, idle_timeout,
         consumer.subscribe([topic], group=group, tags=tag_list)
     else:
         info = admin(ctx).describe_topic(topic)
-        consumer.assign([TopicPartition(topic, p.partition) for p in info.partitions])
-        if tag_list:
-            consumer.subscribe_tags(tag_list) if hasattr(consumer, "subscribe_tags") else None
+        consumer.assign([TopicPartition(topic, p.partition) for p in info.partitions],
+                        tags=tag_list)
         if from_beginning:
             consumer.seek_to_beginning()
         else:
