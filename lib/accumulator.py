@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from lib.errors import ClientClosed, RequestTimedOut
-from lib.futures import RecordFuture
+from lib.futures import BatchOutcome, RecordFuture
 from lib.records import MAX_RECORDS_PER_BATCH
 from lib.types import TopicPartition
 
@@ -36,7 +36,6 @@ class Batch:
     frames: list[bytes] = field(default_factory=list)
     tag_hashes: list[int] = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
-    futures: list[RecordFuture] = field(default_factory=list)
     size: int = 0
     sealed: bool = False  # sent at least once: no more appends, keeps its bytes and sequence
     attempts: int = 0
@@ -46,7 +45,7 @@ class Batch:
     base_sequence: int = -1
     producer_id: int = -1
     done: threading.Event = field(default_factory=threading.Event)
-    condition: threading.Condition = field(default_factory=threading.Condition)  # of futures
+    outcome: BatchOutcome = field(default_factory=BatchOutcome)  # shared by its futures
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -61,7 +60,9 @@ class Accumulator:
         self.buffer_bytes = buffer_bytes
         self.linger_s = linger_s
         self.max_block_s = max_block_s
-        self.cond = threading.Condition()
+        # append() takes the raw lock (cheaper than entering the Condition); both are one lock.
+        self._lock = threading.RLock()
+        self.cond = threading.Condition(self._lock)
         self._queues: dict[TopicPartition, deque[Batch]] = {}
         self._in_flight: set[TopicPartition] = set()
         self._incomplete: set[Batch] = set()
@@ -77,7 +78,7 @@ class Accumulator:
         """Queue one encoded frame and return its future; blocks while the buffer is full
         (up to max_block_s)."""
         size = len(frame)
-        with self.cond:
+        with self._lock:
             if self.closed:
                 raise ClientClosed("the producer is closed: it accepts no more records")
             if self._used + size > self.buffer_bytes:
@@ -92,11 +93,10 @@ class Accumulator:
                 queue.append(batch)
                 self._incomplete.add(batch)
                 self.cond.notify_all()  # a new batch: the sender learns its linger deadline
+            future = RecordFuture(batch.outcome, len(batch.frames))
             batch.frames.append(frame)
             batch.tag_hashes.append(tag_hash)
             batch.timestamps.append(timestamp)
-            future = RecordFuture(batch.condition)
-            batch.futures.append(future)
             batch.size += size
             self._used += size
         return future

@@ -1,26 +1,30 @@
 """Cheap per-record futures, settled a whole batch at a time.
 
 ``Producer.send`` returns one ``concurrent.futures.Future`` per record. A stock Future allocates a
-Condition (with an RLock and a deque) and two lists: at 150k records/s that is about a million
-garbage-collected objects a second, and the collector's passes over them cost more than the
-encoding itself. :class:`RecordFuture` is a real ``Future`` subclass (``result``, ``exception``,
-``add_done_callback``, ``concurrent.futures.wait`` all work) that
+Condition (with an RLock and a deque) and two lists, and must be resolved one by one: at 150k
+records/s that is about a million garbage-collected objects a second plus a lock round trip per
+record. :class:`RecordFuture` is a real ``Future`` subclass (``result``, ``exception``,
+``done``, ``add_done_callback``, ``concurrent.futures.wait``/``as_completed`` all work) whose
+state lives in one :class:`BatchOutcome` shared by every record of its batch:
 
-- shares one Condition with every record of its batch,
-- creates its waiter list and callback list only when someone uses them, and
-- is settled by :func:`settle` under one lock hold for the whole batch, so a waiter woken by the
-  shared condition always finds its own future finished.
+- settling a batch is O(1): set the outcome, notify the shared condition once; each record's
+  RecordMetadata is built only when someone asks for its result;
+- waiter and callback lists are created only for futures that use them, and only those are
+  visited when the batch settles (callbacks run in record order);
+- the outcome never references the futures (no reference cycles for the collector to find),
+  except the few registered for callbacks, and it drops those once it has settled.
 
 Records cannot be cancelled once queued (``cancel()`` returns False, as in Kafka's producer):
-the batch is sent regardless, and a cancel would wake the siblings' waiters spuriously.
+the batch is sent regardless. ``set_result``/``set_exception`` are not supported: only
+:meth:`BatchOutcome.succeed` / :meth:`BatchOutcome.fail` finish a record.
 
-This relies on the attribute names of CPython's ``concurrent.futures._base.Future`` (stable
-since Python 3.2); tests/unit/test_producer_futures.py checks the behaviour.
+This relies on the private attribute names of CPython's ``concurrent.futures._base.Future``
+(stable since Python 3.2); tests/unit/test_producer_futures.py checks the behaviour.
 """
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, PENDING
 from typing import Any
@@ -28,29 +32,86 @@ from typing import Any
 _NO_CALLBACKS: tuple = ()
 
 
-class RecordFuture(Future):
-    """A Future sharing its batch's condition; see the module docstring."""
+class BatchOutcome:
+    """The shared state of every record future of one batch."""
 
-    def __init__(self, condition: threading.Condition) -> None:  # no super(): no own lock
-        self._condition = condition
-        self._state = PENDING
-        self._result = None
-        self._exception = None
+    def __init__(self, make_result: Callable[[int], Any] | None = None) -> None:
+        self.condition = threading.Condition()
+        self.state = PENDING
+        self.error: BaseException | None = None
+        self.make_result = make_result  # index -> result value, set on success
+        self.watched: list[RecordFuture] = []  # futures with callbacks or waiters
+
+    def succeed(self, make_result: Callable[[int], Any]) -> None:
+        """Every pending record gets ``make_result(index)`` (built lazily, on access)."""
+        self._finish(make_result, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._finish(None, error)
+
+    def _finish(self, make_result: Callable[[int], Any] | None,
+                error: BaseException | None) -> None:
+        with self.condition:
+            if self.state != PENDING:
+                return
+            self.make_result, self.error, self.state = make_result, error, FINISHED
+            watched, self.watched = self.watched, []
+            for fut in watched:
+                for waiter in fut.__dict__.get("_waiter_list") or ():
+                    if error is None:
+                        waiter.add_result(fut)
+                    else:
+                        waiter.add_exception(fut)
+            self.condition.notify_all()
+        for fut in watched:
+            fut._invoke_callbacks()
+
+
+class RecordFuture(Future):
+    """The future of record ``index`` of a batch; see the module docstring."""
+
+    def __init__(self, outcome: BatchOutcome, index: int) -> None:  # no super(): no own lock
+        self._outcome = outcome
+        self._index = index
+        self._condition = outcome.condition
         self._done_callbacks = _NO_CALLBACKS
 
     @property
+    def _state(self) -> str:
+        return self._outcome.state
+
+    @property
+    def _result(self) -> Any:
+        outcome = self._outcome
+        if outcome.state != FINISHED or outcome.error is not None or outcome.make_result is None:
+            return None
+        return outcome.make_result(self._index)
+
+    @property
+    def _exception(self) -> BaseException | None:
+        return self._outcome.error
+
+    @property
     def _waiters(self) -> list:
-        # concurrent.futures.wait() appends to this list: create it on first use only.
+        # concurrent.futures.wait()/as_completed() append here while holding our condition.
         waiters = self.__dict__.get("_waiter_list")
         if waiters is None:
             waiters = self.__dict__["_waiter_list"] = []
+            self._watch()
         return waiters
+
+    def _watch(self) -> None:
+        """Register for a visit when the batch settles (once; call with the condition held)."""
+        if not self.__dict__.get("_watched"):
+            self.__dict__["_watched"] = True
+            self._outcome.watched.append(self)
 
     def add_done_callback(self, fn: Callable[[Future], object]) -> None:
         with self._condition:
-            if self._state == PENDING:
+            if self._outcome.state == PENDING:
                 if self._done_callbacks is _NO_CALLBACKS:
                     self._done_callbacks = []
+                    self._watch()
                 self._done_callbacks.append(fn)
                 return
         super().add_done_callback(fn)  # already finished: runs fn now
@@ -58,33 +119,11 @@ class RecordFuture(Future):
     def cancel(self) -> bool:
         return False
 
+    def set_running_or_notify_cancel(self) -> bool:
+        return True
 
-def settle(condition: threading.Condition, futures: Sequence[Future],
-           values: Callable[[int], Any] | None = None,
-           error: BaseException | None = None) -> None:
-    """Finish every pending future of a batch: ``values(i)`` for the i-th, or ``error``.
+    def set_result(self, result: Any) -> None:
+        raise RuntimeError("a record future is settled by its batch, not by set_result")
 
-    One lock hold and one notify for the whole batch; done-callbacks run afterwards, in this
-    thread, in record order. Futures already finished are left alone.
-    """
-    finished: list[Future] = []
-    with condition:
-        for i, fut in enumerate(futures):
-            if fut._state != PENDING:
-                continue
-            if error is None:
-                fut._result = values(i) if values is not None else None
-            else:
-                fut._exception = error
-            fut._state = FINISHED
-            waiters = fut.__dict__.get("_waiter_list")
-            for waiter in waiters or ():
-                if error is None:
-                    waiter.add_result(fut)
-                else:
-                    waiter.add_exception(fut)
-            if fut._done_callbacks:
-                finished.append(fut)
-        condition.notify_all()
-    for fut in finished:
-        fut._invoke_callbacks()
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise RuntimeError("a record future is settled by its batch, not by set_exception")

@@ -30,7 +30,6 @@ import grpc
 
 from lib.accumulator import Accumulator, Batch
 from lib.errors import PartitionNotHosted, TubeqError, Unavailable, UnknownTopic
-from lib.futures import settle
 from lib.logs import event
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import assemble_batch
@@ -177,8 +176,7 @@ class Sender(threading.Thread):
             event(log, "producer.offsets_mismatch", logging.WARNING, topic=topic,
                   partition=partition, base=base, last=response.last_offset, count=len(batch))
         times = batch.timestamps
-        settle(batch.condition, batch.futures,
-               lambda i: RecordMetadata(topic, partition, base + i, times[i]))
+        batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i, times[i]))
         self.acc.release(batch)
 
     def _retry_or_fail(self, batch: Batch, error: TubeqError) -> None:
@@ -213,7 +211,7 @@ class Sender(threading.Thread):
         event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), error=error.code,
               message=error.message)
-        settle(batch.condition, batch.futures, error=error)
+        batch.outcome.fail(error)
         self.acc.release(batch, in_flight)
 
     def fail_all(self, error: TubeqError) -> None:

@@ -47,16 +47,17 @@ def test_full_batch_is_drained_without_waiting_for_linger():
 
 def test_records_of_one_partition_stay_in_order_across_batches():
     acc = _acc(batch_bytes=20, linger_s=0)
-    futures = [_add(acc, A0) for _ in range(5)]
+    for i in range(5):
+        acc.append(A0, bytes([i]) * 10, 0, 0)
     seen = []
     while True:
         ready, _ = _drain(acc)
         if not ready:
             break
         assert len(ready) == 1
-        seen += ready[0].futures
+        seen += ready[0].frames
         acc.release(ready[0])
-    assert seen == futures
+    assert seen == [bytes([i]) * 10 for i in range(5)]
 
 
 def test_only_one_batch_per_partition_is_in_flight_but_partitions_go_in_parallel():

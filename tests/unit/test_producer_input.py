@@ -72,3 +72,17 @@ def test_close_with_nothing_sent_returns_quickly():
     start = time.monotonic()
     p.close()
     assert time.monotonic() - start < 2
+
+
+@pytest.mark.parametrize("value, key, flags", [
+    (b"", None, 0), (b"v" * 1000, None, 0), (b"value", b"", 0), (b"value", b"key", 1),
+])
+def test_plain_frames_are_byte_identical_to_the_codec(value, key, flags):
+    from lib.producer import encode_plain
+    from lib.records import Record, decode_frame, encode_frame
+
+    frame = encode_plain(value, key, 1234, flags)
+    assert frame == encode_frame(Record(value, key, None, {}, 1234, flags=flags))
+    if not flags:
+        rec = decode_frame(frame)
+        assert (rec.value, rec.key, rec.timestamp) == (value, key, 1234)
