@@ -1,8 +1,9 @@
 """Prefetching for the pull consumer: Fetch RPCs per (broker, topic) in background threads.
 
-One worker thread per (broker address, topic) long-polls ``Fetch`` for every fetchable
-partition of that topic on that broker, decodes the frames and appends a :class:`Completed`
-fetch to one bounded ready queue (``prefetch_max_bytes`` in total, at most
+``parallelism`` worker threads per (broker address, topic) (each with a sticky share of the
+partitions, so the broker serves one while we decode another) long-poll ``Fetch`` for the
+fetchable partitions of that topic on that broker, decode the frames and append a
+:class:`Completed` fetch to one bounded ready queue (``prefetch_max_bytes`` in total, at most
 ``PER_PARTITION_BUFFERED`` fetches per partition, one request in flight per worker), so memory
 stays bounded however slow the application is. Only one worker ever fetches a partition at a
 time and it appends in offset order, so order per partition is kept.
@@ -49,12 +50,21 @@ def decode_records(frames: bytes, offsets: np.ndarray, partition: int, topic: st
     Frames without headers or compression (the common case) are decoded inline; the others go
     through :func:`lib.records.decode_frame`. ``sizes`` (if given) receives each frame's size.
     """
+    out, end = decode_span(frames, offsets.tolist(), 0, partition, topic, sizes)
+    if end != len(frames):
+        raise errors.CorruptRecord(f"{len(out)} offsets but {len(frames) - end} more frame bytes")
+    return out
+
+
+def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, topic: str,
+                sizes: list[int] | None = None) -> tuple[list[Record], int]:
+    """Decode ``len(offsets)`` frames starting at byte ``pos``; returns them and the end."""
     mv = memoryview(frames)
-    n, pos = len(mv), 0
+    n = len(mv)
     unpack, crc32 = _FRAME.unpack_from, zlib.crc32
     out: list[Record] = []
     append = out.append
-    for off in offsets.tolist():
+    for off in offsets:
         if pos + FRAME_HEADER_SIZE > n:
             raise errors.CorruptRecord(f"fetched frames end early at byte {pos}")
         length, crc, flags, _a, ts, tag_len, key_len, n_headers, _vlen = unpack(mv, pos)
@@ -78,9 +88,7 @@ def decode_records(frames: bytes, offsets: np.ndarray, partition: int, topic: st
         if sizes is not None:
             sizes.append(length)
         pos = end
-    if pos != n:
-        raise errors.CorruptRecord(f"{len(out)} offsets but {n - pos} more frame bytes")
-    return out
+    return out, pos
 
 
 @dataclass(frozen=True)
@@ -90,27 +98,35 @@ class FetcherConfig:
     fetch_max_total_bytes: int = 16 << 20  # per request
     prefetch_max_bytes: int = 64 << 20  # fetched but not yet polled, all partitions
     rpc_timeout_s: float = 10.0
+    parallelism: int = 2  # fetch requests in flight per (broker, topic), partitions split
+
 
     def validate(self) -> None:
         require(1024 <= self.fetch_max_bytes <= 64 << 20,
                 f"fetch_max_bytes must be within 1 KiB..64 MiB, got {self.fetch_max_bytes}")
         require(0 <= self.fetch_max_wait_ms <= 60_000,
                 f"fetch_max_wait_ms must be within 0..60000, got {self.fetch_max_wait_ms}")
-        require(self.fetch_max_total_bytes >= self.fetch_max_bytes,
-                "fetch_max_total_bytes must be >= fetch_max_bytes")
+        require(self.fetch_max_total_bytes >= 1024,
+                f"fetch_max_total_bytes must be >= 1 KiB, got {self.fetch_max_total_bytes}")
         require(self.prefetch_max_bytes >= self.fetch_max_bytes,
                 "prefetch_max_bytes must be >= fetch_max_bytes")
+        require(1 <= self.parallelism <= 16,
+                f"parallelism must be within 1..16, got {self.parallelism}")
 
 
 @dataclass(slots=True)
 class Completed:
-    """A fetch result waiting in the ready queue; ``expected`` = position it continues from."""
+    """A fetch result waiting in the ready queue, still raw: frames are decoded only as poll
+    hands them out (few live Record objects, nothing decoded for data a seek drops).
+    ``expected`` = the position it continues from; ``index``/``pos``: next frame and byte."""
 
     tp: TopicPartition
     epoch: int
     expected: int
-    records: list[Record]
+    frames: bytes
+    offsets: list[int]
     index: int
+    pos: int
     next_offset: int
     nbytes: int
 
@@ -128,7 +144,8 @@ class Fetcher:
         self._bytes = 0
         self._pushed = 0
         self._closed = False
-        self._workers: dict[tuple[str, str], _Worker] = {}
+        self._workers: dict[tuple[str, str, int], _Worker] = {}
+        self._slots: dict[TopicPartition, int] = {}  # which worker of its broker fetches it
         self._seen_versions = (-1, -1)
         self._last_refresh = 0.0
 
@@ -139,18 +156,31 @@ class Fetcher:
         versions = (self.sub.version, self.routes.version)
         if versions == self._seen_versions and not self.sub.missing_positions():
             return
-        grouped, missing = self.routes.by_broker(self.sub.assignment())
+        assigned = self.sub.assignment()
+        grouped, missing = self.routes.by_broker(assigned)
         if missing:
             self.refresh_routes({tp.topic for tp in missing})
         with self._cond:
             if self._closed:
                 return
             self._seen_versions = versions
+            self._slots = {tp: s for tp, s in self._slots.items() if tp in assigned}
             for address, tps in grouped.items():
-                for topic in {tp.topic for tp in tps}:
-                    if (address, topic) not in self._workers:
-                        w = self._workers[(address, topic)] = _Worker(self, address, topic)
+                for tp in sorted(tps):
+                    self._slots.setdefault(tp, self._emptiest_slot(tp.topic, tps))
+                for key in {(address, tp.topic, self._slots[tp]) for tp in tps}:
+                    if key not in self._workers:
+                        w = self._workers[key] = _Worker(self, *key)
                         w.start()
+
+    def _emptiest_slot(self, topic: str, tps: list[TopicPartition]) -> int:
+        """Spread a broker's partitions of ``topic`` over ``parallelism`` workers (sticky)."""
+        load = [0] * self.config.parallelism
+        for tp in tps:
+            slot = self._slots.get(tp)
+            if tp.topic == topic and slot is not None and slot < len(load):
+                load[slot] += 1
+        return load.index(min(load))
 
     def refresh_routes(self, topics: set[str]) -> None:
         """Ask the master for routes, at most every 200 ms (errors are logged, not raised)."""
@@ -177,21 +207,36 @@ class Fetcher:
                 if sub.is_paused(c.tp):
                     held.append(c)
                     continue
-                end = min(len(c.records), c.index + max_records - len(out))
-                take = c.records[c.index:end]
-                new_pos = take[-1].offset + 1 if end < len(c.records) else c.next_offset
-                if not sub.advance(c.tp, c.epoch, c.expected, new_pos):
-                    sub.invalidate(c.tp)  # does not line up: the worker refetches
-                    self._release(c)
+                if not self._take(c, max_records - len(out), out):
                     continue
-                out += take
-                c.index, c.expected = end, new_pos
-                if end < len(c.records):
+                if c.index < len(c.offsets):
                     ready.appendleft(c)
                 else:
                     self._release(c)
             ready.extendleft(reversed(held))
         return out
+
+    def _take(self, c: Completed, want: int, out: list[Record]) -> bool:
+        """Decode up to ``want`` records of ``c`` into ``out``; False if ``c`` was dropped."""
+        sub, end = self.sub, min(len(c.offsets), c.index + want)
+        try:
+            records, pos = decode_span(c.frames, c.offsets[c.index:end], c.pos, c.tp.partition,
+                                       c.tp.topic)
+            if end == len(c.offsets) and pos != len(c.frames):
+                raise errors.CorruptRecord(f"{len(c.frames) - pos} frame bytes past the last "
+                                           f"offset of {c.tp.topic}[{c.tp.partition}]")
+        except errors.CorruptRecord as exc:
+            sub.fail(c.tp, exc)  # poll raises it; a corrupt frame is never delivered
+            self._release(c)
+            return False
+        new_pos = records[-1].offset + 1 if end < len(c.offsets) else c.next_offset
+        if not sub.advance(c.tp, c.epoch, c.expected, new_pos):
+            sub.invalidate(c.tp)  # does not line up: the worker refetches
+            self._release(c)
+            return False
+        out += records
+        c.index, c.pos, c.expected = end, pos, new_pos
+        return True
 
     def wait(self, timeout: float) -> None:
         """Block until a worker appends a fetch (or ``timeout``)."""
@@ -245,9 +290,10 @@ class Fetcher:
         with self._cond:
             while not self._closed:
                 mine = [(tp, pos, ep) for tp, pos, ep in self.sub.fetchable()
-                        if tp.topic == worker.topic and self.routes.address(tp) == worker.address]
-                if not mine and not self._owns_any(worker):
-                    del self._workers[(worker.address, worker.topic)]
+                        if self._belongs(worker, tp)]
+                if not mine and not any(self._belongs(worker, tp)
+                                        for tp in self.sub.assignment()):
+                    del self._workers[(worker.address, worker.topic, worker.slot)]
                     return None
                 room = self._bytes < self.config.prefetch_max_bytes
                 todo = [(tp, worker.next_offset(tp, pos, ep), ep) for tp, pos, ep in mine
@@ -257,17 +303,17 @@ class Fetcher:
                 self._cond.wait(0.5)
             return None
 
-    def _owns_any(self, worker: _Worker) -> bool:
-        return any(tp.topic == worker.topic and self.routes.address(tp) == worker.address
-                   for tp in self.sub.assignment())
+    def _belongs(self, worker: _Worker, tp: TopicPartition) -> bool:
+        return (tp.topic == worker.topic and self._slots.get(tp) == worker.slot
+                and self.routes.address(tp) == worker.address)
 
 
 class _Worker(threading.Thread):
     """Long-polls one broker for one topic; see :class:`Fetcher`."""
 
-    def __init__(self, fetcher: Fetcher, address: str, topic: str) -> None:
-        super().__init__(name=f"tubeq-fetch-{address}-{topic}", daemon=True)
-        self.fetcher, self.address, self.topic = fetcher, address, topic
+    def __init__(self, fetcher: Fetcher, address: str, topic: str, slot: int) -> None:
+        super().__init__(name=f"tubeq-fetch-{address}-{topic}-{slot}", daemon=True)
+        self.fetcher, self.address, self.topic, self.slot = fetcher, address, topic, slot
         self._next: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, offset)
         self._call: grpc.Future | None = None
         self._cancelled = False
@@ -319,17 +365,16 @@ class _Worker(threading.Thread):
         if pd.error_code:
             self._partition_failed(tp, epoch, pd)
             return
-        try:
-            offsets = np.frombuffer(pd.offsets, "<i8")
-            records = decode_records(pd.frames, offsets, tp.partition, tp.topic)
-        except errors.CorruptRecord as exc:
-            self.fetcher.sub.fail(tp, exc)
+        if len(pd.offsets) % 8:
+            self.fetcher.sub.fail(tp, errors.CorruptRecord(
+                f"fetch of {tp.topic}[{tp.partition}]: offsets are not int64s"))
             return
-        if not records and pd.next_offset <= offset:
+        offsets = np.frombuffer(pd.offsets, "<i8").tolist()
+        if not offsets and pd.next_offset <= offset:
             return
         self._next[tp] = (epoch, pd.next_offset)
-        self.fetcher._push(Completed(tp, epoch, offset, records, 0, pd.next_offset,
-                                     len(pd.frames)))
+        self.fetcher._push(Completed(tp, epoch, offset, pd.frames, offsets, 0, 0,
+                                     pd.next_offset, len(pd.frames)))
 
     def _partition_failed(self, tp: TopicPartition, epoch: int,
                           pd: broker_pb2.PartitionData) -> None:

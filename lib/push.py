@@ -1,0 +1,476 @@
+"""PushConsumer: the broker streams records (``Subscribe``) and worker threads run a handler.
+
+Flow control: one stream per (broker, topic). Each stream is granted a share of
+``max_inflight_messages`` / ``max_inflight_bytes`` (bytes: at least the topic's
+``max_message_bytes``, or one big record could never be sent); credit goes back to the broker only
+as the handler *finishes* records, so received-but-unhandled records never exceed the credit
+however slow the handler is. :meth:`PushConsumer.pause` stops returning credit.
+
+Order: records of a partition always go to the same worker thread (``crc32(topic) +
+partition`` modulo ``threads``), which runs them one by one in offset order.
+
+Commits (``commit="after"``, the default, at-least-once): a record counts as processed once the
+handler returns; processed positions are committed every ``auto_commit_interval_ms``, when
+partitions are revoked and on :meth:`close`. ``commit="before"`` (at-most-once): each chunk the
+broker sends is committed before any of its records reaches the handler.
+
+A handler exception is logged and the record is skipped, but (at-least-once) the partition's
+commit point stays at that record: the failed record and every later one of that partition are
+delivered again after a restart or a rebalance moves the partition. With at-most-once a failed
+record is simply lost.
+
+Rebalance (coordinator thread): streams are cancelled, records not yet started are dropped (they
+are streamed again from the processed position), running handlers are waited for (up to
+``session_timeout_ms / 2``), processed positions of revoked partitions are committed, and
+streams restart for the new assignment.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import grpc
+import numpy as np
+
+from lib import errors
+from lib.config import require
+from lib.consumer import ConsumerBase, as_config
+from lib.coordinator import Coordinator
+from lib.fetcher import decode_records
+from lib.logs import event
+from lib.proto import broker_pb2
+from lib.records import Record
+from lib.types import TopicPartition
+from lib.wire_errors import error_class, from_rpc_error
+
+log = logging.getLogger(__name__)
+Handler = Callable[[Record], object]
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    group: str
+    auto_offset_reset: Literal["latest", "earliest", "error"] = "latest"
+    commit: Literal["after", "before"] = "after"
+    max_inflight_messages: int = 1000
+    max_inflight_bytes: int = 8 << 20
+    session_timeout_ms: int = 10_000
+    auto_commit_interval_ms: int = 5000
+    client_id: str = ""
+    rpc_timeout_s: float = 10.0
+
+    def validate(self) -> None:
+        require(bool(self.group), "a PushConsumer needs a group")
+        require(1 <= self.max_inflight_messages <= 1_000_000,
+                f"max_inflight_messages must be within 1..1000000, "
+                f"got {self.max_inflight_messages}")
+        require(self.max_inflight_bytes >= 1024,
+                f"max_inflight_bytes must be >= 1024, got {self.max_inflight_bytes}")
+        require(self.auto_commit_interval_ms >= 10, "auto_commit_interval_ms must be >= 10")
+
+
+@dataclass(slots=True)
+class _Item:
+    session: int
+    stream: _Stream
+    tp: TopicPartition
+    epoch: int
+    expected: int  # position before this record
+    after: int  # position once it is handled
+    record: Record
+    size: int
+
+
+class _Stream:
+    """One Subscribe call: its request queue (start, then credit) and its reader thread."""
+
+    def __init__(self, owner: PushConsumer, address: str, topic: str,
+                 parts: list[tuple[TopicPartition, int, int]], share: tuple[int, int]) -> None:
+        self.owner, self.address, self.topic = owner, address, topic
+        self.session = owner._session
+        self.epochs = {tp.partition: ep for tp, _, ep in parts}
+        self.next = {tp.partition: pos for tp, pos, _ in parts}
+        self.share_msgs, self.share_bytes = share
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.pending = [0, 0]  # credit earned back, not yet sent
+        self.unhandled = 0
+        self.closed = False
+        self._call = None
+        start = broker_pb2.SubscribeStart(
+            topic=topic, tags=list(owner._sub.tags), group=owner._group,
+            partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=pos)
+                        for tp, pos, _ in parts])
+        self._requests.put(broker_pb2.SubscribeRequest(start=start))
+        self._requests.put(self._credit(self.share_msgs, self.share_bytes))
+        self._thread = threading.Thread(target=self._read, daemon=True,
+                                        name=f"tubeq-push-{address}-{topic}")
+
+    @staticmethod
+    def _credit(messages: int, nbytes: int) -> broker_pb2.SubscribeRequest:
+        return broker_pb2.SubscribeRequest(
+            credit=broker_pb2.Credit(messages=messages, bytes=nbytes))
+
+    def _request_iter(self) -> Iterator[broker_pb2.SubscribeRequest]:
+        while True:
+            req = self._requests.get()
+            if req is None:
+                return
+            yield req
+
+    def start(self) -> None:
+        stub = self.owner._offsets.stub(self.address)
+        self._call = stub.Subscribe(self._request_iter())
+        self._thread.start()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.closed = True
+        self._requests.put(None)
+        if self._call is not None:
+            self._call.cancel()
+
+    def received(self, n: int) -> None:
+        with self._lock:
+            self.unhandled += n
+
+    def handled(self, size: int) -> None:
+        """A record is done: earn its credit back (sent in quarters, or when idle)."""
+        with self._lock:
+            self.unhandled -= 1
+            self.pending[0] += 1
+            self.pending[1] += size
+            due = (self.pending[0] >= max(1, self.share_msgs // 4)
+                   or self.pending[1] >= self.share_bytes // 4 or self.unhandled <= 0)
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            if self.closed or self.owner._paused or not self.pending[0]:
+                return
+            msgs, nbytes = self.pending
+            self.pending = [0, 0]
+        self._requests.put(self._credit(msgs, nbytes))
+
+    def _read(self) -> None:
+        try:
+            for resp in self._call:
+                self.owner._on_data(self, resp.data)
+        except grpc.RpcError as exc:
+            if not self.closed:
+                event(log, "push.stream_failed", logging.WARNING, broker=self.address,
+                      topic=self.topic, error=str(from_rpc_error(exc)))
+        except Exception:
+            log.exception("push.reader_crashed")
+        if not self.closed:
+            self.owner._request_restart()
+
+
+class PushConsumer(ConsumerBase):
+    """Records pushed to ``handler`` in worker threads; see the module docstring."""
+
+    def __init__(self, masters: str | Iterable[str], *, group: str,
+                 auto_offset_reset: str = "latest", commit: str = "after",
+                 max_inflight_messages: int = 1000, max_inflight_bytes: int = 8 << 20,
+                 session_timeout_ms: int = 10_000, auto_commit_interval_ms: int = 5000,
+                 client_id: str = "", rpc_timeout_s: float = 10.0) -> None:
+        self.config: PushConfig = as_config(PushConfig, dict(
+            group=group or "", auto_offset_reset=auto_offset_reset, commit=commit,
+            max_inflight_messages=max_inflight_messages, max_inflight_bytes=max_inflight_bytes,
+            session_timeout_ms=session_timeout_ms,
+            auto_commit_interval_ms=auto_commit_interval_ms, client_id=client_id,
+            rpc_timeout_s=rpc_timeout_s))
+        cfg = self.config
+        super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
+                         cfg.client_id, cfg.rpc_timeout_s)
+        self._auto_commit = cfg.commit == "after"
+        self._handler: Handler | None = None
+        self._session = 0
+        self._paused = False
+        self._streams: list[_Stream] = []
+        self._streams_lock = threading.RLock()
+        self._queues: list[queue.SimpleQueue] = []
+        self._busy: list[threading.Lock] = []
+        self._threads: list[threading.Thread] = []
+        self._restart = threading.Event()
+        self._stop = threading.Event()
+        self._stats_lock = threading.Lock()
+        self.inflight_messages = 0  # received, not handled yet
+        self.inflight_bytes = 0
+        self.max_inflight_seen = (0, 0)
+        self.handler_errors = 0
+
+    def subscribe(self, topics: Iterable[str] | str, group: str | None = None, *,
+                  handler: Handler, tags: Iterable[str] | None = None, threads: int = 1) -> None:
+        """Start consuming ``topics`` in the group; ``handler(record)`` runs in ``threads``."""
+        self._check_open()
+        if not callable(handler):
+            raise errors.InvalidArgument("handler must be callable: handler(record)")
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
+            raise errors.InvalidArgument(f"threads must be within 1..256, got {threads!r}")
+        self._handler = handler
+        self._start_workers(threads)
+        try:
+            self._start_group(topics, group, tags)
+        except BaseException:
+            self._stop_workers()
+            raise
+
+    def _start_workers(self, threads: int) -> None:
+        self._stop.clear()
+        for i in range(threads):
+            self._queues.append(queue.SimpleQueue())
+            self._busy.append(threading.Lock())
+            t = threading.Thread(target=self._work, args=(i,), daemon=True,
+                                 name=f"tubeq-push-worker-{i}")
+            self._threads.append(t)
+            t.start()
+        sup = threading.Thread(target=self._supervise, daemon=True, name="tubeq-push-sup")
+        self._threads.append(sup)
+        sup.start()
+
+    def _stop_workers(self) -> None:
+        self._stop.set()
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._queues, self._busy, self._threads = [], [], []
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._sub.assignment()
+
+    def pause(self) -> None:
+        """Stop granting credit: handlers finish what they hold, then the broker stops."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        with self._streams_lock:
+            for s in self._streams:
+                s.flush()
+
+    def commit(self) -> None:
+        """Commit the processed positions now (raises Fenced if a partition moved)."""
+        self._check_open()
+        self._commit(self._sub.uncommitted())
+
+    # -- rebalance listener ------------------------------------------------------------------
+
+    def on_revoke(self, tps: set[TopicPartition]) -> None:
+        self._stop_streams(self._quiesce_s)
+        super().on_revoke(tps)
+
+    def on_assign(self, tps: set[TopicPartition]) -> None:
+        self._restart_streams()
+
+    # -- streams -----------------------------------------------------------------------------
+
+    @property
+    def _quiesce_s(self) -> float:
+        return self.config.session_timeout_ms / 3000
+
+    def _stop_streams(self, wait: float) -> None:
+        """Cancel every stream, drop records not started, wait for running handlers."""
+        with self._streams_lock:
+            streams, self._streams = self._streams, []
+            self._session += 1
+        for s in streams:
+            s.cancel()
+        deadline = time.monotonic() + wait
+        for lock in self._busy:
+            if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                lock.release()
+            else:
+                event(log, "push.handler_still_running", logging.WARNING, waited_s=wait)
+
+    def _restart_streams(self) -> None:
+        """Streams for the current assignment, from the processed positions.
+
+        Called with the coordinator's lock held (from the rebalance, or by the supervisor), so
+        it never interleaves with a rebalance.
+        """
+        with self._streams_lock:
+            self._stop_streams(self._quiesce_s)
+            if self._closed or self._stop.is_set():
+                return
+            parts = self._sub.fetchable()
+            grouped, missing = self._offsets.routes.by_broker(tp for tp, _, _ in parts)
+            info = {tp: (tp, pos, ep) for tp, pos, ep in parts}
+            keys = [(a, t) for a, tps in grouped.items() for t in sorted({tp.topic for tp in tps})]
+            for address, topic in keys:
+                mine = [info[tp] for tp in grouped[address] if tp.topic == topic]
+                s = _Stream(self, address, topic, mine, self._share(len(keys), topic))
+                self._streams.append(s)
+                s.start()
+            if missing or self._sub.missing_positions():
+                self._request_restart()
+
+    def _share(self, streams: int, topic: str) -> tuple[int, int]:
+        """Credit of one stream: its part of the limits (bytes: at least one big message)."""
+        cfg = self.config
+        biggest = self._offsets.routes.max_message_bytes(topic) or 1 << 20
+        return (max(1, cfg.max_inflight_messages // streams),
+                max(cfg.max_inflight_bytes // streams, biggest))
+
+    def _request_restart(self) -> None:
+        self._restart.set()
+
+    def _supervise(self) -> None:
+        """Restart broken streams (with fresh routes) and commit periodically."""
+        period = self.config.auto_commit_interval_ms / 1000
+        next_commit = time.monotonic() + period
+        while not self._stop.wait(min(0.2, period)):
+            if self._restart.is_set() and self._coordinator is not None:
+                self._restart.clear()
+                time.sleep(0.2)  # a broker that just went away: give its routes time to move
+                self._recover(self._coordinator)
+            if self._auto_commit and time.monotonic() >= next_commit:
+                next_commit = time.monotonic() + period
+                self._commit_quietly(self._sub.uncommitted(), "periodic")
+
+    def _recover(self, coordinator: Coordinator) -> None:
+        try:
+            self._offsets.refresh_routes(self._sub.topics)
+        except errors.TubeqError as exc:
+            event(log, "push.routes_failed", logging.WARNING, error=str(exc))
+        with coordinator.lock:
+            try:
+                coordinator.resolve_missing()
+            except errors.TubeqError as exc:
+                event(log, "push.resolve_failed", logging.WARNING, error=str(exc))
+            self._restart_streams()
+
+    # -- data path ---------------------------------------------------------------------------
+
+    def _on_data(self, stream: _Stream, data: broker_pb2.PartitionData) -> None:
+        """A chunk arrived (reader thread): hand its records to the partition's worker."""
+        tp = TopicPartition(stream.topic, data.partition)
+        if data.error_code:
+            self._partition_failed(tp, data)
+            return
+        epoch, start = stream.epochs.get(data.partition), stream.next.get(data.partition)
+        if epoch is None or start is None:
+            return
+        sizes: list[int] = []
+        try:
+            records = decode_records(data.frames, np.frombuffer(data.offsets, "<i8"),
+                                     tp.partition, tp.topic, sizes)
+        except errors.CorruptRecord as exc:
+            self._sub.fail(tp, exc)
+            self._request_restart()
+            return
+        stream.next[data.partition] = data.next_offset
+        if self.config.commit == "before" and not self._commit_first(tp, epoch, start, data):
+            return
+        self._count(len(records), sum(sizes))
+        stream.received(len(records))
+        q = self._queues[(zlib.crc32(tp.topic.encode()) + tp.partition) % len(self._queues)]
+        expected = start
+        for i, rec in enumerate(records):
+            after = rec.offset + 1 if i + 1 < len(records) else data.next_offset
+            q.put(_Item(stream.session, stream, tp, epoch, expected, after, rec, sizes[i]))
+            expected = after
+
+    def _commit_first(self, tp: TopicPartition, epoch: int, start: int,
+                      data: broker_pb2.PartitionData) -> bool:
+        """At-most-once: the chunk is committed before any of it is handled."""
+        if not self._sub.advance(tp, epoch, start, data.next_offset):
+            return False
+        try:
+            self._commit({tp: data.next_offset})
+            return True
+        except errors.TubeqError as exc:
+            event(log, "push.commit_before_failed", logging.WARNING, topic=tp.topic,
+                  partition=tp.partition, error=str(exc))
+            self._request_restart()
+            return False
+
+    def _count(self, messages: int, nbytes: int) -> None:
+        with self._stats_lock:
+            self.inflight_messages += messages
+            self.inflight_bytes += nbytes
+            seen = self.max_inflight_seen
+            self.max_inflight_seen = (max(seen[0], self.inflight_messages),
+                                      max(seen[1], self.inflight_bytes))
+
+    def _partition_failed(self, tp: TopicPartition, data: broker_pb2.PartitionData) -> None:
+        exc = error_class(data.error_code)(data.error_message or data.error_code,
+                                           topic=tp.topic, partition=tp.partition,
+                                           earliest=data.earliest, latest=data.latest)
+        event(log, "push.partition_error", logging.WARNING, topic=tp.topic,
+              partition=tp.partition, error=str(exc), code=data.error_code)
+        if not self._sub.is_assigned(tp):
+            return
+        policy = self._sub.reset_policy
+        if isinstance(exc, errors.OffsetOutOfRange) and policy != "error":
+            self._sub.seek(tp, data.earliest if policy == "earliest" else data.latest)
+        elif not (exc.retriable or exc.refresh_metadata):
+            self._sub.fail(tp, exc)  # stays out of the streams until it is reassigned
+        self._request_restart()
+
+    def _work(self, i: int) -> None:
+        q, busy = self._queues[i], self._busy[i]
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            with busy:
+                if item.session == self._session:
+                    self._handle(item)
+            self._count(-1, -item.size)
+            item.stream.handled(item.size)
+
+    def _handle(self, item: _Item) -> None:
+        try:
+            self._handler(item.record)
+        except Exception:
+            with self._stats_lock:
+                self.handler_errors += 1
+            log.exception("push.handler_failed", extra={"fields": {
+                "topic": item.tp.topic, "partition": item.tp.partition,
+                "offset": item.record.offset}})
+            if self.config.commit == "after":
+                self._sub.hold(item.tp, item.record.offset)
+        if self.config.commit == "after":
+            self._sub.advance(item.tp, item.epoch, item.expected, item.after)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the streams, let handlers finish what they hold (up to ``timeout``), commit
+        what was processed, leave the group."""
+        if self._closed:
+            return
+        deadline = time.monotonic() + timeout
+        if self._coordinator is not None:
+            self._coordinator.stop()
+        self._stop.set()
+        with self._streams_lock:
+            streams = list(self._streams)
+        for s in streams:
+            s.cancel()
+        while self.inflight_messages > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._stop_streams(max(0.0, deadline - time.monotonic()))
+        self._closed = True
+        for q in self._queues:
+            q.put(None)
+        if self._auto_commit:
+            self._commit_quietly(self._sub.uncommitted(), "close")
+        if self._coordinator is not None:
+            self._coordinator.leave()
+        self._pool.close()
+
+    def __enter__(self) -> PushConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
