@@ -166,3 +166,32 @@ def test_retries_survive_a_broker_restart_with_no_loss(cluster):
     stored = [r.value for recs in fetch_topic(cluster, "durable").values() for r in recs]
     assert set(stored) == set(sent)
     assert len(sent) > 100
+
+
+def test_idempotent_producer_numbers_batches_so_the_broker_accepts_them_in_order(cluster):
+    create(cluster, "idem", partitions=2)
+    with Producer(cluster.master_addresses, idempotent=True, batch_bytes=2048,
+                  linger_ms=0) as producer:
+        futures = [producer.send("idem", f"v{i}".encode() * 20) for i in range(600)]
+        producer.flush(timeout=30)
+        assert all(f.exception() is None for f in futures)
+    stored = fetch_topic(cluster, "idem")
+    assert sum(len(r) for r in stored.values()) == 600
+    for records in stored.values():
+        assert [r.offset for r in records] == list(range(len(records)))
+
+
+def test_close_timeout_fails_unacknowledged_records_instead_of_dropping_them(cluster):
+    create(cluster, "stuck", partitions=2)
+    with Producer(cluster.master_addresses) as producer:
+        producer.send_sync("stuck", b"ok", timeout=30)
+    for broker in cluster.brokers.values():
+        broker.stop()
+    producer = Producer(cluster.master_addresses, retries=1000, retry_backoff_ms=50)
+    futures = [producer.send("stuck", b"v") for _ in range(10)]
+    start = time.monotonic()
+    producer.close(timeout=1.0)
+    assert time.monotonic() - start < 10
+    errors = [f.exception(0) for f in futures]
+    assert all(e is not None for e in errors)
+    assert "closed" in str(errors[0]) or "UNAVAILABLE" in str(errors[0])
