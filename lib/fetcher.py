@@ -147,6 +147,7 @@ class Fetcher:
         self._workers: dict[tuple[str, str, int], _Worker] = {}
         self._slots: dict[TopicPartition, int] = {}  # which worker of its broker fetches it
         self._seen_versions = (-1, -1)
+        self._unrouted = False
         self._last_refresh = 0.0
 
     # -- application thread ------------------------------------------------------------------
@@ -154,10 +155,11 @@ class Fetcher:
     def ensure_workers(self) -> None:
         """Start a worker for every (broker, topic) with assigned partitions (cheap if none)."""
         versions = (self.sub.version, self.routes.version)
-        if versions == self._seen_versions and not self.sub.missing_positions():
+        if versions == self._seen_versions and not self._unrouted:
             return
         assigned = self.sub.assignment()
         grouped, missing = self.routes.by_broker(assigned)
+        self._unrouted = bool(missing)  # e.g. its broker is down: ask again (rate-limited)
         if missing:
             self.refresh_routes({tp.topic for tp in missing})
         with self._cond:

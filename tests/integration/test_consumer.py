@@ -189,3 +189,19 @@ def test_unreachable_master_list_fails_clearly_within_the_timeout():
         c.subscribe(["t"])
     c.close()
     assert time.monotonic() - started < 15
+
+
+def test_pull_consumer_continues_after_its_broker_restarts(cluster, feeder):
+    feeder.create_topic("sturdy", 2)
+    feeder.fill("sturdy", 2, 100)
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as c:
+        c.subscribe(["sturdy"])
+        first = poll_until(c, 200)
+        broker = next(b for b in cluster.brokers.values()
+                      if b.address == feeder.address("sturdy", 0))
+        broker.stop()
+        broker.start()
+        feeder.fill("sturdy", 2, 50)  # retries until the placement is back on the broker
+        rest = poll_until(c, 100, timeout=60)
+    seen = sorted((r.partition, r.offset) for r in first + rest)
+    assert seen == [(p, o) for p in range(2) for o in range(150)]
