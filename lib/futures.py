@@ -57,7 +57,7 @@ class BatchOutcome:
             self.make_result, self.error, self.state = make_result, error, FINISHED
             watched, self.watched = self.watched, []
             for fut in watched:
-                for waiter in fut.__dict__.get("_waiter_list") or ():
+                for waiter in fut._waiter_list or ():
                     if error is None:
                         waiter.add_result(fut)
                     else:
@@ -69,6 +69,11 @@ class BatchOutcome:
 
 class RecordFuture(Future):
     """The future of record ``index`` of a batch; see the module docstring."""
+
+    # Class-level defaults: plain attribute reads, so CPython never materialises an instance
+    # dict for the common future that nobody waits on.
+    _waiter_list: list | None = None
+    _watched = False
 
     def __init__(self, outcome: BatchOutcome, index: int) -> None:  # no super(): no own lock
         self._outcome = outcome
@@ -94,17 +99,34 @@ class RecordFuture(Future):
     @property
     def _waiters(self) -> list:
         # concurrent.futures.wait()/as_completed() append here while holding our condition.
-        waiters = self.__dict__.get("_waiter_list")
+        waiters = self._waiter_list
         if waiters is None:
-            waiters = self.__dict__["_waiter_list"] = []
+            waiters = self._waiter_list = []
             self._watch()
         return waiters
 
     def _watch(self) -> None:
         """Register for a visit when the batch settles (once; call with the condition held)."""
-        if not self.__dict__.get("_watched"):
-            self.__dict__["_watched"] = True
+        if not self._watched:
+            self._watched = True
             self._outcome.watched.append(self)
+
+    def done(self) -> bool:
+        return self._outcome.state == FINISHED
+
+    def result(self, timeout: float | None = None) -> Any:
+        outcome = self._outcome
+        if outcome.state == FINISHED:  # fast path: a settled outcome never changes again
+            if outcome.error is not None:
+                raise outcome.error
+            return outcome.make_result(self._index) if outcome.make_result else None
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        outcome = self._outcome
+        if outcome.state == FINISHED:
+            return outcome.error
+        return super().exception(timeout)
 
     def add_done_callback(self, fn: Callable[[Future], object]) -> None:
         with self._condition:

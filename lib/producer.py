@@ -113,7 +113,7 @@ class Producer:
         self._pool = ChannelPool()
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout_s)
         self._routes = RouteCache(self._master, cfg.metadata_max_age_ms / 1000, timeout_s)
-        self._partitioner = Partitioner()
+        self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)
         self._acc = Accumulator(cfg.batch_bytes, cfg.buffer_bytes, cfg.linger_ms / 1000,
                                 cfg.max_block_ms / 1000)
         self._sender = Sender(self._acc, self._routes, self._pool, retries=cfg.retries,
@@ -147,7 +147,7 @@ class Producer:
                 f"value and key must be bytes, got value {type(value).__name__}, "
                 f"key {type(key).__name__}")
         route = self._routes.get(topic)
-        p = self._choose(route, key, partition)
+        p = self._choose(route, key, partition, len(value))
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
         flags = 0
         if self._zlib and len(value) > 64:
@@ -174,12 +174,14 @@ class Producer:
             time.sleep(0)
         return future
 
-    def _choose(self, route: TopicRoutes, key: bytes | None, partition: int | None) -> int:
+    def _choose(self, route: TopicRoutes, key: bytes | None, partition: int | None,
+                size: int) -> int:
         if partition is None:
             if not route.count:
                 raise Unavailable(f"topic {route.topic} has no partitions placed yet",
                                   topic=route.topic)
-            return self._partitioner.partition(route.topic, key, route.count, route.available)
+            return self._partitioner.partition(route.topic, key, route.count, route.available,
+                                               size)
         if not isinstance(partition, int) or partition < 0:
             raise InvalidArgument(f"partition must be an int >= 0, got {partition!r}")
         if partition >= route.count:

@@ -77,9 +77,10 @@ def test_async_sends_are_all_acknowledged_after_flush_and_spread_without_keys(cl
         producer.flush(timeout=30)
         assert all(f.done() and f.exception() is None for f in futures)
         counts = np.bincount([f.result().partition for f in futures], minlength=3)
-    assert counts.tolist() == [1000, 1000, 1000]
-    assert {p: len(r) for p, r in fetch_topic(cluster, "spread").items()} == {0: 1000, 1: 1000,
-                                                                              2: 1000}
+    # sticky round robin: one batch (4 KiB here) per partition in turn
+    assert all(900 <= c <= 1100 for c in counts), counts
+    stored = {p: len(r) for p, r in fetch_topic(cluster, "spread").items()}
+    assert stored == dict(enumerate(counts.tolist()))
 
 
 def test_send_sync_returns_metadata_and_tag_headers_and_zlib_values_round_trip(cluster):

@@ -50,3 +50,15 @@ def test_round_robin_counters_are_per_topic():
     assert p.partition("a", None, 3, [0, 1, 2]) == 0
     assert p.partition("b", None, 3, [0, 1, 2]) == 0
     assert p.partition("a", None, 3, [0, 1, 2]) == 1
+
+
+def test_sticky_round_robin_moves_on_after_sticky_bytes():
+    p = Partitioner(sticky_bytes=100)
+    picks = [p.partition("t", None, 3, [0, 1, 2], size=40) for _ in range(9)]
+    assert picks == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_sticky_turns_only_pick_partitions_that_are_available():
+    p = Partitioner(sticky_bytes=10)
+    picks = [p.partition("t", None, 3, [0, 2], size=10) for _ in range(4)]
+    assert picks == [0, 2, 0, 2]
