@@ -137,10 +137,23 @@ def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
     for child in plan.broker_children(masters):
         children.append(child)
         child.start()
+    wait_brokers_registered(masters, plan.brokers)
     if plan.portal and portal_available():
         child = plan.portal_child(masters)
         children.append(child)
         child.start()
+
+
+def wait_brokers_registered(masters: str, count: int, timeout: float = 30.0) -> None:
+    """Return once the master lists ``count`` live brokers, so topics can be created at once."""
+    from lib.admin import AdminClient
+
+    deadline = time.monotonic() + timeout
+    with AdminClient(masters) as admin:
+        while sum(b.alive for b in admin.list_brokers()) < count:
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"brokers did not register within {timeout} s")
+            time.sleep(0.1)
 
 
 def _announce(plan: ClusterPlan, children: list[Child]) -> None:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,28 @@ class Cluster:
         self.start_master()
         for i in range(1, brokers + 1):
             self.start_broker(i)
+        self.wait_brokers_registered()
         return self
+
+    def wait_brokers_registered(self, timeout: float = 30.0) -> None:
+        """Block until the master lists every running broker as alive.
+
+        A broker writes ready.json once it listens, before its registration reaches the
+        master; a test that creates a topic at once would race it (NotEnoughBrokers).
+        """
+        from lib.admin import AdminClient
+
+        want = {b for b, proc in self.brokers.items() if proc.alive()}
+        deadline = time.monotonic() + timeout
+        with AdminClient(self.master_addresses) as admin:
+            while True:
+                alive = {b.broker_id for b in admin.list_brokers() if b.alive}
+                if want <= alive:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"brokers {sorted(want - alive)} not registered "
+                                       f"after {timeout} s")
+                time.sleep(0.05)
 
     def all_processes(self) -> list[ServerProcess]:
         return [*self.brokers.values(), *self.masters]
