@@ -21,6 +21,7 @@ import numpy as np
 from lib.errors import TopicExists, UnknownTopic
 
 MB = 1_000_000
+IDLE_END_S = 5.0
 
 
 def percentiles_ms(latencies_s: list[float] | np.ndarray) -> dict[str, float]:
@@ -153,8 +154,13 @@ def run_consume(masters: str, topic: str, count: int, progress: bool,
     with click.progressbar(length=count, label="consume", file=sys.stderr,
                            hidden=not progress) as bar:
         start = time.perf_counter()
+        idle_since = time.monotonic()
         while got < count and time.monotonic() < deadline:
             records = consumer.poll(timeout=0.5)
+            if records:
+                idle_since = time.monotonic()
+            elif got and time.monotonic() - idle_since > IDLE_END_S:
+                break  # the producer is done: what did not come is reported as incomplete
             if e2e and records:
                 now_ms = time.time() * 1000
                 lat.extend((now_ms - r.timestamp) / 1000 for r in records)
@@ -248,10 +254,11 @@ def bench_e2e(ctx, topic, count, size, partitions, durability, as_json, no_ceili
     ensure_topic(masters, topic, partitions, durability)
     consumer = subprocess.Popen(
         [sys.executable, "-m", "lib.cli", "--masters", masters, "bench", "consume", "--topic",
-         topic, "--messages", str(count), "--e2e", "--from-end", "--json", "--no-ceilings"],
+         topic, "--messages", str(count), "--e2e", "--from-end", "--json", "--no-ceilings",
+         "--timeout", str(count / rate + 60)],
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
-        time.sleep(2.0)  # let the consumer reach the end of the backlog
+        time.sleep(5.0)  # let the consumer start and reach the end of the backlog
         produced = run_produce(masters, topic, count, size, rate, not as_json, linger_ms=1)
         out, _ = consumer.communicate(timeout=count / rate + 120)
     finally:
