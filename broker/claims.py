@@ -43,29 +43,30 @@ class ClaimTable:
     def claim(self, group: str, topic: str, partitions: Iterable[int], member_id: str,
               generation: int) -> None:
         """Make ``member_id`` the owner of every partition, or raise Fenced and change nothing."""
-        if is_manual(member_id):
-            return
-        keys = [(group, topic, p) for p in partitions]
-        for key in keys:
-            held = self._claims.get(key)
-            if held is not None and generation < held.generation:
-                raise _fenced(key, member_id, generation, held, "claim")
-        for key in keys:
-            self._claims[key] = Claim(member_id, generation)
+        def allowed(held: Claim) -> bool:
+            return generation >= held.generation
+
+        self._take(group, topic, partitions, member_id, generation, allowed, "claim")
 
     def check_commit(self, group: str, topic: str, partitions: Iterable[int], member_id: str,
                      generation: int) -> None:
         """Allow a commit (taking unclaimed partitions) or raise Fenced and change nothing."""
+        def allowed(held: Claim) -> bool:
+            return generation > held.generation or (
+                generation == held.generation and member_id == held.member_id)
+
+        self._take(group, topic, partitions, member_id, generation, allowed, "commit")
+
+    def _take(self, group: str, topic: str, partitions: Iterable[int], member_id: str,
+              generation: int, allowed, action: str) -> None:
+        """Check every partition first, then record the claims: all or nothing."""
         if is_manual(member_id):
             return
         keys = [(group, topic, p) for p in partitions]
         for key in keys:
             held = self._claims.get(key)
-            if held is None or generation > held.generation:
-                continue
-            if generation == held.generation and member_id == held.member_id:
-                continue
-            raise _fenced(key, member_id, generation, held, "commit")
+            if held is not None and not allowed(held):
+                raise _fenced(key, member_id, generation, held, action)
         for key in keys:
             self._claims[key] = Claim(member_id, generation)
 
