@@ -63,7 +63,9 @@ class OffsetClient:
         resp = self.masters.call(master_pb2_grpc.MasterStub, "GetRoutes", req)
         for route in resp.routes:
             if not route.partitions:
-                raise errors.UnknownTopic(f"unknown topic {route.topic!r}", topic=route.topic)
+                raise errors.UnknownTopic(
+                    f"unknown topic {route.topic!r}: the master has no such topic",
+                    topic=route.topic)
         self.routes.update(resp.routes)
 
     def committed(self, group: str, tps: Iterable[TopicPartition],
@@ -147,7 +149,9 @@ class OffsetClient:
                     try:
                         call(self.stub(address), topic, parts)
                     except errors.TubeqError as exc:
-                        if not exc.refresh_metadata or isinstance(exc, errors.UnknownTopic):
+                        # A broker's UNKNOWN_TOPIC may only mean it has not learned a new
+                        # topic yet: the route refresh below asks the master, who decides.
+                        if not exc.refresh_metadata:
                             raise
                         last = exc
                         failed += [TopicPartition(topic, p) for p in parts]

@@ -195,6 +195,18 @@ class Fetcher:
         except errors.TubeqError as exc:
             event(log, "fetch.routes_failed", logging.WARNING, error=str(exc))
 
+    def confirm_unknown(self, topic: str, error: errors.TubeqError) -> errors.TubeqError:
+        """A broker learns a new topic at its next heartbeat, so its UNKNOWN_TOPIC right after
+        a create is transient: only the master can say a topic does not exist."""
+        try:
+            self.offsets.refresh_routes({topic})
+        except errors.UnknownTopic as exc:
+            return exc
+        except errors.TubeqError as exc:
+            return exc if exc.retriable else error
+        return errors.PartitionNotHosted(f"{error.message} (the master knows {topic}: the "
+                                         "broker has not learned it yet)", topic=topic)
+
     def drain(self, max_records: int) -> list[Record]:
         """Up to ``max_records`` ready records, in order per partition; moves positions."""
         out: list[Record] = []
@@ -402,6 +414,8 @@ class _Worker(threading.Thread):
     def _call_failed(self, exc: errors.TubeqError, todo: list) -> None:
         event(log, "fetch.failed", logging.WARNING, broker=self.address, topic=self.topic,
               error=str(exc))
+        if isinstance(exc, errors.UnknownTopic):
+            exc = self.fetcher.confirm_unknown(self.topic, exc)
         if isinstance(exc, errors.UnknownTopic) or not (exc.retriable or exc.refresh_metadata):
             for tp, _, _ in todo:
                 self.fetcher.sub.fail(tp, exc)

@@ -205,3 +205,27 @@ def test_pull_consumer_continues_after_its_broker_restarts(cluster, feeder):
         rest = poll_until(c, 100, timeout=60)
     seen = sorted((r.partition, r.offset) for r in first + rest)
     assert seen == [(p, o) for p in range(2) for o in range(150)]
+
+
+def test_a_consumer_right_after_create_waits_for_brokers_to_learn_the_topic(
+        cluster_factory, tmp_path):
+    """Brokers learn a topic at their next heartbeat (here every 3 s), so for a moment the
+    master knows it and the broker does not: the consumer must retry, not fail (CI caught
+    `tubeq consume` failing with UnknownTopic from the broker right after `topic create`)."""
+    from lib.admin import AdminClient
+    from tests.integration.test_master_common import write_config
+    cfg = write_config(tmp_path / "slow.toml", {"broker_heartbeat_interval_ms": 3000,
+                                                 "broker_timeout_ms": 10000})
+    cluster = cluster_factory(1, master_args=["--config", str(cfg)])
+    masters = cluster.master_addresses
+    with AdminClient(masters) as admin:
+        admin.create_topic("fresh", partitions=2)
+    with PullConsumer(masters, auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition("fresh", 0), TopicPartition("fresh", 1)])
+        c.seek_to_beginning()
+        assert c.poll(timeout=0.5) == []
+        positions = {tp: c.position(tp) for tp in c.assignment()}
+    assert positions == {TopicPartition("fresh", 0): 0, TopicPartition("fresh", 1): 0}
+    with PullConsumer(masters, auto_offset_reset="earliest") as c:
+        with pytest.raises(errors.UnknownTopic, match="never-made"):
+            c.assign([TopicPartition("never-made", 0)])
