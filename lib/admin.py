@@ -7,17 +7,19 @@ Given a ``principal``, every call carries it as ``tubeq-principal`` metadata for
 """
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lib.errors import InvalidArgument
+from lib.errors import InvalidArgument, TubeqError
 from lib.names import check_name
 from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
-from lib.rpc import MasterClient
+from lib.rpc import MasterClient, invoke
 from lib.types import (
     AuditEntry,
     BrokerInfo,
     GroupInfo,
+    MasterStatus,
     MemberInfo,
     PartitionInfo,
     PartitionLag,
@@ -94,7 +96,8 @@ class AdminClient:
         """Create a topic; unset settings take the master's defaults. TopicExists if it is."""
         settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
                                max_message_bytes)
-        request = admin_pb2.CreateTopicRequest(topic=check_name(name), settings=settings)
+        request = admin_pb2.CreateTopicRequest(topic=check_name(name), settings=settings,
+                                               request_id=uuid.uuid4().hex)
         return topic_info(self._call("CreateTopic", request))
 
     def alter_topic(self, name: str, partitions: int | None = None, stores: int | None = None,
@@ -165,6 +168,31 @@ class AdminClient:
                 for e in response.entries]
 
     # ------------------------------------------------------------------ lifecycle
+
+    # ------------------------------------------------------------------ masters
+
+    def master_status(self) -> list[MasterStatus]:
+        """Every master of the list, asked directly (standbys too): role, term, log position.
+
+        Not routed to the leader: this is how an operator sees the standbys and their lag.
+        """
+        answers: list[tuple[str, Any]] = []
+        for address in self._master.masters:
+            stub = admin_pb2_grpc.AdminStub(self._master.pool.get(address))
+            try:
+                answers.append((address, invoke(stub.MasterStatus,
+                                                admin_pb2.MasterStatusRequest(),
+                                                min(self.timeout, 3.0), self._metadata)))
+            except TubeqError as err:
+                answers.append((address, err))
+        top = max((a.commit_index for _, a in answers if not isinstance(a, TubeqError)),
+                  default=0)
+        return [MasterStatus(address, "unreachable", error=a.message)
+                if isinstance(a, TubeqError) else
+                MasterStatus(a.address or address, a.role, a.leader, a.term, a.epoch,
+                             a.commit_index, a.applied_index, max(0, top - a.applied_index),
+                             a.raft_node, a.log_entries, a.has_quorum)
+                for address, a in answers]
 
     def close(self) -> None:
         self._master.close()

@@ -256,10 +256,12 @@ class Coordinator:
             self._lock.release()
 
     def _join(self) -> master_pb2.GroupState:
+        owned = _by_topic(self.sub.assignment()) if self.identity[0] else {}
         req = master_pb2.JoinGroupRequest(
             group=self.config.group, topics=list(self.sub.topics), member_id=self.identity[0],
             client_host=self.config.client_host or socket.gethostname(),
-            session_timeout_ms=self.config.session_timeout_ms)
+            session_timeout_ms=self.config.session_timeout_ms,
+            owned=[master_pb2.Assignment(topic=t, partitions=ps) for t, ps in owned.items()])
         return self.offsets.masters.call(master_pb2_grpc.MasterStub, "JoinGroup", req)
 
     def _heartbeat(self) -> master_pb2.GroupState:
@@ -281,8 +283,17 @@ class Coordinator:
             return self._interval
         except (errors.UnknownMember, errors.Fenced) as exc:
             event(log, "group.rejoin", group=self.config.group, reason=str(exc))
-            self._lose_membership()
-            return 0.0
+            if not exc.details.get("rejoin"):
+                self._lose_membership()
+                return 0.0
+            try:  # a new active master: keep consuming what we own while we rejoin
+                self._apply(self._join())
+                return self._interval
+            except errors.TubeqError as again:
+                event(log, "group.rejoin_failed", logging.WARNING, group=self.config.group,
+                      error=str(again))
+                self._lose_membership()
+                return 0.0
         except errors.TubeqError as exc:
             event(log, "group.heartbeat_failed", logging.WARNING, group=self.config.group,
                   error=str(exc))

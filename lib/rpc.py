@@ -103,6 +103,10 @@ class MasterClient:
         self._current = self.masters[0]
 
     @property
+    def pool(self) -> ChannelPool:
+        return self._pool
+
+    @property
     def current(self) -> str:
         """The master last known to be active (or the next one to try)."""
         return self._current

@@ -109,3 +109,25 @@ class AuditEntry:
     target: str
     details: str
     peer: str = ""
+
+
+@dataclass(frozen=True)
+class MasterStatus:
+    """One master's view of the Raft group (``role`` "unreachable" when it did not answer).
+
+    ``lag`` is how many committed log entries this master has not applied yet, against the
+    highest commit index any master reported in the same call.
+    """
+
+    address: str
+    role: str
+    leader: str = ""
+    term: int = 0
+    epoch: int = 0
+    commit_index: int = 0
+    applied_index: int = 0
+    lag: int = 0
+    raft_node: str = ""
+    log_entries: int = 0
+    has_quorum: bool = False
+    error: str = ""

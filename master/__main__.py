@@ -1,6 +1,8 @@
 """``python -m master``: run one master until SIGTERM/SIGINT.
 
-Writes ``<data_dir>/ready.json`` (role, address, metrics, epoch) once the gRPC server listens.
+Writes ``<data_dir>/ready.json`` (role, address, metrics, epoch, raft) once the gRPC server
+listens (a standby is ready too: it answers with NotLeader). The Raft password comes from the
+config's ``raft_password`` or $TUBEQ_RAFT_PASSWORD, never from the command line (``ps``).
 """
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--metrics-port", dest="metrics_port", type=int)
+    p.add_argument("--raft-port", dest="raft_port", type=int,
+                   help="this master's Raft port (needed with --raft-peers)")
+    p.add_argument("--raft-peers", dest="raft_peers",
+                   help="comma-separated host:port of the other masters' Raft ports")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -36,16 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     setup("master", Path(args.data_dir).name if args.data_dir else "?", args.log_level)
     try:
         config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
-                      metrics_port=args.metrics_port)
+                      metrics_port=args.metrics_port, raft_port=args.raft_port,
+                      raft_peers=args.raft_peers)
         master = Master(config).start()
     except TubeqError as err:
         event(log, "master.start_failed", logging.ERROR, error=err.message)
         return 2
+    if not config.peers:  # a lone master elects itself: be ready when it serves
+        master.wait_active(15)
     stopper = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopper.set())
     signal.signal(signal.SIGINT, lambda *_: stopper.set())
     write_ready(config.data_dir, {"role": "master", "address": master.address,
-                                  "metrics": master.metrics_address, "epoch": master.epoch})
+                                  "metrics": master.metrics_address, "epoch": master.epoch,
+                                  "raft": master.raft.settings.node})
     while not stopper.wait(0.5):
         pass
     master.stop()

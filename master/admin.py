@@ -6,6 +6,9 @@ its audit entry, written in the same state transaction as the change.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import grpc
 
 from lib.proto import admin_pb2 as apb
@@ -13,7 +16,7 @@ from lib.proto import admin_pb2_grpc
 from lib.proto import master_pb2 as mpb
 from master.brokers import BrokerRegistry
 from master.group_ops import GroupOps
-from master.guard import Leadership, audited, caller, guarded
+from master.guard import Leadership, any_master, audited, caller, guarded
 from master.state import MetaState
 from master.topic_ops import TopicOps
 
@@ -23,14 +26,25 @@ MAX_AUDIT_LIMIT = 10_000
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, state: MetaState, registry: BrokerRegistry, topics: TopicOps,
-                 groups: GroupOps, leadership: Leadership) -> None:
+                 groups: GroupOps, leadership: Leadership,
+                 status: Callable[[], dict[str, Any]]) -> None:
         self.state, self.registry = state, registry
         self.topics, self.group_ops, self.leadership = topics, groups, leadership
+        self.status = status
+
+    @any_master
+    def MasterStatus(self, request, context):  # noqa: N802
+        s = self.status()
+        return apb.MasterStatusResponse(
+            address=s["address"], raft_node=s["node"], role=s["role"],
+            leader=s["leader_address"], term=s["term"], epoch=s["epoch"],
+            commit_index=s["commit_index"], applied_index=s["applied_index"],
+            log_entries=s["log_entries"], has_quorum=s["has_quorum"], peers=s["peers"])
 
     @guarded
     def CreateTopic(self, request, context):  # noqa: N802
         settings = request.settings if request.HasField("settings") else None
-        self.topics.create(request.topic, settings, caller(context))
+        self.topics.create(request.topic, settings, caller(context), request.request_id[:64])
         audited("create_topic", topic=request.topic)
         return self.topics.describe(request.topic, live=False)
 

@@ -59,6 +59,17 @@ class BrokerRegistry:
         self._lock = threading.Lock()
         self._brokers: dict[int, LiveBroker] = {}
 
+    def clear(self) -> None:
+        """Forget every broker (a new leadership: they register again)."""
+        with self._lock:
+            self._brokers.clear()
+
+    def wait_alive(self, broker_ids: set[int], timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until every one of ``broker_ids`` is alive."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not broker_ids <= set(self.alive_ids()):
+            time.sleep(0.05)
+
     def register(self, broker_id: int, address: str) -> None:
         """(Re)register: a restarted broker starts with fresh stats."""
         if broker_id < 0:

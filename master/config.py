@@ -44,6 +44,17 @@ class MasterConfig:
     tombstones_kept: int = 1000
     audit_entries_kept: int = 100_000
     lmdb_map_size: int = 1 << 30
+    # -- Master HA (Raft through pysyncobj; see master/raft.py) --
+    raft_port: int = 0  # this master's Raft port; 0 (only without peers): any free port
+    raft_peers: str = ""  # comma-separated host:port of the OTHER masters' Raft ports
+    raft_password: str = ""  # else $TUBEQ_RAFT_PASSWORD; required with peers
+    raft_election_min_ms: int = 800
+    raft_election_max_ms: int = 1600
+    raft_leader_fallback_ms: int = 3000  # a leader cut off from the majority steps down
+    raft_compaction_entries: int = 5000  # snapshot + log compaction after this many entries
+    raft_compaction_min_s: int = 300  # ... or this often
+    command_timeout_ms: int = 5000  # a metadata change not committed by then: Unavailable
+    failover_grace_ms: int = 5000  # a new leader lets brokers and members re-register first
 
     def validate(self) -> None:
         require(bool(self.data_dir), "MasterConfig.data_dir is required (--data-dir)")
@@ -65,6 +76,30 @@ class MasterConfig:
         require(self.tombstones_kept >= 1, "MasterConfig.tombstones_kept must be >= 1")
         require(self.audit_entries_kept >= 1, "MasterConfig.audit_entries_kept must be >= 1")
         require(self.lmdb_map_size >= 1 << 20, "MasterConfig.lmdb_map_size must be >= 1 MiB")
+        self._validate_raft()
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.raft_peers.split(",") if p.strip())
+
+    def _validate_raft(self) -> None:
+        require(0 <= self.raft_port < 65536, "MasterConfig.raft_port must be in [0, 65535]")
+        require(self.raft_port > 0 or not self.peers,
+                "MasterConfig.raft_port must be set when raft_peers are (peers dial it)")
+        for peer in self.peers:
+            host, _, port = peer.rpartition(":")
+            require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
+                    f"MasterConfig.raft_peers: {peer!r} is not host:port")
+        require(f"{self.host}:{self.raft_port}" not in self.peers,
+                "MasterConfig.raft_peers must list the OTHER masters, not this one")
+        require(0 < self.raft_election_min_ms < self.raft_election_max_ms,
+                "MasterConfig: need 0 < raft_election_min_ms < raft_election_max_ms")
+        require(self.raft_leader_fallback_ms >= self.raft_election_min_ms,
+                "MasterConfig.raft_leader_fallback_ms must be >= raft_election_min_ms")
+        require(self.raft_compaction_entries >= 2, "MasterConfig.raft_compaction_entries >= 2")
+        require(self.raft_compaction_min_s >= 1, "MasterConfig.raft_compaction_min_s >= 1")
+        require(self.command_timeout_ms > 0, "MasterConfig.command_timeout_ms must be > 0")
+        require(self.failover_grace_ms >= 0, "MasterConfig.failover_grace_ms must be >= 0")
 
     def _validate_topic_defaults(self) -> None:
         require(1 <= self.max_partitions_per_topic <= 1024,

@@ -9,6 +9,7 @@ changes nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from lib.errors import (
@@ -32,8 +33,9 @@ from master.state import MetaState
 
 class GroupOps:
     def __init__(self, state: MetaState, groups: GroupCoordinator, routes: RouteBook,
-                 calls: BrokerCalls) -> None:
+                 calls: BrokerCalls, write: Callable[[dict[str, Any]], Any]) -> None:
         self.state, self.groups, self.routes, self.calls = state, groups, routes, calls
+        self.write = write  # replicates a state command (Raft)
 
     def list(self) -> list[str]:
         return sorted(set(self.state.groups()) | set(self.groups.live_groups()))
@@ -102,7 +104,7 @@ class GroupOps:
         parts = self._partitions(record, list(req.partitions))
         targets = self._targets(record, parts, kind, getattr(req, kind))
         self._apply(record, group, targets, term)
-        self.state.apply({"op": "record_group", "time_ms": wall_ms(), "group": group,
+        self.write({"op": "record_group", "time_ms": wall_ms(), "group": group,
                           "topics": [topic], "audit": {
                               **audit, "action": "reset_group_offsets", "target": group,
                               "details": json.dumps({"topic": topic, kind: getattr(req, kind),

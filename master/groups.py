@@ -6,7 +6,11 @@ its topics), leave, expiry and change of a subscribed topic's partition count re
 group AT ONCE (no timer) under a new generation ``(epoch << 32) | counter``; members learn
 their new assignment in their next heartbeat reply. The counter is shared by every group, so a
 group's generation never goes back even when the group empties and comes back; the epoch grows
-at every master start, so generations grow across restarts too (brokers fence on them).
+at every leadership, so generations grow across failovers too (brokers fence on them).
+
+After a failover (:meth:`GroupCoordinator.reset`) members rejoin with the partitions they
+owned; for ``grace_ms`` those are kept and rebalances wait, then each group that changed is
+rebalanced once, stickily: a failover moves no partition whose owner came back.
 
 The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe: one lock.
 """
@@ -42,6 +46,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     assignment: Assignment = field(default_factory=dict)
     generation: int = 0
+    pending: bool = False  # members rejoined during a failover grace: rebalance when it ends
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,11 @@ class SessionLimits:
     max_ms: int = 600_000
 
 
+def _own_id(group: str, member_id: str) -> bool:
+    """A member id this coordinator could have issued for ``group`` (kept on a rejoin)."""
+    return member_id.startswith(f"{group}-") and len(member_id) <= len(group) + 33
+
+
 class GroupCoordinator:
     def __init__(self, epoch: int, partitions_of: Callable[[str], int | None],
                  limits: SessionLimits = SessionLimits(), reaper_interval_ms: int = 200,
@@ -76,14 +86,37 @@ class GroupCoordinator:
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}
         self._counter = 0
+        self._grace_until = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- membership ----------------------------------------------------------------------
 
+    def reset(self, epoch: int, grace_ms: int) -> None:
+        """A new leadership: forget every group; members rejoin within ``grace_ms``.
+
+        During the grace a member that rejoins with its id and the partitions it owned keeps
+        them, without a rebalance (the others are still rejoining); when it ends, groups that
+        changed are rebalanced once, stickily, so only partitions nobody claimed move.
+        """
+        with self._lock:
+            self.epoch, self._counter, self._groups = epoch, 0, {}
+            self._grace_until = self._clock() + grace_ms
+
+    def in_grace(self) -> bool:
+        return self._clock() < self._grace_until
+
+    def grace_left_s(self) -> float:
+        return max(0, self._grace_until - self._clock()) / 1000
+
     def join(self, group: str, topics: Sequence[str], member_id: str = "",
-             client_host: str = "", session_ms: int = 0) -> MemberView:
-        """Add (or update) a member; a new member or new topics rebalance the group now."""
+             client_host: str = "", session_ms: int = 0,
+             owned: dict[str, list[int]] | None = None) -> MemberView:
+        """Add (or update) a member; a new member or new topics rebalance the group now.
+
+        ``owned``: on a rejoin after a failover, the partitions the member had; it keeps the
+        ones nobody else holds.
+        """
         check_name(group, "group")
         wanted = self._check_topics(topics)
         session = self._session(session_ms)
@@ -93,10 +126,13 @@ class GroupCoordinator:
             g = self._groups.setdefault(group, Group(group))
             member = g.members.get(member_id) if member_id else None
             if member is None:
-                member_id = f"{group}-{uuid.uuid4().hex[:8]}"
+                rejoin = owned is not None and _own_id(group, member_id)
+                member_id = member_id if rejoin else f"{group}-{uuid.uuid4().hex[:8]}"
                 member = g.members[member_id] = Member(member_id, wanted, client_host, session,
                                                        0, 0)
-                self._rebalance(g, "join")
+                if rejoin:
+                    self._seed(g, member_id, owned or {}, wanted)
+                self._rebalance(g, "rejoin" if rejoin else "join")
             elif member.topics != wanted:
                 member.topics = wanted
                 self._rebalance(g, "topics_changed")
@@ -173,10 +209,15 @@ class GroupCoordinator:
     def _reap(self) -> None:
         while not self._stop.wait(self._reaper_interval):
             self.expire()
+            self._settle()
 
     # -- internals -----------------------------------------------------------------------
 
     def _rebalance(self, g: Group, reason: str) -> None:
+        if self.in_grace():  # members are still rejoining: keep what they own, settle later
+            g.pending = True
+            self._new_generation(g, reason)
+            return
         subs = {m.member_id: list(m.topics) for m in g.members.values()}
         counts = {}
         for t in {t for ts in subs.values() for t in ts}:
@@ -184,15 +225,44 @@ class GroupCoordinator:
             if n:
                 counts[t] = n
         g.assignment = assign(subs, counts, g.assignment)
+        g.pending = False
+        self._new_generation(g, reason)
+
+    def _new_generation(self, g: Group, reason: str) -> None:
         self._counter += 1
         g.generation = (self.epoch << 32) | self._counter
         if self._on_rebalance is not None:
             self._on_rebalance(g.name, reason, g.generation)
 
+    def _seed(self, g: Group, member_id: str, owned: dict[str, list[int]],
+              topics: tuple[str, ...]) -> None:
+        """Give a rejoining member the partitions it owned that nobody else holds now."""
+        held = {(t, p) for a in g.assignment.values() for t, ps in a.items() for p in ps}
+        mine: dict[str, list[int]] = {}
+        for t, parts in owned.items():
+            n = self._partitions_of(t) if t in topics else None
+            keep = sorted({p for p in parts if n and 0 <= p < n and (t, p) not in held})
+            if keep:
+                mine[t] = keep
+        g.assignment[member_id] = mine
+
+    def _settle(self) -> None:
+        """After the failover grace: rebalance the groups members rejoined meanwhile."""
+        with self._lock:
+            if self.in_grace():
+                return
+            for g in self._groups.values():
+                if g.pending:
+                    self._rebalance(g, "failover")
+
     def _member(self, group: str, member_id: str) -> tuple[Group, Member]:
         g = self._groups.get(group)
         member = g.members.get(member_id) if g is not None else None
         if g is None or member is None:
+            if self.in_grace():  # a new leader: the member keeps its partitions and rejoins
+                raise UnknownMember(
+                    f"group {group!r}: the active master changed; rejoin with the partitions "
+                    "you own", group=group, member_id=member_id, rejoin=True)
             raise UnknownMember(
                 f"group {group!r} has no member {member_id!r} (session expired or never "
                 "joined): join again", group=group, member_id=member_id)

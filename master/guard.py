@@ -1,9 +1,9 @@
 """What every RPC handler of the master shares: the leader check, error mapping, the caller.
 
-``guarded`` wraps a servicer method: it first asks :class:`Leadership` (the ONE place where the
-"Master HA" issue will raise NotLeader on a standby), maps a TubeqError to its gRPC status with
-``abort_with``, and turns any unexpected exception into INTERNAL after logging it, so a bug in
-one request never takes the server down.
+``guarded`` wraps a servicer method: it first asks :class:`Leadership` (the ONE place that
+raises NotLeader on a standby; ``any_master`` skips it for status calls), maps a TubeqError
+to its gRPC status with ``abort_with``, and turns any unexpected exception into INTERNAL
+after logging it, so a bug in one request never takes the server down.
 """
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any
 
 import grpc
 
-from lib.errors import TubeqError
+from lib.errors import NotLeader, TubeqError
 from lib.logs import event
 from lib.wire_errors import abort_with
+from master.raft import RaftLog
+from master.state import MetaState
 
 log = logging.getLogger(__name__)
 PRINCIPAL_KEY = "tubeq-principal"
@@ -24,20 +26,56 @@ MAX_PRINCIPAL_LEN = 256
 
 
 class Leadership:
-    """Single-node for now: this master always leads. Issue 4 raises NotLeader here."""
+    """Whether this master is the active one, and which master is when it is not.
+
+    Active means: Raft says this node leads AND its ``lead`` command (which bumps the epoch)
+    has been applied, so every generation and broker term it hands out is new. A standby
+    names the leader's gRPC address from the replicated state, but only when that record is
+    about the node Raft currently follows; during an election the hint is "" (callers rotate).
+    """
+
+    def __init__(self, raft: RaftLog, state: MetaState) -> None:
+        self.raft, self.state = raft, state
+        self._epoch: int | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
 
     def is_leader(self) -> bool:
-        return True
+        return self._epoch is not None and self.raft.is_leader()
+
+    def activate(self, epoch: int) -> None:
+        self._epoch = epoch
+
+    def deactivate(self) -> None:
+        self._epoch = None
+
+    def leader_address(self) -> str:
+        node = self.raft.leader_node()
+        record = self.state.leader()
+        if not node or record.get("node") != node:
+            return ""
+        if node == self.raft.settings.node and not self.is_leader():
+            return ""  # elected, not yet serving: do not send callers back here
+        return str(record.get("address", ""))
 
     def check(self) -> None:
-        """Raise NotLeader (naming the leader) when this master is a standby."""
+        """Raise NotLeader (naming the leader when known) unless this master is active."""
+        if not self.is_leader():
+            leader = self.leader_address()
+            where = f"the active master is {leader}" if leader else \
+                "no master is active right now (election in progress)"
+            raise NotLeader(f"this master ({self.raft.settings.node}) is a standby: {where}",
+                            leader=leader)
 
 
-def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+def guarded(method: Callable[..., Any], leader_only: bool = True) -> Callable[..., Any]:
     @functools.wraps(method)
     def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            self.leadership.check()
+            if leader_only:
+                self.leadership.check()
             return method(self, request, context)
         except TubeqError as err:
             abort_with(context, err)
@@ -60,3 +98,8 @@ def caller(context: grpc.ServicerContext) -> dict[str, str]:
 
 def audited(action: str, **fields: Any) -> None:
     event(log, "master.admin", action=action, **fields)
+
+
+def any_master(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Like :func:`guarded`, for calls every master answers (status)."""
+    return guarded(method, leader_only=False)

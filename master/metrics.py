@@ -11,6 +11,9 @@ class MasterMetrics:
         self.registry = CollectorRegistry()
         self.rebalances = Counter("tubeq_master_rebalances", "Consumer-group rebalances",
                                   ["reason"], registry=self.registry)
+        self.leader_changes = Counter("tubeq_master_leaderships",
+                                      "Times this master became the active one",
+                                      registry=self.registry)
         self._gauges: dict[str, Gauge] = {}
         self._server = None
 

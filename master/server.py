@@ -1,15 +1,22 @@
-"""``Master(config)``: builds the state machine, live registries and gRPC services; start/stop.
+"""``Master(config)``: the Raft node, the state machine, live registries and gRPC services.
 
-Start order: open the LMDB state and bump the epoch (a ``start`` command: generations and terms
-of this run are higher than any before), then build the in-memory parts, then listen. Stop
-order is the reverse: stop taking requests, stop the reaper, close broker channels, close LMDB.
+Every master runs the same Raft log and applies it to its own LMDB state (hot standby). The
+one Raft elects becomes *active* once its ``lead`` command (epoch + 1) is applied: then, and
+only then, it forgets any live state it had, lets brokers and group members re-register
+(``failover_grace_ms``), and serves. A master that loses leadership stops serving at once.
+
+Start order: state, Raft, in-memory parts, gRPC server, leadership watcher. Stop order is the
+reverse: stop taking requests, stop the watcher and reaper, close broker channels, Raft, LMDB.
 """
 from __future__ import annotations
 
 import logging
+import socket
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,6 +32,7 @@ from master.group_ops import GroupOps
 from master.groups import GroupCoordinator, SessionLimits
 from master.guard import Leadership
 from master.metrics import MasterMetrics
+from master.raft import RaftLog, RaftSettings, resolve_password
 from master.routes import RouteBook
 from master.state import MetaState
 from master.topic_ops import TopicOps
@@ -39,32 +47,86 @@ class Master:
         c = config
         self.state = MetaState(Path(c.data_dir) / "meta", c.lmdb_map_size, c.tombstones_kept,
                                c.audit_entries_kept)
-        self.epoch: int = self.state.apply({"op": "start", "time_ms": wall_ms()})
+        self._wake = threading.Event()
+        self.raft = RaftLog(raft_settings(c), self.state, on_role_change=self._wake.set)
         self.metrics = MasterMetrics()
         self.registry = BrokerRegistry(c.broker_timeout_ms)
         self.groups = GroupCoordinator(
-            self.epoch, self._partitions_of,
+            self.state.epoch, self._partitions_of,
             SessionLimits(c.group_session_timeout_ms, c.group_min_session_timeout_ms,
                           c.group_max_session_timeout_ms),
             c.group_reaper_interval_ms, on_rebalance=self._rebalanced)
-        self.leadership = Leadership()
+        self.leadership = Leadership(self.raft, self.state)
         self.calls = BrokerCalls(c.broker_call_timeout_ms / 1000)
         self.routes = RouteBook(self.state, self.registry)
-        topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls)
-        group_ops = GroupOps(self.state, self.groups, self.routes, self.calls)
+        topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
+                             self.write)
+        group_ops = GroupOps(self.state, self.groups, self.routes, self.calls, self.write)
         self.health = health.HealthServicer()
         self._server = grpc.server(futures.ThreadPoolExecutor(c.grpc_workers,
                                                               thread_name_prefix="master-rpc"),
                                    options=SERVER_OPTIONS)
         service.add_to(self._server, service.MasterService(
-            c, self.state, self.registry, self.groups, self.routes, self.leadership))
+            c, self.state, self.registry, self.groups, self.routes, self.leadership,
+            self.write))
         admin.add_to(self._server, admin.AdminService(
-            self.state, self.registry, topic_ops, group_ops, self.leadership))
+            self.state, self.registry, topic_ops, group_ops, self.leadership, self.status))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._gauges()
         self.address = ""
         self.metrics_address = ""
         self._stopped = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_leadership, daemon=True,
+                                         name="master-leadership")
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    def write(self, cmd: dict[str, Any]) -> Any:
+        """Replicate a state command and return its result (only while active)."""
+        self.leadership.check()
+        return self.raft.submit(cmd, self.config.command_timeout_ms / 1000)
+
+    def status(self) -> dict[str, Any]:
+        s = self.raft.status()
+        role = "leader" if self.leadership.is_leader() else \
+            "standby" if s["leader"] else "candidate"
+        return {**s, "address": self.address, "role": role, "epoch": self.state.epoch,
+                "leader_address": self.address if role == "leader"
+                else self.leadership.leader_address()}
+
+    # -- leadership ------------------------------------------------------------------------
+
+    def _watch_leadership(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(0.1)
+            self._wake.clear()
+            try:
+                self._follow_raft()
+            except TubeqError as err:  # e.g. lost the majority before "lead" committed
+                event(log, "master.lead_failed", logging.WARNING, error=err.message)
+            except Exception:  # the watcher must survive anything
+                log.exception("master.leadership_watch_failed")
+
+    def _follow_raft(self) -> None:
+        raft_leads, active = self.raft.is_leader(), self.leadership.epoch is not None
+        if raft_leads and not active:
+            epoch = self.raft.submit({"op": "lead", "time_ms": wall_ms(),
+                                      "node": self.raft.settings.node, "address": self.address},
+                                     self.config.command_timeout_ms / 1000)
+            self.registry.clear()
+            # The first leadership ever has nobody to wait for; later ones do (failover).
+            self.groups.reset(epoch, self.config.failover_grace_ms if epoch > 1 else 0)
+            self.leadership.activate(epoch)
+            self.metrics.leader_changes.inc()
+            event(log, "master.active", epoch=epoch, address=self.address,
+                  topics=len(self.state.topics()))
+        elif active and not raft_leads:
+            self.leadership.deactivate()
+            self.groups.reset(self.state.epoch, 0)
+            self.registry.clear()
+            event(log, "master.standby", leader=self.leadership.leader_address())
 
     def _partitions_of(self, topic: str) -> int | None:
         record = self.state.topic(topic)
@@ -81,7 +143,13 @@ class Master:
         m.gauge("tubeq_master_topics", "Topics", lambda: len(self.state.topics()))
         m.gauge("tubeq_master_groups_live", "Groups with live members",
                 lambda: len(self.groups.live_groups()))
-        m.gauge("tubeq_master_epoch", "Master epoch (term)", lambda: self.epoch)
+        m.gauge("tubeq_master_epoch", "Leadership epoch (brokers' term)", lambda: self.epoch)
+        m.gauge("tubeq_master_is_leader", "1 on the active master",
+                lambda: int(self.leadership.is_leader()))
+        m.gauge("tubeq_master_raft_commit_index", "Raft commit index",
+                lambda: self.raft.status()["commit_index"])
+        m.gauge("tubeq_master_applied_index", "Raft index applied to the LMDB state",
+                lambda: self.state.applied_index)
 
     def start(self) -> Master:
         c = self.config
@@ -93,11 +161,20 @@ class Master:
         if c.metrics_port >= 0:
             self.metrics_address = self.metrics.serve(c.host, c.metrics_port)
         self.groups.start()
+        self._watcher.start()
         for name in ("", *SERVICES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         event(log, "master.started", address=self.address, metrics=self.metrics_address,
+              raft=self.raft.settings.node, peers=list(self.raft.settings.peers),
               epoch=self.epoch, topics=len(self.state.topics()))
         return self
+
+    def wait_active(self, timeout: float) -> bool:
+        """True once this master serves (a lone master elects itself within a second)."""
+        deadline = time.monotonic() + timeout
+        while not self.leadership.is_leader() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.leadership.is_leader()
 
     def stop(self) -> None:
         """Idempotent; safe from a signal handler thread."""
@@ -106,9 +183,12 @@ class Master:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self._server.stop(self.config.stop_grace_s).wait()
+        self._wake.set()
+        self._watcher.join(timeout=10)
         self.groups.stop()
         self.calls.close()
         self.metrics.stop()
+        self.raft.close()
         self.state.close()
         event(log, "master.stopped", epoch=self.epoch)
 
@@ -116,3 +196,22 @@ class Master:
         """Block until :meth:`stop` has run."""
         while not self._stopped.wait(0.5):
             pass
+
+
+def raft_settings(c: MasterConfig) -> RaftSettings:
+    port = c.raft_port or _free_port(c.host)  # validated: 0 only for a lone master
+    # A lone master has nobody to split votes with: elect itself at once (pysyncobj needs the
+    # timeout above 3 append periods).
+    election = (c.raft_election_min_ms / 1000, c.raft_election_max_ms / 1000) if c.peers \
+        else (0.35, 0.4)
+    return RaftSettings(
+        node=f"{c.host}:{port}", peers=c.peers, password=resolve_password(c.raft_password, c.peers),
+        data_dir=c.data_dir, election_min_s=election[0], election_max_s=election[1],
+        leader_fallback_s=c.raft_leader_fallback_ms / 1000,
+        compaction_entries=c.raft_compaction_entries, compaction_min_s=c.raft_compaction_min_s)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -7,6 +7,9 @@ broker's placements, deleted incarnations): a broker that missed one catches up 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import grpc
 
 from lib.errors import InvalidArgument, UnknownTopic
@@ -26,9 +29,11 @@ MAX_ROUTE_TOPICS = 10_000
 
 class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
-                 groups: GroupCoordinator, routes: RouteBook, leadership: Leadership) -> None:
+                 groups: GroupCoordinator, routes: RouteBook, leadership: Leadership,
+                 write: Callable[[dict[str, Any]], Any]) -> None:
         self.config, self.state, self.registry = config, state, registry
         self.groups, self.routes, self.leadership = groups, routes, leadership
+        self.write = write  # replicates a state command (Raft)
 
     @property
     def term(self) -> int:
@@ -40,7 +45,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def RegisterBroker(self, request, context):  # noqa: N802
         self.registry.register(request.broker_id, request.address)
         if self.state.brokers().get(request.broker_id) != request.address:
-            self.state.apply({"op": "register_broker", "time_ms": wall_ms(),
+            self.write({"op": "register_broker", "time_ms": wall_ms(),
                               "broker_id": request.broker_id, "address": request.address})
         topics, placements = self._desired(request.broker_id)
         return mpb.RegisterBrokerResponse(
@@ -84,11 +89,13 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @guarded
     def JoinGroup(self, request, context):  # noqa: N802
+        owned = {a.topic: list(a.partitions) for a in request.owned} \
+            if request.owned or request.member_id else None
         view = self.groups.join(request.group, list(request.topics), request.member_id,
-                                request.client_host, request.session_timeout_ms)
+                                request.client_host, request.session_timeout_ms, owned)
         recorded = self.state.groups().get(request.group, {}).get("topics", [])
         if not set(view.topics) <= set(recorded):
-            self.state.apply({"op": "record_group", "time_ms": wall_ms(),
+            self.write({"op": "record_group", "time_ms": wall_ms(),
                               "group": request.group, "topics": list(view.topics)})
         return self._group_state(view)
 

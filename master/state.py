@@ -6,9 +6,15 @@ is deterministic (it never reads a clock: commands carry ``time_ms``; it never l
 state), so the "Master HA" issue can replicate the same commands through Raft and apply them in
 the same order on every master.
 
-Commands (``op``): ``start`` (epoch + 1), ``register_broker``, ``create_topic``,
-``alter_topic``, ``delete_topic``, ``record_group``, ``audit``. Any command may carry an
-``audit`` dict (principal, peer, action, target, details) written with it.
+Commands (``op``): ``lead`` (a new leadership: epoch + 1, the leader's node and address),
+``register_broker``, ``create_topic``, ``alter_topic``, ``delete_topic``, ``record_group``,
+``audit``. Any command may carry an ``audit`` dict (principal, peer, action, target, details)
+written with it.
+
+Raft (``master/raft.py``) applies every committed command with its log index. The index is
+written in the same transaction as the change, and an index at or below it is skipped, so
+replaying the journal after a restart never applies a command twice. ``copy_to`` and
+``restore_from`` move the whole state for Raft snapshots.
 
 Thread-safety: one lock serialises ``apply``; readers get immutable snapshots (records are
 replaced, never mutated).
@@ -16,6 +22,7 @@ replaced, never mutated).
 from __future__ import annotations
 
 import json
+import os
 import struct
 import threading
 from collections.abc import Callable
@@ -24,7 +31,7 @@ from typing import Any
 
 import lmdb
 
-from lib.errors import InvalidArgument, StorageError, TopicExists, UnknownTopic
+from lib.errors import InvalidArgument, StorageError, TopicExists, TubeqError, UnknownTopic
 
 _SEQ = struct.Struct(">Q")  # big-endian so keys sort by sequence
 _DBS = (b"meta", b"topics", b"tombstones", b"groups", b"audit", b"brokers")
@@ -43,32 +50,53 @@ class MetaState:
 
     def __init__(self, path: str | Path, map_size: int = 1 << 30, tombstones_kept: int = 1000,
                  audit_kept: int = 100_000) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        try:
-            self._env = lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), sync=True)
-        except lmdb.Error as exc:
-            raise StorageError(f"cannot open master state at {path}: {exc}") from exc
-        self._db = {name.decode(): self._env.open_db(name) for name in _DBS}
+        self._path, self._map_size = Path(path), map_size
         self._kept = {"tombstones": tombstones_kept, "audit": audit_kept}
         self._lock = threading.Lock()
-        self._topics: dict[str, dict[str, Any]] = self._read_all("topics")
-        self._groups: dict[str, dict[str, Any]] = self._read_all("groups")
-        self._brokers: dict[int, str] = {int(k): v["address"]
-                                         for k, v in self._read_all("brokers").items()}
+        self._open()
         self._handlers: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
-            "start": self._start, "register_broker": self._register_broker,
+            "lead": self._lead, "register_broker": self._register_broker,
             "create_topic": self._create_topic, "alter_topic": self._alter_topic,
             "delete_topic": self._delete_topic, "record_group": self._record_group,
             "audit": lambda txn, cmd: None,
         }
 
+    def _open(self) -> None:
+        self._path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(str(self._path), map_size=self._map_size, max_dbs=len(_DBS),
+                                  sync=True)
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot open master state at {self._path}: {exc}") from exc
+        self._db = {name.decode(): self._env.open_db(name) for name in _DBS}
+        self._topics: dict[str, dict[str, Any]] = self._read_all("topics")
+        self._groups: dict[str, dict[str, Any]] = self._read_all("groups")
+        self._brokers: dict[int, str] = {int(k): v["address"]
+                                         for k, v in self._read_all("brokers").items()}
+        self._applied: dict[str, int] = self._meta("applied") or {"index": 0, "term": 0}
+        self._leader: dict[str, Any] = self._meta("leader") or {}
+        self._epoch = int(self._meta("epoch") or 0)
+
+    def _meta(self, key: str) -> Any:
+        with self._env.begin(db=self._db["meta"]) as txn:
+            raw = txn.get(key.encode())
+        return None if raw is None else _load(raw)
+
     # -- reads ---------------------------------------------------------------------------
 
     @property
     def epoch(self) -> int:
-        with self._env.begin(db=self._db["meta"]) as txn:
-            raw = txn.get(b"epoch")
-        return 0 if raw is None else int(_load(raw))
+        """Leaderships so far: generations and broker terms of the current leader use it."""
+        return self._epoch
+
+    @property
+    def applied_index(self) -> int:
+        """Raft log index of the last command applied (0: none)."""
+        return self._applied["index"]
+
+    def leader(self) -> dict[str, Any]:
+        """The latest leadership: {node (Raft address), address (gRPC), epoch} or {}."""
+        return dict(self._leader)
 
     def topics(self) -> dict[str, dict[str, Any]]:
         """name -> {topic, topic_id, created_ms, settings, placement} (do not mutate)."""
@@ -108,32 +136,75 @@ class MetaState:
 
     # -- the state machine ---------------------------------------------------------------
 
-    def apply(self, cmd: dict[str, Any]) -> Any:
+    def apply(self, cmd: dict[str, Any], index: int = 0, term: int = 0) -> Any:
         """Apply one command (and its audit entry) atomically; returns the command's result.
 
-        Raises a TubeqError (nothing written) when the command is invalid against the state.
+        ``index``/``term``: its Raft log position (0: not from Raft). A position at or below
+        the last applied one is skipped (returns None): a replay after a restart.
+        Raises a TubeqError (nothing written but the position) when the command is invalid
+        against the state; every master raises the same, so they stay identical.
         """
-        handler = self._handlers.get(cmd.get("op", ""))
-        if handler is None:
-            raise InvalidArgument(f"unknown state command {cmd.get('op')!r}")
         with self._lock:
-            staged: list[Callable[[], None]] = []
+            if index and index <= self._applied["index"]:
+                return None
+            handler = self._handlers.get(cmd.get("op", "")) if isinstance(cmd, dict) else None
+            position = {"index": index, "term": term} if index else None
             try:
-                with self._env.begin(write=True) as txn:
-                    result = handler((txn, staged), cmd)
-                    if cmd.get("audit"):
-                        self._append(txn, "audit", {**cmd["audit"], "time_ms": cmd["time_ms"]})
-            except lmdb.Error as exc:
-                raise StorageError(f"master state write failed: {exc}") from exc
-            for publish in staged:  # caches change only after the transaction committed
-                publish()
-            return result
+                if handler is None:
+                    raise InvalidArgument(f"unknown state command {cmd!r:.80}")
+                return self._write(handler, cmd, position)
+            except TubeqError:
+                if position:
+                    self._write(lambda ctx, c: None, {}, position)
+                raise
 
-    def _start(self, ctx: Any, cmd: dict[str, Any]) -> int:
-        txn, _ = ctx
+    def _write(self, handler: Callable, cmd: dict[str, Any],
+               position: dict[str, int] | None) -> Any:
+        staged: list[Callable[[], None]] = []
+        try:
+            with self._env.begin(write=True) as txn:
+                result = handler((txn, staged), cmd)
+                if cmd.get("audit"):
+                    self._append(txn, "audit", {**cmd["audit"], "time_ms": cmd["time_ms"]})
+                if position:
+                    txn.put(b"applied", _dump(position), db=self._db["meta"])
+                    staged.append(lambda: self._applied.update(position))
+        except lmdb.Error as exc:
+            raise StorageError(f"master state write failed: {exc}") from exc
+        for publish in staged:  # caches change only after the transaction committed
+            publish()
+        return result
+
+    # -- snapshots (Raft log compaction and catch-up of a lagging master) ---------------
+
+    def copy_to(self, fd: int) -> dict[str, int]:
+        """Write a compact copy of the whole state to ``fd``; returns its applied position."""
+        with self._lock:
+            self._env.copyfd(fd, compact=True)
+            return dict(self._applied)
+
+    def restore_from(self, mdb_file: Path) -> None:
+        """Replace the whole state by a copy made by :meth:`copy_to` (a leader's snapshot)."""
+        with self._lock:
+            self._env.close()
+            target = self._path / "data.mdb"
+            tmp = self._path / "data.mdb.restore"
+            tmp.write_bytes(Path(mdb_file).read_bytes())
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+            (self._path / "lock.mdb").unlink(missing_ok=True)
+            self._open()
+
+    def _lead(self, ctx: Any, cmd: dict[str, Any]) -> int:
+        txn, staged = ctx
         raw = txn.get(b"epoch", db=self._db["meta"])
         epoch = (0 if raw is None else int(_load(raw))) + 1
+        leader = {"node": str(cmd.get("node", "")), "address": str(cmd.get("address", "")),
+                  "epoch": epoch, "time_ms": cmd["time_ms"]}
         txn.put(b"epoch", _dump(epoch), db=self._db["meta"])
+        txn.put(b"leader", _dump(leader), db=self._db["meta"])
+        staged.append(lambda: self.__dict__.update(_leader=leader, _epoch=epoch))
         return epoch
 
     def _register_broker(self, ctx: Any, cmd: dict[str, Any]) -> None:
@@ -147,6 +218,9 @@ class MetaState:
         txn, staged = ctx
         name = cmd["topic"]
         if name in self._topics:
+            if cmd.get("request_id") and self._topics[name].get("request_id") == \
+                    cmd["request_id"]:
+                return self._topics[name]  # the same create, retried (a lost answer)
             raise TopicExists(f"topic {name!r} already exists", topic=name)
         limit = int(cmd.get("max_topics", 0))
         if limit and len(self._topics) >= limit:
@@ -157,7 +231,8 @@ class MetaState:
         topic_id = 1 if raw is None else int(_load(raw))
         txn.put(b"next_topic_id", _dump(topic_id + 1), db=self._db["meta"])
         record = {"topic": name, "topic_id": topic_id, "created_ms": cmd["time_ms"],
-                  "settings": dict(cmd["settings"]), "placement": list(cmd["placement"])}
+                  "settings": dict(cmd["settings"]), "placement": list(cmd["placement"]),
+                  "request_id": str(cmd.get("request_id", ""))}
         self._put_topic(txn, staged, record)
         return record
 

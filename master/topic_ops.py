@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from lib.errors import UnknownTopic
@@ -25,20 +26,26 @@ from master.state import MetaState
 
 class TopicOps:
     def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
-                 groups: GroupCoordinator, routes: RouteBook, calls: BrokerCalls) -> None:
+                 groups: GroupCoordinator, routes: RouteBook, calls: BrokerCalls,
+                 write: Callable[[dict[str, Any]], Any]) -> None:
         self.config, self.state, self.registry = config, state, registry
         self.groups, self.routes, self.calls = groups, routes, calls
+        self.write = write  # replicates a state command (Raft) and returns its result
         self._lock = threading.Lock()
 
-    def create(self, name: str, pb: mpb.TopicSettings | None,
-               audit: dict[str, Any]) -> dict[str, Any]:
+    def create(self, name: str, pb: mpb.TopicSettings | None, audit: dict[str, Any],
+               request_id: str = "") -> dict[str, Any]:
         check_name(name, "topic")
         wanted = settings.for_create(pb, self.config)
         with self._lock:
+            known = self.state.topic(name)
+            if request_id and known and known.get("request_id") == request_id:
+                return known  # a retry of a create that committed
             places = placement.place(wanted["partitions"], self._load())
-            return self.state.apply({
+            return self.write({
                 "op": "create_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
                 "placement": places, "max_topics": self.config.max_topics,
+                "request_id": request_id,
                 "audit": _audit(audit, "create_topic", name, {**wanted, "placement": places})})
 
     def alter(self, name: str, pb: mpb.TopicSettings | None,
@@ -50,7 +57,7 @@ class TopicOps:
             added = wanted["partitions"] - current["settings"]["partitions"]
             places = current["placement"] + placement.place(added, self._load())
             changes = {k: v for k, v in wanted.items() if current["settings"][k] != v}
-            record = self.state.apply({
+            record = self.write({
                 "op": "alter_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
                 "placement": places,
                 "audit": _audit(audit, "alter_topic", name,
@@ -63,7 +70,7 @@ class TopicOps:
         check_name(name, "topic")
         with self._lock:
             old = self._existing(name)
-            self.state.apply({"op": "delete_topic", "time_ms": wall_ms(), "topic": name,
+            self.write({"op": "delete_topic", "time_ms": wall_ms(), "topic": name,
                               "audit": _audit(audit, "delete_topic", name,
                                               {"topic_id": old["topic_id"]})})
         self.groups.topics_changed({name})
@@ -107,6 +114,8 @@ class TopicOps:
         return record
 
     def _load(self) -> dict[int, int]:
+        if self.groups.in_grace():  # a new leader: let the brokers re-register first
+            self.registry.wait_alive(set(self.state.brokers()), self.groups.grace_left_s())
         return placement.load_of((t["placement"] for t in self.state.topics().values()),
                                  self.registry.alive_ids())
 

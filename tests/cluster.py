@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ class ServerProcess:
     args: list[str]
     popen: subprocess.Popen | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -44,7 +46,7 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         clear_ready(self.data_dir)
         log = open(self.data_dir / "log.txt", "ab")  # noqa: SIM115 - owned by the child
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **self.env}
         self.popen = subprocess.Popen(
             [sys.executable, "-m", self.role, *self.args], cwd=ROOT, env=env,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -87,28 +89,80 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports free right now on 127.0.0.1 (held together so they differ)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 class Cluster:
-    """A master and N brokers under one temp dir; ``stop_all()`` ends every process."""
+    """Masters and N brokers under one temp dir; ``stop_all()`` ends every process.
+
+    With ``masters > 1`` the masters get fixed gRPC and Raft ports (a restarted master keeps
+    its address, as in production) and share a Raft password through the environment.
+    """
 
     def __init__(self, root: Path, master_args: list[str] | None = None,
-                 broker_args: list[str] | None = None) -> None:
+                 broker_args: list[str] | None = None, masters: int = 1) -> None:
         self.root = root
         self.master_args = master_args or []
         self.broker_args = broker_args or []
         self.masters: list[ServerProcess] = []
         self.brokers: dict[int, ServerProcess] = {}
+        self.master_count = masters
+        self._ports = free_ports(2 * masters) if masters > 1 else []
 
     @property
     def master_addresses(self) -> str:
+        if self._ports:
+            return ",".join(f"127.0.0.1:{p}" for p in self._ports[:self.master_count])
         return ",".join(m.address for m in self.masters)
 
-    def start_master(self) -> ServerProcess:
-        d = self.root / f"master{len(self.masters)}"
-        proc = ServerProcess("master", d, ["--data-dir", str(d), "--host", "127.0.0.1",
-                                           "--port", "0", "--metrics-port", "0",
-                                           *self.master_args])
-        self.masters.append(proc)
-        return proc.start()
+    def master_process(self, i: int) -> ServerProcess:
+        """Master ``i``'s process record (created on first use, restartable with .start())."""
+        while len(self.masters) <= i:
+            self.masters.append(self._new_master(len(self.masters)))
+        return self.masters[i]
+
+    def _new_master(self, i: int) -> ServerProcess:
+        d = self.root / f"master{i}"
+        args = ["--data-dir", str(d), "--host", "127.0.0.1", "--metrics-port", "0"]
+        env = {}
+        if self._ports:
+            n = self.master_count
+            raft = [f"127.0.0.1:{p}" for p in self._ports[n:]]
+            args += ["--port", str(self._ports[i]), "--raft-port", str(self._ports[n + i]),
+                     "--raft-peers", ",".join(r for j, r in enumerate(raft) if j != i)]
+            env = {"TUBEQ_RAFT_PASSWORD": f"test-{self.root.name}"}
+        else:
+            args += ["--port", "0"]
+        return ServerProcess("master", d, [*args, *self.master_args], env=env)
+
+    def start_master(self, i: int | None = None) -> ServerProcess:
+        return self.master_process(len(self.masters) if i is None else i).start()
+
+    def leader(self, timeout: float = 20.0) -> ServerProcess:
+        """The active master (asks each live one for its status)."""
+        from lib.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        while True:
+            with AdminClient(self.master_addresses) as admin:
+                seen = admin.master_status()
+            for st in seen:
+                if st.role == "leader":
+                    for m in self.masters:
+                        if m.alive() and m.info.get("address") == st.address:
+                            return m
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no active master after {timeout} s: {seen}")
+            time.sleep(0.1)
 
     def broker_process(self, broker_id: int) -> ServerProcess:
         """The broker's process record (created on first use, restartable with .start())."""
@@ -124,7 +178,8 @@ class Cluster:
         return self.broker_process(broker_id).start()
 
     def start(self, brokers: int = 2) -> Cluster:
-        self.start_master()
+        for i in range(self.master_count):
+            self.start_master(i)
         for i in range(1, brokers + 1):
             self.start_broker(i)
         self.wait_brokers_registered()

@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("topic", "settings")
+    __slots__ = ("topic", "settings", "request_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     settings: _master_pb2.TopicSettings
-    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class AlterTopicRequest(_message.Message):
     __slots__ = ("topic", "settings")
@@ -188,3 +190,33 @@ class AuditLogResponse(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ...) -> None: ...
+
+class MasterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MasterStatusResponse(_message.Message):
+    __slots__ = ("address", "raft_node", "role", "leader", "term", "epoch", "commit_index", "applied_index", "log_entries", "has_quorum", "peers")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RAFT_NODE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LOG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    raft_node: str
+    role: str
+    leader: str
+    term: int
+    epoch: int
+    commit_index: int
+    applied_index: int
+    log_entries: int
+    has_quorum: bool
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, address: _Optional[str] = ..., raft_node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., epoch: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -84,6 +84,11 @@ class AdminStub:
                 request_serializer=lib_dot_proto_dot_admin__pb2.AuditLogRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_admin__pb2.AuditLogResponse.FromString,
                 _registered_method=True)
+        self.MasterStatus = channel.unary_unary(
+                '/tubeq.admin.Admin/MasterStatus',
+                request_serializer=lib_dot_proto_dot_admin__pb2.MasterStatusRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_admin__pb2.MasterStatusResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -149,6 +154,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MasterStatus(self, request, context):
+        """Answered by every master, standbys included: this master's Raft role and position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +213,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.AuditLog,
                     request_deserializer=lib_dot_proto_dot_admin__pb2.AuditLogRequest.FromString,
                     response_serializer=lib_dot_proto_dot_admin__pb2.AuditLogResponse.SerializeToString,
+            ),
+            'MasterStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.MasterStatus,
+                    request_deserializer=lib_dot_proto_dot_admin__pb2.MasterStatusRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_admin__pb2.MasterStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +490,33 @@ class Admin:
             '/tubeq.admin.Admin/AuditLog',
             lib_dot_proto_dot_admin__pb2.AuditLogRequest.SerializeToString,
             lib_dot_proto_dot_admin__pb2.AuditLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MasterStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.admin.Admin/MasterStatus',
+            lib_dot_proto_dot_admin__pb2.MasterStatusRequest.SerializeToString,
+            lib_dot_proto_dot_admin__pb2.MasterStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,14 +22,33 @@ def create(state, name, audit=None, **extra):
                         "settings": SETTINGS, "placement": [1, 2], "audit": audit, **extra})
 
 
-def test_epoch_grows_at_every_start(tmp_path):
+def test_epoch_grows_at_every_leadership_and_records_the_leader(tmp_path):
     s = MetaState(tmp_path / "m")
-    assert s.apply({"op": "start", "time_ms": 1}) == 1
-    assert s.apply({"op": "start", "time_ms": 2}) == 2
+    assert s.apply({"op": "lead", "time_ms": 1, "node": "h:1", "address": "h:10"}) == 1
+    assert s.apply({"op": "lead", "time_ms": 2, "node": "h:2", "address": "h:20"}) == 2
     s.close()
     s = MetaState(tmp_path / "m")
-    assert s.epoch == 2 and s.apply({"op": "start", "time_ms": 3}) == 3
+    assert s.epoch == 2 and s.leader() == {"node": "h:2", "address": "h:20", "epoch": 2,
+                                           "time_ms": 2}
+    assert s.apply({"op": "lead", "time_ms": 3}) == 3
     s.close()
+
+
+def test_a_log_position_is_applied_once_even_when_the_command_fails(tmp_path):
+    s = MetaState(tmp_path / "m")
+    cmd = {"op": "create_topic", "time_ms": 10, "topic": "t", "settings": SETTINGS,
+           "placement": [1, 2]}
+    assert s.apply(cmd, index=5)["topic_id"] == 1
+    assert s.apply(cmd, index=5) is None and s.applied_index == 5  # a replay: skipped
+    with pytest.raises(TopicExists):
+        s.apply(cmd, index=6)
+    assert s.applied_index == 6
+    with pytest.raises(InvalidArgument, match="unknown state command"):
+        s.apply({"op": "nope"}, index=7)
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert s.applied_index == 7 and s.apply(cmd, index=7) is None
+    assert len(s.topics()) == 1
 
 
 def test_create_alter_delete_topic_and_reopen(tmp_path):
@@ -83,3 +102,14 @@ def test_groups_and_brokers_are_recorded(state):
     state.apply({"op": "register_broker", "time_ms": 3, "broker_id": 7, "address": "h:1"})
     assert state.groups()["g"] == {"created_ms": 1, "updated_ms": 2, "topics": ["a", "b"]}
     assert state.brokers() == {7: "h:1"}
+
+
+def test_a_retried_create_with_the_same_request_id_gets_the_topic_not_topic_exists(tmp_path):
+    s = MetaState(tmp_path / "m")
+    first = create(s, "t", request_id="r1")
+    assert create(s, "t", request_id="r1") == first  # the answer of the first was lost
+    with pytest.raises(TopicExists):
+        create(s, "t", request_id="r2")
+    with pytest.raises(TopicExists):
+        create(s, "t")
+    s.close()
