@@ -49,7 +49,8 @@ def cluster() -> None:
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("tubeq-data"),
               show_default=True, help="Where every process keeps its data and log.txt.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--masters", "n_masters", default=1, show_default=True, help="Master processes.")
+@click.option("--masters", "n_masters", default=3, show_default=True,
+              help="Master processes (a Raft group: 1 or an odd number).")
 @click.option("--brokers", default=2, show_default=True, help="Broker processes.")
 @click.option("--master-port", default=8715, show_default=True, help="First master port (0: any).")
 @click.option("--broker-port", default=8123, show_default=True, help="First broker port (0: any).")
@@ -62,6 +63,9 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
 
     if n_masters < 1 or brokers < 1:
         raise click.BadParameter("a cluster needs at least one master and one broker")
+    if n_masters % 2 == 0:
+        raise click.BadParameter(f"--masters must be odd (a Raft majority of {n_masters} "
+                                 f"survives no more failures than of {n_masters - 1})")
     run_cluster(ClusterPlan(data_dir.resolve(), host, n_masters, brokers, master_port,
                             broker_port, portal, portal_port))
 

@@ -164,6 +164,29 @@ def broker_list(ctx, as_json) -> None:
                                list(dataclasses.asdict(bs[0])) if bs else ["broker_id"]))
 
 
+@click.group()
+def master() -> None:
+    """Inspect the masters (a Raft group: one active, the others hot standbys)."""
+
+
+@master.command("status")
+@json_option
+@click.pass_context
+def master_status(ctx, as_json) -> None:
+    """Each master's role, Raft term, epoch, commit and applied index, lag.
+
+    Asks every master of --masters directly; exits 1 when none is active.
+    """
+    rows = admin(ctx).master_status()
+    emit(rows, as_json, lambda ss: print_rows(
+        [dataclasses.asdict(s) for s in ss],
+        ["address", "role", "leader", "term", "epoch", "commit_index", "applied_index", "lag",
+         "error"]))
+    if not any(s.role == "leader" for s in rows):
+        click.echo("error: no master is active", err=True)
+        ctx.exit(1)
+
+
 def register(main: click.Group) -> None:
-    for cmd in (topic, group, broker):
+    for cmd in (topic, group, broker, master):
         main.add_command(cmd)

@@ -1,4 +1,4 @@
-"""``tubeq cluster up``: a local cluster (masters, brokers, later the portal) as child processes.
+"""``tubeq cluster up``: a local cluster (masters, brokers, the portal) as child processes.
 
 The CLI never imports server code: it starts ``python -m master`` / ``python -m broker`` with
 the same interpreter, waits for each one's ready.json, prints the addresses and stops every child
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import click
 
-from lib.process import clear_ready, wait_ready
+from lib.process import clear_ready, free_ports, wait_ready
 
 STOP_GRACE_S = 15.0
+RAFT_PORT_OFFSET = 100  # master i's Raft port: --master-port + 100 + i
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Child:
     argv: list[str]
     popen: subprocess.Popen | None = None
     info: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
 
     def start(self, timeout: float = 60.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -37,7 +40,7 @@ class Child:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", *self.argv], stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,  # Ctrl-C is ours to relay
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         self.info = wait_ready(self.data_dir, self.popen.pid, timeout,
                                alive=lambda: self.popen.poll() is None)
 
@@ -70,11 +73,26 @@ class ClusterPlan:
     portal_port: int
 
     def master_children(self) -> list[Child]:
-        return [Child(f"master{i}", self.data_dir / f"master{i}",
-                      ["master", "--data-dir", str(self.data_dir / f"master{i}"),
-                       "--host", self.host, "--port", str(self._port(self.master_port, i)),
-                       "--metrics-port", "0"])
-                for i in range(self.masters)]
+        """The masters; with more than one, fixed gRPC and Raft ports and a shared password."""
+        n = self.masters
+        if n == 1:
+            return [self._master(0, [], {})]
+        spare = iter(free_ports(2 * n, self.host))
+        base = self.master_port
+        grpc_ports = [base + i if base else next(spare) for i in range(n)]
+        raft = [f"{self.host}:{base + RAFT_PORT_OFFSET + i if base else next(spare)}"
+                for i in range(n)]
+        env = {"TUBEQ_RAFT_PASSWORD": raft_password(self.data_dir)}
+        return [self._master(i, ["--port", str(grpc_ports[i]),
+                                 "--raft-port", raft[i].rsplit(":", 1)[1],
+                                 "--raft-peers", ",".join(r for r in raft if r != raft[i])], env)
+                for i in range(n)]
+
+    def _master(self, i: int, args: list[str], env: dict) -> Child:
+        d = self.data_dir / f"master{i}"
+        args = args or ["--port", str(self._port(self.master_port, i))]
+        return Child(f"master{i}", d, ["master", "--data-dir", str(d), "--host", self.host,
+                                       "--metrics-port", "0", *args], env=env)
 
     def broker_children(self, masters: str) -> list[Child]:
         return [Child(f"broker{b}", self.data_dir / f"broker{b}",
@@ -92,6 +110,17 @@ class ClusterPlan:
     @staticmethod
     def _port(base: int, i: int) -> int:
         return 0 if base == 0 else base + i
+
+
+def raft_password(data_dir: Path) -> str:
+    """The masters' shared Raft password: made once per data dir, kept in a 0600 file."""
+    path = data_dir / "raft-password"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
 
 
 def portal_available() -> bool:
@@ -134,6 +163,7 @@ def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
         children.append(child)
         child.start()
     masters = ",".join(c.info["address"] for c in children)
+    wait_leader(masters)
     for child in plan.broker_children(masters):
         children.append(child)
         child.start()
@@ -142,6 +172,18 @@ def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
         child = plan.portal_child(masters)
         children.append(child)
         child.start()
+
+
+def wait_leader(masters: str, timeout: float = 30.0) -> None:
+    """Return once one master is active (the masters elect one within a few seconds)."""
+    from lib.admin import AdminClient
+
+    deadline = time.monotonic() + timeout
+    with AdminClient(masters) as admin:
+        while not any(s.role == "leader" for s in admin.master_status()):
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"no master became active within {timeout} s")
+            time.sleep(0.1)
 
 
 def wait_brokers_registered(masters: str, count: int, timeout: float = 30.0) -> None:

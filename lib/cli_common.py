@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-DEFAULT_MASTERS = "127.0.0.1:8715"
+DEFAULT_MASTERS = "127.0.0.1:8715,127.0.0.1:8716,127.0.0.1:8717"  # cluster up's 3
 
 
 def _jsonable(obj: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -47,3 +48,15 @@ def wait_ready(data_dir: str | Path, pid: int, timeout: float = 30.0,
             raise RuntimeError(f"process {pid} exited before it was ready ({path})")
         time.sleep(0.05)
     raise TimeoutError(f"process {pid} not ready after {timeout} s ({path})")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports free on ``host`` right now (bound together, then released)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

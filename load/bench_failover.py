@@ -94,7 +94,10 @@ def run(tries: int) -> dict:
                        threading.Thread(target=consume, args=(masters, stop, receives))]
             for w in workers:
                 w.start()
-            time.sleep(3)
+            deadline = time.monotonic() + 60  # warm up: both sides moving before any kill
+            while not (sends.times and receives.times) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1)
             times, windows = [], []
             for n in range(tries):
                 start = time.monotonic()
@@ -109,6 +112,8 @@ def run(tries: int) -> dict:
             "failover_s": [round(t, 3) for t in times],
             "failover_median_s": round(statistics.median(times), 3),
             "failover_worst_s": round(max(times), 3),
+            "produce_gap_s": [round(sends.longest_gap(a, b), 3) for a, b in windows],
+            "consume_gap_s": [round(receives.longest_gap(a, b), 3) for a, b in windows],
             "produce_longest_gap_s": round(max(sends.longest_gap(a, b) for a, b in windows), 3),
             "consume_longest_gap_s": round(max(receives.longest_gap(a, b) for a, b in windows),
                                            3),

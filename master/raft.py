@@ -154,6 +154,7 @@ class RaftLog:
             raftMaxTimeout=settings.election_max_s,
             appendEntriesPeriod=settings.append_period_s,
             connectionTimeout=max(3.5, settings.election_max_s * 2),
+            connectionRetryTime=0.5,  # default 5 s: a master started late stays cut off that long
             leaderFallbackTimeout=settings.leader_fallback_s,
             logCompactionMinEntries=settings.compaction_entries,
             logCompactionMinTime=settings.compaction_min_s, onStateChanged=self._state_changed,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lib.process import clear_ready, wait_ready
+from lib.process import clear_ready, free_ports, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,18 +86,6 @@ class ServerProcess:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free right now on 127.0.0.1 (held together so they differ)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class Cluster:

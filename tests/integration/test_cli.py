@@ -83,6 +83,29 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
     assert all(b["alive"] for b in brokers)
 
 
+def test_cluster_up_starts_three_masters_and_master_status_shows_them(local_cluster):
+    _, info = local_cluster
+    assert {"master0", "master1", "master2"} <= set(info)
+    assert len(info["masters"].split(",")) == 3
+    deadline = time.monotonic() + 20
+    while True:  # cluster up returns once one master leads; the others learn it at once after
+        status = tubeq(info["masters"], "master", "status", "--json")
+        assert status.returncode == 0, status.stderr
+        rows = json.loads(status.stdout)
+        if sorted(r["role"] for r in rows) == ["leader", "standby", "standby"] or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert sorted(r["role"] for r in rows) == ["leader", "standby", "standby"]
+    leader = next(r["address"] for r in rows if r["role"] == "leader")
+    assert all(r["leader"] == leader and r["term"] >= 1 for r in rows)
+    table = tubeq(info["masters"], "master", "status")
+    assert b"ROLE" in table.stdout and b"leader" in table.stdout
+    # only dead masters on the list: a clear error and exit status 1
+    gone = tubeq("127.0.0.1:1", "master", "status")
+    assert gone.returncode == 1 and b"no master is active" in gone.stderr
+
+
 def test_cli_errors_are_one_clear_line(local_cluster):
     _, info = local_cluster
     bad = tubeq(info["masters"], "topic", "describe", "no-such-topic")
