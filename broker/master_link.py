@@ -35,7 +35,7 @@ def specs_of(topics) -> dict[str, TopicSpec]:
 
 class MasterLink:
     def __init__(self, broker_id: int, address: str, masters: list[str], topics: TopicManager,
-                 metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 5.0,
+                 metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 1.0,
                  on_deleted: Callable[[str], None] | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
@@ -43,7 +43,9 @@ class MasterLink:
         self.metrics = metrics
         self.term = term
         self.on_deleted = on_deleted
-        self.client = MasterClient(masters, timeout=attempt_timeout,
+        # A master answers a heartbeat in milliseconds; one that does not within a second is
+        # down or stopped, and the next one on the list is asked (failover).
+        self.client = MasterClient(masters, timeout=5 * attempt_timeout,
                                    attempt_timeout=attempt_timeout)
         self.interval = DEFAULT_HEARTBEAT_MS / 1e3
         self.registered = threading.Event()
