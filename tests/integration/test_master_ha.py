@@ -223,3 +223,33 @@ def test_a_full_restart_keeps_every_committed_change(ha):
         wait_until(lambda: sum(max(0, p.committed) for p in
                                admin.describe_group("kept-group").partitions) == 1, 20,
                    "the committed offset")
+
+
+def test_a_failover_moves_no_partition_of_a_group_whose_members_stay(ha):
+    with AdminClient(ha.master_addresses) as admin:
+        admin.create_topic("sticky", partitions=6)
+    members = [PullConsumer(ha.master_addresses, group="sticky-group") for _ in range(2)]
+    try:
+        for m in members:
+            m.subscribe(["sticky"])
+
+        def split():
+            for m in members:
+                m.poll(10, timeout=0.05)
+            sets = [frozenset(m.assignment()) for m in members]
+            return sets if all(len(s) == 3 for s in sets) else None
+
+        before = wait_until(split, 30, "an even split")
+        ids = [m._coordinator.identity[0] for m in members]
+        generation = [m._coordinator.identity[1] for m in members]
+        ha.leader().kill()
+        ha.leader(timeout=FAILOVER_S)
+        # past the failover grace: the members rejoined and the group settled
+        wait_until(lambda: all(m._coordinator.identity[1] > g for m, g in
+                               zip(members, generation, strict=True)), 30, "a new generation")
+        time.sleep(6)
+        assert split() == before
+        assert [m._coordinator.identity[0] for m in members] == ids  # rejoined in place
+    finally:
+        for m in members:
+            m.close()
