@@ -86,6 +86,7 @@ class Master:
     def write(self, cmd: dict[str, Any]) -> Any:
         """Replicate a state command and return its result (only while active)."""
         self.leadership.check()
+        cmd = {**cmd, "epoch": self.leadership.epoch}  # refused if applied after a failover
         return self.raft.submit(cmd, self.config.command_timeout_ms / 1000)
 
     def status(self) -> dict[str, Any]:
@@ -113,7 +114,8 @@ class Master:
         raft_leads, active = self.raft.is_leader(), self.leadership.epoch is not None
         if raft_leads and not active:
             epoch = self.raft.submit({"op": "lead", "time_ms": wall_ms(),
-                                      "node": self.raft.settings.node, "address": self.address},
+                                      "node": self.raft.settings.node, "address": self.address,
+                                      "after": self.state.epoch},
                                      self.config.command_timeout_ms / 1000)
             self.registry.clear()
             # The first leadership ever has nobody to wait for; later ones do (failover).

@@ -31,7 +31,14 @@ from typing import Any
 
 import lmdb
 
-from lib.errors import InvalidArgument, StorageError, TopicExists, TubeqError, UnknownTopic
+from lib.errors import (
+    InvalidArgument,
+    NotLeader,
+    StorageError,
+    TopicExists,
+    TubeqError,
+    UnknownTopic,
+)
 
 _SEQ = struct.Struct(">Q")  # big-endian so keys sort by sequence
 _DBS = (b"meta", b"topics", b"tombstones", b"groups", b"audit", b"brokers")
@@ -152,11 +159,27 @@ class MetaState:
             try:
                 if handler is None:
                     raise InvalidArgument(f"unknown state command {cmd!r:.80}")
+                self._check_leadership(cmd)
                 return self._write(handler, cmd, position)
             except TubeqError:
                 if position:
                     self._write(lambda ctx, c: None, {}, position)
                 raise
+
+    def _check_leadership(self, cmd: dict[str, Any]) -> None:
+        """Refuse a command built under a leadership that is no longer the current one.
+
+        pysyncobj forwards a command submitted on a follower to the leader, so a deposed
+        master's write could still reach the log. Commands carry the epoch they were built
+        under (``lead`` commands: the epoch they follow); applying one from an older epoch
+        would let a deposed master change state, so every master refuses it the same way.
+        """
+        if "after" in cmd and cmd["after"] != self._epoch:
+            raise NotLeader(f"leadership claim after epoch {cmd['after']} is stale (epoch is "
+                            f"{self._epoch})", leader="")
+        if "epoch" in cmd and cmd["epoch"] != self._epoch:
+            raise NotLeader(f"command of epoch {cmd['epoch']} from a deposed master refused "
+                            f"(epoch is {self._epoch})", leader="")
 
     def _write(self, handler: Callable, cmd: dict[str, Any],
                position: dict[str, int] | None) -> Any:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib.errors import InvalidArgument, TopicExists, UnknownTopic
+from lib.errors import InvalidArgument, NotLeader, TopicExists, UnknownTopic
 from master.state import MetaState
 
 SETTINGS = {"partitions": 2, "stores": 1, "durability": "async", "retention_ms": 1000,
@@ -112,4 +112,17 @@ def test_a_retried_create_with_the_same_request_id_gets_the_topic_not_topic_exis
         create(s, "t", request_id="r2")
     with pytest.raises(TopicExists):
         create(s, "t")
+    s.close()
+
+
+def test_commands_of_a_deposed_leadership_are_refused_everywhere(tmp_path):
+    s = MetaState(tmp_path / "m")
+    assert s.apply({"op": "lead", "time_ms": 1, "after": 0}, index=2) == 1
+    assert s.apply({"op": "lead", "time_ms": 2, "after": 1}, index=3) == 2  # a failover
+    with pytest.raises(NotLeader, match="stale"):  # the deposed master's late claim
+        s.apply({"op": "lead", "time_ms": 3, "after": 0}, index=4)
+    with pytest.raises(NotLeader, match="deposed"):  # its forwarded write
+        create(s, "late", epoch=1)
+    assert s.topic("late") is None and s.epoch == 2 and s.applied_index == 4
+    assert create(s, "now", epoch=2)["topic"] == "now"
     s.close()
