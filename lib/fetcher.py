@@ -33,6 +33,7 @@ from lib.coordinator import OffsetClient
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import FLAG_VALUE_ZLIB, FRAME_HEADER_SIZE, Record, decode_frame
+from lib.routes import confirm_unknown
 from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
@@ -194,18 +195,6 @@ class Fetcher:
             self.offsets.refresh_routes(topics)
         except errors.TubeqError as exc:
             event(log, "fetch.routes_failed", logging.WARNING, error=str(exc))
-
-    def confirm_unknown(self, topic: str, error: errors.TubeqError) -> errors.TubeqError:
-        """A broker learns a new topic at its next heartbeat, so its UNKNOWN_TOPIC right after
-        a create is transient: only the master can say a topic does not exist."""
-        try:
-            self.offsets.refresh_routes({topic})
-        except errors.UnknownTopic as exc:
-            return exc
-        except errors.TubeqError as exc:
-            return exc if exc.retriable else error
-        return errors.PartitionNotHosted(f"{error.message} (the master knows {topic}: the "
-                                         "broker has not learned it yet)", topic=topic)
 
     def drain(self, max_records: int) -> list[Record]:
         """Up to ``max_records`` ready records, in order per partition; moves positions."""
@@ -415,7 +404,9 @@ class _Worker(threading.Thread):
         event(log, "fetch.failed", logging.WARNING, broker=self.address, topic=self.topic,
               error=str(exc))
         if isinstance(exc, errors.UnknownTopic):
-            exc = self.fetcher.confirm_unknown(self.topic, exc)
+            topic = self.topic
+            exc = confirm_unknown(topic, exc,
+                                  lambda: self.fetcher.offsets.refresh_routes({topic}))
         if isinstance(exc, errors.UnknownTopic) or not (exc.retriable or exc.refresh_metadata):
             for tp, _, _ in todo:
                 self.fetcher.sub.fail(tp, exc)

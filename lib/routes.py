@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from lib.errors import UnknownTopic
+from lib.errors import PartitionNotHosted, TubeqError, UnknownTopic
 from lib.proto import master_pb2, master_pb2_grpc
 from lib.records import DEFAULT_MAX_MESSAGE_BYTES
 from lib.rpc import MasterClient
@@ -128,3 +128,18 @@ class RouteCache:
             raise UnknownTopic(f"unknown topic {topic!r}: the master has no such topic",
                                topic=topic)
         return found[topic]
+
+
+def confirm_unknown(topic: str, error: TubeqError, ask_master: Callable[[], object]) -> TubeqError:
+    """A broker learns a new topic at its next heartbeat, so its UNKNOWN_TOPIC right after a
+    create is transient: only the master can say a topic does not exist.
+
+    ``ask_master`` fetches the topic's routes from the master; its error (UnknownTopic: final,
+    Unavailable: retriable) is returned, else a retriable PartitionNotHosted.
+    """
+    try:
+        ask_master()
+    except TubeqError as exc:
+        return exc
+    return PartitionNotHosted(f"{error.message} (the master knows {topic}: the broker has not "
+                              "learned it yet)", topic=topic)

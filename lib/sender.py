@@ -29,11 +29,11 @@ from typing import Any
 import grpc
 
 from lib.accumulator import Accumulator, Batch
-from lib.errors import PartitionNotHosted, TubeqError, Unavailable, UnknownTopic
+from lib.errors import TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import assemble_batch
-from lib.routes import RouteCache
+from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
 from lib.types import RecordMetadata, TopicPartition
 from lib.wire_errors import from_rpc_error
@@ -183,7 +183,8 @@ class Sender(threading.Thread):
         if error.refresh_metadata:
             self.routes.invalidate(batch.tp.topic)
         if isinstance(error, UnknownTopic):
-            error = self._confirm_unknown(batch.tp.topic, error)
+            topic = batch.tp.topic
+            error = confirm_unknown(topic, error, lambda: self.routes.get(topic))
         if error.retriable and batch.attempts <= self.retries and not self.acc.forced:
             backoff = min(MAX_BACKOFF_S, self.retry_backoff_s * (2 ** max(0, batch.attempts - 1)))
             event(log, "producer.retry", logging.INFO, topic=batch.tp.topic,
@@ -192,16 +193,6 @@ class Sender(threading.Thread):
             self.acc.requeue(batch, time.monotonic() + backoff)
             return
         self.fail(batch, error)
-
-    def _confirm_unknown(self, topic: str, error: TubeqError) -> TubeqError:
-        """A broker learns a new topic at its next heartbeat, so its UNKNOWN_TOPIC right after
-        a create is transient: only the master can say a topic does not exist."""
-        try:
-            self.routes.get(topic)
-        except TubeqError as exc:
-            return exc  # UnknownTopic from the master: final; Unavailable: retriable
-        return PartitionNotHosted(f"{error.message} (the master knows {topic}: the broker "
-                                  "has not learned it yet)", topic=topic)
 
     def fail(self, batch: Batch, error: TubeqError, in_flight: bool = True) -> None:
         """Fail every record future of ``batch`` with ``error`` and finish the batch."""

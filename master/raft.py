@@ -202,8 +202,7 @@ class RaftLog:
     def leader_node(self) -> str:
         """Raft address of the leader this node follows ("" during an election)."""
         leader = self._replica._getLeader()
-        return "" if leader is None else str(leader.address if hasattr(leader, "address")
-                                             else leader)
+        return "" if leader is None else str(leader.id)  # a TCPNode's id is its host:port
 
     def status(self) -> dict[str, Any]:
         s = self._replica.getStatus()

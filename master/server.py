@@ -11,7 +11,6 @@ reverse: stop taking requests, stop the watcher and reaper, close broker channel
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from concurrent import futures
@@ -23,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from lib.errors import TubeqError
 from lib.logs import event
+from lib.process import free_ports
 from lib.rpc import SERVER_OPTIONS
 from master import admin, service
 from master.broker_calls import BrokerCalls
@@ -201,7 +201,7 @@ class Master:
 
 
 def raft_settings(c: MasterConfig) -> RaftSettings:
-    port = c.raft_port or _free_port(c.host)  # validated: 0 only for a lone master
+    port = c.raft_port or free_ports(1, c.host)[0]  # validated: 0 only for a lone master
     # A lone master has nobody to split votes with: elect itself at once (pysyncobj needs the
     # timeout above 3 append periods).
     election = (c.raft_election_min_ms / 1000, c.raft_election_max_ms / 1000) if c.peers \
@@ -212,8 +212,3 @@ def raft_settings(c: MasterConfig) -> RaftSettings:
         leader_fallback_s=c.raft_leader_fallback_ms / 1000,
         compaction_entries=c.raft_compaction_entries, compaction_min_s=c.raft_compaction_min_s)
 
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]

@@ -19,6 +19,7 @@ from lib.producer import Producer
 from lib.proto import admin_pb2, admin_pb2_grpc
 from lib.rpc import channel, invoke
 from tests.cluster import Cluster
+from tests.integration.test_consumer_common import wait_for
 
 FAILOVER_S = 15.0
 
@@ -33,17 +34,6 @@ def ha(tmp_path):
         c.stop_all()
 
 
-def wait_until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout} s")
-        time.sleep(0.1)
-
-
 def statuses(c: Cluster) -> dict[str, object]:
     with AdminClient(c.master_addresses) as admin:
         return {s.address: s for s in admin.master_status()}
@@ -51,7 +41,7 @@ def statuses(c: Cluster) -> dict[str, object]:
 
 def test_one_master_is_active_and_the_standbys_name_it(ha):
     leader = ha.leader()
-    st = wait_until(lambda: (lambda x: x if all(s.leader for s in x.values()) else None)(
+    st = wait_for(lambda: (lambda x: x if all(s.leader for s in x.values()) else None)(
         statuses(ha)), 10, "every master names the leader")
     assert [s.role for s in st.values()].count("leader") == 1
     assert st[leader.address].role == "leader"
@@ -125,22 +115,22 @@ def test_kill_the_leader_twice_while_creating_topics_and_moving_data(ha):
                          auto_offset_reset="earliest") as consumer:
         consumer.subscribe(["flow"])
         for want in (3, 6):  # two failovers in a row
-            wait_until(lambda w=want: len(traffic.acked) >= w, 20, "topic creation")
+            wait_for(lambda w=want: len(traffic.acked) >= w, 20, "topic creation")
             old = ha.leader()
             old.kill()
             killed_at = time.monotonic()
             assert ha.leader(timeout=FAILOVER_S) is not old
             count = len(traffic.acked)
-            wait_until(lambda c=count: len(traffic.acked) > c, FAILOVER_S,
+            wait_for(lambda c=count: len(traffic.acked) > c, FAILOVER_S,
                        "an acknowledged write after the failover")
             assert time.monotonic() - killed_at < FAILOVER_S
             sent = len(traffic.sent)
-            wait_until(lambda s=sent: len(traffic.sent) > s + 20, FAILOVER_S, "produce moves")
+            wait_for(lambda s=sent: len(traffic.sent) > s + 20, FAILOVER_S, "produce moves")
             while len(got) < sent // 2:  # the consumer moves too
                 got += [r.value for r in consumer.poll(1000, timeout=0.5)]
                 consumer.commit()
             old.start()  # back as a standby: 3 masters again before the next kill
-            wait_until(lambda o=old: statuses(ha)[o.address].role == "standby", 20,
+            wait_for(lambda o=old: statuses(ha)[o.address].role == "standby", 20,
                        "the killed master rejoins")
         traffic.stop.set()
         for t in traffic.threads:
@@ -152,7 +142,7 @@ def test_kill_the_leader_twice_while_creating_topics_and_moving_data(ha):
     with AdminClient(ha.master_addresses) as admin:
         names = {t.name for t in admin.list_topics()}
     assert set(traffic.acked) <= names, f"acknowledged topics lost: {set(traffic.acked) - names}"
-    wait_until(lambda: all(s.role in ("leader", "standby") and s.lag == 0
+    wait_for(lambda: all(s.role in ("leader", "standby") and s.lag == 0
                            for s in statuses(ha).values()), 30, "standbys caught up")
 
 
@@ -174,7 +164,7 @@ def test_an_isolated_leader_steps_down_and_its_writes_never_appear(ha):
     os.kill(old.pid, signal.SIGSTOP)
     writer = threading.Thread(target=write_to_the_isolated_leader)
     try:
-        new = wait_until(lambda: next((s for s in statuses_of(others) if s.role == "leader"),
+        new = wait_for(lambda: next((s for s in statuses_of(others) if s.role == "leader"),
                                       None), FAILOVER_S, "a new leader")
         writer.start()  # queued at the old leader, which still believes it leads
         time.sleep(0.5)
@@ -185,7 +175,7 @@ def test_an_isolated_leader_steps_down_and_its_writes_never_appear(ha):
         writer.join(30)
         ch.close()
     assert len(outcome) == 1 and isinstance(outcome[0], errors.TubeqError), outcome
-    wait_until(lambda: statuses(ha)[old.address].role == "standby", FAILOVER_S,
+    wait_for(lambda: statuses(ha)[old.address].role == "standby", FAILOVER_S,
                "the old leader steps down")
     time.sleep(1)
     for m in ha.masters:
@@ -210,7 +200,7 @@ def test_a_full_restart_keeps_every_committed_change(ha):
     with PullConsumer(ha.master_addresses, group="kept-group",
                       auto_offset_reset="earliest") as consumer:
         consumer.subscribe(["kept"])
-        wait_until(lambda: consumer.poll(10, timeout=0.5), 20, "the record")
+        wait_for(lambda: consumer.poll(10, timeout=0.5), 20, "the record")
         consumer.commit()
     with AdminClient(ha.master_addresses) as admin:
         before_audit = [(e.action, e.target, e.principal) for e in admin.audit_log(50)]
@@ -230,7 +220,7 @@ def test_a_full_restart_keeps_every_committed_change(ha):
         assert after == before_audit and ("create_topic", "kept", "ops") in after
         assert max(s.epoch for s in admin.master_status()) > epoch_before
         # committed offsets live on the broker: asked once it has re-registered
-        wait_until(lambda: sum(max(0, p.committed) for p in
+        wait_for(lambda: sum(max(0, p.committed) for p in
                                admin.describe_group("kept-group").partitions) == 1, 20,
                    "the committed offset")
 
@@ -249,13 +239,13 @@ def test_a_failover_moves_no_partition_of_a_group_whose_members_stay(ha):
             sets = [frozenset(m.assignment()) for m in members]
             return sets if all(len(s) == 3 for s in sets) else None
 
-        before = wait_until(split, 30, "an even split")
+        before = wait_for(split, 30, "an even split")
         ids = [m._coordinator.identity[0] for m in members]
         generation = [m._coordinator.identity[1] for m in members]
         ha.leader().kill()
         ha.leader(timeout=FAILOVER_S)
         # past the failover grace: the members rejoined and the group settled
-        wait_until(lambda: all(m._coordinator.identity[1] > g for m, g in
+        wait_for(lambda: all(m._coordinator.identity[1] > g for m, g in
                                zip(members, generation, strict=True)), 30, "a new generation")
         time.sleep(6)
         assert split() == before

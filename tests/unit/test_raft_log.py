@@ -1,34 +1,15 @@
 """RaftLog (the pysyncobj adapter) with three nodes in this process, on 127.0.0.1 ports."""
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 from lib.errors import NotLeader, TopicExists, TubeqError
+from lib.process import free_ports
 from master.raft import RaftLog, RaftSettings
 from master.state import MetaState
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def wait_for(cond, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+from tests.integration.test_consumer_common import wait_for
 
 
 class Trio:
@@ -55,7 +36,7 @@ class Trio:
         node.state.close()
 
     def leader(self) -> RaftLog:
-        return wait_for(lambda: next((n for n in self.nodes.values() if n.is_leader()), None))
+        return wait_for(lambda: next((n for n in self.nodes.values() if n.is_leader()), None), 15)
 
     def close(self) -> None:
         for i in list(self.nodes):
@@ -78,7 +59,7 @@ def test_a_committed_command_is_applied_on_every_master(trio):
     leader = trio.leader()
     record = leader.submit(create("orders"))
     assert record["topic"] == "orders" and record["topic_id"] == 1
-    wait_for(lambda: all(n.state.topic("orders") for n in trio.nodes.values()))
+    wait_for(lambda: all(n.state.topic("orders") for n in trio.nodes.values()), 15)
     indexes = {n.state.applied_index for n in trio.nodes.values()}
     assert len(indexes) == 1 and indexes.pop() > 1
 
@@ -88,7 +69,7 @@ def test_errors_of_a_command_come_back_to_the_caller_and_change_nothing(trio):
     leader.submit(create("dup"))
     with pytest.raises(TopicExists, match="dup"):
         leader.submit(create("dup"))
-    wait_for(lambda: len({n.state.applied_index for n in trio.nodes.values()}) == 1)
+    wait_for(lambda: len({n.state.applied_index for n in trio.nodes.values()}) == 1, 15)
     assert all(len(n.state.topics()) == 1 for n in trio.nodes.values())
 
 
@@ -110,7 +91,7 @@ def test_restart_replays_nothing_twice_and_a_snapshot_catches_up_a_lagging_maste
             leader.submit(create(f"t{k}"))
         leader.force_compaction()
         wait_for(lambda: (tmp_path / f"m{next(i for i, n in trio.nodes.items() if n is leader)}"
-                          / "raft" / "snapshot").is_file())
+                          / "raft" / "snapshot").is_file(), 15)
         time.sleep(0.5)
         leader.submit(create("after-snapshot"))
         node = trio.start(lagging)
@@ -129,7 +110,7 @@ def test_restart_replays_nothing_twice_and_a_snapshot_catches_up_a_lagging_maste
         leader = trio.leader()
         leader.submit(create("post-restart"))
         for i, n in trio.nodes.items():
-            wait_for(lambda n=n: n.state.topic("post-restart") is not None)
+            wait_for(lambda n=n: n.state.topic("post-restart") is not None, 15)
             assert {k: v for k, v in n.state.topics().items() if k != "post-restart"} == \
                 before[i][1]
             assert n.state.topic("post-restart")["topic_id"] == 62  # 60 + after-snapshot + 1
