@@ -18,23 +18,34 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.futures import BatchOutcome, RecordFuture
-from lib.records import MAX_RECORDS_PER_BATCH
+from lib.records import FRAME_HEAD, FRAME_HEADER_SIZE, FRAME_TAIL, MAX_RECORDS_PER_BATCH
 from lib.types import TopicPartition
+
+_crc32 = zlib.crc32
+_pack_head = FRAME_HEAD.pack
+_pack_tail = FRAME_TAIL.pack
 
 
 @dataclass(eq=False)
 class Batch:
-    """Records of one partition sent in one Produce call."""
+    """Records of one partition sent in one Produce call.
+
+    Frames are laid out back to back in ``buf`` as they arrive, so sending the batch joins one
+    buffer instead of one object per record; ``sizes`` delimits them. ``tag_hashes`` stays None
+    until a record with a tag arrives (then it holds one entry per record).
+    """
 
     tp: TopicPartition
     created: float
-    frames: list[bytes] = field(default_factory=list)
-    tag_hashes: list[int] = field(default_factory=list)
+    buf: bytearray = field(default_factory=bytearray)
+    sizes: list[int] = field(default_factory=list)
+    tag_hashes: list[int] | None = None
     timestamps: list[int] = field(default_factory=list)
     size: int = 0
     sealed: bool = False  # sent at least once: no more appends, keeps its bytes and sequence
@@ -48,7 +59,15 @@ class Batch:
     outcome: BatchOutcome = field(default_factory=BatchOutcome)  # shared by its futures
 
     def __len__(self) -> int:
-        return len(self.frames)
+        return len(self.sizes)
+
+    def frames(self) -> list[bytes]:
+        """The frames one by one (for tests and debugging; sending uses ``buf`` whole)."""
+        out, pos = [], 0
+        for size in self.sizes:
+            out.append(bytes(self.buf[pos:pos + size]))
+            pos += size
+        return out
 
 
 class Accumulator:
@@ -79,27 +98,61 @@ class Accumulator:
         (up to max_block_s)."""
         size = len(frame)
         with self._lock:
-            if self.closed:
-                raise ClientClosed("the producer is closed: it accepts no more records")
-            if self._used + size > self.buffer_bytes:
-                self._wait_for_room(size)
-            queue = self._queues.get(tp)
-            if queue is None:
-                queue = self._queues[tp] = deque()
-            batch = queue[-1] if queue else None
-            if batch is None or batch.sealed or batch.size + size > self.batch_bytes or \
-                    len(batch.frames) >= MAX_RECORDS_PER_BATCH:
-                batch = Batch(tp, time.monotonic())
-                queue.append(batch)
-                self._incomplete.add(batch)
-                self.cond.notify_all()  # a new batch: the sender learns its linger deadline
-            future = RecordFuture(batch.outcome, len(batch.frames))
-            batch.frames.append(frame)
-            batch.tag_hashes.append(tag_hash)
+            batch = self._open_batch(tp, size)
+            index = len(batch.sizes)
+            if tag_hash and batch.tag_hashes is None:
+                batch.tag_hashes = [0] * index
+            if batch.tag_hashes is not None:
+                batch.tag_hashes.append(tag_hash)
+            batch.buf += frame
+            batch.sizes.append(size)
             batch.timestamps.append(timestamp)
             batch.size += size
             self._used += size
-        return future
+        return RecordFuture(batch.outcome, index)
+
+    def append_plain(self, tp: TopicPartition, value: bytes, timestamp: int) -> RecordFuture:
+        """:meth:`append` for the commonest record (no key, tag, headers or compression),
+        encoded straight into the batch buffer: byte for byte what ``encode_frame`` builds
+        (tests/unit/test_producer_accumulator.py checks), with no frame object in between."""
+        vlen = len(value)
+        size = FRAME_HEADER_SIZE + vlen
+        tail = _pack_tail(0, 0, timestamp, 0, -1, 0, vlen)
+        head = _pack_head(size, _crc32(value, _crc32(tail)))
+        with self._lock:
+            batch = self._open_batch(tp, size)
+            index = len(batch.sizes)
+            if batch.tag_hashes is not None:
+                batch.tag_hashes.append(0)
+            buf = batch.buf
+            buf += head
+            buf += tail
+            buf += value
+            batch.sizes.append(size)
+            batch.timestamps.append(timestamp)
+            batch.size += size
+            self._used += size
+        return RecordFuture(batch.outcome, index)
+
+    def _open_batch(self, tp: TopicPartition, size: int) -> Batch:
+        """The batch of ``tp`` that takes ``size`` more bytes, opened if needed (lock held)."""
+        if self.closed:
+            raise ClientClosed("the producer is closed: it accepts no more records")
+        if self._used + size > self.buffer_bytes:
+            self._wait_for_room(size)
+        queue = self._queues.get(tp)
+        if queue:
+            batch = queue[-1]
+            if not batch.sealed and batch.size + size <= self.batch_bytes and \
+                    len(batch.sizes) < MAX_RECORDS_PER_BATCH:
+                return batch
+        elif queue is None:
+            queue = self._queues[tp] = deque()
+        batch = Batch(tp, time.monotonic())
+        queue.append(batch)
+        self._incomplete.add(batch)
+        self.cond.notify_all()  # a new batch: the sender learns its linger deadline
+        return batch
 
     def _wait_for_room(self, size: int) -> None:
         if size > self.buffer_bytes:

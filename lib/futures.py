@@ -74,12 +74,15 @@ class RecordFuture(Future):
     # dict for the common future that nobody waits on.
     _waiter_list: list | None = None
     _watched = False
+    _done_callbacks: list | tuple = _NO_CALLBACKS
 
     def __init__(self, outcome: BatchOutcome, index: int) -> None:  # no super(): no own lock
         self._outcome = outcome
         self._index = index
-        self._condition = outcome.condition
-        self._done_callbacks = _NO_CALLBACKS
+
+    @property
+    def _condition(self) -> threading.Condition:
+        return self._outcome.condition
 
     @property
     def _state(self) -> str:

@@ -147,8 +147,30 @@ class Producer:
                 f"value and key must be bytes, got value {type(value).__name__}, "
                 f"key {type(key).__name__}")
         route = self._routes.get(topic)
-        p = self._choose(route, key, partition, len(value))
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        if key is None and partition is None and not tag and not headers and not self._zlib:
+            # The commonest record, kept lean: no frame object, no per-record TopicPartition.
+            if len(value) + FRAME_HEADER_SIZE > route.max_message_bytes:
+                raise self._too_large(route, len(value) + FRAME_HEADER_SIZE)
+            if not route.count:
+                raise Unavailable(f"topic {topic} has no partitions placed yet", topic=topic)
+            p = self._partitioner.partition(topic, None, route.count, route.available,
+                                            len(value))
+            future = self._acc.append_plain(route.tps[p], value, ts)
+        else:
+            future = self._send_general(route, value, key, tag, headers, partition, ts)
+        self._sent += 1
+        if not self._sent & YIELD_EVERY_MASK:
+            # A thread calling send() in a loop keeps the GIL for the whole 5 ms switch
+            # interval, stalling the sender thread and gRPC completions of the one in-flight
+            # batch per partition; yielding every 256 records (about 1 ms) bounds that wait.
+            time.sleep(0)
+        return future
+
+    def _send_general(self, route: TopicRoutes, value: bytes, key: bytes | None,
+                      tag: str | None, headers: Mapping[str, bytes] | None,
+                      partition: int | None, ts: int) -> Future[RecordMetadata]:
+        p = self._choose(route, key, partition, len(value))
         flags = 0
         if self._zlib and len(value) > 64:
             packed = zlib.compress(value, 1)
@@ -160,19 +182,16 @@ class Producer:
         else:
             frame = encode_plain(value, key, ts, flags)
         if len(frame) > route.max_message_bytes:
-            raise RecordTooLarge(
-                f"message for {topic} is {len(frame)} bytes encoded, over the topic's "
-                f"max_message_bytes of {route.max_message_bytes}",
-                topic=topic, size=len(frame), limit=route.max_message_bytes)
-        future = self._acc.append(TopicPartition(topic, p), frame, tag_hash(tag) if tag else 0,
-                                  ts)
-        self._sent += 1
-        if not self._sent & YIELD_EVERY_MASK:
-            # A thread calling send() in a loop keeps the GIL for the whole 5 ms switch
-            # interval, stalling the sender thread and gRPC completions of the one in-flight
-            # batch per partition; yielding every 256 records (about 1 ms) bounds that wait.
-            time.sleep(0)
-        return future
+            raise self._too_large(route, len(frame))
+        return self._acc.append(TopicPartition(route.topic, p), frame,
+                                tag_hash(tag) if tag else 0, ts)
+
+    @staticmethod
+    def _too_large(route: TopicRoutes, size: int) -> RecordTooLarge:
+        return RecordTooLarge(
+            f"message for {route.topic} is {size} bytes encoded, over the topic's "
+            f"max_message_bytes of {route.max_message_bytes}",
+            topic=route.topic, size=size, limit=route.max_message_bytes)
 
     def _choose(self, route: TopicRoutes, key: bytes | None, partition: int | None,
                 size: int) -> int:
@@ -271,7 +290,10 @@ class Producer:
         return self._routes
 
     def metrics(self) -> dict[str, int]:
-        """Buffer use and in-flight batches (for dashboards and tests)."""
-        return {"buffer_used_bytes": self._acc.used_bytes,
+        """Buffer use, in-flight batches and records finished so far (for dashboards, tests
+        and benchmarks, which can count failures without keeping every future)."""
+        return {"records_acked": self._sender.records_acked,
+                "records_failed": self._sender.records_failed,
+                "buffer_used_bytes": self._acc.used_bytes,
                 "batches_in_flight": self._acc.in_flight_count(),
                 "batches_incomplete": len(self._acc.incomplete())}

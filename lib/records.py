@@ -128,22 +128,39 @@ def assemble_batch(
     base_sequence: int = -1,
 ) -> bytes:
     """Build a batch from already encoded frames (lets the producer encode each record once)."""
-    n = len(frames)
-    sizes = np.fromiter((len(f) for f in frames), dtype=_U32, count=n)
-    columns = b"".join(
-        (
-            sizes.tobytes(),
-            np.fromiter(tag_hashes, dtype=_U32, count=n).tobytes(),
-            np.fromiter(timestamps, dtype=_I64, count=n).tobytes(),
-        )
-    )
+    body = b"".join(frames)
+    head = batch_head(body, [len(f) for f in frames], tag_hashes, timestamps,
+                      producer_id=producer_id, producer_epoch=producer_epoch,
+                      base_sequence=base_sequence)
+    return head + body
+
+
+def batch_head(
+    frames: bytes | bytearray,
+    sizes: Sequence[int],
+    tag_hashes: Iterable[int] | None,
+    timestamps: Sequence[int],
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Header and column arrays of a batch whose frames are already laid out back to back in
+    ``frames``: ``batch_head(...) + frames`` is the batch. The crc is computed over the pieces,
+    so the caller joins them once, into whatever envelope it sends (the producer's request).
+    ``tag_hashes`` None means no record has a tag."""
+    n = len(sizes)
+    tags = np.zeros(n, dtype=_U32) if tag_hashes is None else \
+        np.fromiter(tag_hashes, dtype=_U32, count=n)
+    columns = b"".join((np.array(sizes, dtype=_U32).tobytes(), tags.tobytes(),
+                        np.array(timestamps, dtype=_I64).tobytes()))
     header = bytearray(BATCH_HEADER.pack(
-        MAGIC, VERSION, 0, 0, 0, 0, n, producer_id, producer_epoch, 0, base_sequence, 0))
-    payload = b"".join((columns, *frames))
-    struct.pack_into("<I", header, 8, HEADER_SIZE + len(payload))
-    crc = zlib.crc32(payload, zlib.crc32(header[CRC_END:], zlib.crc32(header[:CRC_AT])))
+        MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + len(frames), 0, n, producer_id,
+        producer_epoch, 0, base_sequence, 0))
+    crc = zlib.crc32(frames, zlib.crc32(columns, zlib.crc32(
+        header[CRC_END:], zlib.crc32(header[:CRC_AT]))))
     struct.pack_into("<I", header, CRC_AT, crc)
-    return bytes(header) + payload
+    return bytes(header) + columns
 
 
 def batch_crc(buf: memoryview) -> int:

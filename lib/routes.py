@@ -20,6 +20,7 @@ from lib.errors import PartitionNotHosted, TubeqError, UnknownTopic
 from lib.proto import master_pb2, master_pb2_grpc
 from lib.records import DEFAULT_MAX_MESSAGE_BYTES
 from lib.rpc import MasterClient
+from lib.types import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class TopicRoutes:
     max_message_bytes: int
     topic_id: int
     fetched_at: float  # time.monotonic() of the master's answer
+    tps: tuple[TopicPartition, ...] = ()  # TopicPartition(topic, i) at i: made once, not per send
 
     @property
     def count(self) -> int:
@@ -65,6 +67,7 @@ def topic_routes(route: master_pb2.TopicRoute, now: float) -> TopicRoutes:
         max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
         topic_id=settings.topic_id,
         fetched_at=now,
+        tps=tuple(TopicPartition(route.topic, i) for i in range(len(parts))),
     )
 
 

@@ -24,6 +24,7 @@ import queue
 import random
 import threading
 import time
+from concurrent.futures._base import PENDING
 from typing import Any
 
 import grpc
@@ -31,8 +32,8 @@ import grpc
 from lib.accumulator import Accumulator, Batch
 from lib.errors import TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
-from lib.proto import broker_pb2, broker_pb2_grpc
-from lib.records import assemble_batch
+from lib.proto import broker_pb2
+from lib.records import batch_head
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
 from lib.types import RecordMetadata, TopicPartition
@@ -40,6 +41,29 @@ from lib.wire_errors import from_rpc_error
 
 log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
+PRODUCE_METHOD = "/tubeq.broker.Broker/Produce"  # called with pre-serialized requests
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def produce_request(tp: TopicPartition, head: bytes, frames: bytes | bytearray) -> bytes:
+    """A serialized ``ProduceRequest`` (topic = 1, partition = 2, batch = 3 is ``head`` +
+    ``frames``), built with one join: the protobuf message would copy a batch of up to 4 MiB
+    twice more (into the message, then out of it). tests/unit/test_producer_input.py checks it
+    parses as the same message."""
+    topic = tp.topic.encode()
+    parts = [b"\x0a", _varint(len(topic)), topic]
+    if tp.partition:
+        parts += (b"\x10", _varint(tp.partition))
+    parts += (b"\x1a", _varint(len(head) + len(frames)), head, frames)
+    return b"".join(parts)
 
 
 def new_producer_id() -> int:
@@ -62,11 +86,13 @@ class Sender(threading.Thread):
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
             queue.SimpleQueue()
-        self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._stubs: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._pids: dict[TopicPartition, int] = {}
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = new_producer_id() if idempotent else -1
         self._stopping = False
+        self.records_acked = 0  # written by this thread only, read racily by metrics()
+        self.records_failed = 0
 
     # ------------------------------------------------------------------ thread
 
@@ -117,10 +143,8 @@ class Sender(threading.Thread):
             return
         if not batch.payload:
             self._seal(batch)
-        request = broker_pb2.ProduceRequest(topic=topic, partition=partition,
-                                            batch=batch.payload)
-        call = stub.Produce.future(request, timeout=self.request_timeout_s,
-                                   metadata=self.metadata)
+        call = stub.future(batch.payload, timeout=self.request_timeout_s,
+                           metadata=self.metadata)
         call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
 
     def _seal(self, batch: Batch) -> None:
@@ -132,14 +156,18 @@ class Sender(threading.Thread):
             seq = self._sequences.get(batch.tp, 0)
             self._sequences[batch.tp] = (seq + len(batch)) & 0x7FFFFFFF
         batch.producer_id, batch.base_sequence = pid, seq
-        batch.payload = assemble_batch(batch.frames, batch.tag_hashes, batch.timestamps,
-                                       producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                                       base_sequence=seq)
+        head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
+                          producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                          base_sequence=seq)
+        batch.payload = produce_request(batch.tp, head, batch.buf)
+        batch.buf = bytearray()  # the request holds the frames now: free the second copy
 
-    def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+    def _stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         stub = self._stubs.get(address)
         if stub is None:
-            stub = self._stubs[address] = broker_pb2_grpc.BrokerStub(self.pool.get(address))
+            stub = self._stubs[address] = self.pool.get(address).unary_unary(
+                PRODUCE_METHOD, request_serializer=None,
+                response_deserializer=broker_pb2.ProduceResponse.FromString)
         return stub
 
     def _on_done(self, batch: Batch, fut: grpc.Future) -> None:
@@ -176,6 +204,7 @@ class Sender(threading.Thread):
             event(log, "producer.offsets_mismatch", logging.WARNING, topic=topic,
                   partition=partition, base=base, last=response.last_offset, count=len(batch))
         times = batch.timestamps
+        self.records_acked += len(batch)
         batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i, times[i]))
         self.acc.release(batch)
 
@@ -202,6 +231,8 @@ class Sender(threading.Thread):
         event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), error=error.code,
               message=error.message)
+        if batch.outcome.state == PENDING:
+            self.records_failed += len(batch)
         batch.outcome.fail(error)
         self.acc.release(batch, in_flight)
 

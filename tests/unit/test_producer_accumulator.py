@@ -55,7 +55,7 @@ def test_records_of_one_partition_stay_in_order_across_batches():
         if not ready:
             break
         assert len(ready) == 1
-        seen += ready[0].frames
+        seen += ready[0].frames()
         acc.release(ready[0])
     assert seen == [bytes([i]) * 10 for i in range(5)]
 
@@ -144,3 +144,37 @@ def test_closed_accumulator_refuses_appends_and_ignores_linger():
     with pytest.raises(ClientClosed):
         _add(acc, A0)
     assert len(_drain(acc)[0]) == 1
+
+
+def test_plain_appends_are_the_codec_frames_and_mixed_batches_keep_tag_columns_aligned():
+    from lib.records import Record, batch_head, encode_frame, parse_batch, tag_hash
+    from lib.sender import produce_request
+
+    acc = _acc(batch_bytes=10_000, linger_s=0)
+    acc.append_plain(A0, b"first", 11)
+    tagged = encode_frame(Record(b"second", b"k", "red", {}, 12))
+    acc.append(A0, tagged, tag_hash("red"), 12)
+    acc.append_plain(A0, b"", 13)
+    (batch,), _ = _drain(acc)
+    assert batch.frames() == [encode_frame(Record(b"first", timestamp=11)), tagged,
+                              encode_frame(Record(b"", timestamp=13))]
+    assert batch.tag_hashes == [0, tag_hash("red"), 0]
+    head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps)
+    view = parse_batch(head + bytes(batch.buf))  # checks the crc over the joined pieces
+    assert view.count == 3 and view.tag_hashes.tolist() == [0, tag_hash("red"), 0]
+    assert view.timestamps.tolist() == [11, 12, 13]
+    assert len(produce_request(A0, head, batch.buf)) > len(head) + len(batch.buf)
+
+
+@pytest.mark.parametrize("topic, partition, frames_len", [
+    ("a", 0, 0), ("orders", 1, 300), ("t" * 200, 70_000, 5 << 20)])
+def test_hand_built_produce_requests_parse_as_the_protobuf_message(topic, partition,
+                                                                   frames_len):
+    from lib.proto import broker_pb2
+    from lib.sender import produce_request
+
+    head, frames = b"H" * 40, bytes(range(256)) * (frames_len // 256) + b"x" * (frames_len % 256)
+    raw = produce_request(TopicPartition(topic, partition), head, frames)
+    request = broker_pb2.ProduceRequest.FromString(raw)
+    assert (request.topic, request.partition, request.batch) == (topic, partition, head + frames)
+    assert raw == request.SerializeToString()
