@@ -4,8 +4,8 @@
 partitions, so the broker serves one while we decode another) long-poll ``Fetch`` for the
 fetchable partitions of that topic on that broker, decode the frames and append a
 :class:`Completed` fetch to one bounded ready queue (``prefetch_max_bytes`` in total, at most
-``PER_PARTITION_BUFFERED`` fetches per partition, one request in flight per worker), so memory
-stays bounded however slow the application is. Only one worker ever fetches a partition at a
+``PER_PARTITION_BUFFERED`` full fetches' bytes per partition, one request in flight per
+worker), so memory stays bounded however slow the application is. Only one worker ever fetches a partition at a
 time and it appends in offset order, so order per partition is kept.
 
 :meth:`Fetcher.drain` (the application thread, through ``poll``) hands records out and moves
@@ -39,6 +39,10 @@ from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
 
 log = logging.getLogger(__name__)
+# A partition is fetched while it has less than this many full fetches (fetch_max_bytes each)
+# waiting to be polled. A cap in bytes, not in fetches: at a low rate each fetch brings a few
+# records, and a cap of 2 *fetches* left a hot partition out of the worker's next long-poll,
+# which then waited on its cold partitions (tens of ms of end-to-end latency).
 PER_PARTITION_BUFFERED = 2
 _FRAME = struct.Struct("<IIBBqHiHI")  # the frame header of lib/records.py, read in one call
 _PLAIN = FLAG_VALUE_ZLIB  # flags that need the general decoder
@@ -141,7 +145,7 @@ class Fetcher:
         self.routes = offsets.routes
         self._cond = threading.Condition()
         self._ready: deque[Completed] = deque()
-        self._buffered: dict[TopicPartition, int] = {}
+        self._buffered: dict[TopicPartition, int] = {}  # tp -> frame bytes waiting for poll
         self._bytes = 0
         self._pushed = 0
         self._closed = False
@@ -272,7 +276,7 @@ class Fetcher:
     # -- worker side -------------------------------------------------------------------------
 
     def _release(self, c: Completed) -> None:
-        n = self._buffered.get(c.tp, 0) - 1
+        n = self._buffered.get(c.tp, 0) - c.nbytes
         if n > 0:
             self._buffered[c.tp] = n
         else:
@@ -283,7 +287,7 @@ class Fetcher:
     def _push(self, c: Completed) -> None:
         with self._cond:
             self._ready.append(c)
-            self._buffered[c.tp] = self._buffered.get(c.tp, 0) + 1
+            self._buffered[c.tp] = self._buffered.get(c.tp, 0) + c.nbytes
             self._bytes += c.nbytes
             self._pushed += 1
             self._cond.notify_all()
@@ -299,8 +303,9 @@ class Fetcher:
                     del self._workers[(worker.address, worker.topic, worker.slot)]
                     return None
                 room = self._bytes < self.config.prefetch_max_bytes
+                cap = PER_PARTITION_BUFFERED * self.config.fetch_max_bytes
                 todo = [(tp, worker.next_offset(tp, pos, ep), ep) for tp, pos, ep in mine
-                        if self._buffered.get(tp, 0) < PER_PARTITION_BUFFERED]
+                        if self._buffered.get(tp, 0) < cap]
                 if todo and room:
                     return todo
                 self._cond.wait(0.5)
