@@ -5,8 +5,8 @@ partitions, so the broker serves one while we decode another) long-poll ``Fetch`
 fetchable partitions of that topic on that broker, decode the frames and append a
 :class:`Completed` fetch to one bounded ready queue (``prefetch_max_bytes`` in total, at most
 ``PER_PARTITION_BUFFERED`` full fetches' bytes per partition, one request in flight per
-worker), so memory stays bounded however slow the application is. Only one worker ever fetches a partition at a
-time and it appends in offset order, so order per partition is kept.
+worker), so memory stays bounded however slow the application is. Only one worker ever fetches
+a partition at a time and it appends in offset order, so order per partition is kept.
 
 :meth:`Fetcher.drain` (the application thread, through ``poll``) hands records out and moves
 the partition's position with :meth:`SubscriptionState.advance`, which refuses data fetched
