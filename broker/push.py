@@ -131,7 +131,7 @@ class PushPlane:
             try:
                 signal = self.topics.signal(topic)
             except TubeqError as err:
-                yield from (pb.SubscribeResponse(data=error_data(p, o, err))
+                yield from (pb.SubscribeResponse(data=error_data(p, o, err).fields())
                             for p, o in positions.items())
                 return
             if signal.closed:
@@ -162,7 +162,7 @@ class PushPlane:
             return None
         except TubeqError as err:
             data = error_data(p, positions.pop(p), err)
-            return pb.SubscribeResponse(data=data)
+            return pb.SubscribeResponse(data=data.fields())
         if len(res.offsets) == 0:
             positions[p] = res.next_offset  # a tag filter may have skipped entries
             return None
@@ -178,4 +178,4 @@ class PushPlane:
         credit.take(count, len(data.frames))
         positions[p] = data.next_offset
         self.metrics.served(topic, p, len(data.frames), count)
-        return pb.SubscribeResponse(data=data)
+        return pb.SubscribeResponse(data=data.fields())
