@@ -62,7 +62,8 @@ class Batch:
         return len(self.sizes)
 
     def frames(self) -> list[bytes]:
-        """The frames one by one (for tests and debugging; sending uses ``buf`` whole)."""
+        """The frames one by one, until the batch is sent (for tests and debugging: sending
+        uses ``buf`` whole, then frees it)."""
         out, pos = [], 0
         for size in self.sizes:
             out.append(bytes(self.buf[pos:pos + size]))
