@@ -122,14 +122,17 @@ def test_records_sent_to_a_deleted_topic_fail_their_futures(cluster):
         producer.send_sync("gone", b"first", timeout=30)
         with AdminClient(cluster.master_addresses) as admin:
             admin.delete_topic("gone")
-        deadline = time.monotonic() + 30
+        deadline, acked = time.monotonic() + 30, 1
         while True:  # the broker drops the topic at its next heartbeat
             try:
                 producer.send("gone", b"later").result(30)
+                acked += 1
             except UnknownTopic:
                 break
             assert time.monotonic() < deadline, "records to a deleted topic kept succeeding"
             time.sleep(0.2)
+        counts = producer.metrics()
+        assert (counts["records_acked"], counts["records_failed"]) == (acked, 1)
     # the producer's routes were invalidated: a fresh send fails at once
     with Producer(cluster.master_addresses) as producer, pytest.raises(UnknownTopic):
         producer.send("gone", b"v")
