@@ -97,7 +97,21 @@ class Accumulator:
                timestamp: int) -> RecordFuture:
         """Queue one encoded frame and return its future; blocks while the buffer is full
         (up to max_block_s)."""
-        size = len(frame)
+        return self._add(tp, (frame,), len(frame), tag_hash, timestamp)
+
+    def append_plain(self, tp: TopicPartition, value: bytes, timestamp: int) -> RecordFuture:
+        """:meth:`append` for the commonest record (no key, tag, headers or compression),
+        encoded straight into the batch buffer: byte for byte what ``encode_frame`` builds
+        (tests/unit/test_producer_accumulator.py checks), with no frame object in between."""
+        vlen = len(value)
+        tail = _pack_tail(0, 0, timestamp, 0, -1, 0, vlen)
+        head = _pack_head(FRAME_HEADER_SIZE + vlen, _crc32(value, _crc32(tail)))
+        return self._add(tp, (head, tail, value), FRAME_HEADER_SIZE + vlen, 0, timestamp)
+
+    def _add(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int, tag_hash: int,
+             timestamp: int) -> RecordFuture:
+        """Append one frame of ``size`` bytes, given as ``pieces``, to the open batch of
+        ``tp``."""
         with self._lock:
             batch = self._open_batch(tp, size)
             index = len(batch.sizes)
@@ -105,30 +119,9 @@ class Accumulator:
                 batch.tag_hashes = [0] * index
             if batch.tag_hashes is not None:
                 batch.tag_hashes.append(tag_hash)
-            batch.buf += frame
-            batch.sizes.append(size)
-            batch.timestamps.append(timestamp)
-            batch.size += size
-            self._used += size
-        return RecordFuture(batch.outcome, index)
-
-    def append_plain(self, tp: TopicPartition, value: bytes, timestamp: int) -> RecordFuture:
-        """:meth:`append` for the commonest record (no key, tag, headers or compression),
-        encoded straight into the batch buffer: byte for byte what ``encode_frame`` builds
-        (tests/unit/test_producer_accumulator.py checks), with no frame object in between."""
-        vlen = len(value)
-        size = FRAME_HEADER_SIZE + vlen
-        tail = _pack_tail(0, 0, timestamp, 0, -1, 0, vlen)
-        head = _pack_head(size, _crc32(value, _crc32(tail)))
-        with self._lock:
-            batch = self._open_batch(tp, size)
-            index = len(batch.sizes)
-            if batch.tag_hashes is not None:
-                batch.tag_hashes.append(0)
             buf = batch.buf
-            buf += head
-            buf += tail
-            buf += value
+            for piece in pieces:
+                buf += piece
             batch.sizes.append(size)
             batch.timestamps.append(timestamp)
             batch.size += size

@@ -152,10 +152,7 @@ class Producer:
             # The commonest record, kept lean: no frame object, no per-record TopicPartition.
             if len(value) + FRAME_HEADER_SIZE > route.max_message_bytes:
                 raise self._too_large(route, len(value) + FRAME_HEADER_SIZE)
-            if not route.count:
-                raise Unavailable(f"topic {topic} has no partitions placed yet", topic=topic)
-            p = self._partitioner.partition(topic, None, route.count, route.available,
-                                            len(value))
+            p = self._choose(route, None, None, len(value))
             future = self._acc.append_plain(route.tps[p], value, ts)
         else:
             future = self._send_general(route, value, key, tag, headers, partition, ts)
@@ -183,6 +180,7 @@ class Producer:
             frame = encode_plain(value, key, ts, flags)
         if len(frame) > route.max_message_bytes:
             raise self._too_large(route, len(frame))
+        # Not route.tps[p]: _choose may have refreshed the routes to find a new partition p.
         return self._acc.append(TopicPartition(route.topic, p), frame,
                                 tag_hash(tag) if tag else 0, ts)
 

@@ -56,7 +56,7 @@ def _varint(n: int) -> bytes:
 def produce_request(tp: TopicPartition, head: bytes, frames: bytes | bytearray) -> bytes:
     """A serialized ``ProduceRequest`` (topic = 1, partition = 2, batch = 3 is ``head`` +
     ``frames``), built with one join: the protobuf message would copy a batch of up to 4 MiB
-    twice more (into the message, then out of it). tests/unit/test_producer_input.py checks it
+    twice more (into the message, then out of it). tests/unit/test_producer_accumulator.py checks it
     parses as the same message."""
     topic = tp.topic.encode()
     parts = [b"\x0a", _varint(len(topic)), topic]

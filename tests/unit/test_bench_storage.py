@@ -55,4 +55,3 @@ def test_quick_run_reads_back_everything_and_cleans_up(tmp_path):
     cold = out["read"]["cold_1k"]
     assert cold["msgs"] > 0 and cold["msgs"] % out["config"]["batch_records"] == 0
     assert list(tmp_path.iterdir()) == []  # the scratch directory is removed
-
