@@ -51,7 +51,7 @@ class OffsetsPlane:
 
     def reset(self, req: pb.ResetOffsetsRequest) -> pb.ResetOffsetsResponse:
         """Overwrite offsets as the master says, unless that master has been replaced."""
-        if not self.term.observe(req.term):
+        if not self.term.admits(req.term):
             raise Fenced(f"ResetOffsets from master term {req.term} refused: this broker has "
                          f"seen term {self.term.highest}", term=req.term,
                          highest=self.term.highest)

@@ -63,37 +63,54 @@ def decode_records(frames: bytes, offsets: np.ndarray, partition: int, topic: st
 
 def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, topic: str,
                 sizes: list[int] | None = None) -> tuple[list[Record], int]:
-    """Decode ``len(offsets)`` frames starting at byte ``pos``; returns them and the end."""
+    """Decode ``len(offsets)`` frames starting at byte ``pos``; returns them and the end.
+
+    A frame that cannot be decoded raises CorruptRecord naming the topic, partition and
+    offset, and how to skip it (nothing after it in the partition is delivered until then).
+    """
     mv = memoryview(frames)
     n = len(mv)
     unpack, crc32 = _FRAME.unpack_from, zlib.crc32
     out: list[Record] = []
     append = out.append
-    for off in offsets:
-        if pos + FRAME_HEADER_SIZE > n:
-            raise errors.CorruptRecord(f"fetched frames end early at byte {pos}")
-        length, crc, flags, _a, ts, tag_len, key_len, n_headers, _vlen = unpack(mv, pos)
-        end = pos + length
-        if length < FRAME_HEADER_SIZE or end > n:
-            raise errors.CorruptRecord(f"fetched frame at byte {pos} has length {length}")
-        if n_headers or flags & _PLAIN:
-            rec = decode_frame(mv[pos:end])
-            rec.offset, rec.partition, rec.topic = off, partition, topic
-        else:
-            if crc32(mv[pos + 8:end]) != crc:
-                raise errors.CorruptRecord(f"frame CRC mismatch at offset {off}")
-            p = pos + FRAME_HEADER_SIZE
-            tag = str(mv[p:p + tag_len], "utf-8", "replace") if tag_len else None
-            p += tag_len
-            key = None
-            if key_len >= 0:
-                key, p = frames[p:p + key_len], p + key_len
-            rec = Record(frames[p:end], key, tag, {}, ts, off, partition, flags, topic)
-        append(rec)
-        if sizes is not None:
-            sizes.append(length)
-        pos = end
+    off = offsets[0] if offsets else -1
+    try:
+        for off in offsets:
+            if pos + FRAME_HEADER_SIZE > n:
+                raise errors.CorruptRecord(f"fetched frames end early at byte {pos}")
+            length, crc, flags, _a, ts, tag_len, key_len, n_headers, _vlen = unpack(mv, pos)
+            end = pos + length
+            if length < FRAME_HEADER_SIZE or end > n:
+                raise errors.CorruptRecord(f"fetched frame at byte {pos} has length {length}")
+            if n_headers or flags & _PLAIN:
+                rec = decode_frame(mv[pos:end])
+                rec.offset, rec.partition, rec.topic = off, partition, topic
+            else:
+                if crc32(mv[pos + 8:end]) != crc:
+                    raise errors.CorruptRecord("frame CRC mismatch")
+                p = pos + FRAME_HEADER_SIZE
+                tag = str(mv[p:p + tag_len], "utf-8", "replace") if tag_len else None
+                p += tag_len
+                key = None
+                if key_len >= 0:
+                    key, p = frames[p:p + key_len], p + key_len
+                rec = Record(frames[p:end], key, tag, {}, ts, off, partition, flags, topic)
+            append(rec)
+            if sizes is not None:
+                sizes.append(length)
+            pos = end
+    except (errors.CorruptRecord, zlib.error) as exc:
+        raise _undecodable(topic, partition, off, exc) from exc
     return out, pos
+
+
+def _undecodable(topic: str, partition: int, offset: int, exc: Exception) -> errors.CorruptRecord:
+    why = exc.message if isinstance(exc, errors.CorruptRecord) else f"bad compressed value: {exc}"
+    return errors.CorruptRecord(
+        f"{topic}[{partition}] offset {offset} cannot be decoded ({why}); nothing after it in "
+        f"this partition is delivered until the consumer seeks past it: "
+        f"seek(TopicPartition({topic!r}, {partition}), {offset + 1})",
+        topic=topic, partition=partition, offset=offset)
 
 
 @dataclass(frozen=True)

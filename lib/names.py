@@ -7,6 +7,7 @@ from lib.errors import InvalidName
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
 MAX_NAME_LEN = 249
+SHOWN_CHARS = 64  # an error echoes at most this much of a bad name: the input is unbounded
 
 
 def check_name(name: object, kind: str = "topic") -> str:
@@ -17,10 +18,19 @@ def check_name(name: object, kind: str = "topic") -> str:
     """
     if not isinstance(name, str) or name in (".", "..") or not NAME_RE.match(name):
         raise InvalidName(
-            f"invalid {kind} name {name!r}: must match {NAME_RE.pattern} "
+            f"invalid {kind} name {_shown(name)}: must match {NAME_RE.pattern} "
             f"(1 to {MAX_NAME_LEN} characters: letters, digits, '.', '_', '-'; "
             "not starting with '.', '_' or '-')",
-            name=name,
+            name=_shown(name),
             kind=kind,
         )
     return name
+
+
+def _shown(name: object) -> str:
+    """``repr(name)``, cut to :data:`SHOWN_CHARS` with the full length said."""
+    text = repr(name)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    size = f"{len(name)} characters" if isinstance(name, str) else type(name).__name__
+    return f"{text[:SHOWN_CHARS]}... ({size})"

@@ -15,6 +15,11 @@ from lib import errors as e
 
 CODE_KEY = "tubeq-error-code"
 DETAILS_KEY = "tubeq-error-details"
+# What an error may echo of its input on the wire: gRPC caps metadata (status message and
+# trailers) at 8 KiB by default, and an overlong echo turned a clear error into
+# RESOURCE_EXHAUSTED "Stream removed".
+MAX_MESSAGE_CHARS = 1024
+MAX_DETAIL_CHARS = 256
 
 # error class -> gRPC status. Subclasses are listed before their bases.
 _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
@@ -67,8 +72,17 @@ def status_of(err: e.TubeqError) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    return {str(k)[:MAX_DETAIL_CHARS]: clip(v, MAX_DETAIL_CHARS) if isinstance(v, str) else v
+            for k, v in details.items()
+            if isinstance(v, (str, int, float, bool, type(None)))}
 
 
 def trailers_of(err: e.TubeqError) -> tuple[tuple[str, str], ...]:
@@ -78,7 +92,7 @@ def trailers_of(err: e.TubeqError) -> tuple[tuple[str, str], ...]:
 def abort_with(context: grpc.ServicerContext, err: e.TubeqError) -> None:
     """End the RPC with the status, code and details of ``err`` (raises, as context.abort does)."""
     context.set_trailing_metadata(trailers_of(err))
-    context.abort(status_of(err), err.message)
+    context.abort(status_of(err), clip(err.message, MAX_MESSAGE_CHARS))
 
 
 def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:

@@ -51,7 +51,21 @@ class _Segment:
 class ScannedChunk:
     partition: int
     base_offset: int
-    entries: np.ndarray  # INDEX_DTYPE, one per frame
+    entries: np.ndarray  # INDEX_DTYPE, one per frame (holes for a damaged chunk)
+    frames_len: int
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Bytes of the data log that recovery could not index, and why (logged by recovery)."""
+
+    position: int
+    length: int
+    reason: str
+    cut: bool = False  # True: the bytes were truncated away (the tail), else left in place
+    partition: int = -1  # known when the damaged chunk's header was intact
+    base_offset: int = -1
+    count: int = 0
 
 
 class DataLog:
@@ -156,22 +170,32 @@ class DataLog:
         """(base, size, mtime) of every segment, oldest first."""
         return [(s.base, s.size, os.fstat(s.fd).st_mtime) for s in self._segs]
 
-    def scan(self, position: int) -> list[ScannedChunk]:
-        """Validate chunks from ``position`` to the end; cut the log at the first bad one.
+    def scan(self, position: int) -> tuple[list[ScannedChunk], list[Damage]]:
+        """Validate chunks from ``position`` to the end; returns them and what was damaged.
 
-        Runs on open only (a per-frame loop is fine here). Batches are atomic: a chunk with
-        any torn or corrupt frame is cut with everything after it.
+        Runs on open only (a per-frame loop is fine here). A bad chunk costs only itself: one
+        whose header is intact comes back as *holes* (size-0 index entries that keep its
+        offsets taken; readers skip them), and after a damaged header the scan resumes at the
+        next valid chunk of the segment. Only a damaged tail with nothing valid after it is
+        cut from the log. Damage is set aside and reported, never fatal.
         """
         chunks: list[ScannedChunk] = []
+        damage: list[Damage] = []
         for i, seg in enumerate(self._segs):
             if seg.end <= position:
                 continue
             local = max(0, position - seg.base)
-            good = _scan_segment(seg, local, chunks)
+            last = i == len(self._segs) - 1
+            good = _scan_segment(seg, local, chunks, damage, last)
             if good < seg.size:
-                self._cut(i, good)
-                break
-        return chunks
+                if last:
+                    damage.append(Damage(seg.base + good, seg.size - good, "torn or corrupt "
+                                         "tail with no valid chunk after it: cut", cut=True))
+                    self._cut(i, good)
+                else:  # positions of later segments are fixed: skip the bytes, keep them
+                    damage.append(Damage(seg.base + good, seg.size - good,
+                                         "no valid chunk after it in its segment: skipped"))
+        return chunks, damage
 
     def _cut(self, index: int, keep: int) -> None:
         seg = self._segs[index]
@@ -190,45 +214,109 @@ class DataLog:
         self._segs, self._graveyard = [], []
 
 
-def _scan_segment(seg: _Segment, local: int, out: list[ScannedChunk]) -> int:
-    """Append the valid chunks of ``seg`` from byte ``local``; return where validity ends."""
+def _scan_segment(seg: _Segment, local: int, out: list[ScannedChunk],
+                  damage: list[Damage], last: bool) -> int:
+    """Append the chunks of ``seg`` from byte ``local`` to ``out`` and report damaged bytes in
+    ``damage``; return where the last valid chunk ends.
+
+    A damaged chunk with an intact header between valid chunks becomes holes; after the last
+    valid chunk of the last segment (the tail, where a torn write lands) nothing is kept."""
     if seg.size == 0:
         return 0
+    good = local
+    held: list[ScannedChunk] = []  # holes and damage since the last valid chunk
+    seen: list[Damage] = []
     with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as mm:
         mv = memoryview(mm)
         try:
-            while local + CHUNK.size <= seg.size:
-                chunk = _parse_chunk(mv, local, seg.base)
-                if chunk is None:
+            while local < seg.size:
+                chunk, why = _parse_chunk(mv, local, seg.base)
+                if chunk is not None:
+                    out += [*held, chunk]
+                    damage += seen
+                    held, seen = [], []
+                    local = good = local + CHUNK.size + chunk.frames_len
+                    continue
+                head = _intact_header(mv, local)
+                if head is not None:  # frames damaged: the chunk's offsets become holes
+                    partition, count, base_offset, frames_len = head
+                    at = seg.base + local + CHUNK.size
+                    held.append(ScannedChunk(partition, base_offset, holes(count, at),
+                                             frames_len))
+                    seen.append(Damage(seg.base + local, CHUNK.size + frames_len, why,
+                                       partition=partition, base_offset=base_offset,
+                                       count=count))
+                    local += CHUNK.size + frames_len
+                    continue
+                resume = _next_valid_chunk(mm, mv, local + 1, seg.base)
+                if resume is None:
                     break
-                out.append(chunk)
-                local += CHUNK.size + int(chunk.entries["size"].sum())
+                seen.append(Damage(seg.base + local, resume - local,
+                                   f"{why}; resumed at the next valid chunk"))
+                local = resume
         finally:
             mv.release()
-    return local
+    if not last:  # the bytes stay (later positions are fixed): keep the holes, skip the rest
+        out += held
+        damage += seen
+        return local if local >= seg.size else good
+    return good
 
 
-def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> ScannedChunk | None:
+def holes(count: int, position: int) -> np.ndarray:
+    """Index entries for offsets whose data was lost: size 0 (readers skip them), no tag."""
+    entries = np.zeros(count, INDEX_DTYPE)
+    entries["pos"] = position
+    return entries
+
+
+def _intact_header(mv: memoryview, at: int) -> tuple[int, int, int, int] | None:
+    """(partition, count, base_offset, frames_len) of a chunk whose header checks out and
+    whose frames fit in the segment, even if the frames themselves are damaged."""
+    if at + CHUNK.size > len(mv):
+        return None
     magic, partition, count, base_offset, frames_len, _r, crc = CHUNK.unpack_from(mv, at)
     if magic != CHUNK_MAGIC or zlib.crc32(mv[at:at + CHUNK.size - 4]) != crc:
         return None
-    start = at + CHUNK.size
-    if count == 0 or start + frames_len > len(mv) or base_offset < 0:
+    if count == 0 or base_offset < 0 or at + CHUNK.size + frames_len > len(mv):
         return None
+    return partition, count, base_offset, frames_len
+
+
+def _next_valid_chunk(mm: mmap.mmap, mv: memoryview, start: int, seg_base: int) -> int | None:
+    while True:
+        at = mm.find(CHUNK_MAGIC, start)
+        if at < 0:
+            return None
+        if _parse_chunk(mv, at, seg_base)[0] is not None:
+            return at
+        start = at + 1
+
+
+def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | None, str]:
+    """The chunk at ``at`` with every frame checked, or None and why not."""
+    if at + CHUNK.size > len(mv):
+        return None, "torn chunk header"
+    head = _intact_header(mv, at)
+    if head is None:
+        return None, "chunk header damaged or its frames run past the segment"
+    partition, count, base_offset, frames_len = head
+    start = at + CHUNK.size
+    end = start + frames_len
     entries = np.empty(count, INDEX_DTYPE)
     pos = start
     for i in range(count):
-        if pos + FRAME_HEADER_SIZE > start + frames_len:
-            return None
+        if pos + FRAME_HEADER_SIZE > end:
+            return None, f"frame {i} of the chunk is torn"
         length, fcrc = FRAME_HEAD.unpack_from(mv, pos)
-        if length < FRAME_HEADER_SIZE or pos + length > start + frames_len:
-            return None
+        if length < FRAME_HEADER_SIZE or pos + length > end:
+            return None, f"frame {i} of the chunk has an impossible length {length}"
         if zlib.crc32(mv[pos + 8:pos + length]) != fcrc:
-            return None
+            return None, f"frame {i} of the chunk fails its CRC"
         _f, _a, ts, tag_len, _k, _h, _v = FRAME_TAIL.unpack_from(mv, pos + 8)
         tag = mv[pos + FRAME_HEADER_SIZE:pos + FRAME_HEADER_SIZE + tag_len]
         entries[i] = (seg_base + pos, length, tag_hash(bytes(tag)), ts)
         pos += length
-    if pos != start + frames_len:
-        return None
-    return ScannedChunk(partition, base_offset, entries)
+    if pos != end:
+        return None, "the chunk's frames do not fill its length"
+    return ScannedChunk(partition, base_offset, entries, frames_len), ""

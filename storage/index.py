@@ -144,10 +144,12 @@ class IndexLog:
         pos = entries["pos"].astype(np.uint64)
         ends = pos + entries["size"].astype(np.uint64)
         bad = ends > np.uint64(data_end)
-        bad[1:] |= pos[1:] <= pos[:-1]
+        # An entry never starts before the previous one ends (holes have size 0 and may share
+        # a position with the entry after them).
+        bad[1:] |= pos[1:] < ends[:-1]
         if len(self._segs) > 1:
-            prev = self.read(seg.base - 1, seg.base)["pos"][0]
-            bad[0] |= pos[0] <= prev
+            prev = self.read(seg.base - 1, seg.base)[0]
+            bad[0] |= int(pos[0]) < int(prev["pos"]) + int(prev["size"])
         if bad.any():
             self.truncate(seg.base + int(np.argmax(bad)))
 

@@ -5,17 +5,26 @@ which data position every partition's index is complete. On open only the data l
 position is scanned; if the checkpoint is missing, unreadable or contradicted by the files
 (someone truncated them), the whole data log is scanned instead. Either way the index of each
 partition ends up exactly matching the valid chunks of the data log.
+
+Damage costs only the damaged bytes: a chunk whose frames fail their checks keeps its offsets
+as holes (size-0 entries readers skip), a partition whose offsets jump past damaged bytes gets
+holes for the jump, and other partitions' chunks after the damage are kept. Every damaged
+range is logged (``store.recovery_damage``) with what it cost.
 """
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.datalog import DataLog
+from lib.logs import event
+from storage.datalog import Damage, DataLog, ScannedChunk, holes
 from storage.fsutil import atomic_write
 from storage.index import IndexLog
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.json"
 
@@ -58,18 +67,41 @@ def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog]) -> Non
             index.truncate(min(index.end, cp.next_offsets.get(p, index.start)))
         else:
             index.truncate(index.first_at_or_after(start))
-    for chunk in data.scan(start):
+    chunks, damage = data.scan(start)
+    for chunk in chunks:
         index = indexes.get(chunk.partition)
         if index is None:
             continue  # a partition no longer placed here; its bytes age out with retention
-        if chunk.base_offset > index.end:
-            index.reset(chunk.base_offset)  # the offsets before it have no data left
-        elif chunk.base_offset < index.end:
-            index.truncate(chunk.base_offset)
-        index.append(chunk.entries)
+        _place(index, chunk, damage, store_dir)
+    for d in damage:
+        event(log, "store.recovery_damage", logging.ERROR, store=str(store_dir),
+              position=d.position, bytes=d.length, reason=d.reason, cut=d.cut,
+              partition=d.partition, lost_offsets=_lost(d))
     # Entries can still point past the (possibly cut) end of the data log: drop them.
     for index in indexes.values():
         index.truncate(index.first_at_or_after(data.end))
+
+
+def _place(index: IndexLog, chunk: ScannedChunk, damage: list[Damage], store_dir: Path) -> None:
+    """Append a scanned chunk's entries where its base offset says."""
+    first_pos = int(chunk.entries["pos"][0])
+    if chunk.base_offset > index.end:
+        last = index.last_entry()
+        since = int(last["pos"]) + int(last["size"]) if last is not None else None
+        if since is not None and any(since <= d.position < first_pos for d in damage):
+            # The offsets in between were in damaged bytes: keep them taken, as holes.
+            event(log, "store.recovery_holes", logging.ERROR, store=str(store_dir),
+                  partition=chunk.partition, lost_offsets=[index.end, chunk.base_offset - 1])
+            index.append(holes(chunk.base_offset - index.end, first_pos))
+        else:
+            index.reset(chunk.base_offset)  # the offsets before it have no data left
+    elif chunk.base_offset < index.end:
+        index.truncate(chunk.base_offset)
+    index.append(chunk.entries)
+
+
+def _lost(d: Damage) -> list[int] | None:
+    return [d.base_offset, d.base_offset + d.count - 1] if d.count else None
 
 
 def _scan_start(cp: Checkpoint | None, data: DataLog, indexes: dict[int, IndexLog]) -> int:

@@ -22,12 +22,14 @@ class ReadPlan:
 
 
 def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None) -> ReadPlan:
-    """Select entries within ``max_bytes`` (always at least one match) and group them in spans."""
+    """Select entries within ``max_bytes`` (always at least one match) and group them in spans.
+
+    Entries not selected (tag mismatch, holes) are still *examined*: the reader's next offset
+    moves past them."""
     sizes = entries["size"].astype(np.int64)
-    if tag_hashes is None:
-        wanted = np.ones(len(entries), dtype=bool)
-    else:
-        wanted = np.isin(entries["tag"], tag_hashes)
+    wanted = sizes > 0  # size 0: a hole recovery left for lost data; skipped like a non-match
+    if tag_hashes is not None:
+        wanted &= np.isin(entries["tag"], tag_hashes)
     cum = np.cumsum(np.where(wanted, sizes, 0))
     examined = int(np.searchsorted(cum, max_bytes, side="right"))
     if examined < len(entries) and not wanted[:examined].any():
