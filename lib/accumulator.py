@@ -18,18 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.futures import BatchOutcome, RecordFuture
-from lib.records import FRAME_HEAD, FRAME_HEADER_SIZE, FRAME_TAIL, MAX_RECORDS_PER_BATCH
+from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH, plain_frame
 from lib.types import TopicPartition
-
-_crc32 = zlib.crc32
-_pack_head = FRAME_HEAD.pack
-_pack_tail = FRAME_TAIL.pack
 
 
 @dataclass(eq=False)
@@ -101,12 +96,9 @@ class Accumulator:
 
     def append_plain(self, tp: TopicPartition, value: bytes, timestamp: int) -> RecordFuture:
         """:meth:`append` for the commonest record (no key, tag, headers or compression),
-        encoded straight into the batch buffer: byte for byte what ``encode_frame`` builds
-        (tests/unit/test_producer_accumulator.py checks), with no frame object in between."""
-        vlen = len(value)
-        tail = _pack_tail(0, 0, timestamp, 0, -1, 0, vlen)
-        head = _pack_head(FRAME_HEADER_SIZE + vlen, _crc32(value, _crc32(tail)))
-        return self._add(tp, (head, tail, value), FRAME_HEADER_SIZE + vlen, 0, timestamp)
+        encoded straight into the batch buffer with no frame object in between."""
+        return self._add(tp, plain_frame(value, None, timestamp), FRAME_HEADER_SIZE + len(value),
+                         0, timestamp)
 
     def _add(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int, tag_hash: int,
              timestamp: int) -> RecordFuture:

@@ -17,10 +17,8 @@ policy (``error``: poll raises OffsetOutOfRange with earliest/latest); stale rou
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -32,7 +30,7 @@ from lib.config import require
 from lib.coordinator import OffsetClient
 from lib.logs import event
 from lib.proto import broker_pb2
-from lib.records import FLAG_VALUE_ZLIB, FRAME_HEADER_SIZE, Record, decode_frame
+from lib.records import Record, decode_span
 from lib.routes import confirm_unknown
 from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
@@ -44,73 +42,6 @@ log = logging.getLogger(__name__)
 # records, and a cap of 2 *fetches* left a hot partition out of the worker's next long-poll,
 # which then waited on its cold partitions (tens of ms of end-to-end latency).
 PER_PARTITION_BUFFERED = 2
-_FRAME = struct.Struct("<IIBBqHiHI")  # the frame header of lib/records.py, read in one call
-_PLAIN = FLAG_VALUE_ZLIB  # flags that need the general decoder
-
-
-def decode_records(frames: bytes, offsets: np.ndarray, partition: int, topic: str,
-                   sizes: list[int] | None = None) -> list[Record]:
-    """Decode a fetched run of frames, checking every frame CRC (lean :func:`decode_frames`).
-
-    Frames without headers or compression (the common case) are decoded inline; the others go
-    through :func:`lib.records.decode_frame`. ``sizes`` (if given) receives each frame's size.
-    """
-    out, end = decode_span(frames, offsets.tolist(), 0, partition, topic, sizes)
-    if end != len(frames):
-        raise errors.CorruptRecord(f"{len(out)} offsets but {len(frames) - end} more frame bytes")
-    return out
-
-
-def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, topic: str,
-                sizes: list[int] | None = None) -> tuple[list[Record], int]:
-    """Decode ``len(offsets)`` frames starting at byte ``pos``; returns them and the end.
-
-    A frame that cannot be decoded raises CorruptRecord naming the topic, partition and
-    offset, and how to skip it (nothing after it in the partition is delivered until then).
-    """
-    mv = memoryview(frames)
-    n = len(mv)
-    unpack, crc32 = _FRAME.unpack_from, zlib.crc32
-    out: list[Record] = []
-    append = out.append
-    off = offsets[0] if offsets else -1
-    try:
-        for off in offsets:
-            if pos + FRAME_HEADER_SIZE > n:
-                raise errors.CorruptRecord(f"fetched frames end early at byte {pos}")
-            length, crc, flags, _a, ts, tag_len, key_len, n_headers, _vlen = unpack(mv, pos)
-            end = pos + length
-            if length < FRAME_HEADER_SIZE or end > n:
-                raise errors.CorruptRecord(f"fetched frame at byte {pos} has length {length}")
-            if n_headers or flags & _PLAIN:
-                rec = decode_frame(mv[pos:end])
-                rec.offset, rec.partition, rec.topic = off, partition, topic
-            else:
-                if crc32(mv[pos + 8:end]) != crc:
-                    raise errors.CorruptRecord("frame CRC mismatch")
-                p = pos + FRAME_HEADER_SIZE
-                tag = str(mv[p:p + tag_len], "utf-8", "replace") if tag_len else None
-                p += tag_len
-                key = None
-                if key_len >= 0:
-                    key, p = frames[p:p + key_len], p + key_len
-                rec = Record(frames[p:end], key, tag, {}, ts, off, partition, flags, topic)
-            append(rec)
-            if sizes is not None:
-                sizes.append(length)
-            pos = end
-    except (errors.CorruptRecord, zlib.error) as exc:
-        raise _undecodable(topic, partition, off, exc) from exc
-    return out, pos
-
-
-def _undecodable(topic: str, partition: int, offset: int, exc: Exception) -> errors.CorruptRecord:
-    why = exc.message if isinstance(exc, errors.CorruptRecord) else f"bad compressed value: {exc}"
-    return errors.CorruptRecord(
-        f"{topic}[{partition}] offset {offset} cannot be decoded ({why}); nothing after it in "
-        f"this partition is delivered until the consumer seeks past it: "
-        f"seek(TopicPartition({topic!r}, {partition}), {offset + 1})",
-        topic=topic, partition=partition, offset=offset)
 
 
 @dataclass(frozen=True)

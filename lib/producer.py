@@ -37,12 +37,11 @@ from lib.partitioner import Partitioner
 from lib.records import (
     DEFAULT_MAX_BATCH_BYTES,
     FLAG_VALUE_ZLIB,
-    FRAME_HEAD,
     FRAME_HEADER_SIZE,
-    FRAME_TAIL,
     Record,
     encode_frame,
     headers_of,
+    plain_frame,
     tag_hash,
 )
 from lib.routes import RouteCache, TopicRoutes
@@ -86,20 +85,6 @@ class ProducerConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(f"producer config: {message}")
-
-
-def encode_plain(value: bytes, key: bytes | None, timestamp: int, flags: int) -> bytes:
-    """The frame of a record without tag and headers, byte for byte what
-    ``lib.records.encode_frame`` builds, with one copy instead of three (the common case on the
-    hot path; tests/unit/test_producer_input.py checks the equality)."""
-    if key is None:
-        tail = FRAME_TAIL.pack(flags, 0, timestamp, 0, -1, 0, len(value))
-        crc = zlib.crc32(value, zlib.crc32(tail))
-        return b"".join((FRAME_HEAD.pack(FRAME_HEADER_SIZE + len(value), crc), tail, value))
-    tail = FRAME_TAIL.pack(flags, 0, timestamp, 0, len(key), 0, len(value))
-    crc = zlib.crc32(value, zlib.crc32(key, zlib.crc32(tail)))
-    return b"".join((FRAME_HEAD.pack(FRAME_HEADER_SIZE + len(key) + len(value), crc), tail,
-                     key, value))
 
 
 class Producer:
@@ -177,7 +162,7 @@ class Producer:
             frame = encode_frame(Record(bytes(value), None if key is None else bytes(key), tag,
                                         headers_of(headers), ts, flags=flags))
         else:
-            frame = encode_plain(value, key, ts, flags)
+            frame = b"".join(plain_frame(value, key, ts, flags))
         if len(frame) > route.max_message_bytes:
             raise self._too_large(route, len(frame))
         # Not route.tps[p]: _choose may have refreshed the routes to find a new partition p.

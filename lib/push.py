@@ -42,10 +42,9 @@ from lib import errors
 from lib.config import require
 from lib.consumer import ConsumerBase, as_config
 from lib.coordinator import Coordinator
-from lib.fetcher import decode_records
 from lib.logs import event
 from lib.proto import broker_pb2
-from lib.records import Record
+from lib.records import Record, decode_records
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
 

@@ -57,6 +57,8 @@ MAX_HEADERS = 256  # per record: bounds the broker's header walk (one numpy pass
 MAX_RECORDS_PER_BATCH = 1 << 20
 
 _U8 = np.dtype(np.uint8)
+_FRAME = struct.Struct("<IIBBqHiHI")  # FRAME_HEAD + FRAME_TAIL, read in one call
+_pack_head, _pack_tail, _crc32 = FRAME_HEAD.pack, FRAME_TAIL.pack, zlib.crc32
 _U16 = np.dtype("<u2")
 _U32 = np.dtype("<u4")
 _I64 = np.dtype("<i8")
@@ -106,6 +108,20 @@ def encode_frame(record: Record) -> bytes:
     )
     body = b"".join(parts)
     return FRAME_HEAD.pack(len(body) + 8, zlib.crc32(body)) + body
+
+
+def plain_frame(value: bytes, key: bytes | None, timestamp: int, flags: int = 0
+                ) -> tuple[bytes, ...]:
+    """The frame of a record without tag and headers, as pieces to join or append: byte for
+    byte what :func:`encode_frame` builds, without its intermediate copies (the producer's hot
+    path; tests/unit/test_producer_input.py checks the equality)."""
+    if key is None:
+        tail = _pack_tail(flags, 0, timestamp, 0, -1, 0, len(value))
+        return _pack_head(FRAME_HEADER_SIZE + len(value), _crc32(value, _crc32(tail))), tail, \
+            value
+    tail = _pack_tail(flags, 0, timestamp, 0, len(key), 0, len(value))
+    crc = _crc32(value, _crc32(key, _crc32(tail)))
+    return _pack_head(FRAME_HEADER_SIZE + len(key) + len(value), crc), tail, key, value
 
 
 def encode_batch(
@@ -255,15 +271,21 @@ def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
 
 def check_frames(frames: memoryview, sizes: np.ndarray, tag_hashes: np.ndarray,
                  timestamps: np.ndarray) -> None:
-    """Check every frame of a run the way recovery and decoding will, so that what the broker
-    acknowledges is what they keep and read: length field, flags, field lengths adding up to
-    the frame (headers walked with one numpy pass per header position), each frame's CRC, and
-    the tag-hash and timestamp columns against the frames (the index is built from the columns
-    and rebuilt from the frames: they must agree).
+    """:func:`frame_columns`, and the batch's tag-hash and timestamp columns must agree with
+    the frames (the index is built from the columns and rebuilt from the frames)."""
+    tags, times = frame_columns(frames, sizes)
+    _require(times == timestamps, "its timestamp disagrees with the batch timestamp column")
+    _require(tags == tag_hashes, "its tag disagrees with the batch tag-hash column")
 
-    Whole-array numpy for the structure; the CRCs are one C-level ``map`` of ``zlib.crc32``
-    over the frame slices (no Python bytecode per record). Raises CorruptRecord naming the
-    first bad frame by its index in the batch.
+
+def frame_columns(frames: memoryview, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Check every frame of a run the way decoding will and return each frame's tag hash and
+    timestamp: the one frame check of the broker (append) and of recovery (chunk scan).
+
+    Length field, known flags, tag/key/headers/value lengths adding up to the frame (headers
+    walked with one numpy pass per header position) and each frame's CRC. Whole-array numpy
+    for the structure; the CRCs are one C-level ``map`` of ``zlib.crc32`` over the frame
+    slices (no Python bytecode per record). Raises CorruptRecord naming the first bad frame.
     """
     starts = frame_starts(sizes)
     ends = starts + sizes
@@ -280,13 +302,17 @@ def check_frames(frames: memoryview, sizes: np.ndarray, tag_hashes: np.ndarray,
     _require(pos + head["value_len"] == ends, "its field lengths do not add up to the frame "
              "length")
     _require(_crcs(frames, starts + 8, ends) == head["crc"], "its CRC does not match its bytes")
-    _require(head["ts"] == timestamps, "its timestamp disagrees with the batch timestamp column")
     tagged = np.flatnonzero(tag_lens)
     hashes = np.zeros(len(sizes), _U32)
     if len(tagged):
         at = starts[tagged] + FRAME_HEADER_SIZE
         hashes[tagged] = np.maximum(_crcs(frames, at, at + tag_lens[tagged]), 1)  # tag_hash
-    _require(hashes == tag_hashes, "its tag disagrees with the batch tag-hash column")
+    return hashes, head["ts"]
+
+
+def frame_sizes(frames: memoryview) -> np.ndarray:
+    """The size of each frame of a run, by its length field (recovery has no size column)."""
+    return np.fromiter(map(len, iter_frames(frames)), _U32)
 
 
 def frame_headers(u8: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -421,3 +447,68 @@ def headers_of(mapping: Mapping[str, bytes] | None) -> dict[str, bytes]:
             raise TypeError("headers map str names to bytes values")
         out[name] = bytes(val)
     return out
+
+
+def decode_records(frames: bytes, offsets: np.ndarray, partition: int, topic: str,
+                   sizes: list[int] | None = None) -> list[Record]:
+    """Decode a fetched run of frames (one per offset), checking every frame CRC.
+
+    Frames without headers or compression (the common case) are decoded inline; the others go
+    through :func:`lib.records.decode_frame`. ``sizes`` (if given) receives each frame's size.
+    """
+    out, end = decode_span(frames, offsets.tolist(), 0, partition, topic, sizes)
+    if end != len(frames):
+        raise CorruptRecord(f"{len(out)} offsets but {len(frames) - end} more frame bytes")
+    return out
+
+
+def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, topic: str,
+                sizes: list[int] | None = None) -> tuple[list[Record], int]:
+    """Decode ``len(offsets)`` frames starting at byte ``pos``; returns them and the end.
+
+    A frame that cannot be decoded raises CorruptRecord naming the topic, partition and
+    offset, and how to skip it (nothing after it in the partition is delivered until then).
+    """
+    mv = memoryview(frames)
+    n = len(mv)
+    unpack, crc32 = _FRAME.unpack_from, zlib.crc32
+    out: list[Record] = []
+    append = out.append
+    off = offsets[0] if offsets else -1
+    try:
+        for off in offsets:
+            if pos + FRAME_HEADER_SIZE > n:
+                raise CorruptRecord(f"fetched frames end early at byte {pos}")
+            length, crc, flags, _a, ts, tag_len, key_len, n_headers, _vlen = unpack(mv, pos)
+            end = pos + length
+            if length < FRAME_HEADER_SIZE or end > n:
+                raise CorruptRecord(f"fetched frame at byte {pos} has length {length}")
+            if n_headers or flags & FLAG_VALUE_ZLIB:
+                rec = decode_frame(mv[pos:end])
+                rec.offset, rec.partition, rec.topic = off, partition, topic
+            else:
+                if crc32(mv[pos + 8:end]) != crc:
+                    raise CorruptRecord("frame CRC mismatch")
+                p = pos + FRAME_HEADER_SIZE
+                tag = str(mv[p:p + tag_len], "utf-8", "replace") if tag_len else None
+                p += tag_len
+                key = None
+                if key_len >= 0:
+                    key, p = frames[p:p + key_len], p + key_len
+                rec = Record(frames[p:end], key, tag, {}, ts, off, partition, flags, topic)
+            append(rec)
+            if sizes is not None:
+                sizes.append(length)
+            pos = end
+    except (CorruptRecord, zlib.error) as exc:
+        raise _undecodable(topic, partition, off, exc) from exc
+    return out, pos
+
+
+def _undecodable(topic: str, partition: int, offset: int, exc: Exception) -> CorruptRecord:
+    why = exc.message if isinstance(exc, CorruptRecord) else f"bad compressed value: {exc}"
+    return CorruptRecord(
+        f"{topic}[{partition}] offset {offset} cannot be decoded ({why}); nothing after it in "
+        f"this partition is delivered until the consumer seeks past it: "
+        f"seek(TopicPartition({topic!r}, {partition}), {offset + 1})",
+        topic=topic, partition=partition, offset=offset)

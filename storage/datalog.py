@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from lib.errors import CorruptRecord, StorageError
-from lib.records import FRAME_HEAD, FRAME_HEADER_SIZE, FRAME_TAIL, tag_hash
+from lib.records import frame_columns, frame_sizes, frame_starts
 from storage.fsutil import fsync_dir, list_segments, quarantine, segment_name
 from storage.index import INDEX_DTYPE
 
@@ -202,11 +202,6 @@ class DataLog:
         os.ftruncate(seg.fd, keep)
         os.fsync(seg.fd)
         seg.size = keep
-        for later in self._segs[index + 1:]:
-            os.close(later.fd)
-            later.path.unlink(missing_ok=True)
-        self._segs = self._segs[: index + 1]
-        fsync_dir(self.dir)
 
     def close(self) -> None:
         for seg in self._segs + self._graveyard:
@@ -294,7 +289,8 @@ def _next_valid_chunk(mm: mmap.mmap, mv: memoryview, start: int, seg_base: int) 
 
 
 def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | None, str]:
-    """The chunk at ``at`` with every frame checked, or None and why not."""
+    """The chunk at ``at`` with every frame checked (lib.records' own checks), or None and
+    why not."""
     if at + CHUNK.size > len(mv):
         return None, "torn chunk header"
     head = _intact_header(mv, at)
@@ -302,21 +298,17 @@ def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk |
         return None, "chunk header damaged or its frames run past the segment"
     partition, count, base_offset, frames_len = head
     start = at + CHUNK.size
-    end = start + frames_len
+    frames = mv[start:start + frames_len]
+    try:
+        sizes = frame_sizes(frames)
+        if len(sizes) != count:
+            return None, f"the chunk holds {len(sizes)} frames, its header says {count}"
+        tags, times = frame_columns(frames, sizes)
+    except CorruptRecord as exc:
+        return None, exc.message
     entries = np.empty(count, INDEX_DTYPE)
-    pos = start
-    for i in range(count):
-        if pos + FRAME_HEADER_SIZE > end:
-            return None, f"frame {i} of the chunk is torn"
-        length, fcrc = FRAME_HEAD.unpack_from(mv, pos)
-        if length < FRAME_HEADER_SIZE or pos + length > end:
-            return None, f"frame {i} of the chunk has an impossible length {length}"
-        if zlib.crc32(mv[pos + 8:pos + length]) != fcrc:
-            return None, f"frame {i} of the chunk fails its CRC"
-        _f, _a, ts, tag_len, _k, _h, _v = FRAME_TAIL.unpack_from(mv, pos + 8)
-        tag = mv[pos + FRAME_HEADER_SIZE:pos + FRAME_HEADER_SIZE + tag_len]
-        entries[i] = (seg_base + pos, length, tag_hash(bytes(tag)), ts)
-        pos += length
-    if pos != end:
-        return None, "the chunk's frames do not fill its length"
+    entries["pos"] = frame_starts(sizes) + (seg_base + start)
+    entries["size"] = sizes
+    entries["tag"] = tags
+    entries["ts"] = times
     return ScannedChunk(partition, base_offset, entries, frames_len), ""

@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.errors import CorruptRecord, RecordTooLarge
-from lib.fetcher import decode_span
 from lib.records import (
     FRAME_HEAD,
     MAX_HEADERS,
     Record,
     batch_head,
     decode_frames,
+    decode_span,
     encode_frame,
     parse_batch,
     tag_hash,

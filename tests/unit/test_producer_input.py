@@ -78,10 +78,9 @@ def test_close_with_nothing_sent_returns_quickly():
     (b"", None, 0), (b"v" * 1000, None, 0), (b"value", b"", 0), (b"value", b"key", 1),
 ])
 def test_plain_frames_are_byte_identical_to_the_codec(value, key, flags):
-    from lib.producer import encode_plain
-    from lib.records import Record, decode_frame, encode_frame
+    from lib.records import Record, decode_frame, encode_frame, plain_frame
 
-    frame = encode_plain(value, key, 1234, flags)
+    frame = b"".join(plain_frame(value, key, 1234, flags))
     assert frame == encode_frame(Record(value, key, None, {}, 1234, flags=flags))
     if not flags:
         rec = decode_frame(frame)

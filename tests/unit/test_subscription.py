@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 from lib import errors
-from lib.fetcher import decode_records
 from lib.proto import master_pb2
-from lib.records import Record, decode_frames, encode_frame
+from lib.records import Record, decode_frames, decode_records, encode_frame
 from lib.subscription import Routes, SubscriptionState
 from lib.types import TopicPartition
 
