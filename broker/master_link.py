@@ -1,10 +1,11 @@
 """The broker's link to the masters: register, heartbeat with stats, apply what comes back.
 
 One background thread: register (retrying until a master answers), then heartbeat every
-``heartbeat_interval_ms`` with per-partition stats. Every response's topics, placements and
-deleted incarnations go to :meth:`TopicManager.apply`; a response with a term lower than the
-highest seen comes from a deposed master and is ignored; ``reregister`` starts over. Nothing
-on the produce/fetch path ever waits for this thread.
+``heartbeat_interval_ms`` with per-partition stats and the data dir's disk status (free bytes,
+reserve, whether appends are refused: ``tubeq broker list`` shows it). Every response's
+topics, placements and deleted incarnations go to :meth:`TopicManager.apply`; a response with
+a term lower than the highest seen comes from a deposed master and is ignored; ``reregister``
+starts over. Nothing on the produce/fetch path ever waits for this thread.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class MasterLink:
         self.address = address
         self.topics = topics
         self.metrics = metrics
+        metrics.watch_space(topics.space)  # the disk the heartbeat reports, also on /metrics
         self.term = term
         self.on_deleted = on_deleted
         # A master answers a heartbeat in milliseconds; one that does not within a second is
@@ -89,7 +91,8 @@ class MasterLink:
         return True
 
     def _heartbeat(self) -> None:
-        req = mpb.BrokerHeartbeatRequest(broker_id=self.broker_id, stats=self.stats())
+        req = mpb.BrokerHeartbeatRequest(broker_id=self.broker_id, stats=self.stats(),
+                                         disk=self.disk())
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req)
         except TubeqError as err:
@@ -113,6 +116,12 @@ class MasterLink:
         if self.on_deleted is not None:
             for name in dropped:
                 self.on_deleted(name)
+
+    def disk(self) -> mpb.DiskStatus:
+        """Free space of the data dir and whether appends are being refused for lack of it."""
+        status = self.topics.space.status()
+        return mpb.DiskStatus(free_bytes=max(0, status.free_bytes),
+                              reserve_bytes=status.reserve_bytes, full=status.full)
 
     def stats(self) -> list[mpb.PartitionStats]:
         """Per-partition offsets and traffic counters of every hosted partition."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from storage.space import SpaceGuard
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30)
 
 
@@ -42,6 +44,16 @@ class BrokerMetrics:
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], PartitionCounters] = {}
         self._http = None
+
+    def watch_space(self, space: SpaceGuard) -> None:
+        """Export the data dir's free space and disk-full condition (read at scrape time)."""
+        r = self.registry
+        Gauge("tubeq_broker_disk_free_bytes", "Free bytes on the data dir's filesystem",
+              registry=r).set_function(lambda: space.status().free_bytes)
+        Gauge("tubeq_broker_disk_reserve_bytes", "Free space kept back (disk_reserve_bytes)",
+              registry=r).set_function(lambda: space.reserve)
+        Gauge("tubeq_broker_disk_full", "1 while appends are refused with DISK_FULL",
+              registry=r).set_function(lambda: int(space.status().full))
 
     def produced(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         self.bytes_in.labels(topic).inc(nbytes)

@@ -25,6 +25,7 @@ from lib.logs import event
 from lib.names import check_name
 from storage.config import StoreConfig
 from storage.fsutil import atomic_write, inside
+from storage.space import SpaceGuard
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class TopicManager:
         self.root = Path(data_dir) / "topics"
         self.root.mkdir(parents=True, exist_ok=True)
         self.defaults = defaults or StoreConfig()
+        # One free-space guard for every store: they share the data dir's filesystem.
+        self.space = SpaceGuard(self.root, self.defaults.disk_reserve_bytes)
         self._lock = threading.RLock()  # apply() is serialised; lookups take it briefly
         self._topics: dict[str, _Topic] = {}
         self._closed = False
@@ -198,7 +201,7 @@ class TopicManager:
             store = t.stores.get(sid)
             if store is None:
                 parts = [q for q in hosted if q % stores == sid]
-                t.stores[sid] = Store(self.root, t.name, sid, parts, t.config)
+                t.stores[sid] = Store(self.root, t.name, sid, parts, t.config, self.space)
             elif p not in store.partitions:
                 store.add_partition(p)
 

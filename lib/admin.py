@@ -55,6 +55,16 @@ def group_info(desc: admin_pb2.GroupDescription) -> GroupInfo:
     return GroupInfo(desc.group, desc.generation, members, lags)
 
 
+def broker_info(info: master_pb2.BrokerInfo) -> BrokerInfo:
+    """BrokerInfo message -> BrokerInfo (disk fields -1 until the broker reported them)."""
+    if not info.HasField("disk"):
+        return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms)
+    d = info.disk
+    return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
+                      disk_full=d.full, disk_free_bytes=d.free_bytes,
+                      disk_reserve_bytes=d.reserve_bytes)
+
+
 def settings_of(partitions: int | None = None, stores: int | None = None,
                 durability: str | None = None, retention_ms: int | None = None,
                 retention_bytes: int | None = None,
@@ -127,8 +137,7 @@ class AdminClient:
 
     def list_brokers(self) -> list[BrokerInfo]:
         response = self._call("ListBrokers", admin_pb2.ListBrokersRequest())
-        return sorted((BrokerInfo(b.broker_id, b.address, b.alive, b.last_heartbeat_ms)
-                       for b in response.brokers), key=lambda b: b.broker_id)
+        return sorted((broker_info(b) for b in response.brokers), key=lambda b: b.broker_id)
 
     def list_groups(self) -> list[str]:
         return sorted(self._call("ListGroups", admin_pb2.ListGroupsRequest()).groups)

@@ -158,10 +158,19 @@ def broker() -> None:
 @json_option
 @click.pass_context
 def broker_list(ctx, as_json) -> None:
-    """Registered brokers and whether they are alive."""
-    emit(admin(ctx).list_brokers(), as_json,
+    """Registered brokers, whether they are alive, and their data dir's free space.
+
+    disk_full means the broker refuses appends with DISK_FULL until space is freed.
+    """
+    brokers = admin(ctx).list_brokers()
+    emit(brokers, as_json,
          lambda bs: print_rows([dataclasses.asdict(b) for b in bs],
                                list(dataclasses.asdict(bs[0])) if bs else ["broker_id"]))
+    for b in brokers:
+        if b.disk_full:
+            click.echo(f"warning: broker {b.broker_id} ({b.address}) is refusing appends: disk "
+                       f"full ({b.disk_free_bytes} bytes free, reserve {b.disk_reserve_bytes})",
+                       err=True)
 
 
 @click.group()

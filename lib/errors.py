@@ -83,6 +83,17 @@ class StorageError(TubeqError):
     code = "STORAGE_ERROR"
 
 
+class DiskFull(StorageError):
+    """The broker's disk is (nearly) full: appends are refused until space comes back.
+
+    Nothing was acknowledged; the same append succeeds once space is freed (``free_bytes``,
+    ``reserve_bytes`` and ``path`` say where and how much), so producers back off and retry.
+    """
+
+    code = "DISK_FULL"
+    retriable = True
+
+
 class Unavailable(TubeqError):
     """The server could not be reached or did not answer in time."""
 

@@ -65,6 +65,11 @@ class BrokerInfo:
     address: str
     alive: bool
     last_heartbeat_ms: int
+    # Its data dir as of the last heartbeat (-1: not reported yet). disk_full: appends are
+    # refused with DiskFull until space is freed.
+    disk_full: bool = False
+    disk_free_bytes: int = -1
+    disk_reserve_bytes: int = -1
 
 
 @dataclass(frozen=True)

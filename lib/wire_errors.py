@@ -32,6 +32,7 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.UnknownPartition: grpc.StatusCode.NOT_FOUND,
     e.StoreClosed: grpc.StatusCode.UNAVAILABLE,
     e.ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
+    e.DiskFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     e.StorageError: grpc.StatusCode.INTERNAL,
     e.Unavailable: grpc.StatusCode.UNAVAILABLE,
     e.RequestTimedOut: grpc.StatusCode.DEADLINE_EXCEEDED,

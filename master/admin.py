@@ -72,13 +72,18 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @guarded
     def ListBrokers(self, request, context):  # noqa: N802
-        live = {b: (addr, alive, hb) for b, addr, alive, hb in self.registry.snapshot()}
+        live = {b: (addr, alive, hb, disk)
+                for b, addr, alive, hb, disk in self.registry.snapshot()}
         out = []
         for broker, address in sorted({**self.state.brokers(),
                                        **{b: v[0] for b, v in live.items()}}.items()):
-            _, alive, hb = live.get(broker, (address, False, 0))
-            out.append(mpb.BrokerInfo(broker_id=broker, address=address, alive=alive,
-                                      last_heartbeat_ms=hb))
+            _, alive, hb, disk = live.get(broker, (address, False, 0, None))
+            info = mpb.BrokerInfo(broker_id=broker, address=address, alive=alive,
+                                  last_heartbeat_ms=hb)
+            if disk is not None:
+                info.disk.free_bytes, info.disk.reserve_bytes = disk.free_bytes, disk.reserve_bytes
+                info.disk.full = disk.full
+            out.append(info)
         return apb.ListBrokersResponse(brokers=out)
 
     @guarded

@@ -3,7 +3,8 @@
 Live state only (in memory, on the active master): after a restart or failover every broker
 registers again. A broker is alive while its last heartbeat (or registration) is younger than
 ``timeout_ms``; a dead broker's partitions are reported unavailable (there is no replication
-yet, so nothing moves). The latest per-partition stats of each heartbeat are kept for describe.
+yet, so nothing moves). The latest per-partition stats and disk status of each heartbeat are
+kept for describe and ``tubeq broker list``.
 The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe.
 """
 from __future__ import annotations
@@ -34,6 +35,15 @@ class PartitionStat:
     messages_out: int = 0
 
 
+@dataclass(frozen=True)
+class DiskState:
+    """A broker's data dir as of its last heartbeat; ``full``: it refuses appends (DiskFull)."""
+
+    free_bytes: int
+    reserve_bytes: int
+    full: bool
+
+
 @dataclass
 class LiveBroker:
     broker_id: int
@@ -41,6 +51,7 @@ class LiveBroker:
     last_seen: int  # monotonic ms
     last_heartbeat_ms: int  # wall clock, for humans
     stats: dict[tuple[str, int], PartitionStat] = field(default_factory=dict)
+    disk: DiskState | None = None  # None until a heartbeat reports it
 
 
 def check_address(address: str) -> str:
@@ -78,8 +89,8 @@ class BrokerRegistry:
         with self._lock:
             self._brokers[broker_id] = LiveBroker(broker_id, address, self._clock(), self._wall())
 
-    def heartbeat(self, broker_id: int,
-                  stats: Iterable[tuple[str, int, PartitionStat]]) -> bool:
+    def heartbeat(self, broker_id: int, stats: Iterable[tuple[str, int, PartitionStat]],
+                  disk: DiskState | None = None) -> bool:
         """Record a heartbeat; False when the broker must register first."""
         with self._lock:
             live = self._brokers.get(broker_id)
@@ -87,6 +98,7 @@ class BrokerRegistry:
                 return False
             live.last_seen, live.last_heartbeat_ms = self._clock(), self._wall()
             live.stats = {(t, p): s for t, p, s in stats}
+            live.disk = disk
             return True
 
     def is_alive(self, broker_id: int) -> bool:
@@ -108,10 +120,10 @@ class BrokerRegistry:
             live = self._brokers.get(broker_id)
             return None if live is None else live.stats.get((topic, partition))
 
-    def snapshot(self) -> list[tuple[int, str, bool, int]]:
-        """(broker_id, address, alive, last_heartbeat_ms) of every registered broker."""
+    def snapshot(self) -> list[tuple[int, str, bool, int, DiskState | None]]:
+        """(broker_id, address, alive, last_heartbeat_ms, disk) of every registered broker."""
         with self._lock:
-            return [(b, live.address, self._fresh(live), live.last_heartbeat_ms)
+            return [(b, live.address, self._fresh(live), live.last_heartbeat_ms, live.disk)
                     for b, live in sorted(self._brokers.items())]
 
     def _fresh(self, live: LiveBroker) -> bool:

@@ -17,7 +17,7 @@ from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
 from master import settings
-from master.brokers import BrokerRegistry, PartitionStat, wall_ms
+from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
 from master.guard import Leadership, guarded
@@ -57,7 +57,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
         stats = [(s.topic, s.partition, PartitionStat(
             s.earliest, s.latest, s.bytes_in, s.messages_in, s.bytes_out, s.messages_out))
             for s in request.stats]
-        if not self.registry.heartbeat(request.broker_id, stats):
+        disk = (DiskState(request.disk.free_bytes, request.disk.reserve_bytes, request.disk.full)
+                if request.HasField("disk") else None)
+        if not self.registry.heartbeat(request.broker_id, stats, disk):
             return mpb.BrokerHeartbeatResponse(term=self.term, reregister=True)
         topics, placements = self._desired(request.broker_id)
         deleted = [mpb.DeletedTopic(topic=t["topic"], topic_id=t["topic_id"])

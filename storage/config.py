@@ -36,6 +36,10 @@ class StoreConfig:
     retention_check_interval_ms: int = 30_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    # Free space kept on the data dir's filesystem: an append that would leave less (counting
+    # what is cached but not yet written) is refused with DiskFull. A broker applies its
+    # ``[broker.store]`` value to the whole data dir (see storage/space.py).
+    disk_reserve_bytes: int = 64 * MiB
 
     def validate(self) -> None:
         for name in ("cache_block_bytes", "cache_block_messages", "cache_flush_interval_ms",
@@ -43,6 +47,7 @@ class StoreConfig:
                      "checkpoint_interval_ms", "segment_bytes", "index_segment_entries",
                      "retention_check_interval_ms", "max_message_bytes", "max_batch_bytes"):
             require(getattr(self, name) > 0, f"StoreConfig.{name} must be > 0")
+        require(self.disk_reserve_bytes >= 0, "StoreConfig.disk_reserve_bytes must be >= 0")
         require(self.retention_ms > 0 or self.retention_ms == -1,
                 "StoreConfig.retention_ms must be > 0, or -1 for no age limit")
         require(self.retention_bytes > 0 or self.retention_bytes == -1,

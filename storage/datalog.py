@@ -98,7 +98,11 @@ class DataLog:
         return self.end - self.start
 
     def write(self, data: memoryview) -> None:
-        """Append ``data`` at the end in one write (rolls first when the segment is full)."""
+        """Append ``data`` at the end in one write (rolls first when the segment is full).
+
+        On failure (e.g. ENOSPC) ``end`` is unchanged: bytes that did reach the file lie past
+        the end and are overwritten by the next write, so a retry of the same data is exact.
+        """
         seg = self._segs[-1] if self._segs else None
         if seg is None or seg.size >= self.segment_bytes:
             seg = self._roll()
@@ -112,24 +116,33 @@ class DataLog:
         self._dirty = True
 
     def _roll(self) -> _Segment:
+        """Start a new segment at ``end``; on failure nothing changed and it can be retried."""
         base = self.end
         if self._segs:
             os.fsync(self._segs[-1].fd)
         path = self.dir / segment_name(base, SUFFIX)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        fsync_dir(self.dir)
+        try:
+            fsync_dir(self.dir)
+        except OSError:
+            os.close(fd)  # leave no file behind, so that a retry's O_EXCL create succeeds
+            path.unlink(missing_ok=True)
+            raise
         seg = _Segment(base, path, fd, 0)
         self._segs = [*self._segs, seg]
         return seg
 
     def sync(self) -> None:
-        """fdatasync the active segment (rolled ones were synced when they rolled)."""
+        """fdatasync the active segment (rolled ones were synced when they rolled).
+
+        A failed sync leaves the log dirty, so the next call syncs again.
+        """
         if self._segs and self._dirty:
-            self._dirty = False
             try:
                 os.fdatasync(self._segs[-1].fd)
             except OSError as exc:
                 raise StorageError(f"fsync failed on {self._segs[-1].path}: {exc}") from exc
+            self._dirty = False
 
     def read(self, position: int, length: int) -> bytes:
         """Bytes [position, position + length); may span segments."""

@@ -69,7 +69,11 @@ class IndexLog:
         return self._segs[-1].end if self._segs else self._next_base
 
     def append(self, entries: np.ndarray) -> None:
-        """Write entries at the end (rolling segments at ``max_entries``)."""
+        """Write entries at the end (rolling segments at ``max_entries``).
+
+        ``end`` counts only entries whose bytes were all written: after a failure (ENOSPC)
+        the caller appends ``entries[end - first:]`` again and the result is exact.
+        """
         done = 0
         while done < len(entries):
             seg = self._segs[-1] if self._segs else None
@@ -77,20 +81,29 @@ class IndexLog:
                 seg = self._roll()
             n = min(len(entries) - done, self.max_entries - seg.count)
             data = memoryview(np.ascontiguousarray(entries[done:done + n])).cast("B")
+            at = seg.count * ENTRY
             try:
-                os.pwrite(seg.fd, data, seg.count * ENTRY)
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(seg.fd, data[written:], at + written)
             except OSError as exc:
                 raise StorageError(f"index write failed in {seg.path}: {exc}") from exc
             seg.count += n
             done += n
 
     def _roll(self) -> _Segment:
+        """Start a new segment at ``end``; on failure nothing changed and it can be retried."""
         base = self.end
         if self._segs:  # the full segment will not change again: make it durable once
             os.fsync(self._segs[-1].fd)
         path = self.dir / segment_name(base, SUFFIX)
-        self._open(base, path, 0)
-        fsync_dir(self.dir)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fsync_dir(self.dir)
+        except OSError:
+            os.close(fd)  # the empty file is reused by the retry (no O_EXCL here)
+            raise
+        self._segs = [*self._segs, _Segment(base, path, 0, fd)]
         return self._segs[-1]
 
     def read(self, first: int, last: int) -> np.ndarray:

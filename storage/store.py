@@ -9,9 +9,18 @@ so a reader's snapshot stays valid while the flusher works.
 Ordering: a block's bytes are written to the data log before its index entries, and a
 partition's ``flushed`` counter moves only after both, so a reader never sees an index entry
 whose data is not yet in the file.
+
+A full disk is a condition, not a failure. Appends are admitted by a shared
+:class:`~storage.space.SpaceGuard` (free space minus what is cached but unwritten must stay
+above a reserve), so an acknowledged append normally always fits. If a write or fsync still
+fails with ENOSPC/EDQUOT (another process took the space), the flusher keeps the block, refuses
+appends with DiskFull, and retries every ``DISK_FULL_RETRY_S``; the retry resumes at the data
+log's and each index's end, so it is exact. ``close()`` retries for ``DISK_FULL_CLOSE_S`` and
+then logs every offset range it could not write. Any other I/O error stops the store for good.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -22,22 +31,28 @@ import numpy as np
 
 from lib.errors import (
     CorruptRecord,
+    DiskFull,
     OffsetOutOfRange,
     StorageError,
     StoreClosed,
     UnknownPartition,
 )
+from lib.logs import event
 from lib.names import check_name
 from lib.records import frame_starts, parse_batch, tag_hash
 from storage.cache import CacheBlock
 from storage.config import StoreConfig
 from storage.datalog import CHUNK, DataLog, chunk_header
 from storage.fsutil import inside
-from storage.index import INDEX_DTYPE, IndexLog
+from storage.index import ENTRY, INDEX_DTYPE, IndexLog
 from storage.recovery import Checkpoint, recover, write_checkpoint
 from storage.select import assemble, plan
+from storage.space import SpaceGuard, is_disk_full
 
+log = logging.getLogger(__name__)
 MAX_READ_ENTRIES = 65_536  # index entries examined per read (bounds filtered scans)
+DISK_FULL_RETRY_S = 0.5  # a flusher on a full disk tries again this often
+DISK_FULL_CLOSE_S = 3.0  # close() on a full disk retries this long, then logs what is lost
 
 
 @dataclass(frozen=True)
@@ -68,7 +83,9 @@ class Store:
     """Storage instance ``<root>/<topic>/<store_id>``; see module docstring for threading."""
 
     def __init__(self, root: str | Path, topic: str, store_id: int, partitions: Iterable[int],
-                 config: StoreConfig | None = None) -> None:
+                 config: StoreConfig | None = None, space: SpaceGuard | None = None) -> None:
+        """``space`` is shared by the stores of one data dir (a broker passes one); without
+        it the store guards its own directory with ``config.disk_reserve_bytes``."""
         self.config = config or StoreConfig()
         self.topic = check_name(topic)
         self.store_id = store_id
@@ -88,6 +105,10 @@ class Store:
         self._closing = False
         self._closed = False
         self._failed: StorageError | None = None
+        self._disk_full: DiskFull | None = None  # the flusher cannot write: appends refused
+        self._space = space or SpaceGuard(self.dir, cfg.disk_reserve_bytes)
+        self._name = f"{self.topic}/{self.store_id}"
+        self._unwritten = 0  # bytes admitted by the guard that the flusher has not written
         self._io_lock = threading.Lock()  # file structure changes: flusher and retention
         self._sync_target = 0  # data position that sync waiters need fsynced
         self._synced_pos = self._data.end
@@ -95,6 +116,8 @@ class Store:
         self._unsynced_bytes = 0
         self._last_sync = self._last_checkpoint = time.monotonic()
         self._last_retention = 0.0
+        self._disk_full_since = self._close_started = 0.0
+        self._written: CacheBlock | None = None  # the block being flushed, once in the files
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name=f"flusher-{topic}-{store_id}")
         self._flusher.start()
@@ -132,6 +155,9 @@ class Store:
             while not self._active.fits(need):
                 self._make_room()
                 part = self._writable_partition(partition)
+            cost = need + view.count * ENTRY
+            self._space.admit(cost)  # raises DiskFull before anything is acknowledged
+            self._unwritten += cost
             base = part.next
             block = self._active
             header = chunk_header(partition, view.count, base, len(view.frames))
@@ -243,9 +269,15 @@ class Store:
         with self._io_lock:
             return self._apply_retention(time.time() if now is None else now)
 
+    @property
+    def space(self) -> SpaceGuard:
+        """The free-space guard this store admits appends with."""
+        return self._space
+
     def stats(self) -> dict[str, object]:
         with self._cond:
             return {
+                "disk_full": self._disk_full is not None,
                 "data_bytes": self._data.size_bytes(),
                 "segments": len(self._data.segment_info()),
                 "cached_bytes": self._active.fill + (self._flushing.fill if self._flushing else 0),
@@ -254,11 +286,16 @@ class Store:
             }
 
     def close(self) -> None:
-        """Flush, fsync, checkpoint and release the files; later calls raise StoreClosed."""
+        """Flush, fsync, checkpoint and release the files; later calls raise StoreClosed.
+
+        On a full disk it retries for ``DISK_FULL_CLOSE_S``, then logs (``store.unwritten_lost``)
+        the offsets it could not write and closes anyway.
+        """
         with self._cond:
             if self._closing:
                 return
             self._closing = True
+            self._close_started = time.monotonic()
             self._cond.notify_all()
         self._flusher.join()
         with self._cond:
@@ -297,6 +334,8 @@ class Store:
 
     def _writable_partition(self, partition: int) -> _Partition:
         self._check_open()
+        if self._disk_full is not None:
+            raise self._disk_full
         return self._readable_partition(partition)
 
     def _make_room(self) -> None:
@@ -314,9 +353,13 @@ class Store:
     def _wait_synced(self, end_pos: int) -> None:
         self._sync_target = max(self._sync_target, end_pos)
         self._cond.notify_all()
-        self._cond.wait_for(lambda: self._synced_pos >= end_pos or self._stopped())
+        # On a full disk a waiter gets DiskFull at once: its batch stays cached and is written
+        # when space returns, but it was not acknowledged, so a retry may store it twice.
+        self._cond.wait_for(lambda: self._synced_pos >= end_pos or self._stopped()
+                            or self._disk_full is not None)
         if self._synced_pos < end_pos:
-            raise self._failed or StoreClosed(f"store {self.topic}/{self.store_id} closed")
+            raise (self._failed or self._disk_full
+                   or StoreClosed(f"store {self.topic}/{self.store_id} closed"))
 
     def _cached_entries(self, partition: int, first: int, last: int
                         ) -> tuple[np.ndarray, list[CacheBlock]]:
@@ -360,9 +403,13 @@ class Store:
                     self._maybe_checkpoint(closing)
                     self._maybe_retention()
             except Exception as exc:  # noqa: BLE001 - a dead flusher must never be silent
+                if is_disk_full(exc) and self._wait_for_space(exc, closing):
+                    continue
                 self._fail(exc if isinstance(exc, StorageError) else
                            StorageError(f"store {self.topic}/{self.store_id} flusher: {exc!r}"))
                 return
+            if self._disk_full is not None:
+                self._space_back()
             if closing and block is None:
                 return
 
@@ -383,13 +430,25 @@ class Store:
         return min(cfg.cache_flush_interval_ms, cfg.unflush_interval_ms) / 1e3 / 2
 
     def _write_block(self, block: CacheBlock | None, want_sync: bool) -> None:
-        """Write one block (data first, then index entries), then fsync if due."""
-        if block is not None:
-            self._data.write(block.data())
+        """Write one block (data first, then index entries), then fsync if due.
+
+        Resumes where a failed attempt stopped: the data log's and each index's end say what
+        of this block is already in the files (they only count bytes fully written).
+        """
+        written = 0 if block is None else block.fill + block.messages * ENTRY
+        if block is not None and block is not self._written:
+            done = self._data.end - block.base_pos
+            if done < block.fill:
+                self._data.write(block.data()[done:])
             for p, entries in block.parts.items():
-                self._parts[p].index.append(entries.view())
+                index = self._parts[p].index
+                done = index.end - entries.first_offset
+                if done < entries.n:
+                    index.append(entries.view()[done:])
+            self._written = block  # an fsync failing now must not count the block twice
             self._unsynced_msgs += block.messages
             self._unsynced_bytes += block.fill
+            self._space.written(written)
         cfg = self.config
         due = (self._unsynced_msgs >= cfg.unflush_threshold
                or self._unsynced_bytes >= cfg.unflush_data_hold
@@ -404,7 +463,8 @@ class Store:
             if block is not None:
                 for p, entries in block.parts.items():
                     self._parts[p].flushed = entries.first_offset + entries.n
-                self._flushing = None
+                self._flushing = self._written = None
+                self._unwritten -= written
             if synced is not None:
                 self._synced_pos = synced
             elif not self._unsynced_bytes:
@@ -453,10 +513,65 @@ class Store:
                 part.index.delete_before(part.earliest)
         return doomed
 
+    # ---------------------------------------------------------------- full disk
+
+    def _wait_for_space(self, exc: BaseException, closing: bool) -> bool:
+        """Enter (or stay in) the disk-full condition and back off; False: give up (close)."""
+        with self._cond:
+            first = self._disk_full is None
+            if first:
+                self._disk_full_since = time.monotonic()
+                self._disk_full = self._space_error(exc)
+                self._space.blocked(self._name, str(exc))
+                self._cond.notify_all()  # appenders waiting for room get DiskFull now
+            if closing and time.monotonic() - self._close_started >= DISK_FULL_CLOSE_S:
+                return False
+            if first:
+                event(log, "store.disk_full", logging.ERROR, store=self._name, error=str(exc),
+                      unwritten_bytes=self._unwritten)
+            self._cond.wait_for(lambda: self._closing and not closing, DISK_FULL_RETRY_S)
+        try:
+            with self._io_lock:
+                self._maybe_retention()  # deleting old segments may be what frees the space
+        except Exception:  # noqa: BLE001 - the write retry reports what matters
+            pass
+        return True
+
+    def _space_error(self, exc: BaseException) -> DiskFull:
+        status = self._space.status()
+        return DiskFull(
+            f"disk full: store {self._name} cannot write to {self.dir} ({exc}); "
+            f"{status.free_bytes} bytes free, reserve {status.reserve_bytes} bytes; "
+            f"{self._unwritten} bytes wait in memory; appends resume when space is freed",
+            path=str(self.dir), free_bytes=status.free_bytes,
+            reserve_bytes=status.reserve_bytes, unwritten_bytes=self._unwritten)
+
+    def _space_back(self) -> None:
+        with self._cond:
+            self._disk_full = None
+            self._cond.notify_all()
+        self._space.unblocked(self._name)
+        event(log, "store.disk_space_back", store=self._name,
+              seconds=round(time.monotonic() - self._disk_full_since, 3))
+
+    def _unwritten_ranges(self) -> dict[int, list[int]]:
+        """partition -> [first, last] offsets held in memory that are not in the files."""
+        out: dict[int, list[int]] = {}
+        for p, part in self._parts.items():
+            if part.next > part.flushed:
+                out[p] = [part.flushed, part.next - 1]
+        return out
+
     def _fail(self, error: StorageError) -> None:
         with self._cond:
             self._failed = error
+            lost, nbytes, self._unwritten = self._unwritten_ranges(), self._unwritten, 0
             self._cond.notify_all()
+        self._space.forget(nbytes)
+        self._space.unblocked(self._name)
+        if lost:  # acknowledged async appends that will never reach the files: say which
+            event(log, "store.unwritten_lost", logging.ERROR, store=self._name,
+                  error=error.message, bytes=nbytes, offsets=lost)
 
 
 def _block_slice(blocks: list[CacheBlock], position: int, length: int) -> memoryview:

@@ -81,13 +81,25 @@ class PartitionStats(_message.Message):
     messages_out: int
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ...) -> None: ...
 
+class DiskStatus(_message.Message):
+    __slots__ = ("free_bytes", "reserve_bytes", "full")
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    free_bytes: int
+    reserve_bytes: int
+    full: bool
+    def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
+
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats")
+    __slots__ = ("broker_id", "stats", "disk")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ...) -> None: ...
+    disk: DiskStatus
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
     __slots__ = ("term", "reregister", "topics", "placements", "deleted")
@@ -119,16 +131,18 @@ class DeletedTopic(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms")
+    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     alive: bool
     last_heartbeat_ms: int
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+    disk: DiskStatus
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ...) -> None: ...
 
 class PartitionRoute(_message.Message):
     __slots__ = ("partition", "broker_id", "address", "available")
