@@ -30,8 +30,9 @@ from lib.fetcher import Fetcher, FetcherConfig
 from lib.logs import event
 from lib.names import check_name
 from lib.records import Record
+from lib.routes import RouteCache
 from lib.rpc import ChannelPool, MasterClient
-from lib.subscription import Routes, SubscriptionState, topic_names
+from lib.subscription import SubscriptionState, topic_names
 from lib.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,8 @@ class ConsumerBase:
         self._masters = MasterClient(masters if isinstance(masters, str) else list(masters),
                                      self._pool, timeout=rpc_timeout_s)
         self._sub = SubscriptionState(reset)
-        self._offsets = OffsetClient(self._pool, self._masters, Routes(), rpc_timeout_s)
+        routes = RouteCache(self._masters, timeout=rpc_timeout_s)
+        self._offsets = OffsetClient(self._pool, self._masters, routes, rpc_timeout_s)
         self._group = group
         self._session_timeout_ms = session_timeout_ms
         self._client_id = client_id

@@ -36,8 +36,9 @@ from lib.config import require
 from lib.logs import event
 from lib.names import check_name
 from lib.proto import broker_pb2, broker_pb2_grpc, master_pb2, master_pb2_grpc
+from lib.routes import RouteCache
 from lib.rpc import ChannelPool, MasterClient, invoke
-from lib.subscription import Routes, SubscriptionState
+from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class OffsetClient:
     from the master and retry until ``timeout`` passes. Thread-safe.
     """
 
-    def __init__(self, pool: ChannelPool, masters: MasterClient, routes: Routes,
+    def __init__(self, pool: ChannelPool, masters: MasterClient, routes: RouteCache,
                  timeout: float = 10.0) -> None:
         self.pool, self.masters, self.routes, self.timeout = pool, masters, routes, timeout
 
@@ -59,14 +60,7 @@ class OffsetClient:
         return broker_pb2_grpc.BrokerStub(self.pool.get(address))
 
     def refresh_routes(self, topics: Iterable[str]) -> None:
-        req = master_pb2.GetRoutesRequest(topics=sorted(set(topics)))
-        resp = self.masters.call(master_pb2_grpc.MasterStub, "GetRoutes", req)
-        for route in resp.routes:
-            if not route.partitions:
-                raise errors.UnknownTopic(
-                    f"unknown topic {route.topic!r}: the master has no such topic",
-                    topic=route.topic)
-        self.routes.update(resp.routes)
+        self.routes.refresh(topics, placed=True)
 
     def committed(self, group: str, tps: Iterable[TopicPartition],
                   identity: tuple[str, int] = NO_MEMBER) -> dict[TopicPartition, int]:

@@ -1,9 +1,17 @@
-"""Client-side cache of topic routes: which broker hosts each partition, and topic settings.
+"""The one client-side cache of topic routes (producer and consumers): which broker hosts
+each partition, and the topic settings a client checks.
 
-Routes come from the active master (``Master.GetRoutes``). An entry is fetched on first use,
-again after ``max_age_s`` (so new partitions and moved placements are picked up without errors),
-and again on demand: a caller that got an error with ``refresh_metadata`` calls
-:meth:`RouteCache.invalidate` and the next :meth:`RouteCache.get` asks the master.
+Routes come from the active master (``Master.GetRoutes``, or the routes a group heartbeat
+carries: :meth:`RouteCache.update`). The producer's :meth:`RouteCache.get` fetches an entry on
+first use, again after ``max_age_s`` (so new partitions and moved placements are picked up
+without errors), and again on demand: a caller that got an error with ``refresh_metadata``
+calls :meth:`RouteCache.invalidate` and the next ``get`` asks the master. Consumers look
+partitions up by :class:`TopicPartition` (:meth:`address`, :meth:`by_broker`); ``version``
+grows whenever an address changes, so fetchers know when to regroup partitions by broker.
+
+A topic the master does not know raises UnknownTopic (from the master); a known topic whose
+partitions are not placed yet has ``count`` 0 and every caller treats it as Unavailable
+(retriable), not as unknown.
 
 Thread-safety: every method may be called from any thread. Reads of a fresh entry take no
 master call; one lock serialises master calls so a burst of invalidations from many in-flight
@@ -16,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from lib.errors import PartitionNotHosted, TubeqError, UnknownTopic
+from lib.errors import PartitionNotHosted, TubeqError, Unavailable, UnknownTopic
 from lib.proto import master_pb2, master_pb2_grpc
 from lib.records import DEFAULT_MAX_MESSAGE_BYTES
 from lib.rpc import MasterClient
@@ -79,10 +87,14 @@ class RouteCache:
         self._master = master
         self.max_age_s = max_age_s
         self.timeout = timeout
-        self._lock = threading.Lock()  # guards _routes and _stale
+        self._lock = threading.Lock()  # guards _routes, _stale, _addr and version
         self._fetch_lock = threading.Lock()  # one GetRoutes at a time
         self._routes: dict[str, TopicRoutes] = {}
         self._stale: set[str] = set()
+        self._addr: dict[TopicPartition, str] = {}  # replaced, never mutated: lock-free reads
+        self.version = 0
+
+    # -- by topic (producer) -------------------------------------------------------------
 
     def get(self, topic: str) -> TopicRoutes:
         """Routes of ``topic``, from the cache when fresh; raises UnknownTopic if none."""
@@ -101,21 +113,21 @@ class RouteCache:
         with self._lock:
             self._stale.add(topic)
 
-    def refresh(self, topics: Iterable[str]) -> dict[str, TopicRoutes]:
-        """Ask the master for ``topics`` now; topics it does not know are dropped from the cache."""
+    def refresh(self, topics: Iterable[str], placed: bool = False) -> dict[str, TopicRoutes]:
+        """Ask the master for ``topics`` now (UnknownTopic if it knows one not); with
+        ``placed``, a topic without placed partitions raises Unavailable."""
         wanted = sorted(set(topics))
         request = master_pb2.GetRoutesRequest(topics=wanted)
         response = self._master.call(master_pb2_grpc.MasterStub, "GetRoutes", request,
                                      timeout=self.timeout)
-        now = time.monotonic()
-        found = {r.topic: topic_routes(r, now) for r in response.routes if r.topic in wanted}
+        found = self.update(r for r in response.routes if r.topic in wanted)
         with self._lock:
             for name in wanted:
                 self._stale.discard(name)
-                if name in found:
-                    self._routes[name] = found[name]
-                else:
-                    self._routes.pop(name, None)
+        if placed:
+            for name in wanted:
+                if name in found and not found[name].count:
+                    raise Unavailable(f"topic {name} has no partitions placed yet", topic=name)
         return found
 
     def _fetch_one(self, topic: str) -> TopicRoutes:
@@ -131,6 +143,53 @@ class RouteCache:
             raise UnknownTopic(f"unknown topic {topic!r}: the master has no such topic",
                                topic=topic)
         return found[topic]
+
+    # -- by partition (consumers) --------------------------------------------------------
+
+    def update(self, routes: Iterable[master_pb2.TopicRoute]) -> dict[str, TopicRoutes]:
+        """Merge ``TopicRoute`` messages; unavailable partitions lose their address."""
+        now = time.monotonic()
+        found = {r.topic: topic_routes(r, now) for r in routes}
+        if not found:
+            return found
+        with self._lock:
+            self._routes.update(found)
+            addr = {tp: a for tp, a in self._addr.items() if tp.topic not in found}
+            for route in found.values():
+                for p in route.partitions:
+                    if p.available and p.address:
+                        addr[TopicPartition(route.topic, p.partition)] = p.address
+            if addr != self._addr:
+                self._addr = addr
+                self.version += 1
+        return found
+
+    def address(self, tp: TopicPartition) -> str | None:
+        return self._addr.get(tp)
+
+    def partitions(self, topic: str) -> int | None:
+        """Number of partitions of ``topic`` known from routes (None: never seen)."""
+        entry = self._routes.get(topic)
+        return None if entry is None else entry.count
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The topic's largest message (from its settings), None when not known."""
+        entry = self._routes.get(topic)
+        return None if entry is None else entry.max_message_bytes
+
+    def by_broker(self, tps: Iterable[TopicPartition]) -> tuple[dict[str, list[TopicPartition]],
+                                                               list[TopicPartition]]:
+        """Group ``tps`` by broker address; also returns those without a known address."""
+        grouped: dict[str, list[TopicPartition]] = {}
+        missing = []
+        addr = self._addr
+        for tp in tps:
+            a = addr.get(tp)
+            if a is None:
+                missing.append(tp)
+            else:
+                grouped.setdefault(a, []).append(tp)
+        return grouped, missing
 
 
 def confirm_unknown(topic: str, error: TubeqError, ask_master: Callable[[], object]) -> TubeqError:

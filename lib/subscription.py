@@ -1,9 +1,10 @@
 """Subscription state shared by the pull and push consumers: pure data, no I/O.
 
 What a consumer owns (its assignment), where it is in each partition (``position``: the next
-offset to hand to the application), what it last committed, what is paused, and where each
-partition lives (:class:`Routes`). The fetcher, the coordinator and the application thread all
-touch it, so every method takes one lock; none of them blocks or calls the network.
+offset to hand to the application), what it last committed and what is paused (where each
+partition lives is :class:`lib.routes.RouteCache`). The fetcher, the coordinator and the
+application thread all touch it, so every method takes one lock; none of them blocks or calls
+the network.
 
 ``epoch`` is bumped for a partition whenever its position jumps (seek, reset, re-assignment,
 a fetch that no longer lines up): data fetched under an older epoch is dropped instead of
@@ -235,61 +236,3 @@ def _partition(p: object) -> int:
     if isinstance(p, bool) or not isinstance(p, int) or p < 0:
         raise InvalidArgument(f"bad partition {p!r}: partitions are integers >= 0")
     return p
-
-
-class Routes:
-    """Where each partition lives: ``TopicPartition -> broker address``. Pure, thread-safe.
-
-    Filled from ``TopicRoute`` messages (GroupState.routes or GetRoutes); ``version`` grows on
-    every change so fetchers know when to regroup partitions by broker.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._addr: dict[TopicPartition, str] = {}
-        self._partitions: dict[str, int] = {}
-        self._max_message: dict[str, int] = {}
-        self.version = 0
-
-    def update(self, routes: Iterable) -> None:
-        """Merge protobuf ``TopicRoute`` messages; unavailable partitions lose their address."""
-        with self._lock:
-            new = dict(self._addr)
-            for route in routes:
-                self._partitions[route.topic] = len(route.partitions)
-                if route.settings.max_message_bytes:
-                    self._max_message[route.topic] = route.settings.max_message_bytes
-                for p in route.partitions:
-                    tp = TopicPartition(route.topic, p.partition)
-                    if p.available and p.address:
-                        new[tp] = p.address
-                    else:
-                        new.pop(tp, None)
-            if new != self._addr:
-                self._addr = new
-                self.version += 1
-
-    def address(self, tp: TopicPartition) -> str | None:
-        return self._addr.get(tp)
-
-    def partitions(self, topic: str) -> int | None:
-        """Number of partitions of ``topic`` known from routes (None: never seen)."""
-        return self._partitions.get(topic)
-
-    def max_message_bytes(self, topic: str) -> int | None:
-        """The topic's largest message (from its settings), None when not known."""
-        return self._max_message.get(topic)
-
-    def by_broker(self, tps: Iterable[TopicPartition]) -> tuple[dict[str, list[TopicPartition]],
-                                                               list[TopicPartition]]:
-        """Group ``tps`` by broker address; also returns those without a known address."""
-        grouped: dict[str, list[TopicPartition]] = {}
-        missing = []
-        addr = self._addr
-        for tp in tps:
-            a = addr.get(tp)
-            if a is None:
-                missing.append(tp)
-            else:
-                grouped.setdefault(a, []).append(tp)
-        return grouped, missing

@@ -2,9 +2,12 @@
 real master in tests/integration/test_producer_cluster.py)."""
 from __future__ import annotations
 
+import pytest
+
+from lib.errors import Unavailable
 from lib.proto import master_pb2
 from lib.records import DEFAULT_MAX_MESSAGE_BYTES
-from lib.routes import topic_routes
+from lib.routes import RouteCache, topic_routes
 
 
 def _route(max_message_bytes: int = 0) -> master_pb2.TopicRoute:
@@ -40,3 +43,24 @@ def test_partition_without_address_is_not_available():
     msg = master_pb2.TopicRoute(topic="t", partitions=[
         master_pb2.PartitionRoute(partition=0, broker_id=-1, address="", available=True)])
     assert topic_routes(msg, 0).available == ()
+
+
+class _Master:
+    """Answers GetRoutes from a fixed list (what the active master would say)."""
+
+    def __init__(self, routes):
+        self.routes = routes
+
+    def call(self, _stub, _method, request, timeout=None):
+        return master_pb2.GetRoutesResponse(
+            routes=[r for r in self.routes if r.topic in request.topics])
+
+
+def test_producer_and_consumers_agree_a_topic_without_placed_partitions_is_unavailable():
+    """Regression: the consumers' own route table called such a topic unknown (final) while
+    the producer's cache called it unavailable (retriable)."""
+    cache = RouteCache(_Master([master_pb2.TopicRoute(topic="new")]))
+    assert cache.get("new").count == 0  # the producer's view: known, nothing placed yet
+    with pytest.raises(Unavailable, match="no partitions placed"):
+        cache.refresh(["new"], placed=True)  # the consumers' view
+    assert cache.partitions("new") == 0 and cache.by_broker([]) == ({}, [])

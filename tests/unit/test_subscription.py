@@ -1,4 +1,4 @@
-"""SubscriptionState and Routes: pure state, no processes."""
+"""SubscriptionState and the consumers' view of RouteCache: pure state, no processes."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,8 @@ import pytest
 from lib import errors
 from lib.proto import master_pb2
 from lib.records import Record, decode_frames, decode_records, encode_frame
-from lib.subscription import Routes, SubscriptionState
+from lib.routes import RouteCache
+from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
@@ -148,7 +149,7 @@ def _route(topic, addresses):
 
 
 def test_routes_group_partitions_by_broker_and_track_unavailable_ones():
-    r = Routes()
+    r = RouteCache(master=None)  # fed by update() only: never asks a master
     r.update([_route("a", ["h:1", "h:2", None])])
     grouped, missing = r.by_broker([A0, A1, TopicPartition("a", 2)])
     assert grouped == {"h:1": [A0], "h:2": [A1]}
