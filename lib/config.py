@@ -38,6 +38,15 @@ def build(cls: type[T], values: dict[str, Any] | None = None, **overrides: Any) 
     return obj
 
 
+def settle(cls: type[T], config: T | None, settings: dict[str, Any]) -> T:
+    """The config a client runs with: ``config`` with ``settings`` on top, or ``settings``
+    alone, validated either way (a ``config=`` built by hand is checked like a built one)."""
+    if config is not None and not isinstance(config, cls):
+        raise ConfigError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+    base = dataclasses.asdict(config) if config is not None else None  # type: ignore[arg-type]
+    return build(cls, base, **settings)
+
+
 def load_toml(path: str | Path, table: str | None = None) -> dict[str, Any]:
     """Read a TOML file (optionally one table of it); a missing table is an empty dict."""
     try:

@@ -21,10 +21,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from lib import errors
-from lib.config import build, require
+from lib.config import T, require, settle
 from lib.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
 from lib.fetcher import Fetcher, FetcherConfig
 from lib.logs import event
@@ -70,10 +70,11 @@ class ConsumerConfig:
                     rpc_timeout_s=self.rpc_timeout_s)
 
 
-def as_config(cls: type, values: dict) -> object:
-    """Build a config, turning ConfigError into the InvalidArgument a caller expects."""
+def as_config(cls: type[T], config: T | None, settings: dict[str, Any]) -> T:
+    """:func:`lib.config.settle`, turning ConfigError into the InvalidArgument a caller
+    expects."""
     try:
-        return build(cls, values)
+        return settle(cls, config, settings)
     except errors.ConfigError as exc:
         raise errors.InvalidArgument(str(exc)) from None
 
@@ -105,9 +106,9 @@ class ConsumerBase:
         names = topic_names(topics)
         self._offsets.refresh_routes(names)
         self._sub.set_topics(names, tags)
-        cfg = as_config(CoordinatorConfig, {"group": self._group,
-                                            "session_timeout_ms": self._session_timeout_ms,
-                                            "client_host": self._client_id})
+        cfg = as_config(CoordinatorConfig, None, {"group": self._group,
+                                                  "session_timeout_ms": self._session_timeout_ms,
+                                                  "client_host": self._client_id})
         coordinator = Coordinator(cfg, self._offsets, self._sub, self)
         self._coordinator = coordinator  # set first: the join's rebalance calls back into us
         try:
@@ -163,21 +164,13 @@ class ConsumerBase:
 class PullConsumer(ConsumerBase):
     """Pull records with :meth:`poll`; see the module docstring for threads and delivery."""
 
-    def __init__(self, masters: str | Iterable[str], *, group: str | None = None,
-                 auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
-                 auto_commit_interval_ms: int = 5000, max_poll_records: int = 500,
-                 fetch_max_bytes: int = 4 << 20, fetch_max_wait_ms: int = 500,
-                 prefetch_max_bytes: int = 64 << 20, session_timeout_ms: int = 10_000,
-                 client_id: str = "", rpc_timeout_s: float = 10.0) -> None:
-        self.config: ConsumerConfig = as_config(ConsumerConfig, dict(
-            group=group or "", auto_offset_reset=auto_offset_reset,
-            enable_auto_commit=enable_auto_commit,
-            auto_commit_interval_ms=auto_commit_interval_ms, max_poll_records=max_poll_records,
-            fetch_max_bytes=fetch_max_bytes, fetch_max_wait_ms=fetch_max_wait_ms,
-            prefetch_max_bytes=prefetch_max_bytes, session_timeout_ms=session_timeout_ms,
-            client_id=client_id, rpc_timeout_s=rpc_timeout_s))
+    def __init__(self, masters: str | Iterable[str], *, config: ConsumerConfig | None = None,
+                 **settings: Any) -> None:
+        """``settings`` are :class:`ConsumerConfig` fields (``group=``, ``auto_offset_reset=``,
+        ...), on top of ``config`` if given; either way they are validated."""
+        self.config: ConsumerConfig = as_config(ConsumerConfig, config, settings)
         cfg = self.config
-        fetch_cfg = as_config(FetcherConfig, cfg.fetcher())
+        fetch_cfg = as_config(FetcherConfig, None, cfg.fetcher())
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
                          cfg.client_id, cfg.rpc_timeout_s)
         self._auto_commit = cfg.enable_auto_commit

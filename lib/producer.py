@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib.accumulator import Accumulator
-from lib.config import build
+from lib.config import settle
 from lib.errors import (
     ClientClosed,
     ConfigError,
@@ -92,7 +92,7 @@ class Producer:
 
     def __init__(self, masters: str | Sequence[str], *, config: ProducerConfig | None = None,
                  **settings: Any) -> None:
-        self.config = cfg = config or build(ProducerConfig, None, **settings)
+        self.config = cfg = settle(ProducerConfig, config, settings)
         client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
         timeout_s = cfg.request_timeout_ms / 1000
         self._pool = ChannelPool()

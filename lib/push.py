@@ -33,7 +33,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import grpc
 import numpy as np
@@ -54,7 +54,7 @@ Handler = Callable[[Record], object]
 
 @dataclass(frozen=True)
 class PushConfig:
-    group: str
+    group: str = ""
     auto_offset_reset: Literal["latest", "earliest", "error"] = "latest"
     commit: Literal["after", "before"] = "after"
     max_inflight_messages: int = 1000
@@ -175,17 +175,11 @@ class _Stream:
 class PushConsumer(ConsumerBase):
     """Records pushed to ``handler`` in worker threads; see the module docstring."""
 
-    def __init__(self, masters: str | Iterable[str], *, group: str,
-                 auto_offset_reset: str = "latest", commit: str = "after",
-                 max_inflight_messages: int = 1000, max_inflight_bytes: int = 8 << 20,
-                 session_timeout_ms: int = 10_000, auto_commit_interval_ms: int = 5000,
-                 client_id: str = "", rpc_timeout_s: float = 10.0) -> None:
-        self.config: PushConfig = as_config(PushConfig, dict(
-            group=group or "", auto_offset_reset=auto_offset_reset, commit=commit,
-            max_inflight_messages=max_inflight_messages, max_inflight_bytes=max_inflight_bytes,
-            session_timeout_ms=session_timeout_ms,
-            auto_commit_interval_ms=auto_commit_interval_ms, client_id=client_id,
-            rpc_timeout_s=rpc_timeout_s))
+    def __init__(self, masters: str | Iterable[str], *, config: PushConfig | None = None,
+                 **settings: Any) -> None:
+        """``settings`` are :class:`PushConfig` fields (``group=`` is required, ``commit=``,
+        ``max_inflight_messages=``, ...), on top of ``config`` if given; validated either way."""
+        self.config: PushConfig = as_config(PushConfig, config, settings)
         cfg = self.config
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
                          cfg.client_id, cfg.rpc_timeout_s)

@@ -1,0 +1,40 @@
+"""Every client takes ``config=`` and/or ``**settings`` and validates whatever it is given."""
+from __future__ import annotations
+
+import pytest
+
+from lib import PullConsumer, PushConsumer, errors
+from lib.consumer import ConsumerConfig
+from lib.producer import Producer, ProducerConfig
+from lib.push import PushConfig
+
+NOWHERE = "127.0.0.1:1"  # nothing is called before the first send/poll
+
+
+def test_a_hand_built_producer_config_is_validated():
+    """Regression: Producer(config=...) skipped validate()."""
+    with pytest.raises(errors.ConfigError, match="linger_ms must be >= 0"):
+        Producer(NOWHERE, config=ProducerConfig(linger_ms=-1))
+
+
+@pytest.mark.parametrize("client, config, bad", [
+    (PullConsumer, ConsumerConfig(), {"max_poll_records": 0}),
+    (PushConsumer, PushConfig(group="g"), {"max_inflight_messages": 0}),
+])
+def test_consumers_take_config_and_settings_and_validate_both(client, config, bad):
+    consumer = client(NOWHERE, config=config, client_id="from-settings")
+    try:
+        assert consumer.config.client_id == "from-settings"  # settings go on top of config
+    finally:
+        consumer.close()
+    with pytest.raises(errors.InvalidArgument, match=next(iter(bad))):
+        client(NOWHERE, config=type(config)(**{**config.__dict__, **bad}))
+    with pytest.raises(errors.InvalidArgument, match="unknown"):
+        client(NOWHERE, config=config, no_such_setting=1)
+
+
+def test_a_config_of_the_wrong_kind_is_refused():
+    with pytest.raises(errors.InvalidArgument, match="must be a ConsumerConfig"):
+        PullConsumer(NOWHERE, config=ProducerConfig())
+    with pytest.raises(errors.InvalidArgument, match="needs a group"):
+        PushConsumer(NOWHERE)
