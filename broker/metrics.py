@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
+from lib.metrics import ProcessMetrics
 from storage.space import SpaceGuard
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30)
@@ -23,9 +24,9 @@ class PartitionCounters:
     messages_out: int = 0
 
 
-class BrokerMetrics:
+class BrokerMetrics(ProcessMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        super().__init__()
         r = self.registry
         self.bytes_in = Counter("tubeq_broker_bytes_in", "Batch bytes appended", ["topic"],
                                 registry=r)
@@ -43,7 +44,6 @@ class BrokerMetrics:
                                   registry=r)
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], PartitionCounters] = {}
-        self._http = None
 
     def watch_space(self, space: SpaceGuard) -> None:
         """Export the data dir's free space and disk-full condition (read at scrape time)."""
@@ -78,14 +78,3 @@ class BrokerMetrics:
         with self._lock:
             c = self._parts.get((topic, partition))
             return PartitionCounters(**vars(c)) if c else PartitionCounters()
-
-    def serve(self, host: str, port: int) -> str:
-        """Start the /metrics HTTP endpoint; returns its ``host:port``."""
-        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return f"{host}:{self._http.server_port}"
-
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None

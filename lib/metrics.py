@@ -1,0 +1,27 @@
+"""The Prometheus side every server process shares: its own registry and its /metrics endpoint.
+
+Each process's metrics class derives from :class:`ProcessMetrics`, so no registry is global
+(several servers can live in one test process) and serving and stopping the endpoint is
+written once.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+
+class ProcessMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._http = None
+
+    def serve(self, host: str, port: int) -> str:
+        """Start the /metrics HTTP endpoint on ``host`` only; returns its ``host:port`` (port 0
+        picks a free one)."""
+        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return f"{host}:{self._http.server_port}"
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
