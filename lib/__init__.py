@@ -13,10 +13,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Producer": "lib.producer",
-    "ProducerConfig": "lib.producer",
-    "PullConsumer": "lib.consumer",
-    "PushConsumer": "lib.push",
+    "Producer": "lib.producer.producer",
+    "ProducerConfig": "lib.producer.producer",
+    "PullConsumer": "lib.consumer.pull",
+    "PushConsumer": "lib.consumer.push",
     "AdminClient": "lib.admin",
     "Record": "lib.records",
     "RecordMetadata": "lib.types",

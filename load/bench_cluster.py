@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lib.cli_bench import ceilings
+from lib.cli.bench import ceilings
 
 TARGETS = {  # msgs/s at least, except the latency (ms at most)
     "produce_1KiB_msgs_per_s": 150_000,

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from lib.admin import AdminClient
-from lib.consumer import PullConsumer
-from lib.producer import Producer
+from lib.consumer.pull import PullConsumer
+from lib.producer.producer import Producer
 
 
 class Pulse:

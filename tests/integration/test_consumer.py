@@ -6,7 +6,7 @@ import time
 import pytest
 
 from lib import errors
-from lib.consumer import PullConsumer
+from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
 from tests.integration.test_consumer_common import Feeder, poll_until, wait_for
 

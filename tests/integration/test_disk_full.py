@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from lib.admin import AdminClient
-from lib.consumer import PullConsumer
+from lib.consumer.pull import PullConsumer
 from lib.errors import DiskFull
-from lib.producer import Producer
+from lib.producer.producer import Producer
 from tests.cluster import ROOT, Cluster
 from tests.tinyfs import fill, tiny_fs, unfill
 

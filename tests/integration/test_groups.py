@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lib import errors
-from lib.consumer import PullConsumer
+from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
 from tests.integration.test_consumer_common import Feeder, poll_until, wait_for
 
@@ -26,7 +26,7 @@ PARTS = 6
 CHILD = textwrap.dedent("""
     import sys, time
     from lib import errors
-    from lib.consumer import PullConsumer
+    from lib.consumer.pull import PullConsumer
     from lib.types import TopicPartition
     masters, topic, out = sys.argv[1], sys.argv[2], open(sys.argv[3], "a", buffering=1)
     c = PullConsumer(masters, group="grp", auto_offset_reset="earliest",

@@ -14,8 +14,8 @@ import pytest
 
 from lib import errors
 from lib.admin import AdminClient
-from lib.consumer import PullConsumer
-from lib.producer import Producer
+from lib.consumer.pull import PullConsumer
+from lib.producer.producer import Producer
 from lib.proto import admin_pb2, admin_pb2_grpc
 from lib.rpc import channel, invoke
 from tests.cluster import Cluster

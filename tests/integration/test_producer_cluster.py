@@ -10,7 +10,7 @@ import pytest
 
 from lib.admin import AdminClient
 from lib.errors import InvalidName, RecordTooLarge, UnknownPartition, UnknownTopic
-from lib.producer import Producer
+from lib.producer.producer import Producer
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import FLAG_VALUE_ZLIB, Record, decode_frames
 from lib.rpc import channel, invoke

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from lib import errors
-from lib.consumer import PullConsumer
-from lib.push import PushConsumer
+from lib.consumer.pull import PullConsumer
+from lib.consumer.push import PushConsumer
 from lib.types import TopicPartition
 from tests.integration.test_consumer_common import Feeder, wait_for
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from lib import PullConsumer, PushConsumer, errors
-from lib.consumer import ConsumerConfig
-from lib.producer import Producer, ProducerConfig
-from lib.push import PushConfig
+from lib.consumer.pull import ConsumerConfig
+from lib.consumer.push import PushConfig
+from lib.producer.producer import Producer, ProducerConfig
 
 NOWHERE = "127.0.0.1:1"  # nothing is called before the first send/poll
 

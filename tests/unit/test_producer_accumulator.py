@@ -8,8 +8,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from lib.accumulator import Accumulator
 from lib.errors import ClientClosed, RequestTimedOut
+from lib.producer.accumulator import Accumulator
 from lib.types import TopicPartition
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
@@ -147,8 +147,8 @@ def test_closed_accumulator_refuses_appends_and_ignores_linger():
 
 
 def test_plain_appends_are_the_codec_frames_and_mixed_batches_keep_tag_columns_aligned():
+    from lib.producer.sender import produce_request
     from lib.records import Record, batch_head, encode_frame, parse_batch, tag_hash
-    from lib.sender import produce_request
 
     acc = _acc(batch_bytes=10_000, linger_s=0)
     acc.append_plain(A0, b"first", 11)
@@ -170,8 +170,8 @@ def test_plain_appends_are_the_codec_frames_and_mixed_batches_keep_tag_columns_a
     ("a", 0, 0), ("orders", 1, 300), ("t" * 200, 70_000, 5 << 20)])
 def test_hand_built_produce_requests_parse_as_the_protobuf_message(topic, partition,
                                                                    frames_len):
+    from lib.producer.sender import produce_request
     from lib.proto import broker_pb2
-    from lib.sender import produce_request
 
     head, frames = b"H" * 40, bytes(range(256)) * (frames_len // 256) + b"x" * (frames_len % 256)
     raw = produce_request(TopicPartition(topic, partition), head, frames)

@@ -6,7 +6,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 
 import pytest
 
-from lib.futures import BatchOutcome, RecordFuture
+from lib.producer.futures import BatchOutcome, RecordFuture
 
 
 def _batch(n: int) -> tuple[BatchOutcome, list[RecordFuture]]:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from lib.errors import ClientClosed, ConfigError, InvalidArgument, InvalidName, Unavailable
-from lib.producer import Producer
+from lib.producer.producer import Producer
 
 
 def _dead_address() -> str:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import zlib
 
-from lib.partitioner import Partitioner, key_partition
+from lib.producer.partitioner import Partitioner, key_partition
 
 
 def test_keyed_record_goes_to_crc32_of_key_modulo_partitions():
@@ -19,7 +19,7 @@ def test_keyed_record_goes_to_crc32_of_key_modulo_partitions():
 def test_key_partition_is_the_same_in_another_process_with_another_hash_seed():
     keys = [f"key-{i}".encode() for i in range(50)]
     here = [key_partition(k, 7) for k in keys]
-    code = ("from lib.partitioner import key_partition;"
+    code = ("from lib.producer.partitioner import key_partition;"
             f"print([key_partition(f'key-{{i}}'.encode(), 7) for i in range({len(keys)})])")
     env = dict(os.environ, PYTHONHASHSEED="12345")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from lib import errors
+from lib.consumer.subscription import SubscriptionState
 from lib.proto import master_pb2
 from lib.records import Record, decode_frames, decode_records, encode_frame
 from lib.routes import RouteCache
-from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)

@@ -2,8 +2,8 @@
 
 ``send`` validates and encodes the record in the caller's thread (each frame is encoded exactly
 once), appends it to the batch of its partition and returns a future; the sender thread ships
-batches and resolves the futures a whole batch at a time. See lib/accumulator.py for ordering
-and memory bounds, lib/sender.py for retries and idempotence, lib/partitioner.py for placement.
+batches and resolves the futures a whole batch at a time. See ``accumulator.py`` for ordering
+and memory bounds, ``sender.py`` for retries and idempotence, ``partitioner.py`` for placement.
 
 Example::
 
@@ -21,7 +21,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from lib.accumulator import Accumulator
 from lib.config import settle
 from lib.errors import (
     ClientClosed,
@@ -33,7 +32,9 @@ from lib.errors import (
     UnknownPartition,
 )
 from lib.names import check_name
-from lib.partitioner import Partitioner
+from lib.producer.accumulator import Accumulator
+from lib.producer.partitioner import Partitioner
+from lib.producer.sender import Sender
 from lib.records import (
     DEFAULT_MAX_BATCH_BYTES,
     FLAG_VALUE_ZLIB,
@@ -46,7 +47,6 @@ from lib.records import (
 )
 from lib.routes import RouteCache, TopicRoutes
 from lib.rpc import ChannelPool, MasterClient
-from lib.sender import Sender
 from lib.types import RecordMetadata, TopicPartition
 
 _BYTES = (bytes, bytearray)

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from lib.errors import ClientClosed, RequestTimedOut
-from lib.futures import BatchOutcome, RecordFuture
+from lib.producer.futures import BatchOutcome, RecordFuture
 from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH, plain_frame
 from lib.types import TopicPartition
 

@@ -5,7 +5,7 @@ import dataclasses
 
 import click
 
-from lib.cli_common import admin, emit, print_rows
+from lib.cli.common import admin, emit, print_rows
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

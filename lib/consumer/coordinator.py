@@ -33,12 +33,12 @@ from typing import Any, Protocol
 
 from lib import errors
 from lib.config import require
+from lib.consumer.subscription import SubscriptionState
 from lib.logs import event
 from lib.names import check_name
 from lib.proto import broker_pb2, broker_pb2_grpc, master_pb2, master_pb2_grpc
 from lib.routes import RouteCache
 from lib.rpc import ChannelPool, MasterClient, invoke
-from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
 
 log = logging.getLogger(__name__)

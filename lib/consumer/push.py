@@ -40,8 +40,8 @@ import numpy as np
 
 from lib import errors
 from lib.config import require
-from lib.consumer import ConsumerBase, as_config
-from lib.coordinator import Coordinator
+from lib.consumer.coordinator import Coordinator
+from lib.consumer.pull import ConsumerBase, as_config
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_records

@@ -25,14 +25,14 @@ from typing import Any, Literal
 
 from lib import errors
 from lib.config import T, require, settle
-from lib.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
-from lib.fetcher import Fetcher, FetcherConfig
+from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
+from lib.consumer.fetcher import Fetcher, FetcherConfig
+from lib.consumer.subscription import SubscriptionState, topic_names
 from lib.logs import event
 from lib.names import check_name
 from lib.records import Record
 from lib.routes import RouteCache
 from lib.rpc import ChannelPool, MasterClient
-from lib.subscription import SubscriptionState, topic_names
 from lib.types import TopicPartition
 
 log = logging.getLogger(__name__)

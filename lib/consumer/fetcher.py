@@ -27,12 +27,12 @@ import numpy as np
 
 from lib import errors
 from lib.config import require
-from lib.coordinator import OffsetClient
+from lib.consumer.coordinator import OffsetClient
+from lib.consumer.subscription import SubscriptionState
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_span
 from lib.routes import confirm_unknown
-from lib.subscription import SubscriptionState
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import grpc
 
-from lib.accumulator import Accumulator, Batch
 from lib.errors import TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
+from lib.producer.accumulator import Accumulator, Batch
 from lib.proto import broker_pb2
 from lib.records import batch_head
 from lib.routes import RouteCache, confirm_unknown

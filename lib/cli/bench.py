@@ -103,7 +103,7 @@ def run_produce(masters: str, topic: str, count: int, size: int, rate: float | N
     One warm-up record, not timed and not counted, goes first: a topic created just now is
     served once its brokers learn of it (at their next heartbeat), and that wait is not
     throughput."""
-    from lib.producer import Producer
+    from lib.producer.producer import Producer
 
     value = os.urandom(size)
     sent_at = np.zeros(count, dtype=np.float64)
@@ -150,7 +150,7 @@ def run_consume(masters: str, topic: str, count: int, progress: bool,
                 timeout: float = 60.0, e2e: bool = False, from_end: bool = False) -> dict:
     """Read ``count`` messages from the start (or the end) of every partition (no group)."""
     from lib.admin import AdminClient
-    from lib.consumer import PullConsumer
+    from lib.consumer.pull import PullConsumer
     from lib.types import TopicPartition
 
     admin = AdminClient(masters)

@@ -12,8 +12,10 @@ from typing import Any
 
 import click
 
-from lib import cli_admin, cli_bench, cli_data
-from lib.cli_common import DEFAULT_MASTERS
+from lib.cli import admin as cli_admin
+from lib.cli import bench as cli_bench
+from lib.cli import data as cli_data
+from lib.cli.common import DEFAULT_MASTERS
 from lib.errors import TubeqError
 
 
@@ -59,7 +61,7 @@ def cluster() -> None:
 def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_port: int,
                broker_port: int, portal: bool, portal_port: int) -> None:
     """Start masters, brokers and the portal as child processes; Ctrl-C stops them all."""
-    from lib.cli_cluster import ClusterPlan, run_cluster
+    from lib.cli.cluster import ClusterPlan, run_cluster
 
     if n_masters < 1 or brokers < 1:
         raise click.BadParameter("a cluster needs at least one master and one broker")
@@ -72,7 +74,3 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
 
 for _module in (cli_admin, cli_data, cli_bench):
     _module.register(main)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from lib.cli_common import admin
+from lib.cli.common import admin
 
 
 @click.command()
@@ -20,7 +20,7 @@ from lib.cli_common import admin
 @click.pass_context
 def produce(ctx, topic, path, key_separator, tag, compression) -> None:
     """Send each input line as one message; prints how many were acknowledged."""
-    from lib.producer import Producer
+    from lib.producer.producer import Producer
 
     sep = key_separator.encode() if key_separator else None
     sent = 0
@@ -55,7 +55,7 @@ def produce(ctx, topic, path, key_separator, tag, compression) -> None:
 def consume(ctx, topic, group, from_beginning, tags, max_messages, idle_timeout, print_key,
             print_offset) -> None:
     """Print messages as they arrive (Ctrl-C stops; a group commits what was printed)."""
-    from lib.consumer import PullConsumer
+    from lib.consumer.pull import PullConsumer
     from lib.types import TopicPartition
 
     reset = "earliest" if from_beginning else "latest"

@@ -1,0 +1,9 @@
+"""The consumers: pull (:class:`PullConsumer`, ``pull.py``) and push (:class:`PushConsumer`,
+``push.py``) share one subscription state (``subscription.py``: assignment, positions, epochs,
+pure data), one group coordinator and offset client (``coordinator.py``: join, heartbeat,
+commits) and, for pull, the prefetching fetcher (``fetcher.py``).
+"""
+from lib.consumer.pull import ConsumerConfig, PullConsumer
+from lib.consumer.push import PushConfig, PushConsumer
+
+__all__ = ["ConsumerConfig", "PullConsumer", "PushConfig", "PushConsumer"]
