@@ -1,0 +1,93 @@
+"""The record format itself: sizes, offsets, flags, limits, numpy views of frame headers,
+the :class:`Record` type and the stable tag hash. Every other module of ``lib.records`` and
+every user of the format reads it from here."""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAGIC = b"TQRB"
+VERSION = 1
+BATCH_HEADER = struct.Struct("<4sBBHII" "IqhhiI")
+HEADER_SIZE = BATCH_HEADER.size  # 40: keeps the i64 column 8-byte aligned
+CRC_AT, CRC_END = 12, 16  # the batch crc covers every byte but [CRC_AT:CRC_END]
+COLUMN_BYTES_PER_RECORD = 16
+
+FRAME_HEAD = struct.Struct("<II")
+FRAME_TAIL = struct.Struct("<BBqHiHI")
+FRAME_HEADER_SIZE = FRAME_HEAD.size + FRAME_TAIL.size  # 30
+# The same 30 bytes as a numpy record: every frame header of a batch is read in one gather.
+FRAME_DTYPE = np.dtype([("length", "<u4"), ("crc", "<u4"), ("flags", "u1"), ("attrs", "u1"),
+                        ("ts", "<i8"), ("tag_len", "<u2"), ("key_len", "<i4"),
+                        ("header_count", "<u2"), ("value_len", "<u4")])
+FRAME_TAG_LEN_AT = FRAME_DTYPE.fields["tag_len"][1]  # 18
+FRAME_VALUE_LEN_AT = FRAME_DTYPE.fields["value_len"][1]  # 26
+HEADER_ENTRY = struct.Struct("<HI")
+
+FLAG_VALUE_ZLIB = 0x01  # value is zlib-compressed (set by the producer per record)
+KNOWN_FLAGS = FLAG_VALUE_ZLIB
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+DEFAULT_MAX_BATCH_BYTES = 4 << 20
+MAX_TAG_BYTES = 255
+MAX_HEADERS = 256  # per record: bounds the broker's header walk (one numpy pass per header)
+MAX_RECORDS_PER_BATCH = 1 << 20
+
+_U8 = np.dtype(np.uint8)
+_FRAME = struct.Struct("<IIBBqHiHI")  # FRAME_HEAD + FRAME_TAIL, read in one call
+_pack_head, _pack_tail, _crc32 = FRAME_HEAD.pack, FRAME_TAIL.pack, zlib.crc32
+_U16 = np.dtype("<u2")
+_U32 = np.dtype("<u4")
+_I64 = np.dtype("<i8")
+_FRAME_HEADER_BYTES = np.arange(FRAME_HEADER_SIZE)
+
+
+@dataclass(slots=True)
+class Record:
+    """One message. ``offset`` and ``partition`` are filled in when it is read back."""
+
+    value: bytes
+    key: bytes | None = None
+    tag: str | None = None
+    headers: dict[str, bytes] = field(default_factory=dict)
+    timestamp: int = 0
+    offset: int = -1
+    partition: int = -1
+    flags: int = 0
+    topic: str = ""
+
+
+def tag_hash(tag: str | bytes | None) -> int:
+    """Stable 32-bit hash of a tag (crc32, never 0 for a real tag; 0 means "no tag")."""
+    if not tag:
+        return 0
+    raw = tag.encode() if isinstance(tag, str) else tag
+    return zlib.crc32(raw) or 1
+
+
+def frame_starts(sizes: np.ndarray) -> np.ndarray:
+    """Start of each frame given the frame sizes (exclusive cumulative sum, int64)."""
+    starts = np.empty(len(sizes), dtype=np.int64)
+    if len(sizes):
+        starts[0] = 0
+        np.cumsum(sizes[:-1], dtype=np.int64, out=starts[1:])
+    return starts
+
+
+def gather_u32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Little-endian u32 at each byte position of ``at`` (whole-array gather)."""
+    idx = at[:, None] + np.arange(4)
+    return np.ascontiguousarray(u8[idx]).view(_U32).ravel()
+
+
+def gather_u16(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    idx = at[:, None] + np.arange(2)
+    return np.ascontiguousarray(u8[idx]).view(_U16).ravel()
+
+
+def frame_headers(u8: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The :data:`FRAME_DTYPE` header of the frame at each start (one gather for all)."""
+    return u8[starts[:, None] + _FRAME_HEADER_BYTES].view(FRAME_DTYPE).ravel()
