@@ -18,9 +18,13 @@ T = TypeVar("T")
 
 
 def build(cls: type[T], values: dict[str, Any] | None = None, **overrides: Any) -> T:
-    """Create ``cls`` from ``values`` then ``overrides``; unknown keys and bad types raise."""
-    merged = dict(values or {})
-    merged.update({k: v for k, v in overrides.items() if v is not None})
+    """Create ``cls`` from ``values`` then ``overrides``; unknown keys and bad types raise.
+
+    A class may accept documented old names for some keys with an ``ALIASES`` class variable
+    (old name -> field name); giving both names of one key is refused.
+    """
+    merged = _unalias(cls, dict(values or {}))
+    merged.update(_unalias(cls, {k: v for k, v in overrides.items() if v is not None}))
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(merged) - set(fields))
     if unknown:
@@ -36,6 +40,15 @@ def build(cls: type[T], values: dict[str, Any] | None = None, **overrides: Any) 
     if validate is not None:
         validate()
     return obj
+
+
+def _unalias(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    for old, new in getattr(cls, "ALIASES", {}).items():
+        if old in values:
+            if new in values:
+                raise ConfigError(f"{cls.__name__}: give {new} or its alias {old}, not both")
+            values[new] = values.pop(old)
+    return values
 
 
 def settle(cls: type[T], config: T | None, settings: dict[str, Any]) -> T:

@@ -1,12 +1,16 @@
-"""Memory cache block: appends land here; the flusher writes a whole block in one write.
+"""Memory cache blocks: appends land here; the flusher writes a whole block in one write.
 
 A block owns a fixed buffer placed at a known data-log position, so index entries get their
 final positions at append time. A new buffer is allocated per block (never reused) so that
 memoryviews handed to readers stay valid after the block is flushed.
+
+A store has a :class:`CachePair` (TubeMQ's MsgMemStore pair): the *active* block takes appends,
+the *flushing* one is being written by the flusher. Reads of recent offsets are served from
+both. The pair does no locking: its owner (the Store) calls it with its lock held.
 """
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -40,12 +44,12 @@ class _Entries:
 class CacheBlock:
     """Bytes destined for data-log positions [base_pos, base_pos + fill)."""
 
-    def __init__(self, base_pos: int, capacity: int) -> None:
+    def __init__(self, base_pos: int, capacity: int, created: float) -> None:
         self.base_pos = base_pos
         self.buf = np.empty(capacity, np.uint8)
         self.fill = 0
         self.messages = 0
-        self.created = time.monotonic()
+        self.created = created  # clock reading: the flush interval counts from here
         self.parts: dict[int, _Entries] = {}
 
     @property
@@ -79,3 +83,63 @@ class CacheBlock:
     def slice(self, position: int, length: int) -> memoryview:
         at = position - self.base_pos
         return memoryview(self.buf[at:at + length])
+
+
+class CachePair:
+    """The active block and the block being flushed (None when the flusher is idle).
+
+    The flushing block is the one just before the active one in the data log, so together
+    they hold every position from ``flushing.base_pos`` (or ``active.base_pos``) to the end.
+    """
+
+    def __init__(self, base_pos: int, capacity: int, clock: Callable[[], float]) -> None:
+        self.capacity, self.clock = capacity, clock
+        self.active = CacheBlock(base_pos, capacity, clock())
+        self.flushing: CacheBlock | None = None
+
+    @property
+    def cached_bytes(self) -> int:
+        return self.active.fill + (self.flushing.fill if self.flushing else 0)
+
+    def swap(self) -> None:
+        """Hand the active block to the flusher and start an empty one after it."""
+        self.flushing = self.active
+        self.active = CacheBlock(self.flushing.end_pos, self.capacity, self.clock())
+
+    def flushed(self) -> None:
+        """The flushing block is in the files: readers find its offsets there now."""
+        self.flushing = None
+
+    def entries(self, partition: int, first: int, last: int, limit: int
+                ) -> tuple[np.ndarray, list[CacheBlock]]:
+        """At most ``limit`` index entries of [first, last) from the blocks, with the blocks
+        holding them (for :func:`read_span`)."""
+        parts, blocks = [], []
+        for block in (self.flushing, self.active):
+            got = block.entries(partition) if block is not None else None
+            if got is None:
+                continue
+            block_first, entries = got
+            lo = max(first, block_first) - block_first
+            hi = min(last, block_first + len(entries)) - block_first
+            if hi > lo:
+                parts.append(entries[lo:hi])
+                blocks.append(block)
+        entries = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else \
+            np.empty(0, INDEX_DTYPE)
+        return entries[:limit], blocks
+
+
+def read_span(blocks: list[CacheBlock], position: int, length: int) -> memoryview:
+    """Data-log bytes [position, position + length) from ``blocks`` (as :meth:`entries` gave)."""
+    for block in blocks:
+        if block.base_pos <= position and position + length <= block.end_pos:
+            return block.slice(position, length)
+    # A span can cross from the flushing block into the active one (they are adjacent).
+    out = []
+    for block in blocks:
+        lo = max(position, block.base_pos)
+        hi = min(position + length, block.end_pos)
+        if hi > lo:
+            out.append(bytes(block.slice(lo, hi - lo)))
+    return memoryview(b"".join(out))

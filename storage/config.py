@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from lib.config import require
 from lib.records import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_MESSAGE_BYTES
@@ -17,17 +17,28 @@ class StoreConfig:
     Loss windows (see README "Durability"): in ``async`` mode a process crash loses what the
     two cache blocks hold (at most ``2 * cache_block_bytes`` or ``cache_flush_interval_ms``);
     a power loss also loses what was written but not yet fsynced (at most
-    ``unflush_threshold`` messages / ``unflush_data_hold`` bytes / ``unflush_interval_ms``).
-    In ``sync`` mode an acknowledged append is on disk and survives both.
+    ``fsync_every_messages`` / ``fsync_every_bytes`` / ``fsync_interval_ms``).
+    In ``sync`` mode an acknowledged append is on disk and survives both. When a block is
+    written and when the data log is fsynced is decided in one place: storage/sync_policy.py.
+
+    TubeMQ's names for the three fsync thresholds are accepted in TOML tables (``ALIASES``).
     """
+
+    # TubeMQ name (unflushThreshold, unflushDataHold, unflushInterval) -> our name; lib.config
+    # .build renames them and refuses a table that gives both names.
+    ALIASES: ClassVar[dict[str, str]] = {
+        "unflush_threshold": "fsync_every_messages",
+        "unflush_data_hold": "fsync_every_bytes",
+        "unflush_interval_ms": "fsync_interval_ms",
+    }
 
     durability: Literal["async", "sync"] = "async"
     cache_block_bytes: int = 8 * MiB
     cache_block_messages: int = 200_000
     cache_flush_interval_ms: int = 200
-    unflush_threshold: int = 10_000
-    unflush_data_hold: int = 16 * MiB
-    unflush_interval_ms: int = 1_000
+    fsync_every_messages: int = 10_000  # async: fsync after this many unsynced messages
+    fsync_every_bytes: int = 16 * MiB  # ... or this many unsynced bytes
+    fsync_interval_ms: int = 1_000  # ... or this long after the last fsync
     checkpoint_interval_ms: int = 1_000
     segment_bytes: int = 512 * MiB
     index_segment_entries: int = 1 << 20
@@ -43,7 +54,7 @@ class StoreConfig:
 
     def validate(self) -> None:
         for name in ("cache_block_bytes", "cache_block_messages", "cache_flush_interval_ms",
-                     "unflush_threshold", "unflush_data_hold", "unflush_interval_ms",
+                     "fsync_every_messages", "fsync_every_bytes", "fsync_interval_ms",
                      "checkpoint_interval_ms", "segment_bytes", "index_segment_entries",
                      "retention_check_interval_ms", "max_message_bytes", "max_batch_bytes"):
             require(getattr(self, name) > 0, f"StoreConfig.{name} must be > 0")

@@ -23,8 +23,8 @@ import numpy as np
 
 from lib.errors import CorruptRecord, StorageError
 from lib.records import frame_columns, frame_sizes, frame_starts
-from storage.fsutil import fsync_dir, list_segments, quarantine, segment_name
 from storage.index import INDEX_DTYPE
+from storage.segments import Segment, SegmentList, pwrite_all
 
 CHUNK = struct.Struct("<4sIIqIII")
 CHUNK_MAGIC = b"TQCH"
@@ -34,17 +34,6 @@ SUFFIX = ".log"
 def chunk_header(partition: int, count: int, base_offset: int, frames_len: int) -> bytes:
     head = CHUNK.pack(CHUNK_MAGIC, partition, count, base_offset, frames_len, 0, 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
-
-
-class _Segment:
-    __slots__ = ("base", "path", "fd", "size")
-
-    def __init__(self, base: int, path: Path, fd: int, size: int) -> None:
-        self.base, self.path, self.fd, self.size = base, path, fd, size
-
-    @property
-    def end(self) -> int:
-        return self.base + self.size
 
 
 @dataclass(frozen=True)
@@ -69,30 +58,22 @@ class Damage:
 
 
 class DataLog:
-    """Segmented data log in ``directory`` (``<20-digit base position>.log``)."""
+    """Segmented data log in ``directory`` (``<20-digit base position>.log``); a segment's
+    length is in bytes (the shared life cycle is :class:`~storage.segments.SegmentList`)."""
 
     def __init__(self, directory: Path, segment_bytes: int) -> None:
         self.dir = directory
         self.segment_bytes = segment_bytes
-        directory.mkdir(parents=True, exist_ok=True)
-        self._segs: list[_Segment] = []  # replaced, never mutated: readers keep a snapshot
-        self._graveyard: list[_Segment] = []
+        self._list = SegmentList(directory, SUFFIX, lambda path: path.stat().st_size)
         self._dirty = False
-        for base, path in list_segments(directory, SUFFIX):
-            if self._segs and base != self._segs[-1].end:
-                # A gap means a middle segment is damaged or missing: set the rest aside.
-                quarantine(path)
-                continue
-            fd = os.open(path, os.O_RDWR)
-            self._segs = [*self._segs, _Segment(base, path, fd, os.fstat(fd).st_size)]
 
     @property
     def start(self) -> int:
-        return self._segs[0].base if self._segs else 0
+        return self._list.start
 
     @property
     def end(self) -> int:
-        return self._segs[-1].end if self._segs else 0
+        return self._list.end
 
     def size_bytes(self) -> int:
         return self.end - self.start
@@ -103,50 +84,29 @@ class DataLog:
         On failure (e.g. ENOSPC) ``end`` is unchanged: bytes that did reach the file lie past
         the end and are overwritten by the next write, so a retry of the same data is exact.
         """
-        seg = self._segs[-1] if self._segs else None
-        if seg is None or seg.size >= self.segment_bytes:
-            seg = self._roll()
-        try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(seg.fd, data[written:], seg.size + written)
-        except OSError as exc:
-            raise StorageError(f"data write failed in {seg.path}: {exc}") from exc
-        seg.size += len(data)
+        seg = self._list.active
+        if seg is None or seg.length >= self.segment_bytes:
+            seg = self._list.roll()
+        pwrite_all(seg, data, seg.length, "data")
+        seg.length += len(data)
         self._dirty = True
-
-    def _roll(self) -> _Segment:
-        """Start a new segment at ``end``; on failure nothing changed and it can be retried."""
-        base = self.end
-        if self._segs:
-            os.fsync(self._segs[-1].fd)
-        path = self.dir / segment_name(base, SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            fsync_dir(self.dir)
-        except OSError:
-            os.close(fd)  # leave no file behind, so that a retry's O_EXCL create succeeds
-            path.unlink(missing_ok=True)
-            raise
-        seg = _Segment(base, path, fd, 0)
-        self._segs = [*self._segs, seg]
-        return seg
 
     def sync(self) -> None:
         """fdatasync the active segment (rolled ones were synced when they rolled).
 
         A failed sync leaves the log dirty, so the next call syncs again.
         """
-        if self._segs and self._dirty:
+        seg = self._list.active
+        if seg is not None and self._dirty:
             try:
-                os.fdatasync(self._segs[-1].fd)
+                os.fdatasync(seg.fd)
             except OSError as exc:
-                raise StorageError(f"fsync failed on {self._segs[-1].path}: {exc}") from exc
+                raise StorageError(f"fsync failed on {seg.path}: {exc}") from exc
             self._dirty = False
 
     def read(self, position: int, length: int) -> bytes:
         """Bytes [position, position + length); may span segments."""
-        segs = self._segs
+        segs = self._list.segs
         parts = []
         for seg in segs:
             if length <= 0:
@@ -168,20 +128,11 @@ class DataLog:
 
     def delete_oldest(self, count: int) -> None:
         """Delete the ``count`` oldest segments (never the active one)."""
-        count = min(count, len(self._segs) - 1)
-        if count <= 0:
-            return
-        for seg in self._graveyard:
-            os.close(seg.fd)
-        self._graveyard = self._segs[:count]
-        self._segs = self._segs[count:]
-        for seg in self._graveyard:
-            seg.path.unlink(missing_ok=True)
-        fsync_dir(self.dir)
+        self._list.drop_oldest(count)
 
     def segment_info(self) -> list[tuple[int, int, float]]:
         """(base, size, mtime) of every segment, oldest first."""
-        return [(s.base, s.size, os.fstat(s.fd).st_mtime) for s in self._segs]
+        return [(s.base, s.length, os.fstat(s.fd).st_mtime) for s in self._list.segs]
 
     def scan(self, position: int) -> tuple[list[ScannedChunk], list[Damage]]:
         """Validate chunks from ``position`` to the end; returns them and what was damaged.
@@ -194,50 +145,49 @@ class DataLog:
         """
         chunks: list[ScannedChunk] = []
         damage: list[Damage] = []
-        for i, seg in enumerate(self._segs):
+        segs = self._list.segs
+        for i, seg in enumerate(segs):
             if seg.end <= position:
                 continue
             local = max(0, position - seg.base)
-            last = i == len(self._segs) - 1
+            last = i == len(segs) - 1
             good = _scan_segment(seg, local, chunks, damage, last)
-            if good < seg.size:
+            if good < seg.length:
                 if last:
-                    damage.append(Damage(seg.base + good, seg.size - good, "torn or corrupt "
+                    damage.append(Damage(seg.base + good, seg.length - good, "torn or corrupt "
                                          "tail with no valid chunk after it: cut", cut=True))
                     self._cut(i, good)
                 else:  # positions of later segments are fixed: skip the bytes, keep them
-                    damage.append(Damage(seg.base + good, seg.size - good,
+                    damage.append(Damage(seg.base + good, seg.length - good,
                                          "no valid chunk after it in its segment: skipped"))
         return chunks, damage
 
     def _cut(self, index: int, keep: int) -> None:
-        seg = self._segs[index]
+        seg = self._list.segs[index]
         os.ftruncate(seg.fd, keep)
         os.fsync(seg.fd)
-        seg.size = keep
+        seg.length = keep
 
     def close(self) -> None:
-        for seg in self._segs + self._graveyard:
-            os.close(seg.fd)
-        self._segs, self._graveyard = [], []
+        self._list.close()
 
 
-def _scan_segment(seg: _Segment, local: int, out: list[ScannedChunk],
+def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],
                   damage: list[Damage], last: bool) -> int:
     """Append the chunks of ``seg`` from byte ``local`` to ``out`` and report damaged bytes in
     ``damage``; return where the last valid chunk ends.
 
     A damaged chunk with an intact header between valid chunks becomes holes; after the last
     valid chunk of the last segment (the tail, where a torn write lands) nothing is kept."""
-    if seg.size == 0:
+    if seg.length == 0:
         return 0
     good = local
     held: list[ScannedChunk] = []  # holes and damage since the last valid chunk
     seen: list[Damage] = []
-    with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as mm:
+    with mmap.mmap(seg.fd, seg.length, access=mmap.ACCESS_READ) as mm:
         mv = memoryview(mm)
         try:
-            while local < seg.size:
+            while local < seg.length:
                 chunk, why = _parse_chunk(mv, local, seg.base)
                 if chunk is not None:
                     out += [*held, chunk]
@@ -267,7 +217,7 @@ def _scan_segment(seg: _Segment, local: int, out: list[ScannedChunk],
     if not last:  # the bytes stay (later positions are fixed): keep the holes, skip the rest
         out += held
         damage += seen
-        return local if local >= seg.size else good
+        return local if local >= seg.length else good
     return good
 
 

@@ -45,7 +45,7 @@ def config(durability: str, cache_block_bytes: int = CACHE_BLOCK_BYTES) -> Store
         max_message_bytes=1 << 12,
         segment_bytes=max(1 << 18, cache_block_bytes),
         index_segment_entries=4096,
-        unflush_interval_ms=100,
+        fsync_interval_ms=100,
         checkpoint_interval_ms=100,
     )
 

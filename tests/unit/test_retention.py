@@ -18,6 +18,7 @@ import threading
 import time
 import zlib
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from storage.config import StoreConfig
 from storage.datalog import CHUNK, CHUNK_MAGIC
 from storage.index import ENTRY
 from storage.recovery import CHECKPOINT
+from storage.retention import segments_to_delete
 from storage.store import Store
 from tests.helpers import read_all
 
@@ -36,7 +38,7 @@ BASE = StoreConfig(
     cache_block_bytes=4 * KiB,
     cache_block_messages=10**6,
     cache_flush_interval_ms=10**6,  # blocks go to the files when full, on flush() or close()
-    unflush_interval_ms=10**6,
+    fsync_interval_ms=10**6,
     checkpoint_interval_ms=10**9,
     segment_bytes=8 * KiB,
     index_segment_entries=16,
@@ -275,7 +277,7 @@ def test_emptied_partition_keeps_its_latest_across_reopens_and_a_torn_tail(tmp_p
 
 def test_background_retention_runs_in_the_flusher(tmp_path):
     cfg = replace(BASE, retention_bytes=16 * KiB, retention_check_interval_ms=20,
-                  cache_flush_interval_ms=10, unflush_interval_ms=20)
+                  cache_flush_interval_ms=10, fsync_interval_ms=20)
     written: dict[int, list[bytes]] = {p: [] for p in PARTS}
     with Store(tmp_path, TOPIC, STORE_ID, PARTS, cfg) as s:
         fill(s, written, 80, seed=3)
@@ -360,3 +362,14 @@ def test_retention_between_range_check_and_file_reads_gives_out_of_range(tmp_pat
         check_partitions(s, written, {p: s.earliest(p) for p in PARTS}, when)
     finally:
         s.close()
+
+
+def test_retention_decision_deletes_oldest_segments_past_age_or_size_never_the_active_one():
+    rows = [(0, 100, 10.0), (100, 100, 20.0), (200, 100, 30.0), (300, 50, 40.0)]
+    decide = partial(segments_to_delete, rows)
+    assert decide(retention_ms=-1, retention_bytes=-1, now=1e9) == 0
+    assert decide(retention_ms=15_000, retention_bytes=-1, now=30.0) == 1  # only 10.0 is >15 s
+    assert decide(retention_ms=1, retention_bytes=-1, now=1e9) == 3  # the active one stays
+    assert decide(retention_ms=-1, retention_bytes=200, now=0.0) == 2  # 350 -> 150 bytes
+    assert decide(retention_ms=-1, retention_bytes=350, now=0.0) == 0
+    assert segments_to_delete(rows[:1], retention_ms=1, retention_bytes=1, now=1e9) == 0

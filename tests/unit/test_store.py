@@ -22,7 +22,7 @@ from storage.store import Store
 from tests.helpers import batch_of, read_all, values
 
 SMALL = StoreConfig(cache_block_bytes=1 << 16, max_batch_bytes=1 << 15, max_message_bytes=1 << 14,
-                    segment_bytes=1 << 16, cache_flush_interval_ms=20, unflush_interval_ms=50)
+                    segment_bytes=1 << 16, cache_flush_interval_ms=20, fsync_interval_ms=50)
 
 
 @pytest.fixture

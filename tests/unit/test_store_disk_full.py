@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from lib.errors import DiskFull, StorageError
-from storage import store as store_mod
+from storage import flusher as flusher_mod
 from storage.config import StoreConfig
 from storage.store import Store
 from tests.helpers import batch_of, read_all, values
@@ -26,7 +26,7 @@ KiB, MiB = 1 << 10, 1 << 20
 CFG = StoreConfig(cache_block_bytes=512 * KiB, max_batch_bytes=256 * KiB,
                   max_message_bytes=64 * KiB, segment_bytes=MiB, index_segment_entries=4096,
                   cache_flush_interval_ms=60_000, cache_block_messages=10**6,
-                  unflush_interval_ms=60_000, disk_reserve_bytes=0)
+                  fsync_interval_ms=60_000, disk_reserve_bytes=0)
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_the_guard_refuses_an_append_that_would_go_below_the_reserve(fs):
 
 def test_close_on_a_full_disk_retries_then_logs_exactly_what_it_could_not_write(
         fs, monkeypatch, caplog):
-    monkeypatch.setattr(store_mod, "DISK_FULL_CLOSE_S", 0.6)
+    monkeypatch.setattr(flusher_mod, "DISK_FULL_CLOSE_S", 0.6)
     store = Store(fs, "t", 0, [0, 1], CFG)
     store.append(0, batch_of(values("a", 5)))
     store.flush()  # offsets 0..4 of p0 are in the files
@@ -99,7 +99,7 @@ def test_close_on_a_full_disk_retries_then_logs_exactly_what_it_could_not_write(
     store.append(1, batch_of(values("c", 2)))
     fill(fs)
     started = time.monotonic()
-    with caplog.at_level(logging.ERROR, logger="storage.store"):
+    with caplog.at_level(logging.ERROR, logger="storage.flusher"):
         store.close()
     assert time.monotonic() - started < 5
     lost = [r for r in caplog.records if r.getMessage() == "store.unwritten_lost"]

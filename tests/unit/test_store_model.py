@@ -47,9 +47,9 @@ CONFIG = StoreConfig(
     cache_block_bytes=16 * KiB,
     cache_block_messages=48,
     cache_flush_interval_ms=5,
-    unflush_threshold=64,
-    unflush_data_hold=24 * KiB,
-    unflush_interval_ms=10,
+    fsync_every_messages=64,
+    fsync_every_bytes=24 * KiB,
+    fsync_interval_ms=10,
     checkpoint_interval_ms=20,
     segment_bytes=16 * KiB,
     index_segment_entries=16,
@@ -328,7 +328,7 @@ def test_add_partition_while_flusher_checkpoints_does_not_kill_it(tmp_path, monk
     ``flush()`` blocked forever and ``close()`` dropped whatever was still cached."""
     errors: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
-    cfg = StoreConfig(checkpoint_interval_ms=1, cache_flush_interval_ms=1, unflush_interval_ms=1)
+    cfg = StoreConfig(checkpoint_interval_ms=1, cache_flush_interval_ms=1, fsync_interval_ms=1)
     store = Store(tmp_path, "t", 0, range(50), cfg)
     for p in range(50):
         store.append(p, batch_of([b"x"]))  # every index has a file, so each sync() fsyncs

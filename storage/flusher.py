@@ -1,0 +1,241 @@
+"""The background writer of one store: the only thread that writes, fsyncs or deletes its files.
+
+Each round it waits until something is due (:class:`~storage.sync_policy.SyncPolicy` says when),
+swaps the active cache block out, writes it (data log first, then each partition's index), fsyncs
+the data log when the policy says so, saves a checkpoint every ``checkpoint_interval_ms`` and
+applies retention every ``retention_check_interval_ms``. It is the store's other half: it works on
+the store's state (cache pair, partition counters, sync target, disk-full and failure flags)
+under the store's lock, and does its I/O outside it, holding ``io_lock`` so that retention called
+from outside never runs beside a write.
+
+A full disk is a condition, not a failure. If a write or fsync fails with ENOSPC/EDQUOT (space
+was admitted by the :class:`~storage.space.SpaceGuard`, but another process took it), the
+flusher keeps the block, the store refuses appends with DiskFull, and the flusher retries every
+``DISK_FULL_RETRY_S``; the retry resumes at the data log's and each index's end, so it is exact.
+A closing store retries for ``DISK_FULL_CLOSE_S``, then logs every offset range it could not
+write. Any other I/O error stops the store for good.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lib.errors import DiskFull, StorageError
+from lib.logs import event
+from storage.cache import CacheBlock
+from storage.index import ENTRY
+from storage.recovery import Checkpoint, write_checkpoint
+from storage.retention import segments_to_delete
+from storage.space import is_disk_full
+from storage.sync_policy import SyncPolicy
+
+if TYPE_CHECKING:
+    from storage.store import Store
+
+log = logging.getLogger(__name__)
+DISK_FULL_RETRY_S = 0.5  # a flusher on a full disk tries again this often
+DISK_FULL_CLOSE_S = 3.0  # close() on a full disk retries this long, then logs what is lost
+
+
+class Flusher:
+    """Writes ``store``'s cache blocks to its files on a thread of its own (module docstring)."""
+
+    def __init__(self, store: Store, policy: SyncPolicy, wall_clock: Callable[[], float]) -> None:
+        self.store, self.policy = store, policy
+        self.clock, self.wall_clock = policy.clock, wall_clock
+        self.io_lock = threading.Lock()  # file structure changes: writes and retention
+        self._unsynced = policy.synced_now()
+        self._last_checkpoint = self.clock()
+        self._last_retention = self.clock()  # first check one interval after open
+        self._disk_full_since = 0.0
+        self._written: CacheBlock | None = None  # the block being flushed, once in the files
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"flusher-{store.topic}-{store.store_id}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def enforce_retention(self, now: float) -> int:
+        """Apply retention now (wall-clock ``now``); returns how many data segments went."""
+        with self.io_lock:
+            return self._apply_retention(now)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        s = self.store
+        while True:
+            block, closing, sync_wanted = self._next_block()
+            try:
+                with self.io_lock:
+                    self._write_block(block, sync_wanted or closing)
+                    self._maybe_checkpoint(closing)
+                    self._maybe_retention()
+            except Exception as exc:  # noqa: BLE001 - a dead flusher must never be silent
+                if is_disk_full(exc) and self._wait_for_space(exc, closing):
+                    continue
+                self._fail(exc if isinstance(exc, StorageError) else
+                           StorageError(f"store {s.topic}/{s.store_id} flusher: {exc!r}"))
+                return
+            if s._disk_full is not None:
+                self._space_back()
+            if closing and block is None:
+                return
+
+    def _next_block(self) -> tuple[CacheBlock | None, bool, bool]:
+        """Wait until something is due; swap the active block out if it is. Returns the block
+        to write (None: nothing), whether the store closes and whether a waiter wants a sync."""
+        s, cache = self.store, self.store._cache
+        with s._cond:
+            s._cond.wait_for(self._due, timeout=self.policy.wait_s(cache.active, self._unsynced))
+            closing = s._closing
+            waited_for = closing or s._sync_target > cache.active.base_pos
+            if cache.flushing is None and self.policy.write_due(cache.active, waited_for):
+                cache.swap()
+                s._cond.notify_all()
+            return cache.flushing, closing, s._sync_target > s._synced_pos
+
+    def _due(self) -> bool:
+        s = self.store
+        return (s._closing or s._cache.flushing is not None
+                or s._sync_target > s._synced_pos or self.policy.block_due(s._cache.active))
+
+    def _write_block(self, block: CacheBlock | None, sync_wanted: bool) -> None:
+        """Write one block (data first, then index entries), then fsync if due.
+
+        Resumes where a failed attempt stopped: the data log's and each index's end say what
+        of this block is already in the files (they only count bytes fully written).
+        """
+        s = self.store
+        nbytes = 0 if block is None else block.fill + block.messages * ENTRY
+        if block is not None and block is not self._written:
+            self._write_files(block)
+            self._written = block  # an fsync failing now must not count the block twice
+            self._unsynced = self._unsynced.add(block.messages, block.fill)
+            s._space.written(nbytes)
+        synced = None
+        if self.policy.fsync_due(self._unsynced, sync_wanted):
+            s._data.sync()
+            self._unsynced = self.policy.synced_now()
+            synced = s._data.end
+        with s._cond:
+            if block is not None:
+                for p, entries in block.parts.items():
+                    s._parts[p].flushed = entries.first_offset + entries.n
+                s._cache.flushed()
+                self._written = None
+                s._unwritten -= nbytes
+            if synced is not None:
+                s._synced_pos = synced
+            elif not self._unsynced.bytes:
+                s._synced_pos = s._data.end
+            s._cond.notify_all()
+
+    def _write_files(self, block: CacheBlock) -> None:
+        s = self.store
+        done = s._data.end - block.base_pos
+        if done < block.fill:
+            s._data.write(block.data()[done:])
+        for p, entries in block.parts.items():
+            index = s._parts[p].index
+            done = index.end - entries.first_offset
+            if done < entries.n:
+                index.append(entries.view()[done:])
+
+    def _maybe_checkpoint(self, force: bool) -> None:
+        s = self.store
+        elapsed_ms = (self.clock() - self._last_checkpoint) * 1e3
+        if not force and elapsed_ms < s.config.checkpoint_interval_ms:
+            return
+        with s._cond:
+            if self._unsynced.bytes or s._cache.flushing is not None:
+                return  # only a fully synced, fully indexed position may be checkpointed
+            position = s._synced_pos
+            next_offsets = {p: part.flushed for p, part in s._parts.items()}
+            parts = list(s._parts.values())  # add_partition may insert while we sync
+        for part in parts:
+            part.index.sync()
+        write_checkpoint(s.dir, Checkpoint(position, next_offsets))
+        self._last_checkpoint = self.clock()
+
+    def _maybe_retention(self) -> None:
+        interval = self.store.config.retention_check_interval_ms / 1e3
+        if self.clock() - self._last_retention >= interval:
+            self._apply_retention(self.wall_clock())
+
+    def _apply_retention(self, now: float) -> int:
+        s, cfg = self.store, self.store.config
+        self._last_retention = self.clock()
+        doomed = segments_to_delete(s._data.segment_info(), retention_ms=cfg.retention_ms,
+                                    retention_bytes=cfg.retention_bytes, now=now)
+        if doomed:
+            with s._cond:
+                s._data.delete_oldest(doomed)
+                s._refresh_earliest()
+                parts = list(s._parts.values())  # add_partition may insert meanwhile
+            for part in parts:
+                part.index.delete_before(part.earliest)
+        return doomed
+
+    # ---------------------------------------------------------------- full disk
+
+    def _wait_for_space(self, exc: BaseException, closing: bool) -> bool:
+        """Enter (or stay in) the disk-full condition and back off; False: give up (close)."""
+        s = self.store
+        with s._cond:
+            first = s._disk_full is None
+            if first:
+                self._disk_full_since = self.clock()
+                s._disk_full = self._space_error(exc)
+                s._space.blocked(s._name, str(exc))
+                s._cond.notify_all()  # appenders waiting for room get DiskFull now
+            if closing and self.clock() - s._close_started >= DISK_FULL_CLOSE_S:
+                return False
+            if first:
+                event(log, "store.disk_full", logging.ERROR, store=s._name, error=str(exc),
+                      unwritten_bytes=s._unwritten)
+            s._cond.wait_for(lambda: s._closing and not closing, DISK_FULL_RETRY_S)
+        try:
+            with self.io_lock:
+                self._maybe_retention()  # deleting old segments may be what frees the space
+        except Exception:  # noqa: BLE001 - the write retry reports what matters
+            pass
+        return True
+
+    def _space_error(self, exc: BaseException) -> DiskFull:
+        s = self.store
+        status = s._space.status()
+        return DiskFull(
+            f"disk full: store {s._name} cannot write to {s.dir} ({exc}); "
+            f"{status.free_bytes} bytes free, reserve {status.reserve_bytes} bytes; "
+            f"{s._unwritten} bytes wait in memory; appends resume when space is freed",
+            path=str(s.dir), free_bytes=status.free_bytes,
+            reserve_bytes=status.reserve_bytes, unwritten_bytes=s._unwritten)
+
+    def _space_back(self) -> None:
+        s = self.store
+        with s._cond:
+            s._disk_full = None
+            s._cond.notify_all()
+        s._space.unblocked(s._name)
+        event(log, "store.disk_space_back", store=s._name,
+              seconds=round(self.clock() - self._disk_full_since, 3))
+
+    def _fail(self, error: StorageError) -> None:
+        s = self.store
+        with s._cond:
+            s._failed = error
+            lost = {p: [part.flushed, part.next - 1]  # in memory, not in the files
+                    for p, part in s._parts.items() if part.next > part.flushed}
+            nbytes, s._unwritten = s._unwritten, 0
+            s._cond.notify_all()
+        s._space.forget(nbytes)
+        s._space.unblocked(s._name)
+        if lost:  # acknowledged async appends that will never reach the files: say which
+            event(log, "store.unwritten_lost", logging.ERROR, store=s._name,
+                  error=error.message, bytes=nbytes, offsets=lost)
