@@ -31,22 +31,22 @@ import queue
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import grpc
 import numpy as np
 
 from lib import errors
 from lib.config import require
 from lib.consumer.coordinator import Coordinator
 from lib.consumer.pull import ConsumerBase, as_config
+from lib.consumer.push_stream import PushStream, StreamHooks
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_records
 from lib.types import TopicPartition
-from lib.wire_errors import error_class, from_rpc_error
+from lib.wire_errors import error_class
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Record], object]
@@ -77,99 +77,13 @@ class PushConfig:
 @dataclass(slots=True)
 class _Item:
     session: int
-    stream: _Stream
+    stream: PushStream
     tp: TopicPartition
     epoch: int
     expected: int  # position before this record
     after: int  # position once it is handled
     record: Record
     size: int
-
-
-class _Stream:
-    """One Subscribe call: its request queue (start, then credit) and its reader thread."""
-
-    def __init__(self, owner: PushConsumer, address: str, topic: str,
-                 parts: list[tuple[TopicPartition, int, int]], share: tuple[int, int]) -> None:
-        self.owner, self.address, self.topic = owner, address, topic
-        self.session = owner._session
-        self.epochs = {tp.partition: ep for tp, _, ep in parts}
-        self.next = {tp.partition: pos for tp, pos, _ in parts}
-        self.share_msgs, self.share_bytes = share
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self.pending = [0, 0]  # credit earned back, not yet sent
-        self.unhandled = 0
-        self.closed = False
-        self._call = None
-        start = broker_pb2.SubscribeStart(
-            topic=topic, tags=list(owner._sub.tags), group=owner._group,
-            partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=pos)
-                        for tp, pos, _ in parts])
-        self._requests.put(broker_pb2.SubscribeRequest(start=start))
-        self._requests.put(self._credit(self.share_msgs, self.share_bytes))
-        self._thread = threading.Thread(target=self._read, daemon=True,
-                                        name=f"tubeq-push-{address}-{topic}")
-
-    @staticmethod
-    def _credit(messages: int, nbytes: int) -> broker_pb2.SubscribeRequest:
-        return broker_pb2.SubscribeRequest(
-            credit=broker_pb2.Credit(messages=messages, bytes=nbytes))
-
-    def _request_iter(self) -> Iterator[broker_pb2.SubscribeRequest]:
-        while True:
-            req = self._requests.get()
-            if req is None:
-                return
-            yield req
-
-    def start(self) -> None:
-        stub = self.owner._offsets.stub(self.address)
-        self._call = stub.Subscribe(self._request_iter())
-        self._thread.start()
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.closed = True
-        self._requests.put(None)
-        if self._call is not None:
-            self._call.cancel()
-
-    def received(self, n: int) -> None:
-        with self._lock:
-            self.unhandled += n
-
-    def handled(self, size: int) -> None:
-        """A record is done: earn its credit back (sent in quarters, or when idle)."""
-        with self._lock:
-            self.unhandled -= 1
-            self.pending[0] += 1
-            self.pending[1] += size
-            due = (self.pending[0] >= max(1, self.share_msgs // 4)
-                   or self.pending[1] >= self.share_bytes // 4 or self.unhandled <= 0)
-        if due:
-            self.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            if self.closed or self.owner._paused or not self.pending[0]:
-                return
-            msgs, nbytes = self.pending
-            self.pending = [0, 0]
-        self._requests.put(self._credit(msgs, nbytes))
-
-    def _read(self) -> None:
-        try:
-            for resp in self._call:
-                self.owner._on_data(self, resp.data)
-        except grpc.RpcError as exc:
-            if not self.closed:
-                event(log, "push.stream_failed", logging.WARNING, broker=self.address,
-                      topic=self.topic, error=str(from_rpc_error(exc)))
-        except Exception:
-            log.exception("push.reader_crashed")
-        if not self.closed:
-            self.owner._request_restart()
 
 
 class PushConsumer(ConsumerBase):
@@ -187,7 +101,7 @@ class PushConsumer(ConsumerBase):
         self._handler: Handler | None = None
         self._session = 0
         self._paused = False
-        self._streams: list[_Stream] = []
+        self._streams: list[PushStream] = []
         self._streams_lock = threading.RLock()
         self._queues: list[queue.SimpleQueue] = []
         self._busy: list[threading.Lock] = []
@@ -300,11 +214,16 @@ class PushConsumer(ConsumerBase):
             keys = [(a, t) for a, tps in grouped.items() for t in sorted({tp.topic for tp in tps})]
             for address, topic in keys:
                 mine = [info[tp] for tp in grouped[address] if tp.topic == topic]
-                s = _Stream(self, address, topic, mine, self._share(len(keys), topic))
+                s = PushStream(address, topic, mine, self._share(len(keys), topic), self._session,
+                               self._hooks())
                 self._streams.append(s)
-                s.start()
+                s.start(self._offsets.stub(address), self._sub.tags, self._group)
             if missing or self._sub.missing_positions():
                 self._request_restart()
+
+    def _hooks(self) -> StreamHooks:
+        return StreamHooks(on_data=self._on_data, on_broken=self._request_restart,
+                           paused=lambda: self._paused)
 
     def _share(self, streams: int, topic: str) -> tuple[int, int]:
         """Credit of one stream: its part of the limits (bytes: at least one big message)."""
@@ -343,7 +262,7 @@ class PushConsumer(ConsumerBase):
 
     # -- data path ---------------------------------------------------------------------------
 
-    def _on_data(self, stream: _Stream, data: broker_pb2.PartitionData) -> None:
+    def _on_data(self, stream: PushStream, data: broker_pb2.PartitionData) -> None:
         """A chunk arrived (reader thread): hand its records to the partition's worker."""
         tp = TopicPartition(stream.topic, data.partition)
         if data.error_code:
