@@ -24,7 +24,7 @@ import numpy as np
 from lib.errors import CorruptRecord, StorageError
 from lib.records import frame_columns, frame_sizes, frame_starts
 from storage.index import INDEX_DTYPE
-from storage.segments import Segment, SegmentList, pwrite_all
+from storage.segments import Segment, SegmentedLog, SegmentList, pwrite_all
 
 CHUNK = struct.Struct("<4sIIqIII")
 CHUNK_MAGIC = b"TQCH"
@@ -57,7 +57,7 @@ class Damage:
     count: int = 0
 
 
-class DataLog:
+class DataLog(SegmentedLog):
     """Segmented data log in ``directory`` (``<20-digit base position>.log``); a segment's
     length is in bytes (the shared life cycle is :class:`~storage.segments.SegmentList`)."""
 
@@ -66,14 +66,6 @@ class DataLog:
         self.segment_bytes = segment_bytes
         self._list = SegmentList(directory, SUFFIX, lambda path: path.stat().st_size)
         self._dirty = False
-
-    @property
-    def start(self) -> int:
-        return self._list.start
-
-    @property
-    def end(self) -> int:
-        return self._list.end
 
     def size_bytes(self) -> int:
         return self.end - self.start
@@ -167,9 +159,6 @@ class DataLog:
         os.ftruncate(seg.fd, keep)
         os.fsync(seg.fd)
         seg.length = keep
-
-    def close(self) -> None:
-        self._list.close()
 
 
 def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],

@@ -13,14 +13,14 @@ import numpy as np
 
 from lib.errors import CorruptRecord, OffsetOutOfRange
 from storage.fsutil import fsync_dir
-from storage.segments import SegmentList, pwrite_all
+from storage.segments import SegmentedLog, SegmentList, pwrite_all
 
 INDEX_DTYPE = np.dtype([("pos", "<u8"), ("size", "<u4"), ("tag", "<u4"), ("ts", "<i8")])
 ENTRY = INDEX_DTYPE.itemsize  # 24
 SUFFIX = ".idx"
 
 
-class IndexLog:
+class IndexLog(SegmentedLog):
     """Segmented index of one partition (``p<partition>/<20-digit base offset>.idx``); a
     segment's length is in entries (the shared life cycle is
     :class:`~storage.segments.SegmentList`).
@@ -34,14 +34,6 @@ class IndexLog:
         self.dir = directory
         self.max_entries = max_entries
         self._list = SegmentList(directory, SUFFIX, _entries_in)
-
-    @property
-    def start(self) -> int:
-        return self._list.start
-
-    @property
-    def end(self) -> int:
-        return self._list.end
 
     def append(self, entries: np.ndarray) -> None:
         """Write entries at the end (rolling segments at ``max_entries``).
@@ -151,9 +143,6 @@ class IndexLog:
     def sync(self) -> None:
         for seg in self._list.segs[-2:]:  # older segments were synced when they rolled
             os.fsync(seg.fd)
-
-    def close(self) -> None:
-        self._list.close()
 
 
 def _entries_in(path: Path) -> int:

@@ -125,6 +125,23 @@ class SegmentList:
         self.segs, self._graveyard = [], []
 
 
+class SegmentedLog:
+    """What the data log and an index log share: their extent is their segment list's."""
+
+    _list: SegmentList
+
+    @property
+    def start(self) -> int:
+        return self._list.start
+
+    @property
+    def end(self) -> int:
+        return self._list.end
+
+    def close(self) -> None:
+        self._list.close()
+
+
 def pwrite_all(seg: Segment, data: memoryview, at: int, what: str) -> None:
     """Write all of ``data`` at byte ``at`` of ``seg`` (``pwrite`` may write less than asked).
 
