@@ -9,7 +9,7 @@ key and unpacked as ``topic, partition`` everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class TopicPartition(NamedTuple):
@@ -27,6 +27,20 @@ class RecordMetadata:
     partition: int
     offset: int
     timestamp: int
+
+
+@dataclass(frozen=True)
+class BulkMetadata:
+    """Where the broker stored the records of one ``Producer.send_batch`` call: record ``i``
+    of the call is at ``partitions[i]``, ``offsets[i]`` (numpy int64 arrays, input order)."""
+
+    topic: str
+    partitions: Any
+    offsets: Any
+    timestamp: int
+
+    def __len__(self) -> int:
+        return len(self.offsets)
 
 
 @dataclass(frozen=True)

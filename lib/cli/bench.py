@@ -146,6 +146,33 @@ def run_produce(masters: str, topic: str, count: int, size: int, rate: float | N
             "ack_latency": percentiles_ms(acked_at[sampled] - sent_at[sampled])}
 
 
+def run_produce_bulk(masters: str, topic: str, count: int, size: int, per_call: int,
+                     **producer_opts) -> dict:
+    """Send ``count`` messages of ``size`` bytes with ``send_batch``, ``per_call`` at a time;
+    latency is per call (from the call to its future), one warm-up call untimed."""
+    from lib.producer.producer import Producer
+
+    values = [os.urandom(size)] * per_call
+    latencies = []
+    with Producer(masters, **producer_opts) as producer:
+        producer.send_batch(topic, values[:1]).result(60)
+        futures = []
+        start = time.perf_counter()
+        for sent in range(0, count, per_call):
+            n = min(per_call, count - sent)
+            called = time.perf_counter()
+            fut = producer.send_batch(topic, values if n == per_call else values[:n])
+            fut.add_done_callback(lambda _f, t=called: latencies.append(time.perf_counter() - t))
+            futures.append((fut, n))
+        producer.flush()
+        elapsed = time.perf_counter() - start
+        failures = sum(n for f, n in futures if f.exception() is not None)
+    return {"messages": count, "bytes": count * size, "seconds": round(elapsed, 3),
+            "msgs_per_s": round(count / elapsed), "MBps": round(count * size / elapsed / MB, 1),
+            "failures": failures, "per_call": per_call,
+            "call_latency": percentiles_ms(np.array(latencies))}
+
+
 def run_consume(masters: str, topic: str, count: int, progress: bool,
                 timeout: float = 60.0, e2e: bool = False, from_end: bool = False) -> dict:
     """Read ``count`` messages from the start (or the end) of every partition (no group)."""
@@ -227,14 +254,19 @@ def with_common(fn):
 @click.option("--rate", type=float, default=None, help="Messages per second (default: max).")
 @click.option("--linger-ms", type=int, default=5, show_default=True)
 @click.option("--batch-bytes", type=int, default=512 << 10, show_default=True)
+@click.option("--bulk", type=int, default=0, show_default=True,
+              help="Send with Producer.send_batch, this many values per call (0: send()).")
 @click.pass_context
 def bench_produce(ctx, topic, count, size, partitions, durability, as_json, no_ceilings, data_dir,
-                  rate, linger_ms, batch_bytes) -> None:
+                  rate, linger_ms, batch_bytes, bulk) -> None:
     masters = ctx.obj["masters"]
     ensure_topic(masters, topic, partitions, durability)
-    result = {"produce": run_produce(masters, topic, count, size, rate, not as_json,
-                                     linger_ms=linger_ms, batch_bytes=batch_bytes),
-              "value_bytes": size, "topic": topic}
+    opts = dict(linger_ms=linger_ms, batch_bytes=batch_bytes)
+    if bulk > 0:
+        produced = run_produce_bulk(masters, topic, count, size, bulk, **opts)
+    else:
+        produced = run_produce(masters, topic, count, size, rate, not as_json, **opts)
+    result = {"produce": produced, "value_bytes": size, "topic": topic}
     if not no_ceilings:
         result["ceilings"] = ceilings(data_dir)
     _print(result, as_json)

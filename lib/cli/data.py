@@ -23,21 +23,45 @@ def produce(ctx, topic, path, key_separator, tag, compression) -> None:
     from lib.producer.producer import Producer
 
     sep = key_separator.encode() if key_separator else None
+    bulk = sep is None and compression == "none"  # lines go in send_batch calls
     sent = 0
     with Producer(ctx.obj["masters"],
                   compression=None if compression == "none" else compression) as producer:
         futures = []
-        for line in path:
-            value = line.rstrip(b"\r\n")
-            key = None
-            if sep is not None and sep in value:
-                key, value = value.split(sep, 1)
-            futures.append(producer.send(topic, value, key=key, tag=tag))
-            sent += 1
+        for lines in _chunks(path, BULK_LINES):
+            values = [line.rstrip(b"\r\n") for line in lines]
+            if bulk:
+                futures.append(producer.send_batch(
+                    topic, values, tags=[tag] * len(values) if tag else None))
+            else:
+                futures += [producer.send(topic, value, key=key, tag=tag)
+                            for key, value in (_split(v, sep) for v in values)]
+            sent += len(values)
         producer.flush()
         for f in futures:
             f.result()  # raises the first failure, with its reason
     click.echo(f"produced {sent} messages to {topic}", err=True)
+
+
+BULK_LINES = 10_000
+
+
+def _chunks(lines, size: int):
+    chunk = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _split(value: bytes, sep: bytes | None) -> tuple[bytes | None, bytes]:
+    if sep is not None and sep in value:
+        key, value = value.split(sep, 1)
+        return key, value
+    return None, value
 
 
 @click.command()

@@ -21,6 +21,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.producer.futures import BatchOutcome, RecordFuture
 from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH, plain_frame
@@ -119,6 +121,37 @@ class Accumulator:
             batch.size += size
             self._used += size
         return RecordFuture(batch.outcome, index)
+
+    def append_run(self, tp: TopicPartition, frames: bytes, sizes: np.ndarray,
+                   tag_hashes: np.ndarray | None, timestamp: int) -> list[Batch]:
+        """Queue frames encoded together (``Producer.send_batch``) as whole batches of about
+        ``batch_bytes`` each, after whatever ``tp`` already holds (order is kept); blocks
+        while the buffer is full. Returns the batches, in order."""
+        starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+        # A frame goes to the batch its first byte falls in: a batch exceeds batch_bytes by at
+        # most one frame (<= max_message_bytes), so it stays under the broker's batch limit.
+        cuts = np.flatnonzero(np.diff(starts[:-1] // self.batch_bytes)) + 1
+        bounds = [0, *cuts.tolist(), len(sizes)]
+        out = []
+        for i, j in zip(bounds, bounds[1:], strict=False):
+            a, b = int(starts[i]), int(starts[j])
+            batch = Batch(tp, time.monotonic(), bytearray(frames[a:b]), sizes[i:j],
+                          None if tag_hashes is None else tag_hashes[i:j],
+                          np.full(j - i, timestamp, np.int64), b - a, sealed=True)
+            with self._lock:
+                if self.closed:
+                    raise ClientClosed("the producer is closed: it accepts no more records")
+                if self._used + batch.size > self.buffer_bytes:
+                    self._wait_for_room(batch.size)
+                queue = self._queues.setdefault(tp, deque())
+                if queue:
+                    queue[-1].sealed = True  # records sent after this run go after it
+                queue.append(batch)
+                self._incomplete.add(batch)
+                self._used += batch.size
+                self.cond.notify_all()
+            out.append(batch)
+        return out
 
     def _open_batch(self, tp: TopicPartition, size: int) -> Batch:
         """The batch of ``tp`` that takes ``size`` more bytes, opened if needed (lock held)."""

@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from lib.config import settle
 from lib.errors import (
     ClientClosed,
@@ -33,6 +35,7 @@ from lib.errors import (
 )
 from lib.names import check_name
 from lib.producer.accumulator import Accumulator
+from lib.producer.bulk import BulkFuture, bulk_values, groups, take
 from lib.producer.partitioner import Partitioner
 from lib.producer.sender import Sender
 from lib.records import (
@@ -40,6 +43,7 @@ from lib.records import (
     FLAG_VALUE_ZLIB,
     FRAME_HEADER_SIZE,
     Record,
+    encode_columns,
     encode_frame,
     headers_of,
     plain_frame,
@@ -47,7 +51,7 @@ from lib.records import (
 )
 from lib.routes import RouteCache, TopicRoutes
 from lib.rpc import ChannelPool, MasterClient
-from lib.types import RecordMetadata, TopicPartition
+from lib.types import BulkMetadata, RecordMetadata, TopicPartition
 
 _BYTES = (bytes, bytearray)
 YIELD_EVERY_MASK = 255  # send() yields the GIL once every 256 records
@@ -194,6 +198,57 @@ class Producer:
                     f"topic {route.topic} has {route.count} partitions, no partition {partition}",
                     topic=route.topic, partition=partition, partitions=route.count)
         return partition
+
+    def send_batch(self, topic: str, values: Sequence[bytes] | Any,
+                   keys: Sequence[bytes] | None = None, tags: Sequence[str] | None = None,
+                   partition: int | None = None) -> Future[BulkMetadata]:
+        """Send many records in one call; returns one future for all of them.
+
+        ``values`` is a sequence of bytes, or a pyarrow binary array; ``keys`` (bytes each)
+        puts record ``i`` on ``crc32(keys[i]) % partitions`` like :meth:`send`; ``tags``
+        (str each, "" for none) are per record. Without keys or ``partition`` the whole call
+        goes to one partition (the sticky round robin of :meth:`send`). The records are
+        encoded in one pass over these columns (no per-record Python) and queued as whole
+        batches; the future's :class:`BulkMetadata` gives every record's partition and offset,
+        in input order. It fails with the first error of any of its batches (records of other
+        batches may still have been stored: retry with ``idempotent=True`` to avoid
+        duplicates). Records with headers or compression go through :meth:`send`.
+        """
+        if self._closed:
+            raise ClientClosed("the producer is closed: it accepts no more records")
+        check_name(topic)
+        values = bulk_values(values)
+        n = len(values)
+        if n == 0:
+            raise InvalidArgument("send_batch needs at least one value")
+        for name, column in (("keys", keys), ("tags", tags)):
+            if column is not None and len(column) != n:
+                raise InvalidArgument(f"{name} has {len(column)} items for {n} values")
+        route = self._routes.get(topic)
+        ts = time.time_ns() // 1_000_000
+        parts = self._bulk_partitions(route, values, keys, partition)
+        bulk = BulkFuture(topic, parts, ts)
+        for p, idx in groups(parts):
+            run = encode_columns(take(values, idx), ts, take(keys, idx), take(tags, idx))
+            biggest = int(run.sizes.max())
+            if biggest > route.max_message_bytes:
+                raise self._too_large(route, biggest)
+            for batch in self._acc.append_run(TopicPartition(topic, p), run.frames, run.sizes,
+                                              run.tag_hashes, ts):
+                bulk.track(batch, idx)
+        bulk.arm()
+        return bulk
+
+    def _bulk_partitions(self, route: TopicRoutes, values: Sequence[bytes],
+                         keys: Sequence[bytes] | None, partition: int | None) -> np.ndarray:
+        n = len(values)
+        if keys is not None and partition is None:
+            if not route.count:
+                raise Unavailable(f"topic {route.topic} has no partitions placed yet",
+                                  topic=route.topic)
+            return np.fromiter(map(zlib.crc32, keys), np.int64, n) % route.count
+        size = sum(map(len, values))
+        return np.full(n, self._choose(route, None, partition, size), np.int64)
 
     def send_sync(self, topic: str, value: bytes, key: bytes | None = None,
                   tag: str | None = None, headers: Mapping[str, bytes] | None = None,

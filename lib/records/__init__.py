@@ -39,10 +39,12 @@ from lib.records.decode import (
     iter_frames,
 )
 from lib.records.encode import (
+    EncodedRun,
     assemble_batch,
     batch_crc,
     batch_head,
     encode_batch,
+    encode_columns,
     encode_frame,
     headers_of,
     plain_frame,
@@ -78,6 +80,8 @@ from lib.records.layout import (
 )
 
 __all__ = [
+    "EncodedRun",
+    "encode_columns",
     "BATCH_HEADER",
     "BatchView",
     "COLUMN_BYTES_PER_RECORD",

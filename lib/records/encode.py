@@ -1,9 +1,11 @@
 """Encoding frames and batches (producers; tests). The broker never encodes a frame."""
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from lib.records.layout import (
     BATCH_HEADER,
     CRC_AT,
     CRC_END,
+    FRAME_DTYPE,
     FRAME_HEAD,
     FRAME_HEADER_SIZE,
     FRAME_TAIL,
@@ -27,6 +30,7 @@ from lib.records.layout import (
     _crc32,
     _pack_head,
     _pack_tail,
+    frame_starts,
     tag_hash,
 )
 
@@ -146,3 +150,64 @@ def headers_of(mapping: Mapping[str, bytes] | None) -> dict[str, bytes]:
             raise TypeError("headers map str names to bytes values")
         out[name] = bytes(val)
     return out
+
+
+@dataclass(frozen=True)
+class EncodedRun:
+    """Frames laid back to back, with the batch columns that describe them."""
+
+    frames: bytes
+    sizes: np.ndarray  # u32 per frame
+    tag_hashes: np.ndarray | None  # u32 per frame, None: no record has a tag
+
+
+def encode_columns(values: Sequence[bytes], timestamp: int,
+                   keys: Sequence[bytes] | None = None,
+                   tags: Sequence[str] | None = None) -> EncodedRun:
+    """Frames for many records without headers in one pass over columns (the bulk producer).
+    ``keys`` (bytes each) and ``tags`` (str each, "" for none) are per record when given.
+
+    Byte for byte what :func:`encode_frame` builds per record: the 30-byte frame headers are
+    one numpy structured array, the bytes are laid out with one ``join``, and the CRCs are one
+    C-level ``map`` of ``zlib.crc32``, written back with one numpy scatter. No Python bytecode
+    runs per record.
+    """
+    n = len(values)
+    vlen = np.fromiter(map(len, values), np.int64, n)
+    head = np.zeros(n, FRAME_DTYPE)
+    head["ts"] = timestamp
+    head["value_len"] = vlen
+    head["key_len"] = -1
+    columns: list[Sequence[bytes]] = []
+    tag_hashes = None
+    if tags is not None:
+        raw_tags = list(map(str.encode, tags))
+        tlen = np.fromiter(map(len, raw_tags), np.int64, n)
+        if int(tlen.max(initial=0)) > MAX_TAG_BYTES:
+            raise RecordTooLarge(f"a tag is {int(tlen.max())} bytes, limit {MAX_TAG_BYTES}",
+                                 limit=MAX_TAG_BYTES)
+        head["tag_len"] = tlen
+        tag_hashes = np.fromiter(map(_crc32, raw_tags), _U32, n)
+        tag_hashes[(tag_hashes == 0) & (tlen > 0)] = 1  # tag_hash: never 0 for a real tag
+        columns.append(raw_tags)
+    if keys is not None:
+        head["key_len"] = np.fromiter(map(len, keys), np.int64, n)
+        columns.append(keys)
+    columns.append(values)
+    sizes = FRAME_HEADER_SIZE + head["tag_len"].astype(np.int64) \
+        + np.maximum(head["key_len"], 0) + vlen
+    head["length"] = sizes
+    heads = memoryview(head.tobytes())
+    at = np.arange(0, FRAME_HEADER_SIZE * n, FRAME_HEADER_SIZE).tolist()
+    head_pieces = map(heads.__getitem__, map(slice, at, at[1:] + [FRAME_HEADER_SIZE * n]))
+    pieces = itertools.chain.from_iterable(zip(head_pieces, *columns, strict=True))
+    buf = bytearray(b"".join(pieces))
+    starts = frame_starts(sizes)
+    ends = (starts + sizes).tolist()
+    mv = memoryview(buf)
+    crcs = np.fromiter(map(_crc32, map(mv.__getitem__, map(slice, (starts + 8).tolist(), ends))),
+                       _U32, n)
+    u8 = np.frombuffer(buf, np.uint8)
+    u8[(starts + 4)[:, None] + np.arange(4)] = crcs.view(np.uint8).reshape(n, 4)
+    del u8, mv
+    return EncodedRun(bytes(buf), sizes.astype(_U32), tag_hashes)

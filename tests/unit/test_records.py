@@ -128,3 +128,18 @@ def test_offsets_must_match_frame_count():
     view = parse_batch(encode_batch(sample_records()))
     with pytest.raises(CorruptRecord):
         decode_frames(view.frames, offsets=[1, 2])
+
+
+def test_columns_encoder_builds_exactly_what_the_per_record_encoder_builds():
+    from lib.records import encode_columns
+    values = [b"v" * (i % 50) for i in range(300)]
+    keys = [b"k%d" % i for i in range(300)]
+    tags = [f"t{i % 4}" if i % 2 else "" for i in range(300)]
+    for k, t in [(None, None), (keys, None), (None, tags), (keys, tags)]:
+        run = encode_columns(values, 77, k, t)
+        records = [Record(v, key=k[i] if k else None, tag=(t[i] or None) if t else None,
+                          timestamp=77) for i, v in enumerate(values)]
+        assert run.frames == b"".join(encode_frame(r) for r in records)
+        assert list(run.sizes) == [len(encode_frame(r)) for r in records]
+        if t is not None:
+            assert list(run.tag_hashes) == [tag_hash(r.tag) for r in records]

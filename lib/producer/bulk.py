@@ -1,0 +1,87 @@
+"""``Producer.send_batch``: values in, one future out, with numpy over the columns.
+
+Records are grouped by partition with one stable argsort (input order is kept inside each
+partition), each group is encoded in one pass (``lib.records.encode_columns``) and queued as
+whole batches; :class:`BulkFuture` settles when all of them have, and maps every batch's base
+offset back to the records' input positions.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from lib.errors import InvalidArgument
+from lib.producer.futures import RecordFuture
+from lib.types import BulkMetadata
+
+
+def bulk_values(values: Sequence[bytes] | Any) -> Sequence[bytes]:
+    """The values of a bulk send as a sequence of bytes (a pyarrow binary array's buffers are
+    sliced without a per-record Python loop)."""
+    if hasattr(values, "buffers") and hasattr(values, "offsets"):  # pyarrow Binary/LargeBinary
+        data = values.buffers()[2]
+        raw = memoryview(data) if data is not None else memoryview(b"")
+        offsets = np.asarray(values.offsets).tolist()
+        return list(map(bytes, map(raw.__getitem__, map(slice, offsets, offsets[1:]))))
+    if isinstance(values, (bytes, bytearray, str)):
+        raise InvalidArgument("send_batch takes a sequence of values, not one value")
+    return values
+
+
+def groups(parts: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    """(partition, indices) per partition; indices None when every record goes to one."""
+    first = int(parts[0])
+    if (parts == first).all():
+        return [(first, None)]
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+    return [(int(parts[c[0]]), c) for c in np.split(order, cuts)]
+
+
+def take(column: Sequence | None, idx: np.ndarray | None) -> Sequence | None:
+    if column is None or idx is None:
+        return column
+    return list(map(column.__getitem__, idx.tolist()))
+
+
+class BulkFuture(Future):
+    """The future of one ``send_batch``: done when every batch it was split into is."""
+
+    def __init__(self, topic: str, parts: np.ndarray, ts: int) -> None:
+        super().__init__()
+        self._topic, self._parts, self._ts = topic, parts, ts
+        self._offsets = np.full(len(parts), -1, np.int64)
+        self._pieces: list[tuple[Any, np.ndarray | None, int]] = []  # batch, idx, first
+        self._left = 0
+        self._lock = threading.Lock()
+
+    def track(self, batch: Any, idx: np.ndarray | None) -> None:
+        first = sum(len(b) for b, i, _ in self._pieces if i is idx)
+        self._pieces.append((batch, idx, first))
+
+    def arm(self) -> None:
+        """Start listening once every batch is known (a batch may already be done)."""
+        self._left = len(self._pieces)
+        for batch, idx, first in self._pieces:
+            RecordFuture(batch.outcome, 0).add_done_callback(
+                lambda fut, b=batch, i=idx, f=first: self._settled(fut, b, i, f))
+
+    def _settled(self, fut: Future, batch: Any, idx: np.ndarray | None, first: int) -> None:
+        error = fut.exception()
+        with self._lock:
+            if self.done():
+                return
+            if error is not None:
+                self.set_exception(error)
+                return
+            mine = np.arange(first, first + len(batch))
+            at = mine if idx is None else idx[mine]
+            self._offsets[at] = fut.result().offset + np.arange(len(batch))
+            self._left -= 1
+            if self._left == 0:
+                self.set_result(BulkMetadata(self._topic, self._parts, self._offsets, self._ts))

@@ -1,0 +1,62 @@
+"""Producer.send_batch against a real cluster: one call, one future, every record's offset."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from lib.errors import InvalidArgument, RecordTooLarge
+from lib.producer import Producer
+from tests.integration.test_producer_cluster import create, fetch_topic
+
+
+def test_send_batch_with_keys_and_tags_stores_every_record_where_its_metadata_says(cluster):
+    create(cluster, "bulk", partitions=3)
+    n = 20_000
+    values = [b"value-%06d" % i for i in range(n)]
+    keys = [b"key-%d" % (i % 97) for i in range(n)]
+    tags = ["red" if i % 3 == 0 else "" for i in range(n)]
+    with Producer(cluster.master_addresses, batch_bytes=64 * 1024) as producer:
+        producer.send("bulk", b"before", key=b"key-1")  # per-record sends keep their order
+        meta = producer.send_batch("bulk", values, keys=keys, tags=tags).result(30)
+        after = producer.send("bulk", b"after", key=b"key-1").result(30)
+    assert len(meta) == n and meta.topic == "bulk"
+    assert list(meta.partitions) == [zlib.crc32(k) % 3 for k in keys]
+    stored = fetch_topic(cluster, "bulk")
+    for i in range(0, n, 7):
+        rec = stored[int(meta.partitions[i])][int(meta.offsets[i])]
+        assert (rec.value, rec.key, rec.tag) == (values[i], keys[i], tags[i] or None)
+    p1 = zlib.crc32(b"key-1") % 3
+    assert stored[p1][0].value == b"before" and after.offset == len(stored[p1]) - 1
+    for p in stored:  # input order kept within each partition
+        assert (np.diff(meta.offsets[meta.partitions == p]) > 0).all()
+    assert sum(len(r) for r in stored.values()) == n + 2
+
+
+def test_send_batch_without_keys_goes_to_one_partition_in_order(cluster):
+    create(cluster, "bulk-plain", partitions=2)
+    values = [b"x" * (i % 300) for i in range(5000)]
+    with Producer(cluster.master_addresses, batch_bytes=16 * 1024) as producer:
+        meta = producer.send_batch("bulk-plain", values).result(30)
+        pinned = producer.send_batch("bulk-plain", values[:10], partition=1).result(30)
+    assert len(set(meta.partitions.tolist())) == 1
+    p = int(meta.partitions[0])
+    assert list(meta.offsets) == list(range(meta.offsets[0], meta.offsets[0] + 5000))
+    stored = fetch_topic(cluster, "bulk-plain")
+    assert [r.value for r in stored[p][:5000]] == values
+    assert set(pinned.partitions.tolist()) == {1}
+
+
+def test_send_batch_refuses_bad_input_before_sending_anything(cluster):
+    create(cluster, "bulk-bad", partitions=1, max_message_bytes=1024)
+    with Producer(cluster.master_addresses) as producer:
+        with pytest.raises(InvalidArgument, match="at least one"):
+            producer.send_batch("bulk-bad", [])
+        with pytest.raises(InvalidArgument, match="keys has 1 items for 2 values"):
+            producer.send_batch("bulk-bad", [b"a", b"b"], keys=[b"k"])
+        with pytest.raises(RecordTooLarge, match="1024"):
+            producer.send_batch("bulk-bad", [b"a", b"z" * 2000])
+        with pytest.raises(InvalidArgument, match="sequence of values"):
+            producer.send_batch("bulk-bad", b"one value")
+        assert producer.send_batch("bulk-bad", [b"ok"]).result(30).offsets.tolist() == [0]
