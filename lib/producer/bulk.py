@@ -21,11 +21,13 @@ from lib.types import BulkMetadata
 
 def bulk_values(values: Sequence[bytes] | Any) -> Sequence[bytes]:
     """The values of a bulk send as a sequence of bytes (a pyarrow binary array's buffers are
-    sliced without a per-record Python loop)."""
-    if hasattr(values, "buffers") and hasattr(values, "offsets"):  # pyarrow Binary/LargeBinary
-        data = values.buffers()[2]
+    sliced without a per-record Python loop; a null is an empty value)."""
+    if hasattr(values, "buffers") and hasattr(values, "type"):  # pyarrow (large) binary array
+        _validity, offsets_buf, data = values.buffers()
+        width = 8 if str(values.type).startswith("large") else 4
+        offsets = np.frombuffer(offsets_buf, f"<i{width}")[
+            values.offset:values.offset + len(values) + 1].tolist()
         raw = memoryview(data) if data is not None else memoryview(b"")
-        offsets = np.asarray(values.offsets).tolist()
         return list(map(bytes, map(raw.__getitem__, map(slice, offsets, offsets[1:]))))
     if isinstance(values, (bytes, bytearray, str)):
         raise InvalidArgument("send_batch takes a sequence of values, not one value")

@@ -85,3 +85,14 @@ def test_plain_frames_are_byte_identical_to_the_codec(value, key, flags):
     if not flags:
         rec = decode_frame(frame)
         assert (rec.value, rec.key, rec.timestamp) == (value, key, 1234)
+
+
+def test_bulk_values_take_arrow_binary_arrays_sliced_or_not():
+    import pyarrow as pa
+
+    from lib.producer.bulk import bulk_values
+    for kind in (pa.binary(), pa.large_binary()):
+        arr = pa.array([b"a", b"", b"ccc", b"dd"], kind)
+        assert bulk_values(arr) == [b"a", b"", b"ccc", b"dd"]
+        assert bulk_values(arr[1:3]) == [b"", b"ccc"]
+    assert bulk_values([b"x"]) == [b"x"]
