@@ -23,6 +23,9 @@ class BrokerConfig:
 
     ``masters`` is a comma-separated ``host:port`` list. ``advertised_address`` is what the
     master gives clients; empty means the address actually bound (``host:port``).
+    ``grpc_workers`` sizes the executor for the handlers' blocking work (appends, including a
+    ``sync`` topic's fsync wait; reads far behind the tail; offsets in LMDB): calls are served
+    on one event loop, and waiting long-polls and push streams hold no thread.
     """
 
     data_dir: str = ""
@@ -37,7 +40,7 @@ class BrokerConfig:
     fetch_default_partition_bytes: int = 1 * MiB  # when a PartitionFetch says 0
     push_chunk_bytes: int = 1 * MiB  # largest SubscribeResponse
     push_idle_wait_ms: int = 500  # a push stream with nothing to send re-checks this often
-    grpc_workers: int = 64  # long polls and push streams each hold a thread
+    grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
     stop_grace_s: float = 5.0
     register_timeout_s: float = 5.0  # one attempt to reach a master
     store: StoreConfig = field(default_factory=StoreConfig)

@@ -1,14 +1,17 @@
 """Data-plane handlers: Produce, Fetch (with long-poll), ListOffsets, QueryMessages.
 
 Plain methods taking and returning protobuf messages; they raise TubeqError and the servicer
-(broker/service.py) turns that into a gRPC status. Nothing here loops per record: a produce is
-one ``Store.append`` of the whole batch, a fetch returns ``ReadResult.frames`` as they are.
+(broker/service.py) turns that into a gRPC status. They run in the broker's executor, except
+:meth:`DataPlane.fetch`, a coroutine on the event loop that waits (long-poll) without holding a
+thread and reads near the tail inline, further back in the executor. Nothing here loops per
+record: a produce is one ``Store.append`` of the whole batch, a fetch returns
+``ReadResult.frames`` as they are.
 """
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,17 @@ from lib.proto import broker_pb2 as pb
 from lib.records import BATCH_HEADER, HEADER_SIZE, MAX_TAG_BYTES
 
 MAX_TAGS = 256
+Runner = Callable[..., Awaitable[Any]]  # run(fn, *args): fn in the broker's executor
+# A read at most this many records behind the latest offset is served from the cache block or
+# from pages just written (no disk wait), so it runs on the event loop: the hop to the executor
+# and back cost ~2 ms of end-to-end p50 at 10k msgs/s on a loaded 2-core machine. Further
+# behind, a read may wait for the disk: executor.
+INLINE_READ_RECORDS = 1024
+
+
+def read_inline(lag: int | None) -> bool:
+    """Whether a read ``lag`` records behind the tail (None: lookup failed) runs inline."""
+    return lag is None or lag <= INLINE_READ_RECORDS
 
 
 def check_tags(tags: Sequence[str]) -> list[str] | None:
@@ -107,22 +121,44 @@ class DataPlane:
 
     # ---------------------------------------------------------------- fetch
 
-    def fetch(self, req: pb.FetchRequest, active: Callable[[], bool]) -> pb.FetchResponse:
-        """Read every requested partition; wait for data (long-poll) when none has any."""
+    async def fetch(self, req: pb.FetchRequest, run: Runner) -> pb.FetchResponse:
+        """Read every requested partition; wait for data (long-poll) when none has any.
+
+        A coroutine on the broker's event loop; the wait parks on the topic's Signal and holds
+        no thread, and a cancelled call is cancelled here by gRPC. After the first read, a
+        partition is read again only when its latest offset moved. Reads near the tail run
+        inline, others in the executor (:func:`read_inline`)."""
         signal = self.topics.signal(req.topic)
         tags = check_tags(req.tags)
         if not req.partitions:
             raise InvalidArgument(f"Fetch of {req.topic} names no partition")
         wait_s = min(req.max_wait_ms, self.config.fetch_max_wait_ms) / 1e3
         deadline = time.monotonic() + wait_s
+        parts: list[PartitionReply] | None = None
         while True:
             seen = signal.version
-            parts, ready = self._read_all(req, tags)
+            lag = self._lag(req)
+            if parts is None or signal.closed or lag != 0:
+                if read_inline(lag):
+                    parts, ready = self._read_all(req, tags)
+                else:
+                    parts, ready = await run(self._read_all, req, tags)
+                if ready:
+                    break
             left = deadline - time.monotonic()
-            if ready or left <= 0 or signal.closed or not active():
-                return pb.FetchResponse(partitions=[part.fields() for part in parts])
-            # Short slices so a cancelled client frees its thread soon.
-            signal.wait(seen, min(left, 1.0))
+            if left <= 0 or signal.closed:
+                break
+            await signal.wait_async(seen, left)
+        return pb.FetchResponse(partitions=[part.fields() for part in parts])
+
+    def _lag(self, req: pb.FetchRequest) -> int | None:
+        """How far the furthest requested offset is behind its partition's latest (0: nothing
+        new anywhere); None when a lookup fails (the read reports it, without I/O)."""
+        try:
+            return max(abs(self.topics.store_for(req.topic, pf.partition).latest(pf.partition)
+                           - pf.offset) for pf in req.partitions)
+        except TubeqError:
+            return None
 
     def _read_all(self, req: pb.FetchRequest, tags: list[str] | None
                   ) -> tuple[list[PartitionReply], bool]:

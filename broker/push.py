@@ -12,28 +12,43 @@ at least its largest message. A per-partition error (e.g. OFFSET_OUT_OF_RANGE) i
 response with ``error_code`` set (it carries no data and takes no credit) and that partition
 leaves the stream; the stream ends when no partition is left or the client cancels.
 
-Threads: the handler thread reads and sends; one helper thread drains the client's requests
-into :class:`Credit`.
+Threading: a stream is an async generator on the broker's event loop (broker/service.py). A
+task of the stream reads the client's requests with ``async for`` into :class:`Credit`. A
+partition is read only when its latest offset moved past the stream's position (a counter read
+under the store's lock); as for Fetch (broker/data.py ``read_inline``), a read near the tail runs
+inline and one further back in the executor. A stream with nothing to send, or
+without credit, parks on the topic's Signal or on its Credit and holds no thread; it re-checks
+every ``push_idle_wait_ms`` (a partition that moved away, a reconfigured store).
 """
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator
 
 from broker.config import BrokerConfig
-from broker.data import check_tags, error_data, first_frames, result_data
+from broker.data import (
+    PartitionReply,
+    Runner,
+    check_tags,
+    error_data,
+    first_frames,
+    read_inline,
+    result_data,
+)
 from broker.metrics import BrokerMetrics
 from broker.topics import TopicManager
 from lib.errors import InvalidArgument, StoreClosed, TubeqError
 from lib.proto import broker_pb2 as pb
+from storage.store import Store
 
 
 class Credit:
-    """Messages and bytes the client allows us to send; filled by the request reader."""
+    """Messages and bytes the client allows us to send; filled by the request reader.
+
+    Used by the coroutines of one stream on one event loop only, so it needs no lock."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._changed = asyncio.Event()
         self.messages = 0
         self.bytes = 0
         self.bytes_limited = False
@@ -41,42 +56,46 @@ class Credit:
         self.done = False
 
     def grant(self, messages: int, nbytes: int) -> None:
-        with self._cond:
-            self.messages += messages
-            if nbytes:
-                self.bytes += nbytes
-                self.bytes_limited = True
-            self._cond.notify_all()
+        self.messages += messages
+        if nbytes:
+            self.bytes += nbytes
+            self.bytes_limited = True
+        self._changed.set()
 
     def finish(self) -> None:
-        with self._cond:
-            self.done = True
-            self._cond.notify_all()
+        self.done = True
+        self._changed.set()
 
-    def _usable(self) -> bool:
-        return self.messages > 0 and (not self.bytes_limited or self.bytes >= self.need_bytes)
+    def usable(self) -> bool:
+        return (not self.done and self.messages > 0
+                and (not self.bytes_limited or self.bytes >= self.need_bytes))
 
-    def wait(self, timeout: float) -> bool:
+    async def wait(self, timeout: float) -> bool:
         """True when there is credit to send (False on timeout or when the stream ended)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self.done or self._usable(), timeout)
-            return not self.done and self._usable()
+        if self.done or self.usable():
+            return self.usable()
+        try:
+            async with asyncio.timeout(timeout):
+                while not (self.done or self.usable()):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            pass
+        return self.usable()
 
     def budget(self) -> tuple[int, int | None]:
-        with self._cond:
-            return self.messages, (self.bytes if self.bytes_limited else None)
+        return self.messages, (self.bytes if self.bytes_limited else None)
 
     def take(self, messages: int, nbytes: int) -> None:
-        with self._cond:
-            self.messages -= messages
-            if self.bytes_limited:
-                self.bytes -= nbytes
-            self.need_bytes = 1
+        self.messages -= messages
+        if self.bytes_limited:
+            self.bytes -= nbytes
+        self.need_bytes = 1
 
 
-def _drain(requests: Iterator[pb.SubscribeRequest], credit: Credit) -> None:
+async def _drain(requests: AsyncIterator[pb.SubscribeRequest], credit: Credit) -> None:
     try:
-        for req in requests:
+        async for req in requests:
             if req.HasField("credit"):
                 credit.grant(req.credit.messages, req.credit.bytes)
     except Exception:  # noqa: BLE001 - the client went away: the stream ends below
@@ -92,85 +111,96 @@ class PushPlane:
         self.topics = topics
         self.metrics = metrics
 
-    def subscribe(self, requests: Iterator[pb.SubscribeRequest], on_done
-                  ) -> Iterator[pb.SubscribeResponse]:
-        """The response stream; ``on_done(callback)`` registers the cancel hook of the RPC."""
-        start = self._start(requests)
+    async def subscribe(self, requests: AsyncIterator[pb.SubscribeRequest], run: Runner
+                        ) -> AsyncIterator[pb.SubscribeResponse]:
+        """The response stream; ``run(fn, *args)`` runs blocking work in the executor."""
+        start = await self._start(requests)
         tags = check_tags(start.tags)
         positions = {pf.partition: pf.offset for pf in start.partitions}
         for p in positions:
             self.topics.store_for(start.topic, p)  # fail the stream early on a bad partition
         credit = Credit()
-        on_done(credit.finish)
-        threading.Thread(target=_drain, args=(requests, credit), daemon=True,
-                         name="push-credit").start()
+        reader = asyncio.ensure_future(_drain(requests, credit))
         self.metrics.push_streams.inc()
         try:
-            yield from self._loop(start.topic, positions, tags, credit)
+            async for response in self._loop(start.topic, positions, tags, credit, run):
+                yield response
         finally:
+            reader.cancel()
             credit.finish()
             self.metrics.push_streams.dec()
 
-    def _start(self, requests: Iterator[pb.SubscribeRequest]) -> pb.SubscribeStart:
-        first = next(requests, None)
+    async def _start(self, requests: AsyncIterator[pb.SubscribeRequest]) -> pb.SubscribeStart:
+        first = await anext(aiter(requests), None)
         if first is None or not first.HasField("start"):
             raise InvalidArgument("a Subscribe stream must open with a 'start' message")
         if not first.start.partitions:
             raise InvalidArgument("Subscribe start names no partition")
         return first.start
 
-    def _loop(self, topic: str, positions: dict[int, int], tags: list[str] | None,
-              credit: Credit) -> Iterator[pb.SubscribeResponse]:
+    async def _loop(self, topic: str, positions: dict[int, int], tags: list[str] | None,
+                    credit: Credit, run: Runner) -> AsyncIterator[pb.SubscribeResponse]:
         idle = self.config.push_idle_wait_ms / 1e3
         order = list(positions)
         while positions:
-            if not credit.wait(idle):
-                if credit.done:
-                    return
-                continue
             try:
                 signal = self.topics.signal(topic)
             except TubeqError as err:
-                yield from (pb.SubscribeResponse(data=error_data(p, o, err).fields())
-                            for p, o in positions.items())
+                for p, o in positions.items():
+                    yield pb.SubscribeResponse(data=error_data(p, o, err).fields())
                 return
             if signal.closed:
                 return  # shutting down, or the topic left this broker
+            if not await credit.wait(idle):
+                if credit.done:
+                    return
+                continue
             seen = signal.version
             sent = False
             order = order[1:] + order[:1]  # rotate: no partition starves the others
             for p in [q for q in order if q in positions]:
-                if not credit.wait(0):
+                if not credit.usable():
                     break
-                out = self._next(topic, p, positions, tags, credit)
+                lag = self._lag(topic, p, positions[p])
+                if lag == 0:
+                    continue
+                out = await self._next(topic, p, positions, tags, credit, run, lag)
                 if out is not None:
                     sent = True
                     yield out
-            if not sent and credit.wait(0):
-                signal.wait(seen, idle)  # nothing new anywhere: sleep until an append
+            if not sent and credit.usable():
+                await signal.wait_async(seen, idle)  # nothing new anywhere: park until an append
 
-    def _next(self, topic: str, p: int, positions: dict[int, int], tags: list[str] | None,
-              credit: Credit) -> pb.SubscribeResponse | None:
+    def _lag(self, topic: str, p: int, position: int) -> int | None:
+        """How far ``position`` is behind the partition's latest offset (0: nothing to read);
+        None when the lookup fails (the read says what is wrong)."""
+        try:
+            return abs(self.topics.store_for(topic, p).latest(p) - position)
+        except TubeqError:
+            return None
+
+    async def _next(self, topic: str, p: int, positions: dict[int, int],
+                    tags: list[str] | None, credit: Credit, run: Runner, lag: int | None
+                    ) -> pb.SubscribeResponse | None:
         """The next response for partition ``p`` within the credit, or None."""
         messages, nbytes = credit.budget()
         chunk = self.config.push_chunk_bytes
+        read = (min(chunk, nbytes or chunk), tags, messages)
         try:
             store = self.topics.store_for(topic, p)
-            res = store.read(p, positions[p], min(chunk, nbytes or chunk), tags)
+            if read_inline(lag):
+                data = _read(store, p, positions[p], *read)
+            else:
+                data = await run(_read, store, p, positions[p], *read)
         except StoreClosed:
-            time.sleep(0.01)  # the topic is being reconfigured: the new store comes next round
+            await asyncio.sleep(0.01)  # the topic is being reconfigured: a new store comes next
             return None
         except TubeqError as err:
             data = error_data(p, positions.pop(p), err)
             return pb.SubscribeResponse(data=data.fields())
-        if len(res.offsets) == 0:
-            positions[p] = res.next_offset  # a tag filter may have skipped entries
+        if not data.offsets:
+            positions[p] = data.next_offset  # a tag filter may have skipped entries
             return None
-        data = result_data(p, res)
-        if len(res.offsets) > messages:
-            data.frames = first_frames(res.frames, messages)
-            data.offsets = res.offsets[:messages].astype("<i8").tobytes()
-            data.next_offset = int(res.offsets[messages])
         if nbytes is not None and len(data.frames) > nbytes:
             credit.need_bytes = len(data.frames)  # one frame over the byte credit: wait
             return None
@@ -179,3 +209,15 @@ class PushPlane:
         positions[p] = data.next_offset
         self.metrics.served(topic, p, len(data.frames), count)
         return pb.SubscribeResponse(data=data.fields())
+
+
+def _read(store: Store, p: int, offset: int, max_bytes: int, tags: list[str] | None,
+          messages: int) -> PartitionReply:
+    """A store read cut to ``messages`` frames."""
+    res = store.read(p, offset, max_bytes, tags)
+    data = result_data(p, res)
+    if len(res.offsets) > messages:
+        data.frames = first_frames(res.frames, messages)
+        data.offsets = res.offsets[:messages].astype("<i8").tobytes()
+        data.next_offset = int(res.offsets[messages])
+    return data

@@ -1,4 +1,12 @@
-"""The ``tubeq.broker.Broker`` gRPC servicer: thin wrappers over the handler planes.
+"""The ``tubeq.broker.Broker`` gRPC servicer: thin async wrappers over the handler planes.
+
+Threading model: every handler is a coroutine on the broker's event loop (broker/server.py),
+so a call that only *waits* (a long-poll Fetch, a push stream without data or credit) parks a
+future and holds no thread. Work that may block (a store append, which for a ``sync`` topic
+waits for the fsync and may wait for a free cache block; store reads; LMDB offset commits;
+list offsets and queries) goes to the bounded executor (``grpc_workers`` threads) through
+:meth:`BrokerService.run`, so the loop itself never blocks on I/O or on a store lock held for
+long.
 
 Every handler runs under :func:`_guarded`: a TubeqError becomes its gRPC status and detail code
 (lib.wire_errors); any other exception is logged with its traceback and returned as INTERNAL.
@@ -6,11 +14,13 @@ Either way the server keeps serving. Names are checked here, once, before any lo
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
 
 import grpc
 
@@ -25,29 +35,51 @@ from lib.proto import broker_pb2_grpc
 from lib.wire_errors import abort_with
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
-def _fail(metrics: BrokerMetrics, method: str, context: grpc.ServicerContext,
-          exc: Exception) -> None:
+class _AbortRecorder:
+    """The part of a sync ServicerContext that :func:`abort_with` uses.
+
+    ``abort_with`` speaks the sync API, where ``abort`` raises; an aio context's ``abort`` is a
+    coroutine. This records the status so the one table and its clipping stay in
+    lib.wire_errors, and the caller awaits the real abort."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self.status: tuple[grpc.StatusCode, str] = (grpc.StatusCode.UNKNOWN, "")
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self._context.set_trailing_metadata(metadata)
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.status = (code, details)
+
+
+async def _fail(metrics: BrokerMetrics, method: str, context: grpc.aio.ServicerContext,
+                exc: Exception) -> None:
+    """End the call with the status of ``exc`` (raises, as ``context.abort`` does)."""
     if isinstance(exc, TubeqError):
         metrics.errors.labels(method, exc.code).inc()
-        abort_with(context, exc)
+        recorder = _AbortRecorder(context)
+        abort_with(recorder, exc)  # type: ignore[arg-type]
+        await context.abort(*recorder.status)
     metrics.errors.labels(method, "INTERNAL").inc()
     log.error("request.internal_error", exc_info=exc,
               extra={"fields": {"method": method, "error": repr(exc)}})
-    context.abort(grpc.StatusCode.INTERNAL, f"internal broker error in {method}: {exc!r}")
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal broker error in {method}: {exc!r}")
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     name = method.__name__
 
     @functools.wraps(method)
-    def unary(self: BrokerService, request: Any, context: grpc.ServicerContext) -> Any:
+    async def unary(self: BrokerService, request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
         try:
-            return method(self, request, context)
+            return await method(self, request, context)
         except Exception as exc:  # noqa: BLE001 - mapped, logged, never kills the server
-            _fail(self.metrics, name, context, exc)
+            await _fail(self.metrics, name, context, exc)
         finally:
             self.metrics.latency.labels(name).observe(time.perf_counter() - started)
 
@@ -56,50 +88,57 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
-                 metrics: BrokerMetrics) -> None:
+                 metrics: BrokerMetrics, executor: Executor) -> None:
         self.data = data
         self.offsets = offsets
         self.push = push
         self.metrics = metrics
+        self.executor = executor
+
+    async def run(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` in the executor: for anything that may block the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     @_guarded
-    def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext):  # noqa: N802
+    async def Produce(self, request: pb.ProduceRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.data.produce(request)
+        return await self.run(self.data.produce, request)
 
     @_guarded
-    def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext):  # noqa: N802
+    async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.data.fetch(request, context.is_active)
+        return await self.data.fetch(request, self.run)
 
     @_guarded
-    def ListOffsets(self, request: pb.ListOffsetsRequest, context):  # noqa: N802
+    async def ListOffsets(self, request: pb.ListOffsetsRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.data.list_offsets(request)
+        return await self.run(self.data.list_offsets, request)
 
     @_guarded
-    def QueryMessages(self, request: pb.QueryMessagesRequest, context):  # noqa: N802
+    async def QueryMessages(self, request: pb.QueryMessagesRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.data.query(request)
+        return await self.run(self.data.query, request)
 
     @_guarded
-    def CommitOffsets(self, request: pb.CommitOffsetsRequest, context):  # noqa: N802
+    async def CommitOffsets(self, request: pb.CommitOffsetsRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.offsets.commit(request)
+        return await self.run(self.offsets.commit, request)
 
     @_guarded
-    def FetchOffsets(self, request: pb.FetchOffsetsRequest, context):  # noqa: N802
+    async def FetchOffsets(self, request: pb.FetchOffsetsRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.offsets.fetch(request)
+        return await self.run(self.offsets.fetch, request)
 
     @_guarded
-    def ResetOffsets(self, request: pb.ResetOffsetsRequest, context):  # noqa: N802
+    async def ResetOffsets(self, request: pb.ResetOffsetsRequest, context):  # noqa: N802
         check_name(request.topic)
-        return self.offsets.reset(request)
+        return await self.run(self.offsets.reset, request)
 
-    def Subscribe(self, request_iterator: Iterator[pb.SubscribeRequest],  # noqa: N802
-                  context: grpc.ServicerContext) -> Iterator[pb.SubscribeResponse]:
+    async def Subscribe(self, request_iterator: AsyncIterator[pb.SubscribeRequest],  # noqa: N802
+                        context: grpc.aio.ServicerContext
+                        ) -> AsyncIterator[pb.SubscribeResponse]:
         try:
-            yield from self.push.subscribe(request_iterator, context.add_callback)
+            async for response in self.push.subscribe(request_iterator, self.run):
+                yield response
         except Exception as exc:  # noqa: BLE001 - mapped, logged, never kills the server
-            _fail(self.metrics, "Subscribe", context, exc)
+            await _fail(self.metrics, "Subscribe", context, exc)
