@@ -51,7 +51,10 @@ def decode_frame(frame: bytes | memoryview) -> Record:
         raise CorruptRecord("frame field lengths do not add up to the frame length")
     value = bytes(mv[pos:length])
     if flags & FLAG_VALUE_ZLIB:
-        value = zlib.decompress(value)
+        try:
+            value = zlib.decompress(value)
+        except zlib.error as exc:
+            raise CorruptRecord(f"frame's compressed value does not inflate ({exc})") from None
     return Record(value, key, tag, headers, ts, flags=flags)
 
 

@@ -83,6 +83,7 @@ def test_a_valid_batch_passes_every_frame_check():
     (lambda f: struct.pack_into("<I", f, 26, 3), "add up"),  # value_len too short
     (lambda f: struct.pack_into("<H", f, 24, 9), "headers|add up"),  # header count too high
     (lambda f: f.__setitem__(8, 0x80), "unknown flags"),
+    (lambda f: f.__setitem__(8, 0x01), "compressed value does not inflate"),  # zlib flag
 ])
 def test_a_broken_frame_with_a_valid_batch_crc_is_refused_by_name(damage, problem):
     frames = good_frames()
