@@ -9,13 +9,10 @@ record: a produce is one ``Store.append`` of the whole batch, a fetch returns
 """
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from broker.config import BrokerConfig
 from broker.dedup import Dedup
@@ -23,7 +20,7 @@ from broker.metrics import BrokerMetrics
 from broker.topics import TopicManager
 from lib.errors import InvalidArgument, TubeqError
 from lib.proto import broker_pb2 as pb
-from lib.records import BATCH_HEADER, HEADER_SIZE, MAX_TAG_BYTES
+from lib.records import MAX_TAG_BYTES
 
 MAX_TAGS = 256
 Runner = Callable[..., Awaitable[Any]]  # run(fn, *args): fn in the broker's executor
@@ -105,15 +102,17 @@ class DataPlane:
             raise InvalidArgument(
                 f"empty batch for {topic}/{partition}: a ProduceRequest carries one record "
                 "batch of at least one record (lib.records.encode_batch)")
-        pid, epoch, seq, count = _batch_ids(batch)
+        view = store.parse(batch)  # the one check of the batch; the store appends the view
+        pid, epoch, seq, count = (view.producer_id, view.producer_epoch, view.base_sequence,
+                                  view.count)
         if pid < 0:
-            base, last = store.append(partition, batch)
+            base, last = store.append(partition, view)
         else:
             with self.dedup.lock_for(topic, partition):
                 dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
                 if dup is not None:
                     return pb.ProduceResponse(base_offset=dup[0], last_offset=dup[1])
-                base, last = store.append(partition, batch)
+                base, last = store.append(partition, view)
                 self.dedup.record(pid, epoch, seq, count, topic, partition, base, last)
         self.metrics.produced(topic, partition, len(batch), last - base + 1)
         self.topics.notify(topic)
@@ -216,38 +215,6 @@ class DataPlane:
                 f"end_offset {req.end_offset} must be greater than start_offset "
                 f"{req.start_offset} (or 0 for 'up to latest')")
         cap = self.config.fetch_max_bytes
-        res = store.read(req.partition, req.start_offset, min(req.max_bytes or cap, cap))
-        data = result_data(req.partition, res)
-        keep = int(np.searchsorted(res.offsets, end))
-        if keep < len(res.offsets):
-            data.frames = first_frames(res.frames, keep)
-            data.offsets = res.offsets[:keep].astype("<i8").tobytes()
-            data.next_offset = end
-        return pb.PartitionData(**data.fields())
-
-
-def _batch_ids(batch: bytes) -> tuple[int, int, int, int]:
-    """(producer_id, epoch, base_sequence, count) from the header; -1s if it is too short.
-
-    Only a peek: the store validates the whole batch (CRC, structure) before appending, and
-    the dedup state is updated only after that append succeeded.
-    """
-    if len(batch) < HEADER_SIZE:
-        return -1, -1, -1, 0
-    fields = BATCH_HEADER.unpack_from(batch)
-    return fields[7], fields[8], fields[10], fields[6]
-
-
-def first_frames(frames: bytes, count: int) -> bytes:
-    """The first ``count`` frames of a run.
-
-    A walk over length fields (``count`` steps): only used when a reply must be cut shorter
-    than what the store returned (push credit, query end), never on the plain fetch path.
-    """
-    if count == 0:
-        return b""
-    end = 0
-    for _ in range(count):
-        end += struct.unpack_from("<I", frames, end)[0]
-    return frames[:end]
-
+        res = store.read(req.partition, req.start_offset, min(req.max_bytes or cap, cap),
+                         stop=end)
+        return pb.PartitionData(**result_data(req.partition, res).fields())

@@ -31,7 +31,6 @@ from broker.data import (
     Runner,
     check_tags,
     error_data,
-    first_frames,
     read_inline,
     result_data,
 )
@@ -213,11 +212,5 @@ class PushPlane:
 
 def _read(store: Store, p: int, offset: int, max_bytes: int, tags: list[str] | None,
           messages: int) -> PartitionReply:
-    """A store read cut to ``messages`` frames."""
-    res = store.read(p, offset, max_bytes, tags)
-    data = result_data(p, res)
-    if len(res.offsets) > messages:
-        data.frames = first_frames(res.frames, messages)
-        data.offsets = res.offsets[:messages].astype("<i8").tobytes()
-        data.next_offset = int(res.offsets[messages])
-    return data
+    """A store read of at most ``messages`` frames (the store stops there: no trim here)."""
+    return result_data(p, store.read(p, offset, max_bytes, tags, max_records=messages))

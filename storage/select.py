@@ -21,11 +21,13 @@ class ReadPlan:
     span_lengths: np.ndarray
 
 
-def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None) -> ReadPlan:
-    """Select entries within ``max_bytes`` (always at least one match) and group them in spans.
+def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None,
+         max_records: int | None = None) -> ReadPlan:
+    """Select entries within ``max_bytes`` and ``max_records`` (always at least one match) and
+    group them in spans.
 
     Entries not selected (tag mismatch, holes) are still *examined*: the reader's next offset
-    moves past them."""
+    moves past them; with ``max_records`` it stops right after the last selected one."""
     sizes = entries["size"].astype(np.int64)
     wanted = sizes > 0  # size 0: a hole recovery left for lost data; skipped like a non-match
     if tag_hashes is not None:
@@ -35,6 +37,9 @@ def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None) -> 
     if examined < len(entries) and not wanted[:examined].any():
         examined += 1  # the first match alone is over budget: it still goes, so readers progress
     selected = np.flatnonzero(wanted[:examined])
+    if max_records is not None and len(selected) > max_records:
+        selected = selected[:max(1, max_records)]
+        examined = int(selected[-1]) + 1
     if len(selected) == 0:
         empty = np.empty(0, np.int64)
         return ReadPlan(examined, selected, empty, empty)

@@ -45,7 +45,7 @@ from lib.errors import (
     UnknownPartition,
 )
 from lib.names import check_name
-from lib.records import frame_starts, parse_batch, tag_hash
+from lib.records import BatchView, frame_starts, parse_batch, tag_hash
 from storage.cache import CachePair, read_span
 from storage.config import StoreConfig
 from storage.datalog import CHUNK, DataLog, chunk_header
@@ -137,15 +137,21 @@ class Store:
             if partition not in self._parts:
                 self._parts[partition] = _Partition(self._open_index(partition))
 
-    def append(self, partition: int, batch: bytes | memoryview) -> tuple[int, int]:
-        """Append a record batch; returns (base_offset, last_offset).
+    def parse(self, batch: bytes | memoryview) -> BatchView:
+        """Check a batch against this store's limits (``lib.records.parse_batch``): the broker
+        parses once, looks at the producer ids for de-duplication, then appends the view."""
+        return parse_batch(batch, max_message_bytes=self.config.max_message_bytes,
+                           max_batch_bytes=self.config.max_batch_bytes)
+
+    def append(self, partition: int, batch: bytes | memoryview | BatchView) -> tuple[int, int]:
+        """Append a record batch (raw, or as :meth:`parse` returned it); returns
+        (base_offset, last_offset).
 
         ``async`` topics return once the batch is in the cache block; ``sync`` topics return
         after the fsync that covers it (one fsync serves every waiting append).
         """
         cfg = self.config
-        view = parse_batch(batch, max_message_bytes=cfg.max_message_bytes,
-                           max_batch_bytes=cfg.max_batch_bytes)
+        view = batch if isinstance(batch, BatchView) else self.parse(batch)
         need = CHUNK.size + len(view.frames)
         with self._cond:
             part = self._writable_partition(partition)
@@ -172,8 +178,10 @@ class Store:
         return base, base + view.count - 1
 
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
-             tags: Sequence[str] | None = None) -> ReadResult:
-        """Frames from ``offset`` on, up to ``max_bytes`` (at least one frame if any is there).
+             tags: Sequence[str] | None = None, max_records: int | None = None,
+             stop: int | None = None) -> ReadResult:
+        """Frames from ``offset`` on, up to ``max_bytes`` and ``max_records`` frames and below
+        offset ``stop`` (at least one frame if any is there).
 
         With ``tags`` only frames whose tag is one of them are returned; ``next_offset`` then
         skips past the examined non-matching entries too. Raises OffsetOutOfRange (carrying
@@ -194,6 +202,8 @@ class Store:
                 return ReadResult(b"", np.empty(0, np.int64), offset, earliest, latest)
             on_disk = offset < part.flushed
             limit = part.flushed if on_disk else part.next
+            if stop is not None:
+                limit = max(offset + 1, min(limit, stop))
             cached = None if on_disk else self._cache.entries(partition, offset, limit,
                                                                MAX_READ_ENTRIES)
         # Without a filter ~max_bytes/100 entries cover max_bytes (frames under 100 B are rare);
@@ -205,7 +215,7 @@ class Store:
                 entries, blocks = part.index.read(offset, offset + count), []
             else:
                 entries, blocks = cached[0][:count], cached[1]
-            p = plan(entries, max_bytes, hashes)
+            p = plan(entries, max_bytes, hashes, max_records)
             fetch = self._data.read if on_disk else (lambda s, n: read_span(blocks, s, n))
             spans = [fetch(int(s), int(n))
                      for s, n in zip(p.span_starts, p.span_lengths, strict=True)]

@@ -17,6 +17,7 @@ from lib.errors import (
     StoreClosed,
     UnknownPartition,
 )
+from lib.records import decode_frames
 from storage.config import StoreConfig
 from storage.store import Store
 from tests.helpers import batch_of, read_all, values
@@ -59,6 +60,24 @@ def test_read_respects_max_bytes_but_returns_at_least_one_frame(store):
     assert len(res) == 2 and res.next_offset == 2
     res = store.read(0, 0, max_bytes=1)
     assert len(res) == 1 and res.next_offset == 1
+
+
+def test_read_stops_at_a_record_count_or_an_offset_so_callers_never_trim(store):
+    store.append(0, batch_of(values("r", 30)))
+    store.flush()
+    store.append(0, batch_of(values("s", 10)))  # 30..39 still in the cache
+    for offset in (0, 32):  # from the files, and from the cache
+        res = store.read(0, offset, max_records=5)
+        assert list(res.offsets) == list(range(offset, offset + 5))
+        assert res.next_offset == offset + 5
+        assert [r.value for r in decode_frames(res.frames)] == \
+            (values("r", 30) + values("s", 10))[offset:offset + 5]
+        res = store.read(0, offset, stop=offset + 3)
+        assert list(res.offsets) == list(range(offset, offset + 3))
+        assert res.next_offset == offset + 3
+    store.append(0, batch_of(values("t", 4), tag="red"))  # 40..43
+    res = store.read(0, 35, tags=["red"], max_records=2)
+    assert list(res.offsets) == [40, 41] and res.next_offset == 42
 
 
 def test_tag_filter_returns_only_matching_frames_and_fewer_bytes(store):
