@@ -32,28 +32,10 @@ from lib.errors import TubeqError
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
-from lib.wire_errors import abort_with
+from lib.wire_errors import MAX_MESSAGE_CHARS, clip, wire_form
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
-
-
-class _AbortRecorder:
-    """The part of a sync ServicerContext that :func:`abort_with` uses.
-
-    ``abort_with`` speaks the sync API, where ``abort`` raises; an aio context's ``abort`` is a
-    coroutine. This records the status so the one table and its clipping stay in
-    lib.wire_errors, and the caller awaits the real abort."""
-
-    def __init__(self, context: grpc.aio.ServicerContext) -> None:
-        self._context = context
-        self.status: tuple[grpc.StatusCode, str] = (grpc.StatusCode.UNKNOWN, "")
-
-    def set_trailing_metadata(self, metadata: Any) -> None:
-        self._context.set_trailing_metadata(metadata)
-
-    def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.status = (code, details)
 
 
 async def _fail(metrics: BrokerMetrics, method: str, context: grpc.aio.ServicerContext,
@@ -61,13 +43,14 @@ async def _fail(metrics: BrokerMetrics, method: str, context: grpc.aio.ServicerC
     """End the call with the status of ``exc`` (raises, as ``context.abort`` does)."""
     if isinstance(exc, TubeqError):
         metrics.errors.labels(method, exc.code).inc()
-        recorder = _AbortRecorder(context)
-        abort_with(recorder, exc)  # type: ignore[arg-type]
-        await context.abort(*recorder.status)
+        trailers, status, message = wire_form(exc)
+        context.set_trailing_metadata(trailers)
+        await context.abort(status, message)
     metrics.errors.labels(method, "INTERNAL").inc()
     log.error("request.internal_error", exc_info=exc,
               extra={"fields": {"method": method, "error": repr(exc)}})
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal broker error in {method}: {exc!r}")
+    await context.abort(grpc.StatusCode.INTERNAL,
+                        clip(f"internal broker error in {method}: {exc!r}", MAX_MESSAGE_CHARS))
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,6 +69,18 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
+def _in_executor(rpc: str, plane: str, method: str) -> Callable[..., Any]:
+    """The handler of unary ``rpc``: check the topic name, run ``self.<plane>.<method>`` in
+    the executor, under :func:`_guarded`."""
+    async def handler(self: BrokerService, request: Any, context: grpc.aio.ServicerContext
+                      ) -> Any:
+        check_name(request.topic)
+        return await self.run(getattr(getattr(self, plane), method), request)
+
+    handler.__name__ = handler.__qualname__ = rpc
+    return _guarded(handler)
+
+
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
                  metrics: BrokerMetrics, executor: Executor) -> None:
@@ -99,40 +94,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """``fn(*args)`` in the executor: for anything that may block the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    @_guarded
-    async def Produce(self, request: pb.ProduceRequest, context):  # noqa: N802
-        check_name(request.topic)
-        return await self.run(self.data.produce, request)
+    # Unary calls whose work may block: the topic name is checked, the plane's method runs in
+    # the executor. Fetch waits on the loop instead (its reads near the tail run inline).
+    Produce = _in_executor("Produce", "data", "produce")
+    ListOffsets = _in_executor("ListOffsets", "data", "list_offsets")
+    QueryMessages = _in_executor("QueryMessages", "data", "query")
+    CommitOffsets = _in_executor("CommitOffsets", "offsets", "commit")
+    FetchOffsets = _in_executor("FetchOffsets", "offsets", "fetch")
+    ResetOffsets = _in_executor("ResetOffsets", "offsets", "reset")
 
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802
         check_name(request.topic)
         return await self.data.fetch(request, self.run)
-
-    @_guarded
-    async def ListOffsets(self, request: pb.ListOffsetsRequest, context):  # noqa: N802
-        check_name(request.topic)
-        return await self.run(self.data.list_offsets, request)
-
-    @_guarded
-    async def QueryMessages(self, request: pb.QueryMessagesRequest, context):  # noqa: N802
-        check_name(request.topic)
-        return await self.run(self.data.query, request)
-
-    @_guarded
-    async def CommitOffsets(self, request: pb.CommitOffsetsRequest, context):  # noqa: N802
-        check_name(request.topic)
-        return await self.run(self.offsets.commit, request)
-
-    @_guarded
-    async def FetchOffsets(self, request: pb.FetchOffsetsRequest, context):  # noqa: N802
-        check_name(request.topic)
-        return await self.run(self.offsets.fetch, request)
-
-    @_guarded
-    async def ResetOffsets(self, request: pb.ResetOffsetsRequest, context):  # noqa: N802
-        check_name(request.topic)
-        return await self.run(self.offsets.reset, request)
 
     async def Subscribe(self, request_iterator: AsyncIterator[pb.SubscribeRequest],  # noqa: N802
                         context: grpc.aio.ServicerContext

@@ -90,10 +90,17 @@ def trailers_of(err: e.TubeqError) -> tuple[tuple[str, str], ...]:
     return ((CODE_KEY, err.code), (DETAILS_KEY, json.dumps(_jsonable(err.details))))
 
 
+def wire_form(err: e.TubeqError) -> tuple[tuple[tuple[str, str], ...], grpc.StatusCode, str]:
+    """(trailing metadata, status, message) that carry ``err``: what every server, sync or
+    asyncio, sends for it."""
+    return trailers_of(err), status_of(err), clip(err.message, MAX_MESSAGE_CHARS)
+
+
 def abort_with(context: grpc.ServicerContext, err: e.TubeqError) -> None:
     """End the RPC with the status, code and details of ``err`` (raises, as context.abort does)."""
-    context.set_trailing_metadata(trailers_of(err))
-    context.abort(status_of(err), clip(err.message, MAX_MESSAGE_CHARS))
+    trailers, status, message = wire_form(err)
+    context.set_trailing_metadata(trailers)
+    context.abort(status, message)
 
 
 def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
