@@ -20,7 +20,8 @@ from broker.metrics import BrokerMetrics
 from broker.topics import TopicManager
 from lib.errors import InvalidArgument, TubeqError
 from lib.proto import broker_pb2 as pb
-from lib.records import MAX_TAG_BYTES
+from lib.records import MAX_TAG_BYTES, BatchView
+from storage.store import Store
 
 MAX_TAGS = 256
 Runner = Callable[..., Awaitable[Any]]  # run(fn, *args): fn in the broker's executor
@@ -85,6 +86,14 @@ def result_data(partition: int, res) -> PartitionReply:
         next_offset=res.next_offset, earliest=res.earliest, latest=res.latest)
 
 
+class WouldBlock(Exception):  # noqa: N818 - a signal between the loop and the executor
+    """The append would wait; ``view`` is the batch already checked."""
+
+    def __init__(self, view: BatchView) -> None:
+        super().__init__("append would block")
+        self.view = view
+
+
 class DataPlane:
     def __init__(self, config: BrokerConfig, topics: TopicManager, dedup: Dedup,
                  metrics: BrokerMetrics) -> None:
@@ -95,28 +104,53 @@ class DataPlane:
 
     # ---------------------------------------------------------------- produce
 
-    def produce(self, req: pb.ProduceRequest) -> pb.ProduceResponse:
+    def produce(self, req: pb.ProduceRequest, wait: bool = True,
+                view: BatchView | None = None) -> pb.ProduceResponse:
+        """Check the batch once and append it. With ``wait=False`` (the event loop) raises
+        :class:`WouldBlock`, carrying the checked batch, where the append would wait (a sync
+        topic, full cache blocks, a busy de-duplication lock): the caller retries in its
+        executor with ``wait=True`` and that ``view``."""
         topic, partition, batch = req.topic, req.partition, req.batch
         store = self.topics.store_for(topic, partition)
-        if not batch:
-            raise InvalidArgument(
-                f"empty batch for {topic}/{partition}: a ProduceRequest carries one record "
-                "batch of at least one record (lib.records.encode_batch)")
-        view = store.parse(batch)  # the one check of the batch; the store appends the view
-        pid, epoch, seq, count = (view.producer_id, view.producer_epoch, view.base_sequence,
-                                  view.count)
-        if pid < 0:
-            base, last = store.append(partition, view)
+        if view is None:
+            if not batch:
+                raise InvalidArgument(
+                    f"empty batch for {topic}/{partition}: a ProduceRequest carries one record "
+                    "batch of at least one record (lib.records.encode_batch)")
+            view = store.parse(batch)  # the one check of the batch; the store appends the view
+        fresh = True
+        if view.producer_id < 0:
+            got = store.append(partition, view, wait)
         else:
-            with self.dedup.lock_for(topic, partition):
-                dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
-                if dup is not None:
-                    return pb.ProduceResponse(base_offset=dup[0], last_offset=dup[1])
-                base, last = store.append(partition, view)
-                self.dedup.record(pid, epoch, seq, count, topic, partition, base, last)
+            got, fresh = self._append_once(store, topic, partition, view, wait)
+        if got is None:
+            raise WouldBlock(view)
+        base, last = got
+        if not fresh:  # a retry of a batch already stored: its offsets, nothing appended
+            return pb.ProduceResponse(base_offset=base, last_offset=last)
         self.metrics.produced(topic, partition, len(batch), last - base + 1)
         self.topics.notify(topic)
         return pb.ProduceResponse(base_offset=base, last_offset=last)
+
+    def _append_once(self, store: Store, topic: str, partition: int, view: BatchView,
+                     wait: bool) -> tuple[tuple[int, int] | None, bool]:
+        """An idempotent producer's batch: appended unless it is a retry already stored
+        (then its stored offsets and False)."""
+        pid, epoch, seq, count = (view.producer_id, view.producer_epoch, view.base_sequence,
+                                  view.count)
+        lock = self.dedup.lock_for(topic, partition)
+        if not lock.acquire(blocking=wait):
+            return None, True
+        try:
+            dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
+            if dup is not None:
+                return (dup[0], dup[1]), False
+            got = store.append(partition, view, wait)
+            if got is not None:
+                self.dedup.record(pid, epoch, seq, count, topic, partition, *got)
+            return got, True
+        finally:
+            lock.release()
 
     # ---------------------------------------------------------------- fetch
 

@@ -143,19 +143,27 @@ class Store:
         return parse_batch(batch, max_message_bytes=self.config.max_message_bytes,
                            max_batch_bytes=self.config.max_batch_bytes)
 
-    def append(self, partition: int, batch: bytes | memoryview | BatchView) -> tuple[int, int]:
+    def append(self, partition: int, batch: bytes | memoryview | BatchView,
+               wait: bool = True) -> tuple[int, int] | None:
         """Append a record batch (raw, or as :meth:`parse` returned it); returns
         (base_offset, last_offset).
 
         ``async`` topics return once the batch is in the cache block; ``sync`` topics return
-        after the fsync that covers it (one fsync serves every waiting append).
+        after the fsync that covers it (one fsync serves every waiting append). With
+        ``wait=False`` it returns None, having changed nothing, where it would have to wait
+        (a ``sync`` topic, or both cache blocks full): the broker's event loop appends
+        without a thread hop when it can and hands the rest to its executor.
         """
         cfg = self.config
         view = batch if isinstance(batch, BatchView) else self.parse(batch)
+        if not wait and cfg.durability == "sync":
+            return None
         need = CHUNK.size + len(view.frames)
         with self._cond:
             part = self._writable_partition(partition)
             while not self._cache.active.fits(need):
+                if not wait and self._cache.flushing is not None:
+                    return None
                 self._make_room()
                 part = self._writable_partition(partition)
             cost = need + view.count * ENTRY

@@ -150,6 +150,16 @@ def test_reopen_keeps_everything_after_close(tmp_path):
         assert s.append(5, batch_of([b"more"])) == (7, 7)
 
 
+def test_an_append_that_may_not_wait_changes_nothing_where_it_would_wait(tmp_path):
+    cfg = build(StoreConfig, {"durability": "sync"})
+    with Store(tmp_path, "s", 0, [0], cfg) as s:
+        assert s.append(0, batch_of([b"a"]), wait=False) is None  # a sync append waits
+        assert s.latest(0) == 0
+        assert s.append(0, batch_of([b"a"])) == (0, 0)
+    with Store(tmp_path, "a", 0, [0]) as s:  # async, room in the cache: appended at once
+        assert s.append(0, batch_of([b"b"]), wait=False) == (0, 0)
+
+
 def test_sync_appends_from_many_threads_are_all_durable(tmp_path):
     cfg = build(StoreConfig, {"durability": "sync"}, cache_flush_interval_ms=1000)
     s = Store(tmp_path, "t", 0, [0, 1], cfg)
