@@ -218,11 +218,27 @@ def run_consume(masters: str, topic: str, count: int, progress: bool,
 
 
 def _print(result: dict, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
+    click.echo(json.dumps(result, indent=2) if as_json else render(result))
+
+
+def render(result: dict, indent: int = 0) -> str:
+    """A result as an aligned table for people: one figure per line, sections indented,
+    numbers with thousands separators (``--json`` is for scripts)."""
+    width = max((len(str(k)) for k in result), default=0)
+    lines = []
     for key, value in result.items():
-        click.echo(f"{key:<22} {value}")
+        pad = " " * indent
+        if isinstance(value, dict):
+            lines += [f"{pad}{key}", render(value, indent + 2)]
+        else:
+            lines.append(f"{pad}{key:<{width}}  {_figure(value)}")
+    return "\n".join(line for line in lines if line)
+
+
+def _figure(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
 
 
 @click.group()
@@ -314,6 +330,52 @@ def bench_e2e(ctx, topic, count, size, partitions, durability, as_json, no_ceili
     if not no_ceilings:
         result["ceilings"] = ceilings(data_dir)
     _print(result, as_json)
+
+
+def run_latency(masters: str, topic: str, count: int, size: int) -> dict:
+    """``send_sync`` one record at a time to partition 0, interleaved with a bare gRPC unary
+    call (the standard health check, a few bytes each way) to the same broker: the ceiling
+    of a synchronous send, measured in the same run."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from lib.admin import AdminClient
+    from lib.producer.producer import Producer
+    from lib.rpc import channel
+
+    with AdminClient(masters) as admin:
+        address = admin.describe_topic(topic).partitions[0].address
+    value = os.urandom(size)
+    ch = channel(address)
+    check = health_pb2_grpc.HealthStub(ch).Check
+    request = health_pb2.HealthCheckRequest(service="")
+    sends, trips = np.zeros(count), np.zeros(count)
+    try:
+        with Producer(masters, linger_ms=0) as producer:
+            producer.send_sync(topic, value, partition=0, timeout=60)  # warm-up: routes, channel
+            check(request, timeout=10)
+            for i in range(count):
+                t0 = time.perf_counter()
+                check(request, timeout=10)
+                t1 = time.perf_counter()
+                producer.send_sync(topic, value, partition=0, timeout=10)
+                sends[i], trips[i] = time.perf_counter() - t1, t1 - t0
+    finally:
+        ch.close()
+    send, trip = percentiles_ms(sends), percentiles_ms(trips)
+    return {"messages": count, "value_bytes": size, "send_sync": send,
+            "grpc_unary_round_trip": trip,
+            "ratio": {k: round(send[k] / trip[k], 2) for k in ("p50_ms", "p99_ms") if trip[k]}}
+
+
+@bench.command("latency")
+@with_common
+@click.pass_context
+def bench_latency(ctx, topic, count, size, partitions, durability, as_json, no_ceilings,
+                  data_dir) -> None:
+    """send_sync one at a time (p50/p99) beside a bare gRPC round trip to the same broker."""
+    masters = ctx.obj["masters"]
+    ensure_topic(masters, topic, partitions, durability)
+    _print({"latency": run_latency(masters, topic, min(count, 20_000), size)}, as_json)
 
 
 def register(main: click.Group) -> None:

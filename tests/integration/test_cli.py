@@ -134,3 +134,21 @@ def test_unreachable_masters_give_a_clear_error_quickly():
     assert res.returncode == 1
     assert b"Unavailable" in res.stderr and b"127.0.0.1:1" in res.stderr
     assert time.monotonic() - start < 30
+
+
+def test_bench_latency_and_bulk_produce_report_figures_for_people_and_scripts(cluster):
+    masters = cluster.master_addresses
+    latency = tubeq(masters, "bench", "latency", "--messages", "100", "--size", "16",
+                    "--partitions", "1", "--json", "--no-ceilings")
+    assert latency.returncode == 0, latency.stderr
+    got = json.loads(latency.stdout)["latency"]
+    assert got["messages"] == 100
+    for part in ("send_sync", "grpc_unary_round_trip"):
+        assert 0 < got[part]["p50_ms"] <= got[part]["p99_ms"] <= got[part]["max_ms"]
+    assert got["ratio"]["p50_ms"] > 0
+    bulk = tubeq(masters, "bench", "produce", "--messages", "20000", "--size", "100", "--bulk",
+                 "5000", "--topic", "bulk", "--no-ceilings")
+    assert bulk.returncode == 0, bulk.stderr
+    text = bulk.stdout.decode()
+    assert "produce\n" in text and "msgs_per_s" in text and "20,000" in text  # a table
+    assert "{" not in text  # not a Python dict
