@@ -206,7 +206,7 @@ def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],
     if not last:  # the bytes stay (later positions are fixed): keep the holes, skip the rest
         out += held
         damage += seen
-        return local if local >= seg.length else good
+        return min(local, seg.length)  # what follows ``local`` could not be scanned
     return good
 
 
