@@ -87,6 +87,7 @@ class Accumulator:
         self.flushing = 0  # > 0: ignore linger, send everything now
         self.closed = False  # no more appends; linger ignored
         self.forced = False  # close timed out: fail what is left instead of waiting
+        self._room_waiters = 0  # send() calls blocked on a full buffer
 
     # ------------------------------------------------------------------ caller side
 
@@ -94,32 +95,53 @@ class Accumulator:
                timestamp: int) -> RecordFuture:
         """Queue one encoded frame and return its future; blocks while the buffer is full
         (up to max_block_s)."""
-        return self._add(tp, (frame,), len(frame), tag_hash, timestamp)
+        return self.add(tp, (frame,), len(frame), tag_hash, timestamp)
 
     def append_plain(self, tp: TopicPartition, value: bytes, timestamp: int) -> RecordFuture:
         """:meth:`append` for the commonest record (no key, tag, headers or compression),
         encoded straight into the batch buffer with no frame object in between."""
-        return self._add(tp, plain_frame(value, None, timestamp), FRAME_HEADER_SIZE + len(value),
-                         0, timestamp)
+        return self.add(tp, plain_frame(value, None, timestamp), FRAME_HEADER_SIZE + len(value),
+                        0, timestamp)
 
-    def _add(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int, tag_hash: int,
-             timestamp: int) -> RecordFuture:
+    def add(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int, tag_hash: int,
+            timestamp: int) -> RecordFuture:
         """Append one frame of ``size`` bytes, given as ``pieces``, to the open batch of
         ``tp``."""
         with self._lock:
             batch = self._open_batch(tp, size)
-            index = len(batch.sizes)
-            if tag_hash and batch.tag_hashes is None:
-                batch.tag_hashes = [0] * index
-            if batch.tag_hashes is not None:
-                batch.tag_hashes.append(tag_hash)
-            buf = batch.buf
-            for piece in pieces:
-                buf += piece
-            batch.sizes.append(size)
-            batch.timestamps.append(timestamp)
-            batch.size += size
-            self._used += size
+            return self._put(batch, pieces, size, tag_hash, timestamp)
+
+    def append_alone(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int,
+                     tag_hash: int, timestamp: int) -> tuple[RecordFuture, Batch | None]:
+        """:meth:`add`, except that when ``tp`` has nothing queued or in flight the record's
+        batch comes back already taken (in flight, sealed) for the caller to send itself:
+        ``send_sync`` then costs one RPC with no hand-off to the sender thread and back. The
+        partition stays blocked for other batches until it is released, as with drain()."""
+        with self._lock:
+            if (not self.closed and tp not in self._in_flight and not self._queues.get(tp)
+                    and self._used + size <= self.buffer_bytes):
+                batch = Batch(tp, time.monotonic(), sealed=True)
+                self._in_flight.add(tp)
+                self._incomplete.add(batch)
+                return self._put(batch, pieces, size, tag_hash, timestamp), batch
+            batch = self._open_batch(tp, size)
+            return self._put(batch, pieces, size, tag_hash, timestamp), None
+
+    def _put(self, batch: Batch, pieces: tuple[bytes, ...], size: int, tag_hash: int,
+             timestamp: int) -> RecordFuture:
+        """Lay one frame into ``batch`` (lock held)."""
+        index = len(batch.sizes)
+        if tag_hash and batch.tag_hashes is None:
+            batch.tag_hashes = [0] * index
+        if batch.tag_hashes is not None:
+            batch.tag_hashes.append(tag_hash)
+        buf = batch.buf
+        for piece in pieces:
+            buf += piece
+        batch.sizes.append(size)
+        batch.timestamps.append(timestamp)
+        batch.size += size
+        self._used += size
         return RecordFuture(batch.outcome, index)
 
     def append_run(self, tp: TopicPartition, frames: bytes, sizes: np.ndarray,
@@ -187,7 +209,11 @@ class Accumulator:
                     f"producer buffer full ({self._used} of {self.buffer_bytes} bytes) for "
                     f"{self.max_block_s} s: the cluster is not keeping up or is unreachable",
                     used=self._used, limit=self.buffer_bytes)
-            self.cond.wait(left)
+            self._room_waiters += 1
+            try:
+                self.cond.wait(left)
+            finally:
+                self._room_waiters -= 1
 
     # ------------------------------------------------------------------ sender side
 
@@ -236,7 +262,11 @@ class Accumulator:
             if batch in self._incomplete:
                 self._incomplete.discard(batch)
                 self._used -= batch.size
-            self.cond.notify_all()
+            if self._queues.get(batch.tp) or self._room_waiters or self.closed:
+                # Someone can use what was freed: the sender (the partition's next batch, or
+                # closing), or a send() blocked on a full buffer. Otherwise waking the sender
+                # only makes it contend for the GIL (a send_sync's release, every time).
+                self.cond.notify_all()
         batch.done.set()
 
     def abort_queued(self) -> list[Batch]:

@@ -126,6 +126,22 @@ class Producer:
         RecordTooLarge, UnknownTopic, UnknownPartition; RequestTimedOut when the buffer stays
         full for max_block_ms; ClientClosed after close().
         """
+        tp, pieces, size, hashed, ts = self._encode(topic, value, key, tag, headers,
+                                                    partition, timestamp)
+        future = self._acc.add(tp, pieces, size, hashed, ts)
+        self._sent += 1
+        if not self._sent & YIELD_EVERY_MASK:
+            # A thread calling send() in a loop keeps the GIL for the whole 5 ms switch
+            # interval, stalling the sender thread and gRPC completions of the one in-flight
+            # batch per partition; yielding every 256 records (about 1 ms) bounds that wait.
+            time.sleep(0)
+        return future
+
+    def _encode(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
+                headers: Mapping[str, bytes] | None, partition: int | None,
+                timestamp: int | None) -> tuple[TopicPartition, tuple[bytes, ...], int, int, int]:
+        """Check one record and encode its frame: (partition, frame pieces, frame size, tag
+        hash, timestamp). Raises the errors :meth:`send` documents."""
         if self._closed:
             raise ClientClosed("the producer is closed: it accepts no more records")
         if topic not in self._named:
@@ -139,23 +155,11 @@ class Producer:
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
         if key is None and partition is None and not tag and not headers and not self._zlib:
             # The commonest record, kept lean: no frame object, no per-record TopicPartition.
-            if len(value) + FRAME_HEADER_SIZE > route.max_message_bytes:
-                raise self._too_large(route, len(value) + FRAME_HEADER_SIZE)
+            size = len(value) + FRAME_HEADER_SIZE
+            if size > route.max_message_bytes:
+                raise self._too_large(route, size)
             p = self._choose(route, None, None, len(value))
-            future = self._acc.append_plain(route.tps[p], value, ts)
-        else:
-            future = self._send_general(route, value, key, tag, headers, partition, ts)
-        self._sent += 1
-        if not self._sent & YIELD_EVERY_MASK:
-            # A thread calling send() in a loop keeps the GIL for the whole 5 ms switch
-            # interval, stalling the sender thread and gRPC completions of the one in-flight
-            # batch per partition; yielding every 256 records (about 1 ms) bounds that wait.
-            time.sleep(0)
-        return future
-
-    def _send_general(self, route: TopicRoutes, value: bytes, key: bytes | None,
-                      tag: str | None, headers: Mapping[str, bytes] | None,
-                      partition: int | None, ts: int) -> Future[RecordMetadata]:
+            return route.tps[p], plain_frame(value, None, ts), size, 0, ts
         p = self._choose(route, key, partition, len(value))
         flags = 0
         if self._zlib and len(value) > 64:
@@ -165,13 +169,14 @@ class Producer:
         if tag or headers:
             frame = encode_frame(Record(bytes(value), None if key is None else bytes(key), tag,
                                         headers_of(headers), ts, flags=flags))
+            pieces: tuple[bytes, ...] = (frame,)
         else:
-            frame = b"".join(plain_frame(value, key, ts, flags))
-        if len(frame) > route.max_message_bytes:
-            raise self._too_large(route, len(frame))
+            pieces = plain_frame(value, key, ts, flags)
+        size = sum(map(len, pieces))
+        if size > route.max_message_bytes:
+            raise self._too_large(route, size)
         # Not route.tps[p]: _choose may have refreshed the routes to find a new partition p.
-        return self._acc.append(TopicPartition(route.topic, p), frame,
-                                tag_hash(tag) if tag else 0, ts)
+        return TopicPartition(route.topic, p), pieces, size, tag_hash(tag) if tag else 0, ts
 
     @staticmethod
     def _too_large(route: TopicRoutes, size: int) -> RecordTooLarge:
@@ -254,9 +259,20 @@ class Producer:
                   tag: str | None = None, headers: Mapping[str, bytes] | None = None,
                   partition: int | None = None, timestamp: int | None = None,
                   timeout: float | None = None) -> RecordMetadata:
-        """Send one record and wait for its acknowledgement (raises its error)."""
-        future = self.send(topic, value, key, tag, headers, partition, timestamp)
-        self.flush_future(future, timeout)
+        """Send one record and wait for its acknowledgement (raises its error).
+
+        When its partition is idle (nothing queued or in flight) the calling thread sends it
+        itself, one blocking RPC with no hand-off to the sender thread; a retriable failure
+        goes back to the sender thread, which retries it as any other batch."""
+        tp, pieces, size, hashed, ts = self._encode(topic, value, key, tag, headers,
+                                                    partition, timestamp)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        future, batch = self._acc.append_alone(tp, pieces, size, hashed, ts)
+        if batch is not None:
+            self._sender.send_now(batch, timeout)
+        if not future.done():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self.flush_future(future, left)
         return future.result(0)
 
     def flush_future(self, future: Future, timeout: float | None = None) -> None:
@@ -329,9 +345,11 @@ class Producer:
 
     def metrics(self) -> dict[str, int]:
         """Buffer use, in-flight batches and records finished so far (for dashboards, tests
-        and benchmarks, which can count failures without keeping every future)."""
+        and benchmarks, which can count failures without keeping every future);
+        ``records_sent_direct``: acknowledged ``send_sync`` records the caller's thread sent."""
         return {"records_acked": self._sender.records_acked,
                 "records_failed": self._sender.records_failed,
+                "records_sent_direct": self._sender.records_sent_direct,
                 "buffer_used_bytes": self._acc.used_bytes,
                 "batches_in_flight": self._acc.in_flight_count(),
                 "batches_incomplete": len(self._acc.incomplete())}

@@ -6,6 +6,9 @@ that). gRPC completion callbacks only queue the outcome and wake this thread; re
 futures, retry decisions and route refreshes all happen here, so a user's done-callback runs on
 this thread (keep it short: a callback that blocks stalls every partition).
 
+``send_now`` is the exception to "this thread sends": ``send_sync`` on an idle partition sends
+its one-record batch from the caller's thread and settles it there; its failures come here.
+
 Retries: an error with ``retriable`` puts the batch back at the head of its partition after an
 exponential backoff (``retry_backoff_s`` doubling, at most 1 s), invalidating the topic's routes
 when the error says ``refresh_metadata``; after ``retries`` retries, or on any other error, the
@@ -91,8 +94,10 @@ class Sender(threading.Thread):
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = new_producer_id() if idempotent else -1
         self._stopping = False
-        self.records_acked = 0  # written by this thread only, read racily by metrics()
+        self._counting = threading.Lock()  # send_now settles batches on callers' threads too
+        self.records_acked = 0  # read racily by metrics()
         self.records_failed = 0
+        self.records_sent_direct = 0  # acknowledged through send_now
 
     # ------------------------------------------------------------------ thread
 
@@ -147,6 +152,32 @@ class Sender(threading.Thread):
                            metadata=self.metadata)
         call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
 
+    def send_now(self, batch: Batch, timeout: float | None = None) -> None:
+        """Send a batch taken by ``Accumulator.append_alone`` from the *calling* thread, one
+        blocking RPC, and settle it on success. Any failure is handed to the sender thread as
+        a completion, so retries, backoff and route refreshes stay in one place."""
+        topic, partition = batch.tp
+        batch.attempts += 1
+        try:
+            route = self.routes.get(topic)
+            address = route.address(partition) if partition < route.count else None
+            if not address:
+                raise Unavailable(f"no broker hosts {topic}/{partition} right now",
+                                  topic=topic, partition=partition)
+            stub = self._stub(address)
+            self._seal(batch)
+            limit = self.request_timeout_s if timeout is None else \
+                min(timeout, self.request_timeout_s)
+            response = stub(batch.payload, timeout=limit, metadata=self.metadata)
+        except TubeqError as exc:
+            self._hand_over(batch, None, exc)
+        except grpc.RpcError as exc:
+            self._hand_over(batch, None, from_rpc_error(exc))
+        else:
+            with self._counting:
+                self.records_sent_direct += len(batch)
+            self._succeed(batch, response)
+
     def _seal(self, batch: Batch) -> None:
         """Build the wire batch once; assign the idempotent sequence on the first send."""
         batch.first_sent = time.monotonic()
@@ -178,6 +209,9 @@ class Sender(threading.Thread):
             result, error = None, from_rpc_error(exc)
         except Exception as exc:  # noqa: BLE001 - e.g. cancelled on close: still report it
             result, error = None, Unavailable(f"produce call failed: {exc!r}")
+        self._hand_over(batch, result, error)
+
+    def _hand_over(self, batch: Batch, result: Any, error: TubeqError | None) -> None:
         self._completions.put((batch, result, error))
         with self.acc.cond:
             self.acc.cond.notify_all()
@@ -204,7 +238,8 @@ class Sender(threading.Thread):
             event(log, "producer.offsets_mismatch", logging.WARNING, topic=topic,
                   partition=partition, base=base, last=response.last_offset, count=len(batch))
         times = batch.timestamps
-        self.records_acked += len(batch)
+        with self._counting:
+            self.records_acked += len(batch)
         batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i, times[i]))
         self.acc.release(batch)
 
@@ -232,7 +267,8 @@ class Sender(threading.Thread):
               partition=batch.tp.partition, records=len(batch), error=error.code,
               message=error.message)
         if batch.outcome.state == PENDING:
-            self.records_failed += len(batch)
+            with self._counting:
+                self.records_failed += len(batch)
         batch.outcome.fail(error)
         self.acc.release(batch, in_flight)
 

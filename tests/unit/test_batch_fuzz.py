@@ -29,6 +29,7 @@ from lib.records import (
     parse_batch,
     tag_hash,
 )
+from lib.records.check import _few_columns, _many_columns
 from storage.datalog import CHUNK, _parse_chunk, chunk_header
 from storage.store import Store
 from tests.helpers import read_all
@@ -85,8 +86,9 @@ def test_a_valid_batch_passes_every_frame_check():
     (lambda f: f.__setitem__(8, 0x80), "unknown flags"),
     (lambda f: f.__setitem__(8, 0x01), "compressed value does not inflate"),  # zlib flag
 ])
-def test_a_broken_frame_with_a_valid_batch_crc_is_refused_by_name(damage, problem):
-    frames = good_frames()
+@pytest.mark.parametrize("copies", [1, 3], ids=["frame-by-frame", "whole-array"])
+def test_a_broken_frame_with_a_valid_batch_crc_is_refused_by_name(damage, problem, copies):
+    frames = good_frames() * copies  # 6 frames are checked one by one, 18 over whole arrays
     bad = bytearray(frames[3])
     damage(bad)
     frames[3] = bytes(bad) if problem == "CRC" else with_crc(bad)
@@ -95,13 +97,14 @@ def test_a_broken_frame_with_a_valid_batch_crc_is_refused_by_name(damage, proble
     assert "frame 3 of the batch" in str(info.value)
 
 
-def test_columns_that_disagree_with_the_frames_are_refused():
-    frames = good_frames()
+@pytest.mark.parametrize("copies", [1, 3], ids=["frame-by-frame", "whole-array"])
+def test_columns_that_disagree_with_the_frames_are_refused(copies):
+    frames = good_frames() * copies
     tags = [_tag_of(f) for f in frames]
     tags[2] ^= 1
     with pytest.raises(CorruptRecord, match="tag-hash column"):
         parse_batch(rebuild(frames, tags=tags))
-    times = [r.timestamp for r in GOOD]
+    times = [r.timestamp for r in GOOD] * copies
     times[4] += 1
     with pytest.raises(CorruptRecord, match="timestamp column"):
         parse_batch(rebuild(frames, times=times))
@@ -172,6 +175,23 @@ def test_whatever_append_accepts_recovery_keeps_and_decode_reads(frames):
     assert list(scanned.entries["ts"]) == list(view.timestamps)
     starts = np.concatenate(([0], np.cumsum(view.sizes)[:-1])) + CHUNK.size
     assert list(scanned.entries["pos"]) == list(starts)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_frames())
+def test_the_frame_by_frame_check_agrees_with_the_whole_array_check(frames):
+    """Small batches are checked frame by frame, large ones over whole arrays: the same
+    frames must get the same verdict and the same columns from both."""
+    body = memoryview(b"".join(frames))
+    verdicts = []
+    for check, sizes in ((_few_columns, [len(f) for f in frames]),
+                         (_many_columns, np.array([len(f) for f in frames], np.uint32))):
+        try:
+            tags, times = check(body, sizes)
+            verdicts.append((tags.tolist(), times.tolist()))
+        except CorruptRecord:
+            verdicts.append("refused")
+    assert verdicts[0] == verdicts[1]
 
 
 @settings(max_examples=60, deadline=None,
