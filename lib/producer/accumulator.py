@@ -40,7 +40,7 @@ class Batch:
 
     tp: TopicPartition
     created: float
-    buf: bytearray = field(default_factory=bytearray)
+    buf: bytearray | memoryview = field(default_factory=bytearray)  # a view: append_run
     sizes: list[int] = field(default_factory=list)
     tag_hashes: list[int] | None = None
     timestamps: list[int] = field(default_factory=list)
@@ -155,9 +155,10 @@ class Accumulator:
         cuts = np.flatnonzero(np.diff(starts[:-1] // self.batch_bytes)) + 1
         bounds = [0, *cuts.tolist(), len(sizes)]
         out = []
+        whole = memoryview(frames)  # batches are views: the request is the one copy
         for i, j in zip(bounds, bounds[1:], strict=False):
             a, b = int(starts[i]), int(starts[j])
-            batch = Batch(tp, time.monotonic(), bytearray(frames[a:b]), sizes[i:j],
+            batch = Batch(tp, time.monotonic(), whole[a:b], sizes[i:j],
                           None if tag_hashes is None else tag_hashes[i:j],
                           np.full(j - i, timestamp, np.int64), b - a, sealed=True)
             with self._lock:

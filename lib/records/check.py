@@ -32,6 +32,7 @@ from lib.records.layout import (
     frame_starts,
     gather_u16,
     gather_u32,
+    range_crcs,
 )
 
 INFLATE_STEP = 1 << 20  # bytes inflated at a time when checking a compressed value
@@ -165,13 +166,14 @@ def _many_columns(frames: memoryview, sizes: np.ndarray) -> tuple[np.ndarray, np
     pos = _walk_headers(u8, pos, ends, head["header_count"])
     _require(pos + head["value_len"] == ends, "its field lengths do not add up to the frame "
              "length")
-    _require(_crcs(frames, starts + 8, ends) == head["crc"], "its CRC does not match its bytes")
+    _require(range_crcs(frames, starts + 8, ends) == head["crc"],
+             "its CRC does not match its bytes")
     _check_compressed(frames, head, ends)
     tagged = np.flatnonzero(tag_lens)
     hashes = np.zeros(len(sizes), _U32)
     if len(tagged):
         at = starts[tagged] + FRAME_HEADER_SIZE
-        hashes[tagged] = np.maximum(_crcs(frames, at, at + tag_lens[tagged]), 1)  # tag_hash
+        hashes[tagged] = np.maximum(range_crcs(frames, at, at + tag_lens[tagged]), 1)  # tag_hash
     return hashes, head["ts"]
 
 
@@ -257,13 +259,6 @@ def _inflates(value: memoryview, i: int) -> None:
 def frame_sizes(frames: memoryview) -> np.ndarray:
     """The size of each frame of a run, by its length field (recovery has no size column)."""
     return np.fromiter(map(len, iter_frames(frames)), _U32)
-
-
-def _crcs(frames: memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """CRC-32 of each byte range, in one C-level pass (map over slices, no Python loop)."""
-    return np.fromiter(map(zlib.crc32, map(frames.__getitem__,
-                                           map(slice, starts.tolist(), ends.tolist()))),
-                       _U32, len(starts))
 
 
 def _walk_headers(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray,

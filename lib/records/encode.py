@@ -1,11 +1,11 @@
 """Encoding frames and batches (producers; tests). The broker never encodes a frame."""
 from __future__ import annotations
 
-import itertools
 import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +30,6 @@ from lib.records.layout import (
     _crc32,
     _pack_head,
     _pack_tail,
-    frame_starts,
     tag_hash,
 )
 
@@ -110,6 +109,8 @@ def assemble_batch(
 
 
 FEW_COLUMNS = 16
+ROWS_UP_TO = 512  # encode_columns lays out fixed-size records up to this size as 2-D rows
+MAX_BULK_FIELD = 1 << 26  # encode_columns packs value and key lengths into one int64
 
 
 def batch_head(
@@ -174,10 +175,11 @@ def encode_columns(values: Sequence[bytes], timestamp: int,
     """Frames for many records without headers in one pass over columns (the bulk producer).
     ``keys`` (bytes each) and ``tags`` (str each, "" for none) are per record when given.
 
-    Byte for byte what :func:`encode_frame` builds per record: the 30-byte frame headers are
-    one numpy structured array, the bytes are laid out with one ``join``, and the CRCs are one
-    C-level ``map`` of ``zlib.crc32``, written back with one numpy scatter. No Python bytecode
-    runs per record.
+    Byte for byte what :func:`encode_frame` builds per record, with no Python bytecode per
+    record: the 30-byte frame headers are one numpy structured array; the CRCs are C-level
+    ``map`` s of ``zlib.crc32`` over the caller's own objects, one per column, each fed the
+    running CRCs of the previous one (a frame's tail differs between records only by its
+    length fields, so one crc32 per distinct tail starts them); the frames are one ``join``.
     """
     n = len(values)
     vlen = np.fromiter(map(len, values), np.int64, n)
@@ -201,20 +203,58 @@ def encode_columns(values: Sequence[bytes], timestamp: int,
         head["key_len"] = np.fromiter(map(len, keys), np.int64, n)
         columns.append(keys)
     columns.append(values)
-    sizes = FRAME_HEADER_SIZE + head["tag_len"].astype(np.int64) \
-        + np.maximum(head["key_len"], 0) + vlen
+    key_lens = head["key_len"].astype(np.int64)
+    biggest = max(int(vlen.max(initial=0)), int(key_lens.max(initial=0)))
+    if biggest >= MAX_BULK_FIELD:
+        raise RecordTooLarge(f"a value or key is {biggest} bytes, limit {MAX_BULK_FIELD - 1}",
+                             size=biggest, limit=MAX_BULK_FIELD - 1)
+    sizes = FRAME_HEADER_SIZE + head["tag_len"].astype(np.int64) + np.maximum(key_lens, 0) \
+        + vlen
     head["length"] = sizes
-    heads = memoryview(head.tobytes())
-    at = np.arange(0, FRAME_HEADER_SIZE * n, FRAME_HEADER_SIZE).tolist()
-    head_pieces = map(heads.__getitem__, map(slice, at, at[1:] + [FRAME_HEADER_SIZE * n]))
-    pieces = itertools.chain.from_iterable(zip(head_pieces, *columns, strict=True))
-    buf = bytearray(b"".join(pieces))
-    starts = frame_starts(sizes)
-    ends = (starts + sizes).tolist()
-    mv = memoryview(buf)
-    crcs = np.fromiter(map(_crc32, map(mv.__getitem__, map(slice, (starts + 8).tolist(), ends))),
-                       _U32, n)
-    u8 = np.frombuffer(buf, np.uint8)
-    u8[(starts + 4)[:, None] + np.arange(4)] = crcs.view(np.uint8).reshape(n, 4)
-    del u8, mv
-    return EncodedRun(bytes(buf), sizes.astype(_U32), tag_hashes)
+    head["crc"] = _frame_crcs(head, columns, (vlen << 35) | ((key_lens + 1) << 9)
+                              | head["tag_len"])
+    widths = [head["tag_len"]] if tags is not None else []
+    widths += [key_lens] if keys is not None else []
+    return EncodedRun(_lay_out(head, columns, [*widths, vlen]), sizes.astype(_U32),
+                      tag_hashes)
+
+
+def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.ndarray]
+             ) -> bytes:
+    """The frames back to back: header, then each column's bytes, per record. When every
+    column has one width (fixed-size records, the usual bulk load) and records are small, the
+    frames are the rows of one 2-D array filled column block by column block (2x faster than
+    the join at 100 B; at 1 KiB its extra copies cost more than they save); else one
+    ``join``."""
+    n = len(head)
+    heads = head.view(np.uint8).reshape(n, FRAME_HEADER_SIZE)
+    if all(int(w.min()) == int(w.max()) for w in widths) and \
+            sum(int(w[0]) for w in widths) <= ROWS_UP_TO:
+        cut = np.cumsum([FRAME_HEADER_SIZE] + [int(w[0]) for w in widths]).tolist()
+        rows = np.empty((n, cut[-1]), np.uint8)
+        rows[:, :FRAME_HEADER_SIZE] = heads
+        for column, a, b in zip(columns, cut, cut[1:], strict=False):
+            if b > a:
+                rows[:, a:b] = np.frombuffer(b"".join(column), np.uint8).reshape(n, b - a)
+        return rows.tobytes()
+    flat = memoryview(heads.ravel())
+    at = range(0, FRAME_HEADER_SIZE * (n + 1), FRAME_HEADER_SIZE)
+    pieces: list[Any] = [None] * (n * (len(columns) + 1))
+    step = len(columns) + 1
+    pieces[::step] = map(flat.__getitem__, map(slice, at, at[1:]))
+    for i, column in enumerate(columns, 1):
+        pieces[i::step] = column
+    return b"".join(pieces)
+
+
+def _frame_crcs(head: np.ndarray, columns: list[Sequence[bytes]], shape: np.ndarray
+                ) -> np.ndarray:
+    """Each frame's CRC: crc32 over its tail (header bytes 8..30), then its columns' bytes.
+    ``shape`` is equal exactly where two tails are (their only varying fields: lengths)."""
+    _kinds, first, inverse = np.unique(shape, return_index=True, return_inverse=True)
+    tails = head.view(np.uint8).reshape(len(head), FRAME_HEADER_SIZE)[first, 8:]
+    running: Iterable[int] = np.fromiter(map(_crc32, tails), np.int64, len(first))[
+        inverse.ravel()].tolist()
+    for column in columns:
+        running = map(_crc32, column, running)
+    return np.fromiter(running, _U32, len(head))

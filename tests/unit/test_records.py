@@ -1,6 +1,7 @@
 """The record batch codec: round trips, limits and corruption detection, with bytes only."""
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 
@@ -132,10 +133,14 @@ def test_offsets_must_match_frame_count():
 
 def test_columns_encoder_builds_exactly_what_the_per_record_encoder_builds():
     from lib.records import encode_columns
-    values = [b"v" * (i % 50) for i in range(300)]
-    keys = [b"k%d" % i for i in range(300)]
-    tags = [f"t{i % 4}" if i % 2 else "" for i in range(300)]
-    for k, t in [(None, None), (keys, None), (None, tags), (keys, tags)]:
+    varied = ([b"v" * (i % 50) for i in range(300)],
+              [b"k%d" % i if i % 7 else b"" for i in range(300)],  # empty key != no key
+              [f"t{i % 4}" if i % 2 else "" for i in range(300)])
+    fixed = ([b"%05d" % i for i in range(300)], [b"k%03d" % i for i in range(300)],
+             [f"t{i % 4}" for i in range(300)])  # every column one width: laid out as rows
+    for (values, keys, tags), k, t in itertools.product(
+            (varied, fixed), (False, True), (False, True)):
+        k, t = keys if k else None, tags if t else None
         run = encode_columns(values, 77, k, t)
         records = [Record(v, key=k[i] if k else None, tag=(t[i] or None) if t else None,
                           timestamp=77) for i, v in enumerate(values)]
