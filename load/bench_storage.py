@@ -19,17 +19,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 from lib.records import Record, decode_frames, encode_batch, parse_batch
+from load.disk import MB, MiB, disk_read_ceiling, disk_write_ceiling, evict, rate, scratch
 from storage.config import StoreConfig
 from storage.store import Store
 
-MB = 1_000_000
-MiB = 1 << 20
 BATCH_RECORDS = 1_000
 VALUE_SIZES = {"1k": 1024, "100b": 100}
 TOPIC = "bench"
@@ -50,12 +48,6 @@ TARGETS = {  # (name, want) of each target in the issue
 def log(msg: str) -> None:
     """Progress to stderr so stdout stays one parseable JSON object."""
     print(f"[bench_storage] {msg}", file=sys.stderr, flush=True)
-
-
-def rate(count: int, nbytes: int, seconds: float) -> dict[str, float]:
-    seconds = max(seconds, 1e-9)
-    return {"msgs": count, "bytes": nbytes, "seconds": round(seconds, 4),
-            "msgs_per_s": round(count / seconds), "MBps": round(nbytes / seconds / MB, 1)}
 
 
 def ratio(a: float, b: float) -> float:
@@ -87,16 +79,6 @@ def cycle_to(pool: list[bytes], total_bytes: int) -> list[bytes]:
         out.append(batch)
         got += len(batch)
     return out
-
-
-@contextmanager
-def scratch(root: Path, name: str) -> Iterator[Path]:
-    """A fresh directory per case, removed afterwards so cases do not fill the disk."""
-    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ codec
@@ -177,31 +159,6 @@ def bench_append(root: Path, cfg: StoreConfig, batches: list[bytes], threads: in
     return rate(len(batches) * BATCH_RECORDS, sum(map(len, batches)), seconds)
 
 
-def disk_write_ceiling(root: Path, total_bytes: int, sync_every: int | None = MiB
-                       ) -> dict[str, float]:
-    """Plain sequential 1 MiB os.writes of ``total_bytes``: what the disk does without us.
-
-    The issue's ceiling fsyncs every MiB (``sync_every``); with ``None`` it fsyncs once at the
-    end, the most generous ceiling (the store's async mode fsyncs every 10,000 messages or
-    16 MiB, so it can beat the per-MiB ceiling).
-    """
-    chunk = os.urandom(MiB)
-    with scratch(root, "disk-write") as path:
-        fd = os.open(path / "plain.dat", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            start = time.perf_counter()
-            written = 0
-            while written < total_bytes:
-                written += os.write(fd, chunk[:min(MiB, total_bytes - written)])
-                if sync_every and written % sync_every == 0:
-                    os.fsync(fd)
-            os.fsync(fd)
-            seconds = time.perf_counter() - start
-        finally:
-            os.close(fd)
-    return rate(0, written, seconds)
-
-
 def best_of(cases: dict[str, Callable[[], dict]], repeats: int) -> dict[str, dict]:
     """Run every case once per round, rounds interleaved, and keep each case's fastest run.
 
@@ -271,18 +228,6 @@ def bench_cache_read(root: Path, pool: list[bytes], backlog: int, min_seconds: f
     return {**rate(passes * msgs, passes * nbytes, seconds), "served_from_cache": from_cache}
 
 
-def evict(directory: Path) -> None:
-    """fsync then drop every file under ``directory`` from the page cache (a cold read)."""
-    for path in directory.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
 def bench_cold_read(root: Path, pool: list[bytes], backlog: int) -> dict[str, object]:
     """Write a backlog, close, evict it from the page cache, reopen and read it all."""
     batches = cycle_to(pool, backlog)
@@ -300,27 +245,6 @@ def bench_cold_read(root: Path, pool: list[bytes], backlog: int) -> dict[str, ob
         finally:
             store.close()
     return {**rate(msgs, nbytes, seconds), "reopen_seconds": round(reopen, 4)}
-
-
-def disk_read_ceiling(root: Path, total_bytes: int) -> dict[str, float]:
-    """Plain sequential 1 MiB reads of an evicted file as big as the backlog."""
-    chunk = os.urandom(MiB)
-    with scratch(root, "disk-read") as path:
-        fd = os.open(path / "plain.dat", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for at in range(0, total_bytes, MiB):
-                os.write(fd, chunk[:min(MiB, total_bytes - at)])
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.lseek(fd, 0, os.SEEK_SET)
-            start = time.perf_counter()
-            nbytes = 0
-            while block := os.read(fd, MiB):
-                nbytes += len(block)
-            seconds = time.perf_counter() - start
-        finally:
-            os.close(fd)
-    return rate(0, nbytes, seconds)
 
 
 def bench_reads(root: Path, pools: dict[str, list[bytes]], backlog: int, repeats: int,

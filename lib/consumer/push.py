@@ -39,8 +39,8 @@ import numpy as np
 
 from lib import errors
 from lib.config import require
+from lib.consumer.base import ConsumerBase, as_config
 from lib.consumer.coordinator import Coordinator
-from lib.consumer.pull import ConsumerBase, as_config
 from lib.consumer.push_stream import PushStream, StreamHooks
 from lib.logs import event
 from lib.proto import broker_pb2

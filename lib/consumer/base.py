@@ -1,0 +1,113 @@
+"""What the pull and push consumers share: connections, the subscription state, the group
+member (coordinator), commits and the rebalance listener. Each consumer adds its own data path:
+``pull.py`` (prefetching fetcher, ``poll``) and ``push.py`` (broker push streams, handlers).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from lib import errors
+from lib.config import T, settle
+from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
+from lib.consumer.subscription import SubscriptionState, topic_names
+from lib.logs import event
+from lib.names import check_name
+from lib.routes import RouteCache
+from lib.rpc import ChannelPool, MasterClient
+from lib.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def as_config(cls: type[T], config: T | None, settings: dict[str, Any]) -> T:
+    """:func:`lib.config.settle`, turning ConfigError into the InvalidArgument a caller
+    expects."""
+    try:
+        return settle(cls, config, settings)
+    except errors.ConfigError as exc:
+        raise errors.InvalidArgument(str(exc)) from None
+
+
+class ConsumerBase:
+    """What the pull and push consumers share: connections, subscription, group, commits."""
+
+    def __init__(self, masters: str | Iterable[str], group: str, reset: str,
+                 session_timeout_ms: int, client_id: str, rpc_timeout_s: float) -> None:
+        self._pool = ChannelPool()
+        self._masters = MasterClient(masters if isinstance(masters, str) else list(masters),
+                                     self._pool, timeout=rpc_timeout_s)
+        self._sub = SubscriptionState(reset)
+        routes = RouteCache(self._masters, timeout=rpc_timeout_s)
+        self._offsets = OffsetClient(self._pool, self._masters, routes, rpc_timeout_s)
+        self._group = group
+        self._session_timeout_ms = session_timeout_ms
+        self._client_id = client_id
+        self._coordinator: Coordinator | None = None
+        self._commit_lock = threading.Lock()
+        self._closed = False
+
+    def _start_group(self, topics: Iterable[str] | str, group: str | None,
+                     tags: Iterable[str] | None) -> None:
+        """Subscribe ``topics`` as a member of ``group`` (joins now: bad input raises here)."""
+        if self._coordinator is not None or self._sub.assignment():
+            raise errors.InvalidArgument("this consumer is already subscribed or assigned")
+        self._group = check_name(group or self._group, "group")
+        names = topic_names(topics)
+        self._offsets.refresh_routes(names)
+        self._sub.set_topics(names, tags)
+        cfg = as_config(CoordinatorConfig, None, {"group": self._group,
+                                                  "session_timeout_ms": self._session_timeout_ms,
+                                                  "client_host": self._client_id})
+        coordinator = Coordinator(cfg, self._offsets, self._sub, self)
+        self._coordinator = coordinator  # set first: the join's rebalance calls back into us
+        try:
+            coordinator.start()
+        except BaseException:
+            self._coordinator, self._sub.topics = None, ()
+            raise
+
+    @property
+    def _identity(self) -> tuple[str, int]:
+        return self._coordinator.identity if self._coordinator else NO_MEMBER
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if not self._group:
+            raise errors.InvalidArgument("commit needs a consumer group: pass group=... to the "
+                                         "consumer or to subscribe()")
+        for tp, off in offsets.items():
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise errors.InvalidArgument(f"cannot commit offset {off!r} for {tp}: "
+                                             "offsets are integers >= 0")
+        if not offsets:
+            return
+        with self._commit_lock:
+            self._offsets.commit(self._group, offsets, self._identity)
+            for tp, off in offsets.items():
+                self._sub.set_committed(tp, off)
+
+    def _commit_quietly(self, offsets: dict[TopicPartition, int], why: str) -> None:
+        try:
+            self._commit(offsets)
+        except errors.TubeqError as exc:
+            event(log, "consumer.commit_failed", logging.WARNING, group=self._group, why=why,
+                  error=str(exc), partitions=len(offsets))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.ClientClosed("the consumer is closed: it takes no more calls")
+
+    # -- RebalanceListener -------------------------------------------------------------------
+
+    def on_revoke(self, tps: set[TopicPartition]) -> None:
+        """Commit what was consumed of partitions about to move (auto-commit only)."""
+        points = self._sub.revoke(tps)
+        if points and self._auto_commit:
+            self._commit_quietly(points, "revoke")
+
+    def on_assign(self, tps: set[TopicPartition]) -> None:
+        pass
+
+    _auto_commit = True
