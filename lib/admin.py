@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError
 from lib.names import check_name
 from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
@@ -84,7 +85,7 @@ def settings_of(partitions: int | None = None, stores: int | None = None,
         max_message_bytes=max_message_bytes or 0)
 
 
-class AdminClient:
+class AdminClient(Closeable):
     """Admin operations against the active master. Thread-safe; call ``close()`` when done."""
 
     def __init__(self, masters: str | Sequence[str], timeout: float = 10.0,
@@ -206,8 +207,3 @@ class AdminClient:
     def close(self) -> None:
         self._master.close()
 
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lib.closing import Closeable
 from lib.errors import (
     CorruptRecord,
     DiskFull,
@@ -84,7 +85,7 @@ class _Partition:
         self.earliest = index.start
 
 
-class Store:
+class Store(Closeable):
     """Storage instance ``<root>/<topic>/<store_id>``; see module docstring for threading."""
 
     def __init__(self, root: str | Path, topic: str, store_id: int, partitions: Iterable[int],
@@ -320,11 +321,6 @@ class Store:
             part.index.close()
         self._data.close()
 
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -------------------------------------------------------------- lock helpers
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lib import errors
+from lib.closing import Closeable
 from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
 from lib.consumer.subscription import SubscriptionState, topic_names
@@ -31,7 +32,7 @@ def as_config(cls: type[T], config: T | None, settings: dict[str, Any]) -> T:
         raise errors.InvalidArgument(str(exc)) from None
 
 
-class ConsumerBase:
+class ConsumerBase(Closeable):
     """What the pull and push consumers share: connections, subscription, group, commits."""
 
     def __init__(self, masters: str | Iterable[str], group: str, reset: str,

@@ -306,8 +306,3 @@ class PullConsumer(ConsumerBase):
         self._masters.close()
         self._pool.close()
 
-    def __enter__(self) -> PullConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -381,8 +381,3 @@ class PushConsumer(ConsumerBase):
             self._coordinator.leave()
         self._pool.close()
 
-    def __enter__(self) -> PushConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

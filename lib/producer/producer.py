@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lib.closing import Closeable
 from lib.config import settle
 from lib.errors import (
     ClientClosed,
@@ -91,7 +92,7 @@ class ProducerConfig:
                 raise ConfigError(f"producer config: {message}")
 
 
-class Producer:
+class Producer(Closeable):
     """Sends records to topics; thread-safe (many threads may call ``send``)."""
 
     def __init__(self, masters: str | Sequence[str], *, config: ProducerConfig | None = None,
@@ -332,11 +333,6 @@ class Producer:
         self._master.close()
         self._pool.close()
 
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @property
     def routes(self) -> RouteCache:
