@@ -1,0 +1,216 @@
+"""The options of ``format("tubeq")``: parsed and checked once, on the driver, into frozen data.
+
+Spark hands a data source its options as a case-insensitive map of strings. Everything that can
+be wrong with them without asking the cluster (a missing ``masters``, JSON that does not parse,
+two ways of choosing topics at once) is found here, before any task starts, and reported as an
+:class:`OptionError` naming the option: a user sees that instead of a worker's stack trace. What
+needs the cluster (does the topic exist? is offset 5 still there?) is checked by ``plan``.
+
+Names follow Spark's Kafka source where one exists (``subscribe``, ``subscribePattern``,
+``assign``, ``startingOffsets``, ``endingOffsets``, ``minPartitions``, ``includeHeaders``,
+``failOnDataLoss``); offsets in JSON use Kafka's -2 for earliest and -1 for latest.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lib.errors import InvalidArgument
+from lib.names import check_name
+
+EARLIEST, LATEST = -2, -1
+
+# Either "earliest", "latest", or topic -> partition -> offset (offsets may be -2 / -1).
+OffsetSpec = str | dict[str, dict[int, int]]
+
+READ_OPTIONS = {"masters", "subscribe", "subscribepattern", "assign", "startingoffsets",
+                "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
+                "polltimeoutms"}
+WRITE_OPTIONS = {"masters", "topic", "idempotent", "lingerms", "batchbytes"}
+# Kafka options that mean nothing here; refusing them beats silently ignoring them.
+NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "startingtimestamp": None,
+                 "endingtimestamp": None, "startingoffsetsbytimestamp": None,
+                 "endingoffsetsbytimestamp": None}
+
+
+class OptionError(InvalidArgument):
+    """An option of ``format("tubeq")`` is missing or wrong; ``option`` names it."""
+
+    code = "INVALID_OPTION"
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"tubeq option {option!r}: {problem}", option=option)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """A batch read: which topics or partitions, which offsets, which tags."""
+
+    masters: str
+    subscribe: tuple[str, ...] = ()
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting_offsets: OffsetSpec = "earliest"
+    ending_offsets: OffsetSpec = "latest"
+    min_partitions: int | None = None
+    tags: tuple[str, ...] = ()
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """A batch write: where to, and how the per-worker producer is set up."""
+
+    masters: str
+    topic: str | None = None
+    idempotent: bool = True
+    linger_ms: int = 5
+    batch_bytes: int = 512 * 1024
+
+
+def read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check a read's options (no network); raises :class:`OptionError` naming the option."""
+    opts = _lowered(options, READ_OPTIONS)
+    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+    if len(chosen) != 1:
+        given = ", ".join(chosen) or "none of them"
+        raise OptionError("subscribe", "give exactly one of subscribe, subscribePattern or "
+                                       f"assign (got {given})")
+    pattern = opts.get("subscribepattern")
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError("subscribePattern", f"not a regular expression: {exc}") from None
+    return ReadOptions(
+        masters=_masters(opts),
+        subscribe=_names("subscribe", opts.get("subscribe", "")),
+        subscribe_pattern=pattern or None,
+        assign=_assign(opts["assign"]) if opts.get("assign") else None,
+        starting_offsets=_offsets("startingOffsets", opts.get("startingoffsets", "earliest")),
+        ending_offsets=_offsets("endingOffsets", opts.get("endingoffsets", "latest")),
+        min_partitions=_int("minPartitions", opts.get("minpartitions"), 1, None),
+        tags=tuple(t.strip() for t in opts.get("tags", "").split(",") if t.strip()),
+        include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+        poll_timeout_ms=_int("pollTimeoutMs", opts.get("polltimeoutms"), 1, 120_000),
+    )
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Check a write's options (no network); raises :class:`OptionError` naming the option."""
+    opts = _lowered(options, WRITE_OPTIONS)
+    topic = opts.get("topic") or None
+    if topic is not None:
+        _names("topic", topic)
+    return WriteOptions(
+        masters=_masters(opts), topic=topic,
+        idempotent=_bool("idempotent", opts.get("idempotent", "true")),
+        linger_ms=_int("lingerMs", opts.get("lingerms"), 0, 5),
+        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024))
+
+
+def _lowered(options: Mapping[str, str], known: set[str]) -> dict[str, str]:
+    """The options keyed in lower case (Spark's map is case-insensitive); unknown ones refused."""
+    opts = {str(k).lower(): str(v) for k, v in dict(options).items() if v is not None}
+    opts.pop("path", None)  # load(path) / save(path): Spark passes it along, nothing uses it
+    for key in opts:
+        if key in NOT_SUPPORTED:
+            instead = NOT_SUPPORTED[key]
+            hint = f"use {instead!r}" if instead else "not supported by tubeq yet"
+            raise OptionError(key, hint)
+        if key not in known:
+            raise OptionError(key, f"unknown option (known: {', '.join(sorted(known))})")
+    return opts
+
+
+def _masters(opts: dict[str, str]) -> str:
+    masters = ",".join(a.strip() for a in opts.get("masters", "").split(",") if a.strip())
+    if not masters:
+        raise OptionError("masters", "required: the tubeq master addresses, host:port,...")
+    for address in masters.split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise OptionError("masters", f"{address!r} is not host:port")
+    return masters
+
+
+def _names(option: str, text: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    for name in names:
+        try:
+            check_name(name, "topic")
+        except InvalidArgument as exc:
+            raise OptionError(option, exc.message) from None
+    return names
+
+
+def _json(option: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(option, f"not valid JSON ({exc.msg} at {exc.pos}): {text!r}") from None
+
+
+def _assign(text: str) -> dict[str, tuple[int, ...]]:
+    raw = _json("assign", text)
+    if not isinstance(raw, dict) or not raw:
+        raise OptionError("assign", 'expected a JSON object like {"topic": [0, 1]}')
+    out = {}
+    for topic, parts in raw.items():
+        _names("assign", topic)
+        if not isinstance(parts, list) or not all(_is_int(p) and p >= 0 for p in parts):
+            raise OptionError("assign", f"{topic!r} needs a list of partition numbers")
+        out[topic] = tuple(sorted(set(parts)))
+    return out
+
+
+def _offsets(option: str, text: str) -> OffsetSpec:
+    word = text.strip().lower()
+    if word in ("earliest", "latest"):
+        return word
+    raw = _json(option, text)
+    if not isinstance(raw, dict):
+        raise OptionError(option, 'expected "earliest", "latest" or JSON like '
+                                  '{"topic": {"0": 5}}')
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in raw.items():
+        _names(option, topic)
+        if not isinstance(parts, dict):
+            raise OptionError(option, f"{topic!r} needs an object of partition -> offset")
+        out[topic] = {}
+        for part, offset in parts.items():
+            if not str(part).isdigit() or not _is_int(offset) or offset < EARLIEST:
+                raise OptionError(option, f"{topic}[{part}] = {offset!r}: partitions are "
+                                          "numbers, offsets are >= 0, -2 (earliest) or -1 "
+                                          "(latest)")
+            out[topic][int(part)] = offset
+    return out
+
+
+def _int(option: str, text: str | None, low: int, default: Any) -> Any:
+    if text is None or text.strip() == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise OptionError(option, f"expected an integer, got {text!r}") from None
+    if value < low:
+        raise OptionError(option, f"must be >= {low}, got {value}")
+    return value
+
+
+def _bool(option: str, text: str) -> bool:
+    word = text.strip().lower()
+    if word not in ("true", "false"):
+        raise OptionError(option, f"expected true or false, got {text!r}")
+    return word == "true"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,171 @@
+"""Planning a batch read on the driver: which topic partitions, from which offset to which.
+
+The cluster is asked once (``AdminClient``: the topics and their live earliest/latest offsets);
+what follows is pure: options + topic descriptions -> offset ranges -> ranges split for
+``minPartitions``. Every problem found here is an :class:`OptionError` naming the option, so it
+reaches the user from the driver before any task runs.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from lib.admin import AdminClient
+from lib.errors import TubeqError, UnknownTopic
+from lib.types import TopicInfo
+from spark_sink.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
+
+OFFSETS_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@contextmanager
+def admin_client(masters: str) -> Iterator[AdminClient]:
+    """An AdminClient for planning: a cluster that does not answer is reported against the
+    ``masters`` option (catch UnknownTopic inside: it also asks for fresh metadata)."""
+    try:
+        with AdminClient(masters) as admin:
+            yield admin
+    except (OptionError, UnknownTopic):
+        raise
+    except TubeqError as exc:
+        if not (exc.retriable or exc.refresh_metadata):
+            raise
+        raise OptionError("masters", f"no tubeq master answered at {masters}: "
+                                     f"{exc.message}") from exc
+
+
+def plan_read(opts: ReadOptions) -> list[OffsetRange]:
+    """The ranges a read covers, split for ``minPartitions``; asks the masters once."""
+    with admin_client(opts.masters) as admin:
+        topics = describe_topics(admin, opts)
+    ranges = offset_ranges(opts, topics)
+    return split_ranges(ranges, opts.min_partitions or 0)
+
+
+def describe_topics(admin: AdminClient, opts: ReadOptions) -> dict[str, TopicInfo]:
+    """The topics the options name (a pattern matches whole names, as Java's ``matches``)."""
+    if opts.subscribe_pattern is not None:
+        pattern = re.compile(opts.subscribe_pattern)
+        names = [t.name for t in admin.list_topics() if pattern.fullmatch(t.name)]
+        option = "subscribePattern"
+    else:
+        names = list(opts.subscribe or (opts.assign or {}))
+        option = "subscribe" if opts.subscribe else "assign"
+    out = {}
+    for name in names:
+        try:
+            out[name] = _described(admin, name)
+        except UnknownTopic:
+            raise OptionError(option, f"unknown topic {name!r}") from None
+    return out
+
+
+def _described(admin: AdminClient, name: str, wait_s: float = OFFSETS_WAIT_S) -> TopicInfo:
+    """The topic once every partition reports its offsets: a broker learns that it hosts a
+    new topic's partitions from its next heartbeat reply, and says -1 until then."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = admin.describe_topic(name)
+        if all(p.earliest >= 0 and p.latest >= 0 for p in info.partitions) \
+                or time.monotonic() > deadline:
+            return info
+        time.sleep(0.1)
+
+
+def offset_ranges(opts: ReadOptions, topics: dict[str, TopicInfo]) -> list[OffsetRange]:
+    """One range per chosen partition (empty ones dropped), in topic then partition order."""
+    for option, spec in (("startingOffsets", opts.starting_offsets),
+                         ("endingOffsets", opts.ending_offsets)):
+        _check_spec_names(option, spec, topics)
+    ranges = []
+    for name in sorted(topics):
+        info = topics[name]
+        wanted = (opts.assign or {}).get(name)
+        for p in wanted or range(info.partition_count):
+            if p >= info.partition_count:
+                raise OptionError("assign", f"topic {name!r} has {info.partition_count} "
+                                            f"partitions: no partition {p}")
+            part = next(x for x in info.partitions if x.partition == p)
+            if part.earliest < 0 or part.latest < 0:
+                raise OptionError("masters", f"{name}[{p}]: its broker {part.broker_id} did "
+                                             "not report its offsets (is it down?)")
+            r = _range(opts, name, p, part.earliest, part.latest)
+            if r.size > 0:
+                ranges.append(r)
+    return ranges
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
+    """Cut big ranges so there are at least ``min_partitions`` (Kafka's rule: each range gets
+    pieces in proportion to its size, so one hot partition does not make one slow task)."""
+    total = sum(r.size for r in ranges)
+    if min_partitions <= len(ranges) or total == 0:
+        return ranges
+    out = []
+    for r in ranges:
+        pieces = min(r.size, max(1, math.ceil(r.size * min_partitions / total)))
+        cuts = [r.start + r.size * i // pieces for i in range(pieces + 1)]
+        out += [OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(cuts)]
+    return out
+
+
+def _range(opts: ReadOptions, topic: str, p: int, earliest: int, latest: int) -> OffsetRange:
+    where = f"{topic}[{p}]"
+    start = _offset(opts.starting_offsets, topic, p, earliest, latest, EARLIEST)
+    end = _offset(opts.ending_offsets, topic, p, earliest, latest, LATEST)
+    if start < earliest:
+        if opts.fail_on_data_loss:
+            raise OptionError("startingOffsets", f"{where} starts at {start} but its earliest "
+                                                 f"offset is {earliest} (deleted by retention); "
+                                                 "set failOnDataLoss=false to skip the gap")
+        start = earliest
+    if start > latest:
+        raise OptionError("startingOffsets", f"{where} starts at {start}, past its latest "
+                                             f"offset {latest}")
+    if end > latest:
+        raise OptionError("endingOffsets", f"{where} ends at {end}, past its latest offset "
+                                           f"{latest}")
+    if end < start:
+        raise OptionError("endingOffsets", f"{where} ends at {end}, before its start {start}")
+    return OffsetRange(topic, p, start, end)
+
+
+def _offset(spec: OffsetSpec, topic: str, p: int, earliest: int, latest: int,
+            default: int) -> int:
+    if isinstance(spec, str):
+        return earliest if spec == "earliest" else latest
+    value = spec.get(topic, {}).get(p, default)
+    return {EARLIEST: earliest, LATEST: latest}.get(value, value)
+
+
+def _check_spec_names(option: str, spec: OffsetSpec, topics: dict[str, TopicInfo]) -> None:
+    if isinstance(spec, str):
+        return
+    for topic, parts in spec.items():
+        if topic not in topics:
+            raise OptionError(option, f"names topic {topic!r}, which this read does not "
+                                      f"cover (reading: {', '.join(sorted(topics)) or 'none'})")
+        count = topics[topic].partition_count
+        bad = sorted(p for p in parts if p >= count)
+        if bad:
+            raise OptionError(option, f"topic {topic!r} has {count} partitions: no "
+                                      f"partition {bad[0]}")

@@ -1,0 +1,96 @@
+"""Fixtures of the Spark tests: one local Spark and one tubeq cluster for the whole session.
+
+Both are expensive to start (a JVM ~5 s, a cluster ~2 s), so every Spark test shares them and
+makes its own topics. Spark runs ``local[2]`` with its Python workers on this interpreter and
+everything bound to 127.0.0.1; its JVM (started by pyspark through spark-submit) is stopped by
+PID at the end, and the Python workers die with it. Without Java the tests are skipped with that
+reason; CI has Java and runs them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lib.admin import AdminClient
+from tests.cluster import Cluster
+
+pytest.importorskip("pyspark", reason="the Spark tests need the spark extra (pyspark)")
+
+ROOT = Path(__file__).resolve().parents[2]
+# PYTHONPATH reaches Spark's Python workers through the JVM. The repo root on it makes
+# pyspark_tubeq visible to Spark's data source discovery (pkgutil.iter_modules over the path),
+# as a regular install does; an editable install's import hook is invisible to that scan.
+SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+             "SPARK_LOCAL_IP": "127.0.0.1",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                         os.environ.get("PYTHONPATH")]))}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    if shutil.which("java") is None:
+        pytest.skip("Spark tests need Java 17 on PATH (java not found)")
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in SPARK_ENV}
+    os.environ.update(SPARK_ENV)
+    session = (SparkSession.builder.master("local[2]").appName("tubeq-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    jvm: subprocess.Popen | None = getattr(SparkContext._gateway, "proc", None)
+    try:
+        yield session
+    finally:
+        session.stop()
+        if jvm is not None:  # the JVM would exit with this process anyway; end it by PID now
+            jvm.terminate()
+            try:
+                jvm.wait(20)
+            except subprocess.TimeoutExpired:
+                jvm.kill()
+                jvm.wait(10)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def tubeq(tmp_path_factory) -> Iterator[Cluster]:
+    """One master and two brokers shared by the Spark tests (stopped by PID at the end)."""
+    c = Cluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield c.start(2)
+    finally:
+        c.stop_all()
+
+
+@pytest.fixture(scope="session")
+def masters(tubeq: Cluster) -> str:
+    return tubeq.master_addresses
+
+
+@pytest.fixture
+def new_topic(masters: str):
+    """Make a fresh topic: ``new_topic(partitions=4)`` returns its name."""
+    def make(partitions: int = 4) -> str:
+        name = f"spark-{uuid.uuid4().hex[:10]}"
+        with AdminClient(masters) as admin:
+            admin.create_topic(name, partitions=partitions)
+        return name
+    return make
