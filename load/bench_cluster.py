@@ -5,7 +5,9 @@
 Starts 1 master and 1 broker as real processes on 127.0.0.1 (``tests/cluster.py``, async
 topics of 6 partitions), then runs ``tubeq bench`` as separate processes, one client process at
 a time, as the targets are stated: produce and consume of 1 KiB and of 100 B values, and
-end-to-end latency at a steady 10,000 msgs/s (consumer in its own process). The loopback and
+end-to-end latency at a steady 10,000 msgs/s (consumer in its own process), ``send_batch`` of
+100 B values (10,000 per call; its ratio to per-record ``send``) and ``send_sync`` latency as a
+ratio to a bare gRPC round trip measured interleaved with it. The loopback and
 disk ceilings are measured in the same run, so figures from this small, noisy machine can be
 read as ratios. Prints one JSON object: every figure, its target and whether it is met (with
 ``--rounds N`` each case runs N times and the best round counts, as in load/bench_storage).
@@ -28,7 +30,11 @@ TARGETS = {  # msgs/s at least, except the latency (ms at most)
     "produce_100B_msgs_per_s": 300_000,
     "consume_100B_msgs_per_s": 500_000,
     "e2e_p99_ms_at_10k_per_s": 20.0,
+    "produce_100B_bulk_msgs_per_s": 1_000_000,  # send_batch, 10,000 values per call
+    "send_sync_p50_vs_grpc": 1.3,  # at most: send_sync over a bare gRPC round trip, same run
+    "send_sync_p99_vs_grpc": 2.0,
 }
+LOWER_IS_BETTER = ("_ms_", "_vs_grpc")
 
 
 def tubeq_bench(masters: str, *args: str) -> dict:
@@ -64,12 +70,22 @@ def one_round(masters: str, scale: float, n: int) -> dict[str, float]:
     got["e2e_p99_ms_at_10k_per_s"] = result["consume"]["e2e_latency"]["p99_ms"]
     got["e2e_p50_ms_at_10k_per_s"] = result["consume"]["e2e_latency"]["p50_ms"]
     got["e2e_max_ms_at_10k_per_s"] = result["consume"]["e2e_latency"]["max_ms"]
+    bulk = tubeq_bench(masters, "produce", "--topic", f"bench-bulk-{n}", "--size", "100",
+                       "--messages", str(k100), "--bulk", "10000")["produce"]
+    got["produce_100B_bulk_msgs_per_s"] = bulk["msgs_per_s"]
+    got["bulk_vs_send_100B"] = round(bulk["msgs_per_s"] / got["produce_100B_msgs_per_s"], 2)
+    latency = tubeq_bench(masters, "latency", "--topic", f"bench-lat-{n}", "--partitions", "1",
+                          "--messages", str(max(200, int(5000 * scale))))["latency"]
+    got["send_sync_p50_ms"] = latency["send_sync"]["p50_ms"]
+    got["send_sync_p99_ms"] = latency["send_sync"]["p99_ms"]
+    got["send_sync_p50_vs_grpc"] = latency["ratio"]["p50_ms"]
+    got["send_sync_p99_vs_grpc"] = latency["ratio"]["p99_ms"]
     return got
 
 
 def best(rounds: list[dict[str, float]]) -> dict[str, float]:
     """Per figure the best round (lowest for latencies, highest otherwise)."""
-    pick = {k: (min if "_ms_" in k else max) for k in rounds[0]}
+    pick = {k: (min if any(m in k for m in LOWER_IS_BETTER) else max) for k in rounds[0]}
     return {k: pick[k](r[k] for r in rounds) for k in rounds[0]}
 
 
@@ -87,7 +103,7 @@ def run(scale: float, rounds: int) -> dict:
         ceiling = ceilings(str(root / "c"))
     finally:
         cluster.stop_all()
-    checks = {k: (figures[k] <= t if k.endswith("_ms_at_10k_per_s") else figures[k] >= t)
+    checks = {k: (figures[k] <= t if any(m in k for m in LOWER_IS_BETTER) else figures[k] >= t)
               for k, t in TARGETS.items()}
     return {
         "setup": "1 master, 1 broker, async topics of 6 partitions, one client process at a "
