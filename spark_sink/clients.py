@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
@@ -57,7 +58,7 @@ def consumer(masters: str, fail_on_data_loss: bool) -> Iterator[PullConsumer]:
 
 def producer(opts: WriteOptions) -> Producer:
     """The shared producer of this worker process for these options."""
-    key = (os.getpid(), opts)
+    key = (os.getpid(), replace(opts, topic=None))  # one producer serves every topic
     with _lock:
         p = _producers.get(key)
         if p is None:
