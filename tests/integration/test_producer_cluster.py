@@ -103,6 +103,9 @@ def test_message_over_the_topic_limit_raises_record_too_large_naming_size_and_li
             producer.send("small", b"x" * 2000)
         assert info.value.limit == 1000 and info.value.size > 2000
         assert producer.send_sync("small", b"x" * 100, timeout=30).offset == 0
+        with pytest.raises(RecordTooLarge, match="1000"):  # a known topic: send's inline path
+            producer.send("small", b"x" * 2000)
+        assert producer.send("small", b"x" * 100).result(30).offset == 1
 
 
 def test_unknown_topic_bad_name_and_missing_partition_raise_at_send(cluster):

@@ -120,6 +120,31 @@ def test_blocked_append_proceeds_when_a_batch_is_released():
     assert acc.used_bytes == 20
 
 
+def test_a_record_alone_on_an_idle_partition_is_taken_for_the_caller_to_send():
+    acc = _acc(linger_s=60)
+    future, taken = acc.append_alone(A0, (b"x" * 10,), 10, 0, 0)
+    assert taken is not None and taken.sealed and len(taken) == 1
+    assert _drain(acc)[0] == []  # in flight: the sender does not take it (or anything of A0)
+    _add(acc, A0)
+    later, again = acc.append_alone(A0, (b"y" * 10,), 10, 0, 0)
+    assert again is None  # A0 is busy: queued behind, in order, for the sender
+    acc.release(taken)
+    ready, _ = _drain(acc, time.monotonic() + 120)
+    assert [b.frames() for b in ready] == [[b"x" * 10, b"y" * 10]]
+    assert future is not later and not future.done()
+
+
+def test_a_record_is_not_taken_alone_behind_queued_records_or_over_the_buffer():
+    acc = _acc(buffer_bytes=25, linger_s=60)
+    _add(acc, A1)
+    assert acc.append_alone(A1, (b"x" * 10,), 10, 0, 0)[1] is None  # A1 has a batch queued
+    with pytest.raises(RequestTimedOut):
+        acc.append_alone(A0, (b"x" * 10,), 10, 0, 0)  # 20 of 25 bytes held: waits, then fails
+    acc.closed = True
+    with pytest.raises(ClientClosed):
+        acc.append_alone(A0, (b"x",), 1, 0, 0)
+
+
 def test_release_twice_frees_the_bytes_once():
     acc = _acc(linger_s=0)
     _add(acc, A0)
