@@ -28,7 +28,7 @@ OffsetSpec = str | dict[str, dict[int, int]]
 
 READ_OPTIONS = {"masters", "subscribe", "subscribepattern", "assign", "startingoffsets",
                 "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
-                "polltimeoutms"}
+                "polltimeoutms", "maxoffsetspertrigger"}
 WRITE_OPTIONS = {"masters", "topic", "idempotent", "lingerms", "batchbytes"}
 # Kafka options that mean nothing here; refusing them beats silently ignoring them.
 NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "startingtimestamp": None,
@@ -53,13 +53,15 @@ class ReadOptions:
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
-    starting_offsets: OffsetSpec = "earliest"
+    starting_offsets: OffsetSpec | None = None  # None: earliest for a batch, latest for a stream
     ending_offsets: OffsetSpec = "latest"
     min_partitions: int | None = None
     tags: tuple[str, ...] = ()
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
+    max_offsets_per_trigger: int | None = None  # streams only (a batch ignores it, as Kafka's)
+    ending_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,17 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         subscribe=_names("subscribe", opts.get("subscribe", "")),
         subscribe_pattern=pattern or None,
         assign=_assign(opts["assign"]) if opts.get("assign") else None,
-        starting_offsets=_offsets("startingOffsets", opts.get("startingoffsets", "earliest")),
+        starting_offsets=(_offsets("startingOffsets", opts["startingoffsets"])
+                          if opts.get("startingoffsets") else None),
         ending_offsets=_offsets("endingOffsets", opts.get("endingoffsets", "latest")),
         min_partitions=_int("minPartitions", opts.get("minpartitions"), 1, None),
         tags=tuple(t.strip() for t in opts.get("tags", "").split(",") if t.strip()),
         include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         poll_timeout_ms=_int("pollTimeoutMs", opts.get("polltimeoutms"), 1, 120_000),
+        max_offsets_per_trigger=_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"),
+                                     1, None),
+        ending_given=bool(opts.get("endingoffsets")),
     )
 
 

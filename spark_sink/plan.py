@@ -93,9 +93,9 @@ def _described(admin: AdminClient, name: str, wait_s: float = OFFSETS_WAIT_S) ->
 
 def offset_ranges(opts: ReadOptions, topics: dict[str, TopicInfo]) -> list[OffsetRange]:
     """One range per chosen partition (empty ones dropped), in topic then partition order."""
-    for option, spec in (("startingOffsets", opts.starting_offsets),
+    for option, spec in (("startingOffsets", opts.starting_offsets or "earliest"),
                          ("endingOffsets", opts.ending_offsets)):
-        _check_spec_names(option, spec, topics)
+        check_spec_names(option, spec, topics)
     ranges = []
     for name in sorted(topics):
         info = topics[name]
@@ -130,8 +130,9 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetR
 
 def _range(opts: ReadOptions, topic: str, p: int, earliest: int, latest: int) -> OffsetRange:
     where = f"{topic}[{p}]"
-    start = _offset(opts.starting_offsets, topic, p, earliest, latest, EARLIEST)
-    end = _offset(opts.ending_offsets, topic, p, earliest, latest, LATEST)
+    spec = opts.starting_offsets or "earliest"
+    start = resolve_offset(spec, topic, p, earliest, latest, EARLIEST)
+    end = resolve_offset(opts.ending_offsets, topic, p, earliest, latest, LATEST)
     if start < earliest:
         if opts.fail_on_data_loss:
             raise OptionError("startingOffsets", f"{where} starts at {start} but its earliest "
@@ -149,7 +150,7 @@ def _range(opts: ReadOptions, topic: str, p: int, earliest: int, latest: int) ->
     return OffsetRange(topic, p, start, end)
 
 
-def _offset(spec: OffsetSpec, topic: str, p: int, earliest: int, latest: int,
+def resolve_offset(spec: OffsetSpec, topic: str, p: int, earliest: int, latest: int,
             default: int) -> int:
     if isinstance(spec, str):
         return earliest if spec == "earliest" else latest
@@ -157,7 +158,7 @@ def _offset(spec: OffsetSpec, topic: str, p: int, earliest: int, latest: int,
     return {EARLIEST: earliest, LATEST: latest}.get(value, value)
 
 
-def _check_spec_names(option: str, spec: OffsetSpec, topics: dict[str, TopicInfo]) -> None:
+def check_spec_names(option: str, spec: OffsetSpec, topics: dict[str, TopicInfo]) -> None:
     if isinstance(spec, str):
         return
     for topic, parts in spec.items():

@@ -38,6 +38,10 @@ class RangePartition(InputPartition):
     fail_on_data_loss: bool
     poll_timeout_ms: int
 
+    @classmethod
+    def of(cls, r: OffsetRange, o: ReadOptions) -> RangePartition:
+        return cls(r, o.masters, o.tags, o.fail_on_data_loss, o.poll_timeout_ms)
+
 
 class TubeqReader(DataSourceReader):
     """Plans on the driver (at construction), reads on the executors."""
@@ -45,43 +49,45 @@ class TubeqReader(DataSourceReader):
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.ranges = plan_read(opts)
         self.opts = opts
-        self.include_headers = "headers" in schema.fieldNames()
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
 
     def partitions(self) -> list[InputPartition]:
-        o = self.opts
-        return [RangePartition(r, o.masters, o.tags, o.fail_on_data_loss, o.poll_timeout_ms)
-                for r in self.ranges]
+        return [RangePartition.of(r, self.opts) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):  # Spark's stand-in for "no ranges"
-            return
-        pending: list[Record] = []
-        for records in read_range(partition):
-            pending += records
-            if len(pending) >= BATCH_ROWS:
-                yield self.to_arrow(pending, partition.range)
-                pending = []
-        if pending:
-            yield self.to_arrow(pending, partition.range)
+            return iter(())
+        return read_batches(partition, self.arrow_schema)
 
-    def to_arrow(self, records: list[Record], r: OffsetRange) -> pa.RecordBatch:
-        """One column at a time from the decoded records (schema exactly Spark's own)."""
-        n = len(records)
-        columns = {
-            "key": pa.array([x.key for x in records], pa.binary()),
-            "value": pa.array([x.value for x in records], pa.binary()),
-            "topic": pa.repeat(pa.scalar(r.topic, pa.string()), n),
-            "partition": pa.repeat(pa.scalar(r.partition, pa.int32()), n),
-            "offset": pa.array([x.offset for x in records], pa.int64()),
-            "timestamp": pa.array([x.timestamp * 1000 for x in records], pa.int64()),
-            "tag": pa.array([x.tag or None for x in records], pa.string()),
-        }
-        if self.include_headers:
-            columns["headers"] = pa.array([list(x.headers.items()) for x in records],
-                                          pa.map_(pa.string(), pa.binary()))
-        arrays = [columns[f.name].cast(f.type) for f in self.arrow_schema]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
+def read_batches(p: RangePartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The rows of ``p`` as Arrow batches of about :data:`BATCH_ROWS` (batch and stream)."""
+    pending: list[Record] = []
+    for records in read_range(p):
+        pending += records
+        if len(pending) >= BATCH_ROWS:
+            yield to_arrow(pending, p.range, schema)
+            pending = []
+    if pending:
+        yield to_arrow(pending, p.range, schema)
+
+
+def to_arrow(records: list[Record], r: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+    """One column at a time from the decoded records, in ``schema`` (exactly Spark's own)."""
+    n = len(records)
+    columns = {
+        "key": lambda: pa.array([x.key for x in records], pa.binary()),
+        "value": lambda: pa.array([x.value for x in records], pa.binary()),
+        "topic": lambda: pa.repeat(pa.scalar(r.topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(r.partition, pa.int32()), n),
+        "offset": lambda: pa.array([x.offset for x in records], pa.int64()),
+        "timestamp": lambda: pa.array([x.timestamp * 1000 for x in records], pa.int64()),
+        "tag": lambda: pa.array([x.tag or None for x in records], pa.string()),
+        "headers": lambda: pa.array([list(x.headers.items()) for x in records],
+                                    pa.map_(pa.string(), pa.binary())),
+    }
+    arrays = [columns[f.name]().cast(f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_range(p: RangePartition) -> Iterator[list[Record]]:

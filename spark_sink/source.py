@@ -7,11 +7,17 @@ asked when the read is planned, still on the driver.
 """
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from spark_sink.options import OptionError, read_options, write_options
 from spark_sink.reader import TubeqReader
+from spark_sink.stream import TubeqStreamReader
 from spark_sink.writer import TubeqWriter
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -20,7 +26,7 @@ HEADERS = ", headers map<string,binary>"
 
 
 class DefaultSource(DataSource):
-    """``spark.read.format("tubeq")`` and ``df.write.format("tubeq")``."""
+    """``spark.read``, ``spark.readStream`` and ``df.write`` with ``.format("tubeq")``."""
 
     @classmethod
     def name(cls) -> str:
@@ -32,6 +38,9 @@ class DefaultSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return TubeqReader(read_options(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TubeqStreamReader(read_options(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

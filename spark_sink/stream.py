@@ -1,0 +1,145 @@
+"""Streaming read (``spark.readStream.format("tubeq")``): micro-batches of offset ranges.
+
+Spark keeps the progress as our offsets, ``{"topic": {"partition": next_offset}}`` (partition
+numbers as strings: the offsets travel as JSON), writes them to the checkpoint before a
+micro-batch runs and hands them back on restart, so a restarted query reads on from where the
+last finished micro-batch ended. Each micro-batch is planned like a batch read (same ranges, same
+tasks, same pooled consumers): ``latestOffset`` asks the masters where every partition ends,
+``partitions`` turns start/end into ranges. Topics and partitions that appear later (a pattern
+that matches a new topic, a topic that grows) are read from their earliest offset.
+
+This object lives on the driver for the whole query (Spark's streaming runner keeps it), which is
+where the ``Trigger.AvailableNow`` target is remembered; ``read`` runs on the executors.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from lib.errors import OffsetOutOfRange
+from lib.types import TopicInfo
+from spark_sink.options import EARLIEST, OptionError, ReadOptions
+from spark_sink.plan import (
+    OffsetRange,
+    admin_client,
+    check_spec_names,
+    describe_topics,
+    resolve_offset,
+    split_ranges,
+)
+from spark_sink.reader import RangePartition, read_batches
+
+Offsets = dict[str, dict[str, int]]  # what Spark checkpoints: topic -> "partition" -> next
+Flat = dict[tuple[str, int], int]
+
+
+class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets and planning on the driver, reads on the executors."""
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        if opts.ending_given:
+            raise OptionError("endingOffsets", "a stream has no end: use a batch read, or "
+                                               "Trigger.AvailableNow to stop at what is there")
+        self.opts = opts
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._target: Flat | None = None  # Trigger.AvailableNow: never read past these
+
+    def initialOffset(self) -> Offsets:
+        spec = self.opts.starting_offsets or "latest"
+        topics = self._describe()
+        check_spec_names("startingOffsets", spec, topics)
+        return _nested({(t, p.partition): resolve_offset(spec, t, p.partition, p.earliest,
+                                                         p.latest, EARLIEST)
+                        for t, info in topics.items() for p in info.partitions})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {tp: latest for tp, (_, latest) in self._bounds().items()}
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        bounds = self._bounds()
+        begin = {tp: _flat(start).get(tp, earliest) for tp, (earliest, _) in bounds.items()}
+        end = {tp: max(begin[tp], latest) for tp, (_, latest) in bounds.items()}
+        if self._target is not None:
+            end = {tp: max(begin[tp], min(e, self._target.get(tp, begin[tp])))
+                   for tp, e in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = cap(begin, end, limit.max_rows)
+        return _nested(end)
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        bounds = self._bounds()
+        first = _flat(start)
+        ranges = []
+        for (topic, p), stop in sorted(_flat(end).items()):
+            earliest = bounds.get((topic, p), (0, 0))[0]
+            begin = first.get((topic, p), earliest)
+            if begin < earliest:
+                if self.opts.fail_on_data_loss:
+                    raise OffsetOutOfRange(
+                        f"{topic}[{p}]: offsets {begin}..{earliest - 1} were deleted by "
+                        "retention before this query read them (failOnDataLoss=false skips "
+                        "the gap)", topic=topic, partition=p, offset=begin, earliest=earliest)
+                begin = earliest
+            if stop > begin:
+                ranges.append(OffsetRange(topic, p, begin, stop))
+        ranges = split_ranges(ranges, self.opts.min_partitions or 0)
+        return [RangePartition.of(r, self.opts) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_batches(partition, self.arrow_schema)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to release: progress lives in Spark's checkpoint."""
+
+    def _describe(self) -> dict[str, TopicInfo]:
+        with admin_client(self.opts.masters) as admin:
+            return describe_topics(admin, self.opts)
+
+    def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(earliest, latest) of every partition the query covers now."""
+        return {(t, p.partition): (max(p.earliest, 0), max(p.latest, 0))
+                for t, info in self._describe().items() for p in info.partitions
+                if (self.opts.assign is None or p.partition in self.opts.assign.get(t, ()))}
+
+
+def cap(begin: Flat, end: Flat, max_rows: int) -> Flat:
+    """``end`` moved back so at most ``max_rows`` records are read, shared in proportion to
+    each partition's backlog (Kafka's maxOffsetsPerTrigger rule); never below ``begin``."""
+    lag = {tp: end[tp] - begin[tp] for tp in end}
+    total = sum(lag.values())
+    if total <= max_rows:
+        return end
+    share = {tp: n * max_rows // total for tp, n in lag.items()}
+    left = max_rows - sum(share.values())
+    for tp in sorted(lag, key=lambda tp: share[tp] - lag[tp]):  # biggest unmet backlog first
+        if left == 0:
+            break
+        if share[tp] < lag[tp]:
+            share[tp] += 1
+            left -= 1
+    return {tp: begin[tp] + share[tp] for tp in end}
+
+
+def _flat(offsets: Offsets) -> Flat:
+    return {(t, int(p)): int(o) for t, parts in (offsets or {}).items() for p, o in parts.items()}
+
+
+def _nested(flat: Flat) -> Offsets:
+    out: Offsets = {}
+    for (t, p), o in sorted(flat.items()):
+        out.setdefault(t, {})[str(p)] = o
+    return out
