@@ -169,6 +169,10 @@ def test_an_isolated_leader_steps_down_and_its_writes_never_appear(ha):
         writer.start()  # queued at the old leader, which still believes it leads
         time.sleep(0.5)
         with AdminClient(others) as admin:
+            # The brokers re-register with the new leader at their next heartbeat; on a loaded
+            # machine that can come after this point (placement then says NotEnoughBrokers).
+            wait_for(lambda: any(b.alive for b in admin.list_brokers()), FAILOVER_S,
+                     "a broker registered with the new leader")
             admin.create_topic("after-isolation", partitions=1)
     finally:
         os.kill(old.pid, signal.SIGCONT)
