@@ -202,7 +202,11 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
     summary = {c.name: {k: v for k, v in c.info.items() if k != "role"} for c in children}
     masters = ",".join(c.info["address"] for c in children if c.name.startswith("master"))
     summary["masters"] = masters
-    (plan.data_dir / "cluster.json").write_text(json.dumps(summary, indent=2))
+    # Whole or absent, never half written: scripts and tests poll for this file and read it
+    # the moment it appears (a plain write_text was once read while still empty).
+    tmp = plan.data_dir / "cluster.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, plan.data_dir / "cluster.json")
     for c in children:
         extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
         click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {c.info['address']}{extra}")
