@@ -32,13 +32,14 @@ def local_cluster(tmp_path):
          "--broker-port", "0", "--no-portal"], cwd=ROOT, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     summary = data / "cluster.json"
-    deadline = time.monotonic() + 60
-    while not summary.exists():
-        assert proc.poll() is None, proc.stdout.read().decode()
-        assert time.monotonic() < deadline, "cluster up did not start in 60 s"
-        time.sleep(0.1)
-    info = json.loads(summary.read_text())
-    try:
+    info: dict = {}
+    try:  # whatever fails from here on, the cluster is stopped below
+        deadline = time.monotonic() + 60
+        while not summary.exists():
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "cluster up did not start in 60 s"
+            time.sleep(0.1)
+        info = json.loads(summary.read_text())
         yield proc, info
     finally:
         if proc.poll() is None:
