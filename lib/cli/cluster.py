@@ -148,14 +148,28 @@ def run_cluster(plan: ClusterPlan) -> None:
                 break
             time.sleep(0.5)
     finally:
-        click.echo("tubeq: stopping...", err=True)
-        for child in reversed(children):  # portal, brokers, then masters
-            child.stop()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for child in reversed(children):
-            child.wait_or_kill(deadline)
-        (plan.data_dir / "cluster.json").unlink(missing_ok=True)
-        click.echo("tubeq: stopped", err=True)
+        stop_all(plan, children)
+
+
+def stop_all(plan: ClusterPlan, children: list[Child]) -> None:
+    """Stop every child (portal, brokers, then masters), killing what outlives the grace."""
+    _say("tubeq: stopping...")
+    for child in reversed(children):
+        child.stop()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for child in reversed(children):
+        child.wait_or_kill(deadline)
+    (plan.data_dir / "cluster.json").unlink(missing_ok=True)
+    _say("tubeq: stopped")
+
+
+def _say(message: str) -> None:
+    """Tell the operator on stderr; a stderr nobody reads any more (a closed pipe) must not
+    cut the cleanup short and leave children running."""
+    try:
+        click.echo(message, err=True)
+    except OSError:
+        pass
 
 
 def _start_all(plan: ClusterPlan, children: list[Child]) -> None:

@@ -1,8 +1,10 @@
-"""``tubeq cluster up`` announces its children in cluster.json, which scripts poll for and read
-the moment it appears: the file must be whole or absent, never seen half written."""
+"""``tubeq cluster up``: cluster.json, which scripts poll for and read the moment it appears,
+is whole or absent, never seen half written; and stopping stops every child even when nothing
+can be printed any more."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from lib.cli import cluster
@@ -28,3 +30,20 @@ def test_cluster_json_appears_whole(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json"]
 
 
+
+
+def test_stopping_survives_a_closed_stderr_and_stops_every_child(tmp_path, monkeypatch):
+    plan = ClusterPlan(tmp_path, "127.0.0.1", 1, 1, 0, 0, False, 0)
+    child = Child("broker1", tmp_path / "b", [])
+    child.popen = subprocess.Popen(["sleep", "60"])
+    try:
+        def broken_pipe(*args, **kwargs):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        monkeypatch.setattr(cluster.click, "echo", broken_pipe)
+        cluster.stop_all(plan, [child])
+        assert child.popen.poll() is not None  # stopped although nothing could be printed
+    finally:
+        if child.popen.poll() is None:
+            child.popen.kill()
+            child.popen.wait()
