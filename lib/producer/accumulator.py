@@ -25,7 +25,7 @@ import numpy as np
 
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.producer.futures import BatchOutcome, RecordFuture
-from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH, plain_frame
+from lib.records import MAX_RECORDS_PER_BATCH
 from lib.types import TopicPartition
 
 
@@ -96,12 +96,6 @@ class Accumulator:
         """Queue one encoded frame and return its future; blocks while the buffer is full
         (up to max_block_s)."""
         return self.add(tp, (frame,), len(frame), tag_hash, timestamp)
-
-    def append_plain(self, tp: TopicPartition, value: bytes, timestamp: int) -> RecordFuture:
-        """:meth:`append` for the commonest record (no key, tag, headers or compression),
-        encoded straight into the batch buffer with no frame object in between."""
-        return self.add(tp, plain_frame(value, None, timestamp), FRAME_HEADER_SIZE + len(value),
-                        0, timestamp)
 
     def add(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int, tag_hash: int,
             timestamp: int) -> RecordFuture:

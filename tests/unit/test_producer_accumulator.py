@@ -173,13 +173,21 @@ def test_closed_accumulator_refuses_appends_and_ignores_linger():
 
 def test_plain_appends_are_the_codec_frames_and_mixed_batches_keep_tag_columns_aligned():
     from lib.producer.sender import produce_request
-    from lib.records import Record, batch_head, encode_frame, parse_batch, tag_hash
+    from lib.records import (
+        FRAME_HEADER_SIZE,
+        Record,
+        batch_head,
+        encode_frame,
+        parse_batch,
+        plain_frame,
+        tag_hash,
+    )
 
     acc = _acc(batch_bytes=10_000, linger_s=0)
-    acc.append_plain(A0, b"first", 11)
+    acc.add(A0, plain_frame(b"first", None, 11), FRAME_HEADER_SIZE + 5, 0, 11)  # send()'s pieces
     tagged = encode_frame(Record(b"second", b"k", "red", {}, 12))
     acc.append(A0, tagged, tag_hash("red"), 12)
-    acc.append_plain(A0, b"", 13)
+    acc.add(A0, plain_frame(b"", None, 13), FRAME_HEADER_SIZE, 0, 13)
     (batch,), _ = _drain(acc)
     assert batch.frames() == [encode_frame(Record(b"first", timestamp=11)), tagged,
                               encode_frame(Record(b"", timestamp=13))]
