@@ -43,6 +43,8 @@ class BrokerConfig:
     grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
     stop_grace_s: float = 5.0
     register_timeout_s: float = 5.0  # one attempt to reach a master
+    sink_staging_bytes: int = 512 * MiB  # exactly-once sinks: staged, uncommitted batches
+    sink_staging_ttl_s: float = 900.0  # staging nobody committed or aborted is dropped after
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def validate(self) -> None:
@@ -62,6 +64,8 @@ class BrokerConfig:
         require(self.grpc_workers >= 4, "BrokerConfig.grpc_workers must be >= 4")
         require(self.stop_grace_s >= 0, "BrokerConfig.stop_grace_s must be >= 0")
         require(self.register_timeout_s > 0, "BrokerConfig.register_timeout_s must be > 0")
+        require(self.sink_staging_bytes > 0, "BrokerConfig.sink_staging_bytes must be > 0")
+        require(self.sink_staging_ttl_s > 0, "BrokerConfig.sink_staging_ttl_s must be > 0")
         require(isinstance(self.store, StoreConfig), "BrokerConfig.store must be a StoreConfig")
         if self.masters:
             try:

@@ -38,6 +38,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.service import BrokerService
+from broker.sinks import SinkPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.errors import ConfigError
@@ -63,9 +64,12 @@ class Broker:
         self.dedup = Dedup()
         self.offsets = OffsetsPlane(self.topics, self.offset_store, self.term)
         self.executor = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rpc")
+        self.sinks = SinkPlane(self.topics, self.offset_store, config.sink_staging_bytes,
+                               config.sink_staging_ttl_s, self._appended)
         self.service = BrokerService(
             DataPlane(config, self.topics, self.dedup, self.metrics), self.offsets,
-            PushPlane(config, self.topics, self.metrics), self.metrics, self.executor)
+            PushPlane(config, self.topics, self.metrics), self.metrics, self.executor,
+            self.sinks)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None
@@ -120,6 +124,11 @@ class Broker:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _appended(self, topic: str, partition: int, nbytes: int, records: int) -> None:
+        """A sink commit appended a batch: count it and wake the topic's waiting fetches."""
+        self.metrics.produced(topic, partition, nbytes, records)
+        self.topics.notify(topic)
 
     def _forget_topic(self, topic: str) -> None:
         self.offsets.forget_topic(topic)

@@ -30,6 +30,7 @@ from broker.data import DataPlane, WouldBlock
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
+from broker.sinks import SinkPlane
 from lib.errors import TubeqError
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
@@ -85,8 +86,9 @@ def _in_executor(rpc: str, plane: str, method: str) -> Callable[..., Any]:
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
-                 metrics: BrokerMetrics, executor: Executor) -> None:
+                 metrics: BrokerMetrics, executor: Executor, sinks: SinkPlane) -> None:
         self.data = data
+        self.sinks = sinks
         self.offsets = offsets
         self.push = push
         self.metrics = metrics
@@ -104,6 +106,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     CommitOffsets = _in_executor("CommitOffsets", "offsets", "commit")
     FetchOffsets = _in_executor("FetchOffsets", "offsets", "fetch")
     ResetOffsets = _in_executor("ResetOffsets", "offsets", "reset")
+    SinkStage = _in_executor("SinkStage", "sinks", "stage")
 
     @_guarded
     async def Produce(self, request: pb.ProduceRequest, context):  # noqa: N802
@@ -114,6 +117,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return self.data.produce(request, wait=False)
         except WouldBlock as later:
             return await self.run(self.data.produce, request, True, later.view)
+
+    @_guarded
+    async def SinkCommit(self, request: pb.SinkCommitRequest, context):  # noqa: N802
+        return await self.run(self.sinks.commit, request)
+
+    @_guarded
+    async def SinkAbort(self, request: pb.SinkAbortRequest, context):  # noqa: N802
+        return await self.run(self.sinks.abort, request)
 
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802

@@ -173,6 +173,21 @@ class OutOfOrderSequence(TubeqError):
     code = "OUT_OF_ORDER_SEQUENCE"
 
 
+class SinkStagingLost(TubeqError):
+    """A sink commit found fewer staged batches than its tasks staged (the broker restarted or
+    the staging expired): nothing of that micro-batch was applied; run it again (Spark replays
+    it when the query restarts)."""
+
+    code = "SINK_STAGING_LOST"
+
+
+class SinkStagingFull(TubeqError):
+    """A broker holds as many staged sink bytes as ``sink_staging_bytes`` allows."""
+
+    code = "SINK_STAGING_FULL"
+    retriable = True
+
+
 class ClientClosed(TubeqError):
     """The client (producer, consumer) was closed: it takes no more calls. Never on the wire."""
 

@@ -46,6 +46,8 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.GroupNotEmpty: grpc.StatusCode.FAILED_PRECONDITION,
     e.ProducerFenced: grpc.StatusCode.FAILED_PRECONDITION,
     e.OutOfOrderSequence: grpc.StatusCode.FAILED_PRECONDITION,
+    e.SinkStagingLost: grpc.StatusCode.FAILED_PRECONDITION,
+    e.SinkStagingFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

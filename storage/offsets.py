@@ -3,6 +3,9 @@
 Lives on the broker that owns the partitions, as in TubeMQ. One LMDB environment per broker;
 a commit of many partitions is one write transaction, so it lands whole or not at all. LMDB is
 thread-safe for this use (one writer at a time, readers never blocked).
+
+The same environment keeps each exactly-once sink's last committed batch id (broker/sinks.py),
+under keys that start with ``\x01`` (no group name can: names are checked).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from lib.names import check_name
 
 _VALUE = struct.Struct("<qq")  # offset, commit time (ms); metadata bytes follow
 _PART = struct.Struct(">I")  # big-endian so keys sort by partition
+_SINK = b"\x01sink\x00"  # + sink id: the last committed batch id (i64)
+_BATCH_ID = struct.Struct("<q")
 MAX_METADATA_BYTES = 4096
 
 
@@ -85,6 +90,8 @@ class OffsetStore:
         names: set[str] = set()
         with self._read() as txn:
             for key in txn.cursor().iternext(keys=True, values=False):
+                if key.startswith(_SINK):
+                    continue
                 names.add(key.split(b"\x00", 1)[0].decode())
         return sorted(names)
 
@@ -99,6 +106,18 @@ class OffsetStore:
                     cursor.delete()
                     removed += 1
         return removed
+
+    def sink_committed(self, sink: str) -> int:
+        """The last batch id committed by ``sink`` on this broker (-1: none yet)."""
+        with self._read() as txn:
+            raw = txn.get(_SINK + check_name(sink, "sink").encode())
+        return -1 if raw is None else _BATCH_ID.unpack(raw)[0]
+
+    def commit_sink(self, sink: str, batch_id: int) -> None:
+        """Record ``batch_id`` as ``sink``'s last committed batch (durable once this returns:
+        the environment syncs on commit)."""
+        with self._write() as txn:
+            txn.put(_SINK + check_name(sink, "sink").encode(), _BATCH_ID.pack(batch_id))
 
     def close(self) -> None:
         if not self._closed:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lib.errors import ClientClosed, RequestTimedOut
+from lib.producer.bulk import batch_bounds
 from lib.producer.futures import BatchOutcome, RecordFuture
 from lib.records import MAX_RECORDS_PER_BATCH
 from lib.types import TopicPartition
@@ -143,11 +144,7 @@ class Accumulator:
         """Queue frames encoded together (``Producer.send_batch``) as whole batches of about
         ``batch_bytes`` each, after whatever ``tp`` already holds (order is kept); blocks
         while the buffer is full. Returns the batches, in order."""
-        starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
-        # A frame goes to the batch its first byte falls in: a batch exceeds batch_bytes by at
-        # most one frame (<= max_message_bytes), so it stays under the broker's batch limit.
-        cuts = np.flatnonzero(np.diff(starts[:-1] // self.batch_bytes)) + 1
-        bounds = [0, *cuts.tolist(), len(sizes)]
+        starts, bounds = batch_bounds(sizes, self.batch_bytes)
         out = []
         whole = memoryview(frames)  # batches are views: the request is the one copy
         for i, j in zip(bounds, bounds[1:], strict=False):

@@ -19,6 +19,16 @@ from lib.producer.futures import RecordFuture
 from lib.types import BulkMetadata
 
 
+def batch_bounds(sizes: np.ndarray, batch_bytes: int) -> tuple[np.ndarray, list[int]]:
+    """Where to cut a run of frames into batches of about ``batch_bytes``: (byte start of
+    every frame plus the end, frame index bounds). A frame goes to the batch its first byte
+    falls in, so a batch exceeds ``batch_bytes`` by at most one frame (<= max_message_bytes)
+    and stays under the broker's batch limit."""
+    starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+    cuts = np.flatnonzero(np.diff(starts[:-1] // batch_bytes)) + 1
+    return starts, [0, *cuts.tolist(), len(sizes)]
+
+
 def bulk_values(values: Sequence[bytes] | Any) -> Sequence[bytes]:
     """The values of a bulk send as a sequence of bytes (a pyarrow binary array's buffers are
     sliced without a per-record Python loop; a null is an empty value)."""

@@ -225,3 +225,67 @@ class ResetOffsetsRequest(_message.Message):
 class ResetOffsetsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SinkStageRequest(_message.Message):
+    __slots__ = ("sink", "batch_id", "task", "piece", "topic", "partition", "batch")
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PIECE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    sink: str
+    batch_id: int
+    task: str
+    piece: int
+    topic: str
+    partition: int
+    batch: bytes
+    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., task: _Optional[str] = ..., piece: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ...) -> None: ...
+
+class SinkStageResponse(_message.Message):
+    __slots__ = ("committed",)
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    committed: bool
+    def __init__(self, committed: _Optional[bool] = ...) -> None: ...
+
+class SinkTask(_message.Message):
+    __slots__ = ("task", "pieces")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    pieces: int
+    def __init__(self, task: _Optional[str] = ..., pieces: _Optional[int] = ...) -> None: ...
+
+class SinkCommitRequest(_message.Message):
+    __slots__ = ("sink", "batch_id", "tasks")
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    sink: str
+    batch_id: int
+    tasks: _containers.RepeatedCompositeFieldContainer[SinkTask]
+    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[SinkTask, _Mapping]]] = ...) -> None: ...
+
+class SinkCommitResponse(_message.Message):
+    __slots__ = ("already", "records", "last_committed")
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    already: bool
+    records: int
+    last_committed: int
+    def __init__(self, already: _Optional[bool] = ..., records: _Optional[int] = ..., last_committed: _Optional[int] = ...) -> None: ...
+
+class SinkAbortRequest(_message.Message):
+    __slots__ = ("sink", "batch_id")
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    sink: str
+    batch_id: int
+    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ...) -> None: ...
+
+class SinkAbortResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -74,6 +74,21 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsResponse.FromString,
                 _registered_method=True)
+        self.SinkStage = channel.unary_unary(
+                '/tubeq.broker.Broker/SinkStage',
+                request_serializer=lib_dot_proto_dot_broker__pb2.SinkStageRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.SinkStageResponse.FromString,
+                _registered_method=True)
+        self.SinkCommit = channel.unary_unary(
+                '/tubeq.broker.Broker/SinkCommit',
+                request_serializer=lib_dot_proto_dot_broker__pb2.SinkCommitRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.SinkCommitResponse.FromString,
+                _registered_method=True)
+        self.SinkAbort = channel.unary_unary(
+                '/tubeq.broker.Broker/SinkAbort',
+                request_serializer=lib_dot_proto_dot_broker__pb2.SinkAbortRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.SinkAbortResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -131,6 +146,26 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SinkStage(self, request, context):
+        """Exactly-once sinks (broker/sinks.py): tasks stage batches, invisible until the sink's
+        driver commits its micro-batch; a batch id already committed is never applied again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SinkCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SinkAbort(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -173,6 +208,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ResetOffsets,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsResponse.SerializeToString,
+            ),
+            'SinkStage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SinkStage,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.SinkStageRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.SinkStageResponse.SerializeToString,
+            ),
+            'SinkCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SinkCommit,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.SinkCommitRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.SinkCommitResponse.SerializeToString,
+            ),
+            'SinkAbort': grpc.unary_unary_rpc_method_handler(
+                    servicer.SinkAbort,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.SinkAbortRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.SinkAbortResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -391,6 +441,87 @@ class Broker:
             '/tubeq.broker.Broker/ResetOffsets',
             lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.ResetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SinkStage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/SinkStage',
+            lib_dot_proto_dot_broker__pb2.SinkStageRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.SinkStageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SinkCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/SinkCommit',
+            lib_dot_proto_dot_broker__pb2.SinkCommitRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.SinkCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SinkAbort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/SinkAbort',
+            lib_dot_proto_dot_broker__pb2.SinkAbortRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.SinkAbortResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,169 @@
+"""Exactly-once sinks: batches staged by tasks, appended when the sink's driver commits.
+
+A sink (a Spark streaming query writing to tubeq) writes each micro-batch in two steps, the way
+Spark runs it: every task stages its record batches on the brokers that lead their partitions
+(:meth:`SinkPlane.stage`: checked like a produce, held in memory, invisible to consumers), then
+the driver commits the micro-batch on each of those brokers (:meth:`SinkPlane.commit`), naming
+the tasks that succeeded. A commit appends the staged batches of those tasks, in task order, and
+then records the batch id as the sink's last committed one in LMDB (synced). So:
+
+- a micro-batch that Spark replays after a crash (same batch id) is skipped by every broker
+  that already committed it: it never appears twice;
+- a micro-batch that crashed before its commit never appears at all (its staging is dropped by
+  the next commit or abort of the sink, or expires after ``sink_staging_ttl_s``), and the
+  replay writes it whole;
+- the batches of a failed task attempt are never applied: only the tasks the commit names are.
+
+Limits (README "Exactly-once Spark sink"): staging lives in memory, bounded by
+``sink_staging_bytes``; a broker that restarts between stage and commit has lost it, and the
+commit fails with SinkStagingLost (nothing applied) so that Spark replays the micro-batch. The
+appends of one commit become visible one batch at a time (a consumer may see a micro-batch's
+first batches a moment before its last), and a broker crash after the appends but before the
+LMDB record leaves them stored without the record: the replay then appends them again.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from broker.topics import TopicManager
+from lib.errors import InvalidArgument, SinkStagingFull, SinkStagingLost
+from lib.names import check_name
+from lib.proto import broker_pb2 as pb
+from lib.records import BatchView
+from storage.offsets import OffsetStore
+
+MAX_TASK_CHARS = 200
+
+
+@dataclass
+class _Piece:
+    topic: str
+    partition: int
+    view: BatchView
+    nbytes: int
+
+
+@dataclass
+class _Staged:
+    """What the tasks staged for one (sink, batch id)."""
+
+    created: float
+    tasks: dict[str, dict[int, _Piece]] = field(default_factory=dict)
+    nbytes: int = 0
+
+
+class SinkPlane:
+    """SinkStage, SinkCommit and SinkAbort."""
+
+    def __init__(self, topics: TopicManager, offsets: OffsetStore, limit_bytes: int,
+                 ttl_s: float, on_appended: Callable[[str, int, int, int], None]) -> None:
+        self.topics = topics
+        self.offsets = offsets
+        self.limit_bytes = limit_bytes
+        self.ttl_s = ttl_s
+        self._on_appended = on_appended  # (topic, partition, bytes, records): metrics, wake-ups
+        self._staged: dict[tuple[str, int], _Staged] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()  # the staging map
+        self._commit_locks: dict[str, threading.Lock] = {}  # one commit per sink at a time
+
+    def stage(self, req: pb.SinkStageRequest) -> pb.SinkStageResponse:
+        sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
+        if not req.task or len(req.task) > MAX_TASK_CHARS:
+            raise InvalidArgument(f"sink task id must be 1 to {MAX_TASK_CHARS} characters")
+        store = self.topics.store_for(req.topic, req.partition)
+        if batch_id <= self.offsets.sink_committed(sink):
+            return pb.SinkStageResponse(committed=True)
+        if not req.batch:
+            raise InvalidArgument(f"empty batch staged for {req.topic}/{req.partition}")
+        piece = _Piece(req.topic, req.partition, store.parse(req.batch), len(req.batch))
+        with self._lock:
+            self._expire(time.monotonic())
+            staged = self._staged.setdefault((sink, batch_id), _Staged(time.monotonic()))
+            pieces = staged.tasks.setdefault(req.task, {})
+            old = pieces.get(req.piece)
+            grow = piece.nbytes - (old.nbytes if old is not None else 0)
+            if self._bytes + grow > self.limit_bytes:
+                raise SinkStagingFull(
+                    f"sink staging on this broker is full ({self._bytes} of {self.limit_bytes} "
+                    "bytes, sink_staging_bytes): commit or abort pending micro-batches, use "
+                    "smaller micro-batches (maxOffsetsPerTrigger) or raise the limit",
+                    used=self._bytes, limit=self.limit_bytes)
+            pieces[req.piece] = piece  # a retried stage call replaces its own piece
+            staged.nbytes += grow
+            self._bytes += grow
+        return pb.SinkStageResponse()
+
+    def commit(self, req: pb.SinkCommitRequest) -> pb.SinkCommitResponse:
+        sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
+        with self._commit_lock(sink):
+            last = self.offsets.sink_committed(sink)
+            if batch_id <= last:
+                self._drop(sink, batch_id)
+                return pb.SinkCommitResponse(already=True, last_committed=last)
+            pieces = self._take(sink, batch_id, req.tasks)
+            # Every store first: a topic deleted since staging fails the commit before any append.
+            stores = [self.topics.store_for(p.topic, p.partition) for p in pieces]
+            records = 0
+            for piece, store in zip(pieces, stores, strict=True):
+                store.append(piece.partition, piece.view)  # sync topics: after the fsync
+                records += piece.view.count
+                self._on_appended(piece.topic, piece.partition, piece.nbytes, piece.view.count)
+            self.offsets.commit_sink(sink, batch_id)
+            self._drop(sink, batch_id)
+        return pb.SinkCommitResponse(records=records, last_committed=batch_id)
+
+    def abort(self, req: pb.SinkAbortRequest) -> pb.SinkAbortResponse:
+        sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
+        with self._lock:
+            gone = self._staged.pop((sink, batch_id), None)
+            if gone is not None:
+                self._bytes -= gone.nbytes
+        return pb.SinkAbortResponse()
+
+    @property
+    def staged_bytes(self) -> int:
+        return self._bytes
+
+    def _take(self, sink: str, batch_id: int, tasks: list[pb.SinkTask]) -> list[_Piece]:
+        """The pieces of the named tasks in append order; SinkStagingLost unless all are
+        here."""
+        with self._lock:
+            staged = self._staged.get((sink, batch_id))
+            out: list[_Piece] = []
+            for task in tasks:
+                have = {} if staged is None else staged.tasks.get(task.task, {})
+                missing = [i for i in range(task.pieces) if i not in have]
+                if missing:
+                    raise SinkStagingLost(
+                        f"sink {sink} batch {batch_id}: task {task.task} staged {task.pieces} "
+                        f"batch(es) on this broker, {task.pieces - len(missing)} are here (the "
+                        "broker restarted or the staging expired); nothing was applied: run "
+                        "the micro-batch again", sink=sink, batch_id=batch_id, task=task.task)
+                out.extend(have[i] for i in range(task.pieces))
+            return out
+
+    def _drop(self, sink: str, upto: int) -> None:
+        """Forget the sink's staging of every batch id <= ``upto`` (committed or replaced)."""
+        with self._lock:
+            for key in [k for k in self._staged if k[0] == sink and k[1] <= upto]:
+                self._bytes -= self._staged.pop(key).nbytes
+
+    def _expire(self, now: float) -> None:
+        """Drop staging older than the TTL (a driver that died and never came back)."""
+        for key in [k for k, s in self._staged.items() if now - s.created > self.ttl_s]:
+            self._bytes -= self._staged.pop(key).nbytes
+
+    def _commit_lock(self, sink: str) -> threading.Lock:
+        with self._lock:
+            return self._commit_locks.setdefault(sink, threading.Lock())
+
+
+def _sink_and_batch(sink: str, batch_id: int) -> tuple[str, int]:
+    check_name(sink, "sink")
+    if batch_id < 0:
+        raise InvalidArgument(f"sink batch id must be >= 0, got {batch_id}")
+    return sink, batch_id
