@@ -1,7 +1,7 @@
 """The ``tubeq`` command (click): ``main.py`` the group and its error handling, ``cluster.py``
 a local cluster (starts masters and brokers as processes), ``admin.py`` topics, groups and
-brokers, ``data.py`` produce and consume, ``bench.py`` benchmarks, ``common.py`` what they
-share."""
+brokers, ``data.py`` produce and consume, ``bench.py`` benchmarks, ``spark.py`` Spark pipelines
+(pyspark imported only when one runs), ``common.py`` what they share."""
 from lib.cli.main import main
 
 __all__ = ["main"]

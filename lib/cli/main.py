@@ -15,6 +15,7 @@ import click
 from lib.cli import admin as cli_admin
 from lib.cli import bench as cli_bench
 from lib.cli import data as cli_data
+from lib.cli import spark as cli_spark
 from lib.cli.common import DEFAULT_MASTERS
 from lib.errors import TubeqError
 
@@ -72,5 +73,5 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
                             broker_port, portal, portal_port))
 
 
-for _module in (cli_admin, cli_data, cli_bench):
+for _module in (cli_admin, cli_data, cli_bench, cli_spark):
     _module.register(main)

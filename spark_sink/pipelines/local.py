@@ -1,0 +1,74 @@
+"""A Spark session for a pipeline or a benchmark: reused if one is active, else started here.
+
+A session started here runs its Python workers on this interpreter, sees ``pyspark_tubeq``
+(the repository root goes on ``PYTHONPATH``, which reaches the workers through the JVM, as in
+tests/spark/conftest.py), binds a ``local[...]`` driver to 127.0.0.1, and on leaving is stopped
+and its JVM (started by pyspark through spark-submit) ended by PID; the Python workers die with
+the JVM. A session that was already active (a test's, a notebook's, ``spark-submit``'s) is
+lent, never stopped.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spark_env() -> dict[str, str]:
+    """What Spark's JVM and Python workers need in the environment."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": path}
+
+
+@contextmanager
+def local_spark(master: str = "local[2]", app_name: str = "tubeq-pipeline",
+                conf: dict[str, str] | None = None) -> Iterator[Any]:
+    """The active SparkSession, or a new one on ``master`` stopped (JVM by PID) on leaving."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:  # someone else's: lend, never stop
+        yield SparkSession.builder.getOrCreate()
+        return
+    if str(ROOT) not in sys.path:  # the driver's own data source lookup scans sys.path
+        sys.path.insert(0, str(ROOT))
+    os.environ.update(spark_env())
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.python.worker.reuse", "true"))
+    if master.startswith("local"):
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    jvm: subprocess.Popen | None = getattr(SparkContext._gateway, "proc", None)
+    try:
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+    finally:
+        try:
+            session.stop()
+        finally:
+            stop_jvm(jvm)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+
+
+def stop_jvm(jvm: subprocess.Popen | None, timeout: float = 20.0) -> None:
+    """SIGTERM (Spark's shutdown hooks delete its temp dirs), then SIGKILL after ``timeout``."""
+    if jvm is None or jvm.poll() is not None:
+        return
+    jvm.terminate()
+    try:
+        jvm.wait(timeout)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.wait(10)
