@@ -7,8 +7,9 @@ two ways of choosing topics at once) is found here, before any task starts, and 
 needs the cluster (does the topic exist? is offset 5 still there?) is checked by ``plan``.
 
 Names follow Spark's Kafka source where one exists (``subscribe``, ``subscribePattern``,
-``assign``, ``startingOffsets``, ``endingOffsets``, ``minPartitions``, ``includeHeaders``,
-``failOnDataLoss``); offsets in JSON use Kafka's -2 for earliest and -1 for latest.
+``assign``, ``startingOffsets``, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
+``endingOffsets``, ``minPartitions``, ``includeHeaders``, ``failOnDataLoss``); offsets in JSON
+use Kafka's -2 for earliest and -1 for latest; timestamps are epoch milliseconds.
 """
 from __future__ import annotations
 
@@ -28,12 +29,16 @@ OffsetSpec = str | dict[str, dict[int, int]]
 
 READ_OPTIONS = {"masters", "subscribe", "subscribepattern", "assign", "startingoffsets",
                 "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
-                "polltimeoutms", "maxoffsetspertrigger"}
+                "polltimeoutms", "maxoffsetspertrigger", "startingtimestamp",
+                "startingoffsetsbytimestamp", "groupid"}
 WRITE_OPTIONS = {"masters", "topic", "idempotent", "lingerms", "batchbytes"}
 # Kafka options that mean nothing here; refusing them beats silently ignoring them.
-NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "startingtimestamp": None,
-                 "endingtimestamp": None, "startingoffsetsbytimestamp": None,
-                 "endingoffsetsbytimestamp": None}
+NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "kafka.group.id": "groupId",
+                 "endingtimestamp": None, "endingoffsetsbytimestamp": None}
+# The ways to choose where a read starts: at most one of them (Kafka ranks them instead; a
+# silent ranking hides a forgotten option).
+STARTS = {"startingoffsets": "startingOffsets", "startingtimestamp": "startingTimestamp",
+          "startingoffsetsbytimestamp": "startingOffsetsByTimestamp"}
 
 
 class OptionError(InvalidArgument):
@@ -62,6 +67,11 @@ class ReadOptions:
     poll_timeout_ms: int = 120_000
     max_offsets_per_trigger: int | None = None  # streams only (a batch ignores it, as Kafka's)
     ending_given: bool = False
+    # Start at the first offset whose timestamp is >= this (ms), per partition (the latest
+    # offset if none is); resolved on the driver into ``starting_offsets`` by ``plan``.
+    starting_timestamp: int | None = None
+    starting_timestamps: dict[str, dict[int, int]] | None = None  # topic -> partition -> ms
+    group_id: str | None = None  # streams only: the group their progress is committed to
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,11 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         given = ", ".join(chosen) or "none of them"
         raise OptionError("subscribe", "give exactly one of subscribe, subscribePattern or "
                                        f"assign (got {given})")
+    starts = [name for key, name in STARTS.items() if opts.get(key)]
+    if len(starts) > 1:
+        raise OptionError(starts[1], f"cannot be combined with {starts[0]}: give one of "
+                                     "startingOffsets, startingTimestamp or "
+                                     "startingOffsetsByTimestamp")
     pattern = opts.get("subscribepattern")
     if pattern:
         try:
@@ -105,6 +120,10 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         max_offsets_per_trigger=_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"),
                                      1, None),
         ending_given=bool(opts.get("endingoffsets")),
+        starting_timestamp=_int("startingTimestamp", opts.get("startingtimestamp"), 0, None),
+        starting_timestamps=(_timestamps(opts["startingoffsetsbytimestamp"])
+                             if opts.get("startingoffsetsbytimestamp") else None),
+        group_id=_group(opts.get("groupid", "")),
     )
 
 
@@ -184,19 +203,44 @@ def _offsets(option: str, text: str) -> OffsetSpec:
     if not isinstance(raw, dict):
         raise OptionError(option, 'expected "earliest", "latest" or JSON like '
                                   '{"topic": {"0": 5}}')
+    return _per_partition(option, raw, "offset", EARLIEST,
+                          "offsets are >= 0, -2 (earliest) or -1 (latest)")
+
+
+def _timestamps(text: str) -> dict[str, dict[int, int]]:
+    option = "startingOffsetsByTimestamp"
+    raw = _json(option, text)
+    if not isinstance(raw, dict) or not raw:
+        raise OptionError(option, 'expected JSON like {"topic": {"0": 1700000000000}} '
+                                  "(epoch milliseconds per partition)")
+    return _per_partition(option, raw, "timestamp", 0, "timestamps are epoch milliseconds >= 0")
+
+
+def _per_partition(option: str, raw: dict, what: str, low: int,
+                   rule: str) -> dict[str, dict[int, int]]:
+    """``{"topic": {"0": n}}`` checked: topic names, partition numbers, integers >= ``low``."""
     out: dict[str, dict[int, int]] = {}
     for topic, parts in raw.items():
         _names(option, topic)
         if not isinstance(parts, dict):
-            raise OptionError(option, f"{topic!r} needs an object of partition -> offset")
+            raise OptionError(option, f"{topic!r} needs an object of partition -> {what}")
         out[topic] = {}
-        for part, offset in parts.items():
-            if not str(part).isdigit() or not _is_int(offset) or offset < EARLIEST:
-                raise OptionError(option, f"{topic}[{part}] = {offset!r}: partitions are "
-                                          "numbers, offsets are >= 0, -2 (earliest) or -1 "
-                                          "(latest)")
-            out[topic][int(part)] = offset
+        for part, value in parts.items():
+            if not str(part).isdigit() or not _is_int(value) or value < low:
+                raise OptionError(option, f"{topic}[{part}] = {value!r}: partitions are "
+                                          f"numbers, {rule}")
+            out[topic][int(part)] = value
     return out
+
+
+def _group(text: str) -> str | None:
+    group = text.strip()
+    if not group:
+        return None
+    try:
+        return check_name(group, "group")
+    except InvalidArgument as exc:
+        raise OptionError("groupId", exc.message) from None
 
 
 def _int(option: str, text: str | None, low: int, default: Any) -> Any:

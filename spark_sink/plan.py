@@ -1,7 +1,8 @@
 """Planning a batch read on the driver: which topic partitions, from which offset to which.
 
-The cluster is asked once (``AdminClient``: the topics and their live earliest/latest offsets);
-what follows is pure: options + topic descriptions -> offset ranges -> ranges split for
+The cluster is asked once (``AdminClient``: the topics and their live earliest/latest offsets;
+a timestamp start also asks the brokers' time index once, see :func:`resolve_times`); what
+follows is pure: options + topic descriptions -> offset ranges -> ranges split for
 ``minPartitions``. Every problem found here is an :class:`OptionError` naming the option, so it
 reaches the user from the driver before any task runs.
 """
@@ -13,11 +14,12 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lib.admin import AdminClient
+from lib.consumer.pull import PullConsumer
 from lib.errors import TubeqError, UnknownTopic
-from lib.types import TopicInfo
+from lib.types import TopicInfo, TopicPartition
 from spark_sink.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 
 OFFSETS_WAIT_S = 5.0
@@ -55,9 +57,12 @@ def admin_client(masters: str) -> Iterator[AdminClient]:
 
 def plan_read(opts: ReadOptions) -> list[OffsetRange]:
     """The ranges a read covers, split for ``minPartitions``; asks the masters once."""
+    if opts.group_id:
+        raise OptionError("groupId", "a batch read commits no progress: groupId is for "
+                                     "spark.readStream")
     with admin_client(opts.masters) as admin:
         topics = describe_topics(admin, opts)
-    ranges = offset_ranges(opts, topics)
+    ranges = offset_ranges(resolve_times(opts, topics), topics)
     return split_ranges(ranges, opts.min_partitions or 0)
 
 
@@ -112,6 +117,53 @@ def offset_ranges(opts: ReadOptions, topics: dict[str, TopicInfo]) -> list[Offse
             if r.size > 0:
                 ranges.append(r)
     return ranges
+
+
+def resolve_times(opts: ReadOptions, topics: dict[str, TopicInfo]) -> ReadOptions:
+    """``opts`` with a timestamp start (``startingTimestamp`` / ``startingOffsetsByTimestamp``)
+    turned into the ``startingOffsets`` it means; unchanged without one.
+
+    Each partition starts at its first offset whose timestamp is >= the given one, or at its
+    latest offset if there is none (Kafka's rule). The brokers answer from their time index
+    (ListOffsets with a timestamp, through a consumer's ``seek_to_time``): no record is read.
+    Partitions that ``startingOffsetsByTimestamp`` leaves out start at their earliest offset,
+    as with ``startingOffsets`` JSON.
+    """
+    if opts.starting_timestamps is None and opts.starting_timestamp is None:
+        return opts
+    read = covered(opts, topics)
+    if opts.starting_timestamps is not None:
+        check_spec_names("startingOffsetsByTimestamp", opts.starting_timestamps, topics)
+        times = {(t, p): ms for t, parts in opts.starting_timestamps.items()
+                 for p, ms in parts.items() if (t, p) in read}
+    else:
+        times = dict.fromkeys(read, opts.starting_timestamp)
+    spec: dict[str, dict[int, int]] = {}
+    for (t, p), offset in sorted(offsets_for_times(opts.masters, times).items()):
+        spec.setdefault(t, {})[p] = offset
+    return replace(opts, starting_offsets=spec or "earliest")
+
+
+def covered(opts: ReadOptions, topics: dict[str, TopicInfo]) -> set[tuple[str, int]]:
+    """Every (topic, partition) the read covers (only the assigned ones with ``assign``)."""
+    return {(t, p.partition) for t, info in topics.items() for p in info.partitions
+            if opts.assign is None or p.partition in opts.assign.get(t, ())}
+
+
+def offsets_for_times(masters: str, times: dict[tuple[str, int], int],
+                      ) -> dict[tuple[str, int], int]:
+    """The first offset at or after each partition's timestamp, else its latest offset."""
+    if not times:
+        return {}
+    by_time: dict[int, list[TopicPartition]] = {}
+    for (t, p), ms in times.items():
+        by_time.setdefault(ms, []).append(TopicPartition(t, p))
+    # No group and nothing polled: assign + seek only set positions, no fetch starts.
+    with PullConsumer(masters, enable_auto_commit=False, client_id="tubeq-spark") as c:
+        c.assign([TopicPartition(t, p) for t, p in times])
+        for ms, tps in by_time.items():
+            c.seek_to_time(ms, *tps)
+        return {(t, p): c.position(TopicPartition(t, p)) for t, p in times}
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:

@@ -9,7 +9,9 @@ tasks, same pooled consumers): ``latestOffset`` asks the masters where every par
 that matches a new topic, a topic that grows) are read from their earliest offset.
 
 This object lives on the driver for the whole query (Spark's streaming runner keeps it), which is
-where the ``Trigger.AvailableNow`` target is remembered; ``read`` runs on the executors.
+where the ``Trigger.AvailableNow`` target and the ``groupId`` client are kept; ``read`` runs on
+the executors. ``startingTimestamp`` / ``startingOffsetsByTimestamp`` only decide the offsets of
+a new query (as Kafka's): once Spark has checkpointed offsets, those win.
 """
 from __future__ import annotations
 
@@ -33,10 +35,13 @@ from spark_sink.plan import (
     OffsetRange,
     admin_client,
     check_spec_names,
+    covered,
     describe_topics,
     resolve_offset,
+    resolve_times,
     split_ranges,
 )
+from spark_sink.progress import GroupProgress
 from spark_sink.reader import RangePartition, read_batches
 
 Offsets = dict[str, dict[str, int]]  # what Spark checkpoints: topic -> "partition" -> next
@@ -53,14 +58,17 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self._target: Flat | None = None  # Trigger.AvailableNow: never read past these
+        self._progress: GroupProgress | None = None  # built at the first commit (driver only)
 
     def initialOffset(self) -> Offsets:
-        spec = self.opts.starting_offsets or "latest"
         topics = self._describe()
+        spec = resolve_times(self.opts, topics).starting_offsets or "latest"
         check_spec_names("startingOffsets", spec, topics)
+        read = covered(self.opts, topics)
         return _nested({(t, p.partition): resolve_offset(spec, t, p.partition, p.earliest,
                                                          p.latest, EARLIEST)
-                        for t, info in topics.items() for p in info.partitions})
+                        for t, info in topics.items() for p in info.partitions
+                        if (t, p.partition) in read})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -70,6 +78,9 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {tp: latest for tp, (_, latest) in self._bounds().items()}
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        # Spark asks for the next batch only once the previous one is done (or, first, with
+        # the initial or restored offsets): ``start`` is where the query has got to.
+        self._report(start)
         bounds = self._bounds()
         begin = {tp: _flat(start).get(tp, earliest) for tp, (earliest, _) in bounds.items()}
         end = {tp: max(begin[tp], latest) for tp, (_, latest) in bounds.items()}
@@ -103,7 +114,32 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_batches(partition, self.arrow_schema)
 
     def commit(self, end: Offsets) -> None:
-        """Nothing to release: progress lives in Spark's checkpoint."""
+        """A micro-batch finished: with ``groupId``, report ``end`` to the group."""
+        self._report(end)
+
+    def _report(self, done: Offsets) -> None:
+        """With ``groupId``, commit ``done`` (offsets the query has finished reading up to) to
+        that group, so ``tubeq group describe`` shows the query's lag.
+
+        A report only: Spark's checkpoint stays the one truth of where the query resumes (the
+        group's offsets are never read back), and a failed commit is a warning in the log,
+        never a failed query. Besides ``commit`` this runs from ``latestOffset``: Spark calls
+        ``commit(end)`` of a batch only when it plans the next batch with data, so the last
+        batch of a Trigger.AvailableNow run (or before a quiet spell) would never be reported;
+        the ``start`` of ``latestOffset`` is that same finished position, asked at every
+        trigger. Unchanged offsets are not committed again.
+        """
+        if self.opts.group_id is None:
+            return
+        if self._progress is None:
+            self._progress = GroupProgress(self.opts.masters, self.opts.group_id)
+        self._progress.commit(_flat(done))
+
+    def stop(self) -> None:
+        """The query ends: close the ``groupId`` client, if one was made."""
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
 
     def _describe(self) -> dict[str, TopicInfo]:
         with admin_client(self.opts.masters) as admin:
