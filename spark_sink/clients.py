@@ -19,11 +19,13 @@ from dataclasses import replace
 
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
+from lib.sink import SinkClient
 from spark_sink.options import WriteOptions
 
 _lock = threading.Lock()
 _idle_consumers: dict[tuple[int, str, bool], list[PullConsumer]] = {}
 _producers: dict[tuple[int, WriteOptions], Producer] = {}
+_sink_clients: dict[tuple[int, str, int], SinkClient] = {}
 
 # Small prefetch: a task stops at its end offset, and what was fetched past it is thrown away.
 _CONSUMER = dict(enable_auto_commit=False, fetch_max_bytes=4 << 20, prefetch_max_bytes=8 << 20,
@@ -58,7 +60,7 @@ def consumer(masters: str, fail_on_data_loss: bool) -> Iterator[PullConsumer]:
 
 def producer(opts: WriteOptions) -> Producer:
     """The shared producer of this worker process for these options."""
-    key = (os.getpid(), replace(opts, topic=None))  # one producer serves every topic
+    key = (os.getpid(), replace(opts, topic=None, sink_id=None, checkpoint_location=None))
     with _lock:
         p = _producers.get(key)
         if p is None:
@@ -66,6 +68,17 @@ def producer(opts: WriteOptions) -> Producer:
                                            batch_bytes=opts.batch_bytes,
                                            idempotent=opts.idempotent, client_id="tubeq-spark")
         return p
+
+
+def sink_client(masters: str, batch_bytes: int) -> SinkClient:
+    """The shared exactly-once sink client of this process (executor tasks and the driver's
+    commits) for these masters."""
+    key = (os.getpid(), masters, batch_bytes)
+    with _lock:
+        c = _sink_clients.get(key)
+        if c is None:
+            c = _sink_clients[key] = SinkClient(masters, batch_bytes=batch_bytes)
+        return c
 
 
 @atexit.register
@@ -76,8 +89,12 @@ def close_all() -> None:
         mine = [c for (pid, *_), cs in _idle_consumers.items() if pid == os.getpid()
                 for c in cs]
         producers = [p for (pid, _), p in _producers.items() if pid == os.getpid()]
+        sinks = [c for (pid, *_), c in _sink_clients.items() if pid == os.getpid()]
         _idle_consumers.clear()
         _producers.clear()
+        _sink_clients.clear()
+    for s in sinks:
+        s.close()
     for c in mine:
         c.close()
     for p in producers:

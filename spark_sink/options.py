@@ -31,7 +31,8 @@ READ_OPTIONS = {"masters", "subscribe", "subscribepattern", "assign", "startingo
                 "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
                 "polltimeoutms", "maxoffsetspertrigger", "startingtimestamp",
                 "startingoffsetsbytimestamp", "groupid"}
-WRITE_OPTIONS = {"masters", "topic", "idempotent", "lingerms", "batchbytes"}
+WRITE_OPTIONS = {"masters", "topic", "idempotent", "lingerms", "batchbytes", "sinkid",
+                 "checkpointlocation"}
 # Kafka options that mean nothing here; refusing them beats silently ignoring them.
 NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "kafka.group.id": "groupId",
                  "endingtimestamp": None, "endingoffsetsbytimestamp": None}
@@ -83,6 +84,8 @@ class WriteOptions:
     idempotent: bool = True
     linger_ms: int = 5
     batch_bytes: int = 512 * 1024
+    sink_id: str | None = None  # streaming: names the exactly-once sink
+    checkpoint_location: str | None = None  # streaming: the sink id comes from it by default
 
 
 def read_options(options: Mapping[str, str]) -> ReadOptions:
@@ -137,7 +140,9 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         masters=_masters(opts), topic=topic,
         idempotent=_bool("idempotent", opts.get("idempotent", "true")),
         linger_ms=_int("lingerMs", opts.get("lingerms"), 0, 5),
-        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024))
+        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024),
+        sink_id=_sink_id(opts["sinkid"]) if opts.get("sinkid") else None,
+        checkpoint_location=opts.get("checkpointlocation") or None)
 
 
 def _lowered(options: Mapping[str, str], known: set[str]) -> dict[str, str]:
@@ -163,6 +168,13 @@ def _masters(opts: dict[str, str]) -> str:
         if not host or not port.isdigit():
             raise OptionError("masters", f"{address!r} is not host:port")
     return masters
+
+
+def _sink_id(text: str) -> str:
+    try:
+        return check_name(text.strip(), "sink")
+    except InvalidArgument as exc:
+        raise OptionError("sinkId", exc.message) from None
 
 
 def _names(option: str, text: str) -> tuple[str, ...]:

@@ -11,12 +11,14 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
 
 from spark_sink.options import OptionError, read_options, write_options
 from spark_sink.reader import TubeqReader
+from spark_sink.sink import TubeqStreamWriter
 from spark_sink.stream import TubeqStreamReader
 from spark_sink.writer import TubeqWriter
 
@@ -46,3 +48,6 @@ class DefaultSource(DataSource):
         if overwrite:
             raise OptionError("mode", "a topic cannot be overwritten: use mode('append')")
         return TubeqWriter(write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        return TubeqStreamWriter(write_options(self.options), schema)

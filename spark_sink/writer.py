@@ -117,15 +117,16 @@ def check_topic(opts: WriteOptions) -> None:
 Group = tuple[str, int, list[bytes], list[bytes] | None, list[str] | None]
 
 
-def groups(batch: pa.RecordBatch, topic_option: str | None,
-           routes: RouteCache) -> Iterator[Group]:
+def groups(batch: pa.RecordBatch, topic_option: str | None, routes: RouteCache,
+           seed: int | None = None) -> Iterator[Group]:
     """(topic, partition, values, keys, tags) per run of rows sent alike, in row order.
 
     Every row's partition is decided here, before grouping (the partition column, else
     ``crc32(key) % partitions`` as ``Producer.send``, else one partition per batch and topic,
     round robin over the available ones), so each partition gets exactly its rows in row order;
     its rows are then cut where the key goes from present to absent (``send_batch`` takes a key
-    for every record or for none).
+    for every record or for none). With ``seed`` (the exactly-once sink) keyless rows go to
+    partition ``seed % partitions`` instead, available or not: the same on every replay.
     """
     if batch.num_rows == 0:
         return
@@ -137,7 +138,7 @@ def groups(batch: pa.RecordBatch, topic_option: str | None,
     parts = (batch.column("partition").cast(pa.int64()).fill_null(-1).to_numpy().copy()
              if "partition" in names else np.full(batch.num_rows, -1, np.int64))
     for code, topic in enumerate(topics):
-        _place(parts, topic_codes == code, keys, keyless, routes.get(topic))
+        _place(parts, topic_codes == code, keys, keyless, routes.get(topic), seed)
     width = int(parts.max()) + 1
     uniq, inverse = np.unique(topic_codes * width + parts, return_inverse=True)
     values = bulk_values(_binary(batch.column("value")))
@@ -151,7 +152,7 @@ def groups(batch: pa.RecordBatch, topic_option: str | None,
 
 
 def _place(parts: np.ndarray, mine: np.ndarray, keys: list[bytes] | None,
-           keyless: np.ndarray, route: TopicRoutes) -> None:
+           keyless: np.ndarray, route: TopicRoutes, seed: int | None) -> None:
     """Fill in the partition of this topic's rows that have none (in place)."""
     todo = mine & (parts < 0)
     if not todo.any():
@@ -164,6 +165,9 @@ def _place(parts: np.ndarray, mine: np.ndarray, keys: list[bytes] | None,
         parts[keyed] = np.fromiter(map(zlib.crc32, picked), np.int64, len(picked)) % route.count
     loose = todo & keyless
     if loose.any():
+        if seed is not None:
+            parts[loose] = seed % route.count
+            return
         choices = route.available or tuple(range(route.count))
         parts[loose] = choices[next(_round_robin) % len(choices)]
 

@@ -1,0 +1,35 @@
+"""A Spark driver for the exactly-once sink test: stream topic A into topic B, then exit.
+
+    python -m tests.spark.stream_sink_worker MASTERS SOURCE TARGET CHECKPOINT MAX_PER_TRIGGER
+
+Run as a child process so that the test can SIGKILL the whole driver (Python and its JVM, one
+process group) in the middle of the stream, and start it again on the same checkpoint.
+"""
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+
+def main(masters: str, source: str, target: str, checkpoint: str, per_trigger: str) -> None:
+    spark = (SparkSession.builder.master("local[2]").appName("tubeq-sink-worker")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    rows = (spark.readStream.format("tubeq").option("masters", masters)
+            .option("subscribe", source).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", per_trigger).load())
+    out = rows.select(F.concat(F.lit(b"seen:"), F.col("value")).alias("value"), "key")
+    query = (out.writeStream.format("tubeq").option("masters", masters).option("topic", target)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
