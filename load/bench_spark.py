@@ -10,8 +10,8 @@ both are read back with ``count(*)`` and ``sum(length(value))``, which makes eve
 materialised. Parquet in the same run is the ceiling: the ratios (tubeq / parquet rows/s) are
 what to compare between runs on this small, noisy machine. A warm-up of 1,000 rows goes through
 both first (Python workers, JIT, connections), untimed. Prints one JSON object (and writes it
-to ``--out``). Every process is stopped by PID and the temp dir removed, also on error or
-SIGTERM.
+to ``--out``), with the 1-minute load average before and after as a hint of other work.
+Every process is stopped by PID and the temp dir removed, also on error or SIGTERM.
 """
 from __future__ import annotations
 
@@ -132,6 +132,7 @@ def run(rows: int, size: int) -> dict[str, Any]:
     from spark_sink.pipelines.local import local_spark
     from tests.cluster import Cluster  # the same process handling the tests use
 
+    load_before = os.getloadavg()[0]
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-spark-"))
     cluster = Cluster(root / "cluster")
     try:
@@ -144,6 +145,9 @@ def run(rows: int, size: int) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
     result["setup"] = (f"Spark local[2], 1 master + 1 broker (async topic, {TOPIC_PARTITIONS} "
                        f"partitions), {WRITE_TASKS} write tasks, {os.cpu_count()} CPUs")
+    # Other work on the machine shows here; the ratios hold up better than the rows/s.
+    result["load_avg_1m"] = {"before": round(load_before, 2),
+                             "after": round(os.getloadavg()[0], 2)}
     return result
 
 
