@@ -209,6 +209,9 @@ class Progress:
             except Exception as exc:  # noqa: BLE001 - progress must never end the feed
                 self.say(f"  (progress unavailable: {exc})")
                 continue
+            if rows == 0:  # Spark is still starting workers and planning
+                self.say(f"  waiting for the first rows{tasks}")
+                continue
             rate = rows / (time.monotonic() - self.started)
             self.say(f"  {rows:,} rows stored ({rate:,.0f} rows/s){tasks}")
 
