@@ -18,7 +18,7 @@ Example (one process playing both roles)::
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,7 @@ from lib.names import check_name
 from lib.producer.bulk import batch_bounds
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
-from lib.records import EncodedRun, batch_head, encode_columns
+from lib.records import EncodedRun, batch_head, encode_run
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool, MasterClient, invoke
 
@@ -143,6 +143,7 @@ class TaskStaging:
 
     def add(self, topic: str, partition: int, values: Sequence[bytes],
             keys: Sequence[bytes] | None = None, tags: Sequence[str] | None = None,
+            headers: Sequence[Mapping[str, bytes] | None] | None = None,
             timestamp: int | None = None) -> None:
         """Stage records for one partition, in order (after what this task staged before)."""
         if not len(values):
@@ -152,7 +153,7 @@ class TaskStaging:
             raise InvalidArgument(f"topic {topic} has {route.count} partitions, no partition "
                                   f"{partition}")
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
-        run = encode_columns(values, ts, keys, tags)
+        run = encode_run(values, ts, keys, tags, headers)
         for batch, count in _batches(run, ts, self._client.batch_bytes):
             self._stage(topic, partition, batch)
             self.staged.records += count

@@ -80,9 +80,9 @@ class TubeqStreamWriter(DataSourceStreamArrowWriter):
         staging = sinks.task(self.sink, batch_id, task_id)
         for n, batch in enumerate(iterator):
             seed = zlib.crc32(f"{self.sink}/{batch_id}/{ctx.partitionId()}/{n}".encode())
-            for topic, partition, values, keys, tags in groups(batch, self.opts.topic,
-                                                               sinks.routes, seed=seed):
-                staging.add(topic, partition, values, keys, tags)
+            for topic, partition, values, keys, tags, headers in groups(
+                    batch, self.opts.topic, sinks.routes, seed=seed):
+                staging.add(topic, partition, values, keys, tags, headers)
         staged = staging.finish()
         return SinkMessage([staged], staged.records)
 

@@ -41,7 +41,8 @@ _round_robin = itertools.count(random.randrange(1 << 16))
 
 BYTES = (T.BinaryType, T.StringType)
 COLUMNS = {"value": BYTES, "key": BYTES, "topic": (T.StringType,), "tag": (T.StringType,),
-           "partition": (T.ByteType, T.ShortType, T.IntegerType, T.LongType)}
+           "partition": (T.ByteType, T.ShortType, T.IntegerType, T.LongType),
+           "headers": (T.MapType,)}
 
 
 @dataclass
@@ -64,10 +65,10 @@ class TubeqWriter(DataSourceArrowWriter):
         producer = clients.producer(self.opts)
         futures = []
         for batch in iterator:
-            for topic, partition, values, keys, tags in groups(batch, self.opts.topic,
-                                                               producer.routes):
+            for topic, partition, values, keys, tags, headers in groups(batch, self.opts.topic,
+                                                                        producer.routes):
                 futures.append(producer.send_batch(topic, values, keys=keys, tags=tags,
-                                                   partition=partition))
+                                                   headers=headers, partition=partition))
         result = WriteResult()
         for future in futures:  # the task succeeds only once every record is acknowledged
             meta = future.result()
@@ -92,16 +93,26 @@ def check_columns(schema: T.StructType, opts: WriteOptions) -> None:
     unknown = [n for n in names if n not in COLUMNS]
     if unknown:
         raise OptionError("columns", f"unknown column(s) {', '.join(unknown)}: a tubeq write "
-                                     f"takes {', '.join(COLUMNS)} (headers: not yet)")
+                                     f"takes {', '.join(COLUMNS)}")
     if "value" not in names:
         raise OptionError("columns", "a tubeq write needs a value column (binary or string)")
     if "topic" not in names and opts.topic is None:
         raise OptionError("topic", "no topic: set the topic option or give a topic column")
     for f in schema.fields:
-        if not isinstance(f.dataType, COLUMNS[f.name]):
+        if f.name == "headers":
+            _check_headers(f.dataType)
+        elif not isinstance(f.dataType, COLUMNS[f.name]):
             kinds = " or ".join(t.typeName() for t in COLUMNS[f.name])
             raise OptionError("columns", f"column {f.name} is {f.dataType.simpleString()}; "
                                          f"it must be {kinds}")
+
+
+def _check_headers(kind: T.DataType) -> None:
+    """``headers`` is the read side's ``map<string,binary>`` (string values are sent as UTF-8)."""
+    if not (isinstance(kind, T.MapType) and isinstance(kind.keyType, T.StringType)
+            and isinstance(kind.valueType, BYTES)):
+        raise OptionError("columns", f"column headers is {kind.simpleString()}; it must be "
+                                     "map<string,binary> or map<string,string>")
 
 
 def check_topic(opts: WriteOptions) -> None:
@@ -114,12 +125,14 @@ def check_topic(opts: WriteOptions) -> None:
                                        "tubeq topic create)") from None
 
 
-Group = tuple[str, int, list[bytes], list[bytes] | None, list[str] | None]
+Group = tuple[str, int, list[bytes], list[bytes] | None, list[str] | None,
+              list[dict[str, bytes] | None] | None]
 
 
 def groups(batch: pa.RecordBatch, topic_option: str | None, routes: RouteCache,
            seed: int | None = None) -> Iterator[Group]:
-    """(topic, partition, values, keys, tags) per run of rows sent alike, in row order.
+    """(topic, partition, values, keys, tags, headers) per run of rows sent alike, in row
+    order.
 
     Every row's partition is decided here, before grouping (the partition column, else
     ``crc32(key) % partitions`` as ``Producer.send``, else one partition per batch and topic,
@@ -143,12 +156,14 @@ def groups(batch: pa.RecordBatch, topic_option: str | None, routes: RouteCache,
     uniq, inverse = np.unique(topic_codes * width + parts, return_inverse=True)
     values = bulk_values(_binary(batch.column("value")))
     tags = batch.column("tag").fill_null("").to_pylist() if "tag" in names else None
+    headers = _headers(batch.column("headers")) if "headers" in names else None
     for g, code in enumerate(uniq.tolist()):
         rows = np.flatnonzero(inverse == g)
         cuts = np.flatnonzero(np.diff(keyless[rows])) + 1
         for run in np.split(rows, cuts):
             yield (topics[code // width], code % width, _pick(values, run),
-                   None if keyless[run[0]] else _pick(keys, run), _pick(tags, run))
+                   None if keyless[run[0]] else _pick(keys, run), _pick(tags, run),
+                   _pick(headers, run))
 
 
 def _place(parts: np.ndarray, mine: np.ndarray, keys: list[bytes] | None,
@@ -170,6 +185,13 @@ def _place(parts: np.ndarray, mine: np.ndarray, keys: list[bytes] | None,
             return
         choices = route.available or tuple(range(route.count))
         parts[loose] = choices[next(_round_robin) % len(choices)]
+
+
+def _headers(column: pa.Array) -> list[dict[str, bytes] | None]:
+    """Each row's headers as a dict (the producer's form; per row: they vary in shape)."""
+    return [None if pairs is None else
+            {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in pairs}
+            for pairs in column.to_pylist()]
 
 
 def _pick(column: list | None, rows: np.ndarray) -> list | None:

@@ -44,8 +44,8 @@ from lib.records import (
     FLAG_VALUE_ZLIB,
     FRAME_HEADER_SIZE,
     Record,
-    encode_columns,
     encode_frame,
+    encode_run,
     headers_of,
     plain_frame,
     tag_hash,
@@ -222,6 +222,7 @@ class Producer(Closeable):
 
     def send_batch(self, topic: str, values: Sequence[bytes] | Any,
                    keys: Sequence[bytes] | None = None, tags: Sequence[str] | None = None,
+                   headers: Sequence[Mapping[str, bytes] | None] | None = None,
                    partition: int | None = None) -> Future[BulkMetadata]:
         """Send many records in one call; returns one future for all of them.
 
@@ -233,7 +234,8 @@ class Producer(Closeable):
         batches; the future's :class:`BulkMetadata` gives every record's partition and offset,
         in input order. It fails with the first error of any of its batches (records of other
         batches may still have been stored: retry with ``idempotent=True`` to avoid
-        duplicates). Records with headers or compression go through :meth:`send`.
+        duplicates). ``headers`` (a mapping or None per record) are encoded record by record
+        (:func:`lib.records.encode_run`); compressed records go through :meth:`send`.
         """
         if self._closed:
             raise ClientClosed("the producer is closed: it accepts no more records")
@@ -242,7 +244,7 @@ class Producer(Closeable):
         n = len(values)
         if n == 0:
             raise InvalidArgument("send_batch needs at least one value")
-        for name, column in (("keys", keys), ("tags", tags)):
+        for name, column in (("keys", keys), ("tags", tags), ("headers", headers)):
             if column is not None and len(column) != n:
                 raise InvalidArgument(f"{name} has {len(column)} items for {n} values")
         route = self._routes.get(topic)
@@ -250,7 +252,8 @@ class Producer(Closeable):
         parts = self._bulk_partitions(route, values, keys, partition)
         bulk = BulkFuture(topic, parts, ts)
         for p, idx in groups(parts):
-            run = encode_columns(take(values, idx), ts, take(keys, idx), take(tags, idx))
+            run = encode_run(take(values, idx), ts, take(keys, idx), take(tags, idx),
+                             take(headers, idx))
             biggest = int(run.sizes.max())
             if biggest > route.max_message_bytes:
                 raise self._too_large(route, biggest)

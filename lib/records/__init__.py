@@ -46,6 +46,7 @@ from lib.records.encode import (
     encode_batch,
     encode_columns,
     encode_frame,
+    encode_run,
     headers_of,
     plain_frame,
 )
@@ -82,6 +83,7 @@ from lib.records.layout import (
 __all__ = [
     "EncodedRun",
     "encode_columns",
+    "encode_run",
     "BATCH_HEADER",
     "BatchView",
     "COLUMN_BYTES_PER_RECORD",

@@ -219,6 +219,23 @@ def encode_columns(values: Sequence[bytes], timestamp: int,
                       tag_hashes)
 
 
+def encode_run(values: Sequence[bytes], timestamp: int, keys: Sequence[bytes] | None = None,
+               tags: Sequence[str] | None = None,
+               headers: Sequence[Mapping[str, bytes] | None] | None = None) -> EncodedRun:
+    """:func:`encode_columns`, or, with ``headers`` (a mapping or None per record), one
+    :func:`encode_frame` per record: headers vary in number and size per record, which the
+    column pass does not lay out. Either way the same frames as ``Producer.send``."""
+    if headers is None:
+        return encode_columns(values, timestamp, keys, tags)
+    frames = [encode_frame(Record(bytes(v), None if keys is None else bytes(keys[i]),
+                                  (tags[i] or None) if tags is not None else None,
+                                  headers_of(headers[i]), timestamp))
+              for i, v in enumerate(values)]
+    hashes = None if tags is None else np.fromiter(map(tag_hash, tags), _U32, len(tags))
+    return EncodedRun(b"".join(frames), np.fromiter(map(len, frames), _U32, len(frames)),
+                      hashes)
+
+
 def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.ndarray]
              ) -> bytes:
     """The frames back to back: header, then each column's bytes, per record. When every

@@ -60,3 +60,20 @@ def test_send_batch_refuses_bad_input_before_sending_anything(cluster):
         with pytest.raises(InvalidArgument, match="sequence of values"):
             producer.send_batch("bulk-bad", b"one value")
         assert producer.send_batch("bulk-bad", [b"ok"]).result(30).offsets.tolist() == [0]
+
+
+def test_send_batch_with_headers_stores_them_per_record_like_send(cluster):
+    create(cluster, "bulk-headers", partitions=2)
+    values = [b"v%d" % i for i in range(300)]
+    headers = [{"n": b"%d" % i, "even": b"1"} if i % 2 == 0 else None for i in range(300)]
+    keys = [b"k%d" % (i % 5) for i in range(300)]
+    with Producer(cluster.master_addresses) as producer:
+        meta = producer.send_batch("bulk-headers", values, keys=keys, tags=["t"] * 300,
+                                   headers=headers).result(30)
+        with pytest.raises(InvalidArgument, match="headers has 1 items for 300 values"):
+            producer.send_batch("bulk-headers", values, headers=[{}])
+    stored = fetch_topic(cluster, "bulk-headers")
+    for i in range(300):
+        rec = stored[int(meta.partitions[i])][int(meta.offsets[i])]
+        assert (rec.value, rec.key, rec.tag, rec.headers) == (values[i], keys[i], "t",
+                                                               headers[i] or {})

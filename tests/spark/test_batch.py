@@ -142,6 +142,33 @@ def test_include_headers_adds_a_headers_map_column(spark, masters, new_topic):
     assert table.column("value").to_pylist() == [b"v"]
 
 
+def test_headers_written_by_spark_read_back_the_same_and_copy_through_a_stream(
+        spark, masters, new_topic, tmp_path):
+    topic, copy = new_topic(partitions=1), new_topic(partitions=1)
+    df = spark.createDataFrame(
+        [("a", {"trace": b"\x01", "user": b"u1"}), ("b", None), ("c", {})],
+        "value string, headers map<string,binary>")
+    df.coalesce(1).write.format("tubeq").option("masters", masters).option("topic", topic) \
+        .mode("append").save()
+    texts = spark.createDataFrame([("d", {"lang": "fr"})],
+                                  "value string, headers map<string,string>")
+    texts.write.format("tubeq").option("masters", masters).option("topic", topic) \
+        .mode("append").save()
+    got = read(spark, masters, subscribe=topic, includeHeaders="true").toArrow()
+    want = [{"trace": b"\x01", "user": b"u1"}, {}, {}, {"lang": b"fr"}]  # a map has no order
+    assert [dict(h) for h in got.column("headers").to_pylist()] == want
+    assert got.column("value").to_pylist() == [b"a", b"b", b"c", b"d"]
+    stream = (spark.readStream.format("tubeq").option("masters", masters).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("includeHeaders", "true").load()
+              .select("value", "headers").writeStream.format("tubeq").option("masters", masters)
+              .option("topic", copy).option("checkpointLocation", str(tmp_path / "ckpt"))
+              .trigger(availableNow=True).start())
+    stream.awaitTermination(120)
+    assert stream.exception() is None
+    copied = read(spark, masters, subscribe=copy, includeHeaders="true").toArrow()
+    assert [dict(h) for h in copied.column("headers").to_pylist()] == want
+
+
 @pytest.mark.parametrize("ending", ["latest", "earliest"])
 def test_empty_ranges_give_an_empty_frame(spark, masters, new_topic, ending):
     topic = new_topic(partitions=2)
