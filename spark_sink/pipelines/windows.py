@@ -77,7 +77,8 @@ def window_counts(spark: Any, spec: WindowSpec) -> Any:
     millis = F.unix_millis
     value = F.to_json(F.struct(millis(F.col("w.start")).alias("window_start"),
                                millis(F.col("w.end")).alias("window_end"),
-                               F.col("group"), F.col("records"), F.col("bytes")))
+                               F.col("group"), F.col("records"), F.col("bytes")),
+                      {"ignoreNullFields": "false"})  # "group": null for --by none
     return counted.select(F.col("group").cast("binary").alias("key"), value.alias("value"))
 
 

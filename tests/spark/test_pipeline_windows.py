@@ -52,3 +52,21 @@ def test_bad_pipeline_arguments_are_refused_before_spark_starts(masters):
         WindowSpec(masters, "a", "b", "/tmp/x", by="value")
     with pytest.raises(InvalidArgument, match="--checkpoint is required"):
         WindowSpec(masters, "a", "b", "")
+
+
+def test_tubeq_spark_run_windows_runs_the_pipeline_once(spark, masters, new_topic, tmp_path):
+    from click.testing import CliRunner
+
+    from lib.cli.main import main as tubeq
+
+    source, target = new_topic(partitions=1), new_topic(partitions=1)
+    send_events(masters, source, [BASE + i * 1000 for i in range(20)] + [BASE + 100_000],
+                [b"a"] * 21)
+    out = CliRunner().invoke(tubeq, ["--masters", masters, "spark", "run", "windows",
+                                     "--source", source, "--target", target, "--checkpoint",
+                                     str(tmp_path / "ckpt"), "--by", "none", "--once"])
+    assert out.exit_code == 0, out.output
+    assert "windows written to" in out.output
+    got = windows_of(masters, target)
+    assert [(w["window_start"] - BASE, w["records"], w["group"]) for w in got] == \
+        [(0, 10, None), (10_000, 10, None)]

@@ -1,0 +1,54 @@
+"""The exactly-once sink when a broker dies: SIGKILL mid-stream, restart, rerun the query."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from lib.admin import AdminClient
+from tests.cluster import Cluster
+from tests.spark.test_stream_sink import _driver, produce, topic_values
+
+
+def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
+    cluster = Cluster(tmp_path / "cluster").start(1)
+    try:
+        masters = cluster.master_addresses
+        with AdminClient(masters) as admin:  # sync: acknowledged means on disk, on both sides
+            admin.create_topic("faults-in", partitions=2, durability="sync")
+            admin.create_topic("faults-out", partitions=2, durability="sync")
+        sent = produce(masters, "faults-in", 12_000)
+        ckpt = str(tmp_path / "ckpt")
+        driver = _driver(masters, "faults-in", "faults-out", ckpt, tmp_path / "run0.log")
+        try:
+            deadline = time.monotonic() + 240
+            while len(topic_values(masters, "faults-out")) < 2000:
+                assert driver.poll() is None, (tmp_path / "run0.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the stream made no progress"
+                time.sleep(0.2)
+            broker = cluster.broker_process(1)
+            broker.kill()  # mid-stream: a stage, a commit or a fetch is cut
+            time.sleep(1.0)
+            broker.start()
+            cluster.wait_brokers_registered()
+            driver.wait(300)  # the query ends: it failed over the lost broker, or it finished
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait(30)
+        runs = 1
+        while driver.returncode != 0:  # Spark replays what was not committed
+            assert runs < 4, (tmp_path / f"run{runs - 1}.log").read_text()[-3000:]
+            driver = _driver(masters, "faults-in", "faults-out", ckpt,
+                             tmp_path / f"run{runs}.log")
+            try:
+                driver.wait(300)
+            finally:
+                if driver.poll() is None:
+                    os.killpg(driver.pid, signal.SIGKILL)
+                    driver.wait(30)
+            runs += 1
+        got = topic_values(masters, "faults-out")
+        assert sorted(got) == sorted(b"seen:" + v for v in sent)
+    finally:
+        cluster.stop_all()
