@@ -15,6 +15,7 @@ a new query (as Kafka's): once Spark has checkpointed offsets, those win.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -46,6 +47,7 @@ from spark_sink.reader import RangePartition, read_batches
 
 Offsets = dict[str, dict[str, int]]  # what Spark checkpoints: topic -> "partition" -> next
 Flat = dict[tuple[str, int], int]
+log = logging.getLogger(__name__)
 
 
 class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -94,19 +96,19 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         bounds = self._bounds()
         first = _flat(start)
-        ranges = []
+        ranges, lost = [], []
         for (topic, p), stop in sorted(_flat(end).items()):
             earliest = bounds.get((topic, p), (0, 0))[0]
             begin = first.get((topic, p), earliest)
             if begin < earliest:
-                if self.opts.fail_on_data_loss:
-                    raise OffsetOutOfRange(
-                        f"{topic}[{p}]: offsets {begin}..{earliest - 1} were deleted by "
-                        "retention before this query read them (failOnDataLoss=false skips "
-                        "the gap)", topic=topic, partition=p, offset=begin, earliest=earliest)
+                lost.append((topic, p, begin, earliest))
                 begin = earliest
             if stop > begin:
                 ranges.append(OffsetRange(topic, p, begin, stop))
+        if lost and self.opts.fail_on_data_loss:
+            raise data_lost(lost)
+        if lost:
+            log.warning("tubeq: %s", _gaps(lost) + " (failOnDataLoss=false: skipped)")
         ranges = split_ranges(ranges, self.opts.min_partitions or 0)
         return [RangePartition.of(r, self.opts) for r in ranges]
 
@@ -150,6 +152,23 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {(t, p.partition): (max(p.earliest, 0), max(p.latest, 0))
                 for t, info in self._describe().items() for p in info.partitions
                 if (self.opts.assign is None or p.partition in self.opts.assign.get(t, ()))}
+
+
+def data_lost(lost: list[tuple[str, int, int, int]]) -> OffsetOutOfRange:
+    """The error of a micro-batch whose start offsets (topic, partition, begin, earliest)
+    retention has deleted: every such partition is named, with the way on."""
+    topic, p, begin, earliest = lost[0]
+    return OffsetOutOfRange(
+        f"data loss: {_gaps(lost)}. Restart the query with failOnDataLoss=false to skip the "
+        "lost offsets and read on from each partition's earliest offset (or start a new "
+        "query on a new checkpoint)", topic=topic, partition=p, offset=begin,
+        earliest=earliest)
+
+
+def _gaps(lost: list[tuple[str, int, int, int]]) -> str:
+    return "; ".join(f"{t}[{p}]: offsets {b}..{e - 1} were deleted by retention before this "
+                     f"query read them (the partition now starts at {e})"
+                     for t, p, b, e in lost)
 
 
 def cap(begin: Flat, end: Flat, max_rows: int) -> Flat:
