@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -20,12 +21,11 @@ from pyspark.sql.types import StructType
 
 from lib.errors import OffsetOutOfRange, RequestTimedOut
 from lib.records import Record
+from lib.records.columns import FrameColumns
 from lib.types import TopicPartition
 from spark_sink import clients
 from spark_sink.options import ReadOptions
 from spark_sink.plan import OffsetRange, plan_read
-
-BATCH_ROWS = 8192  # rows per Arrow batch handed to Spark (its own default is 10,000)
 
 
 @dataclass(frozen=True)
@@ -61,15 +61,50 @@ class TubeqReader(DataSourceReader):
 
 
 def read_batches(p: RangePartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The rows of ``p`` as Arrow batches of about :data:`BATCH_ROWS` (batch and stream)."""
-    pending: list[Record] = []
-    for records in read_range(p):
-        pending += records
-        if len(pending) >= BATCH_ROWS:
-            yield to_arrow(pending, p.range, schema)
-            pending = []
-    if pending:
-        yield to_arrow(pending, p.range, schema)
+    """The rows of ``p`` as Arrow batches, one per fetched run of frames (batch and stream)."""
+    for cols in read_range(p):
+        yield columns_to_arrow(cols, p.range, schema)
+
+
+def columns_to_arrow(cols: FrameColumns, r: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+    """One Arrow batch straight from checked frames: every binary column is one join of byte
+    ranges plus numpy offsets, no Record per row. Runs holding headers or compressed values
+    (and tags that are not UTF-8) take the per-record path, :func:`to_arrow`."""
+    if not cols.plain:
+        return to_arrow(cols.records(), r, schema)
+    n = len(cols)
+    starts, ends = cols.tag_spans()
+    columns = {
+        "key": lambda: _binary(cols, *cols.key_spans()),
+        "value": lambda: _binary(cols, *cols.value_spans()),
+        "topic": lambda: pa.repeat(pa.scalar(r.topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(r.partition, pa.int32()), n),
+        "offset": lambda: pa.array(cols.offsets, pa.int64()),
+        "timestamp": lambda: pa.array(cols.head["ts"] * 1000, pa.int64()),
+        "tag": lambda: _binary(cols, starts, ends, ends > starts).cast(pa.string()),
+        "headers": lambda: pa.array([[]] * n, pa.map_(pa.string(), pa.binary())),
+    }
+    try:
+        arrays = [columns[f.name]().cast(f.type) for f in schema]
+    except pa.ArrowInvalid:  # a tag that is not UTF-8: decoded with replacement, per record
+        return to_arrow(cols.records(), r, schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _binary(cols: FrameColumns, starts: np.ndarray, ends: np.ndarray,
+            present: np.ndarray | None = None) -> pa.Array:
+    """A binary array of the byte ranges ``starts..ends`` of ``cols`` (null where not
+    ``present``)."""
+    n = len(starts)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(ends - starts, out=offsets[1:])
+    large = int(offsets[-1]) >= 1 << 31
+    kind, offsets = (pa.large_binary(), offsets) if large else (pa.binary(),
+                                                                 offsets.astype(np.int32))
+    nulls = 0 if present is None else n - int(np.count_nonzero(present))
+    validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets),
+                                           pa.py_buffer(cols.gather(starts, ends))], nulls)
 
 
 def to_arrow(records: list[Record], r: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:
@@ -90,8 +125,8 @@ def to_arrow(records: list[Record], r: OffsetRange, schema: pa.Schema) -> pa.Rec
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def read_range(p: RangePartition) -> Iterator[list[Record]]:
-    """The records of ``p.range`` in offset order, as the consumer hands them out."""
+def read_range(p: RangePartition) -> Iterator[FrameColumns]:
+    """The frames of ``p.range`` in offset order, as the consumer hands them out."""
     r = p.range
     tp = TopicPartition(r.topic, r.partition)
     timeout = p.poll_timeout_ms / 1000
@@ -101,17 +136,17 @@ def read_range(p: RangePartition) -> Iterator[list[Record]]:
         last_progress, position = time.monotonic(), r.start
         while position < r.end:
             try:
-                records = consumer.poll(timeout=min(1.0, timeout))
+                runs = consumer.poll_columns(timeout=min(1.0, timeout))
             except OffsetOutOfRange as exc:
                 raise OffsetOutOfRange(
                     f"{r.topic}[{r.partition}]: offsets {r.start}..{r.end} are no longer all "
                     f"there (earliest now {exc.details.get('earliest')}); retention deleted "
                     "them while the query ran (failOnDataLoss=false skips the gap)",
                     **exc.details) from exc
-            if records and records[-1].offset >= r.end:
-                records = [x for x in records if x.offset < r.end]
-            if records:
-                yield records
+            for cols in runs:
+                cols = cols.first(int(np.searchsorted(cols.offsets, r.end)))
+                if len(cols):
+                    yield cols
             now_at = consumer.position(tp)
             if now_at > position:
                 last_progress, position = time.monotonic(), now_at

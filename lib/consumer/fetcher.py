@@ -32,6 +32,8 @@ from lib.consumer.subscription import SubscriptionState
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_span
+from lib.records.columns import FrameColumns, checked_columns, walk_sizes
+from lib.records.decode import undecodable
 from lib.routes import confirm_unknown
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
@@ -170,6 +172,59 @@ class Fetcher:
                     self._release(c)
             ready.extendleft(reversed(held))
         return out
+
+    def drain_columns(self, max_records: int) -> list[FrameColumns]:
+        """:meth:`drain`, handing out checked frame runs instead of Records (no decoding)."""
+        out: list[FrameColumns] = []
+        taken, sub = 0, self.sub
+        with self._cond:
+            ready, held = self._ready, []
+            while ready and taken < max_records:
+                c = ready.popleft()
+                if sub.epoch(c.tp) != c.epoch:
+                    self._release(c)
+                    continue
+                if sub.is_paused(c.tp):
+                    held.append(c)
+                    continue
+                cols = self._take_columns(c, max_records - taken)
+                if cols is None:
+                    continue
+                out.append(cols)
+                taken += len(cols)
+                if c.index < len(c.offsets):
+                    ready.appendleft(c)
+                else:
+                    self._release(c)
+            ready.extendleft(reversed(held))
+        return out
+
+    def _take_columns(self, c: Completed, want: int) -> FrameColumns | None:
+        """Check up to ``want`` frames of ``c`` and take them; None if ``c`` was dropped (a bad
+        frame fails the partition, named by offset, as :meth:`_take` does)."""
+        sub, tp, end = self.sub, c.tp, min(len(c.offsets), c.index + want)
+        mv = memoryview(c.frames)
+        try:
+            stop = len(mv) if end == len(c.offsets) else \
+                c.pos + sum(walk_sizes(mv[c.pos:], end - c.index))
+            cols = checked_columns(tp.topic, tp.partition, mv[c.pos:stop],
+                                   np.array(c.offsets[c.index:end], np.int64))
+        except errors.CorruptRecord as exc:
+            try:  # the record decoder names the offset of the first bad frame
+                decode_span(c.frames, c.offsets[c.index:end], c.pos, tp.partition, tp.topic)
+                exc = undecodable(tp.topic, tp.partition, c.offsets[c.index], exc)
+            except errors.CorruptRecord as precise:
+                exc = precise
+            sub.fail(tp, exc)
+            self._release(c)
+            return None
+        new_pos = c.offsets[end - 1] + 1 if end < len(c.offsets) else c.next_offset
+        if not sub.advance(tp, c.epoch, c.expected, new_pos):
+            sub.invalidate(tp)
+            self._release(c)
+            return None
+        c.index, c.pos, c.expected = end, stop, new_pos
+        return cols
 
     def _take(self, c: Completed, want: int, out: list[Record]) -> bool:
         """Decode up to ``want`` records of ``c`` into ``out``; False if ``c`` was dropped."""

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from lib import errors
 from lib.config import require
@@ -31,7 +31,10 @@ from lib.consumer.subscription import topic_names
 from lib.logs import event
 from lib.names import check_name
 from lib.records import Record
+from lib.records.columns import FrameColumns
 from lib.types import TopicPartition
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 CommitCallback = Callable[[dict[TopicPartition, int], errors.TubeqError | None], None]
@@ -141,6 +144,18 @@ class PullConsumer(ConsumerBase):
         Raises the error of a partition that cannot go on (OffsetOutOfRange with
         ``auto_offset_reset="error"``, UnknownTopic, CorruptRecord) until it is seeked.
         """
+        return self._poll(self._fetcher.drain, max_records, timeout)
+
+    def poll_columns(self, max_records: int | None = None,
+                     timeout: float = 1.0) -> list[FrameColumns]:
+        """:meth:`poll` for readers that want columns: runs of consecutive frames of one
+        partition, checked like the broker checks a batch but decoded into no Record
+        (``lib.records.columns``; the Spark source builds Arrow arrays from them). Positions,
+        commits and errors are as with :meth:`poll`."""
+        return self._poll(self._fetcher.drain_columns, max_records, timeout)
+
+    def _poll(self, drain: Callable[[int], list[T]], max_records: int | None,
+              timeout: float) -> list[T]:
         self._check_open()
         if not self._sub.topics:
             raise errors.InvalidArgument("poll() needs subscribe() or assign() first")
@@ -149,7 +164,7 @@ class PullConsumer(ConsumerBase):
         while True:
             self._raise_partition_error()
             self._prepare()
-            records = self._fetcher.drain(limit)
+            records = drain(limit)
             left = deadline - time.monotonic()
             if records or left <= 0:
                 break

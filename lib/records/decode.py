@@ -138,11 +138,11 @@ def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, top
                 sizes.append(length)
             pos = end
     except (CorruptRecord, zlib.error) as exc:
-        raise _undecodable(topic, partition, off, exc) from exc
+        raise undecodable(topic, partition, off, exc) from exc
     return out, pos
 
 
-def _undecodable(topic: str, partition: int, offset: int, exc: Exception) -> CorruptRecord:
+def undecodable(topic: str, partition: int, offset: int, exc: Exception) -> CorruptRecord:
     why = exc.message if isinstance(exc, CorruptRecord) else f"bad compressed value: {exc}"
     return CorruptRecord(
         f"{topic}[{partition}] offset {offset} cannot be decoded ({why}); nothing after it in "
