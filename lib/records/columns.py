@@ -10,10 +10,9 @@ are compressed or records with headers are for :meth:`FrameColumns.records`.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from functools import cached_property
-
-import struct
 
 import numpy as np
 
