@@ -166,6 +166,21 @@ def offsets_for_times(masters: str, times: dict[tuple[str, int], int],
         return {(t, p): c.position(TopicPartition(t, p)) for t, p in times}
 
 
+def broker_latest(masters: str, tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Each partition's latest offset as its own broker says it now; partitions whose broker
+    does not answer are left out. (The masters' describe falls back to the last heartbeat's
+    stats, up to a heartbeat old, for a broker that does not answer them.)"""
+    if not tps:
+        return {}
+    try:
+        with PullConsumer(masters, enable_auto_commit=False, client_id="tubeq-spark") as c:
+            c.assign([TopicPartition(t, p) for t, p in tps])
+            c.seek_to_end()
+            return {(t, p): c.position(TopicPartition(t, p)) for t, p in tps}
+    except TubeqError:
+        return {}
+
+
 def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
     """Cut big ranges so there are at least ``min_partitions`` (Kafka's rule: each range gets
     pieces in proportion to its size, so one hot partition does not make one slow task)."""

@@ -8,6 +8,13 @@ tasks, same pooled consumers): ``latestOffset`` asks the masters where every par
 ``partitions`` turns start/end into ranges. Topics and partitions that appear later (a pattern
 that matches a new topic, a topic that grows) are read from their earliest offset.
 
+Data loss (``failOnDataLoss``, as Kafka's): a micro-batch whose start retention has deleted,
+or a partition that now ends before the query's position (its topic was re-created, or its
+broker lost acknowledged records; only the broker's own answer counts, never the masters'
+heartbeat stats), fails the query naming every such partition; with ``failOnDataLoss=false``
+the first skips to the earliest offset and the second goes on from the partition's new end,
+with a warning in the driver's log.
+
 This object lives on the driver for the whole query (Spark's streaming runner keeps it), which is
 where the ``Trigger.AvailableNow`` target and the ``groupId`` client are kept; ``read`` runs on
 the executors. ``startingTimestamp`` / ``startingOffsetsByTimestamp`` only decide the offsets of
@@ -35,6 +42,7 @@ from spark_sink.options import EARLIEST, OptionError, ReadOptions
 from spark_sink.plan import (
     OffsetRange,
     admin_client,
+    broker_latest,
     check_spec_names,
     covered,
     describe_topics,
@@ -77,38 +85,52 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {tp: latest for tp, (_, latest) in self._bounds().items()}
+        self._target = {tp: latest for tp, (_, latest) in self._bounds().items()
+                        if latest >= 0}
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         # Spark asks for the next batch only once the previous one is done (or, first, with
         # the initial or restored offsets): ``start`` is where the query has got to.
         self._report(start)
+        first = _flat(start)
         bounds = self._bounds()
-        begin = {tp: _flat(start).get(tp, earliest) for tp, (earliest, _) in bounds.items()}
-        end = {tp: max(begin[tp], latest) for tp, (_, latest) in bounds.items()}
-        if self._target is not None:
-            end = {tp: max(begin[tp], min(e, self._target.get(tp, begin[tp])))
-                   for tp, e in end.items()}
+        begin = {tp: first.get(tp, max(earliest, 0)) for tp, (earliest, _) in bounds.items()}
+        # An end behind the query's position counts only once the broker itself says so:
+        # for a broker that does not answer them, the masters report its last heartbeat's.
+        now = broker_latest(self.opts.masters, {tp for tp, (_, latest) in bounds.items()
+                                                if 0 <= latest < begin[tp]})
+        end = {tp: now[tp] if now.get(tp, begin[tp]) < begin[tp]
+               else self._end(tp, begin[tp], latest) for tp, (_, latest) in bounds.items()}
         if isinstance(limit, ReadMaxRows):
-            end = cap(begin, end, limit.max_rows)
+            end = cap({tp: min(b, end[tp]) for tp, b in begin.items()}, end, limit.max_rows)
         return _nested(end)
+
+    def _end(self, tp: tuple[str, int], begin: int, latest: int) -> int:
+        """Where a batch from ``begin`` ends: at the partition's end, no further than the
+        AvailableNow target; at ``begin`` while its broker does not report (-1)."""
+        if self._target is not None:
+            latest = min(latest, self._target.get(tp, begin))
+        return max(begin, latest)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         bounds = self._bounds()
         first = _flat(start)
-        ranges, lost = [], []
+        ranges, lost, back = [], [], []
         for (topic, p), stop in sorted(_flat(end).items()):
-            earliest = bounds.get((topic, p), (0, 0))[0]
+            earliest = max(bounds.get((topic, p), (0, 0))[0], 0)
             begin = first.get((topic, p), earliest)
+            if stop < begin:  # went back (see latestOffset): Kafka's rule, go on from ``stop``
+                back.append((topic, p, begin, stop))
+                continue
             if begin < earliest:
                 lost.append((topic, p, begin, earliest))
                 begin = earliest
             if stop > begin:
                 ranges.append(OffsetRange(topic, p, begin, stop))
-        if lost and self.opts.fail_on_data_loss:
-            raise data_lost(lost)
-        if lost:
-            log.warning("tubeq: %s", _gaps(lost) + " (failOnDataLoss=false: skipped)")
+        if (lost or back) and self.opts.fail_on_data_loss:
+            raise data_lost(lost, back)
+        if lost or back:
+            log.warning("tubeq: %s (failOnDataLoss=false: skipped)", _gaps(lost, back))
         ranges = split_ranges(ranges, self.opts.min_partitions or 0)
         return [RangePartition.of(r, self.opts) for r in ranges]
 
@@ -148,27 +170,34 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return describe_topics(admin, self.opts)
 
     def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(earliest, latest) of every partition the query covers now."""
-        return {(t, p.partition): (max(p.earliest, 0), max(p.latest, 0))
+        """(earliest, latest) of every partition the query covers now; -1 for a partition
+        whose broker did not report."""
+        return {(t, p.partition): (p.earliest, p.latest)
                 for t, info in self._describe().items() for p in info.partitions
                 if (self.opts.assign is None or p.partition in self.opts.assign.get(t, ()))}
 
 
-def data_lost(lost: list[tuple[str, int, int, int]]) -> OffsetOutOfRange:
-    """The error of a micro-batch whose start offsets (topic, partition, begin, earliest)
-    retention has deleted: every such partition is named, with the way on."""
-    topic, p, begin, earliest = lost[0]
+Gap = tuple[str, int, int, int]  # topic, partition, the query's position, the partition's bound
+
+
+def data_lost(lost: list[Gap], back: list[Gap]) -> OffsetOutOfRange:
+    """The error of a micro-batch that cannot read on from where the query got to: offsets
+    retention deleted (``lost``: position, earliest) or a partition that now ends before the
+    position (``back``: position, latest). Every such partition is named, with the way on."""
+    topic, p, begin, bound = (lost or back)[0]
     return OffsetOutOfRange(
-        f"data loss: {_gaps(lost)}. Restart the query with failOnDataLoss=false to skip the "
-        "lost offsets and read on from each partition's earliest offset (or start a new "
-        "query on a new checkpoint)", topic=topic, partition=p, offset=begin,
-        earliest=earliest)
+        f"data loss: {_gaps(lost, back)}. Restart the query with failOnDataLoss=false to "
+        "skip the lost offsets and read on (or start a new query on a new checkpoint)",
+        topic=topic, partition=p, offset=begin, **{"earliest" if lost else "latest": bound})
 
 
-def _gaps(lost: list[tuple[str, int, int, int]]) -> str:
-    return "; ".join(f"{t}[{p}]: offsets {b}..{e - 1} were deleted by retention before this "
-                     f"query read them (the partition now starts at {e})"
-                     for t, p, b, e in lost)
+def _gaps(lost: list[Gap], back: list[Gap]) -> str:
+    return "; ".join(
+        [f"{t}[{p}]: offsets {b}..{e - 1} were deleted by retention before this query read "
+         f"them (the partition now starts at {e})" for t, p, b, e in lost]
+        + [f"{t}[{p}]: this query had read up to offset {b} but the partition now ends at "
+           f"{e} (re-created, or its broker lost records it had acknowledged): its records "
+           f"below {e} may be ones this query never read" for t, p, b, e in back])
 
 
 def cap(begin: Flat, end: Flat, max_rows: int) -> Flat:

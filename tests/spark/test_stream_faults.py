@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from lib.admin import AdminClient
+from lib.errors import UnknownTopic
 from lib.producer.producer import Producer
 from tests.cluster import Cluster
 
@@ -230,3 +231,49 @@ def test_available_now_runs_on_one_checkpoint_pick_up_what_appeared_between_them
     produce_small(masters, {(old, 0): 2, (old, 2): 4, (new, 1): 1})
     assert available_now(spark, masters, out, ckpt, **opts).exception() is None
     assert rows(spark, out) == expected({old: {0: 5, 1: 0, 2: 4}, new: {0: 0, 1: 1}})
+
+
+def await_latest(masters: str, topic: str, latest: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    with AdminClient(masters) as admin:
+        while time.monotonic() < deadline:
+            try:
+                if admin.describe_topic(topic).partitions[0].latest == latest:
+                    return
+            except UnknownTopic:
+                pass
+            time.sleep(0.1)
+    raise TimeoutError(f"{topic}[0] did not end at {latest} within {WAIT_S} s")
+
+
+def test_stream_on_a_recreated_topic_reports_offsets_that_went_back_instead_of_waiting(
+        spark, masters, tmp_path):
+    """Regression: a checkpoint past the end of a re-created topic (offsets start again at 0)
+    made the query wait, silently, until the new incarnation grew past the old position, and
+    then read on from there: the new topic's first records were never read nor reported."""
+    topic = f"again-{uuid.uuid4().hex[:8]}"
+    with AdminClient(masters) as admin:
+        admin.create_topic(topic, partitions=1)
+    produce_small(masters, {(topic, 0): 5})
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    opts = {"subscribe": topic, "startingOffsets": "earliest"}
+    assert available_now(spark, masters, out, ckpt, **opts).exception() is None
+    with AdminClient(masters) as admin:
+        admin.delete_topic(topic)
+        admin.create_topic(topic, partitions=1)
+    await_latest(masters, topic, 0)  # the broker dropped the old incarnation's data
+    produce_small(masters, {(topic, 0): 2})
+    await_latest(masters, topic, 2)
+
+    message = str(available_now(spark, masters, out, ckpt, **opts).exception())
+    assert f"data loss: {topic}[0]: this query had read up to offset 5 but the partition " \
+           "now ends at 2" in message
+    assert "failOnDataLoss=false" in message
+    # Kafka's rule: skipping goes on from where the partition ends now, never back
+    skipped = available_now(spark, masters, out, ckpt, failOnDataLoss="false", **opts)
+    assert skipped.exception() is None
+    produce_small(masters, {(topic, 0): 3})
+    assert available_now(spark, masters, out, ckpt, **opts).exception() is None
+    # the old incarnation's 0..4, then the new one's from 2 on (its 0..1 were skipped)
+    assert rows(spark, out) == sorted(expected({topic: {0: 5}})
+                                      + [(topic, 0, o) for o in (2, 3, 4)])
