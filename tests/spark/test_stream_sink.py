@@ -11,6 +11,7 @@ import time
 import pytest
 
 from lib.admin import AdminClient
+from lib.errors import UnknownTopic
 from lib.producer.producer import Producer
 from spark_sink.options import OptionError
 from tests.integration.test_producer_cluster import fetch_partition
@@ -26,10 +27,19 @@ def produce(masters: str, topic: str, n: int, first: int = 0) -> list[bytes]:
 
 
 def topic_values(masters: str, topic: str) -> list[bytes]:
-    with AdminClient(masters) as admin:
-        info = admin.describe_topic(topic)
-    return [r.value for p in info.partitions
-            for r in fetch_partition(p.address, topic, p.partition)]
+    """Every value of ``topic``, read straight from its brokers (a broker learns a new topic
+    at its next heartbeat: until then it says UnknownTopic, and this asks again)."""
+    deadline = time.monotonic() + 30
+    while True:
+        with AdminClient(masters) as admin:
+            info = admin.describe_topic(topic)
+        try:
+            return [r.value for p in info.partitions
+                    for r in fetch_partition(p.address, topic, p.partition)]
+        except UnknownTopic:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def write_stream(spark, masters: str, source: str, target: str, checkpoint: str, **options):
