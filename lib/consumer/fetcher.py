@@ -20,7 +20,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import numpy as np
@@ -38,6 +40,7 @@ from lib.routes import confirm_unknown
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 # A partition is fetched while it has less than this many full fetches (fetch_max_bytes each)
 # waiting to be polled. A cap in bytes, not in fetches: at a low rate each fetch brings a few
@@ -153,29 +156,18 @@ class Fetcher:
     def drain(self, max_records: int) -> list[Record]:
         """Up to ``max_records`` ready records, in order per partition; moves positions."""
         out: list[Record] = []
-        sub = self.sub
-        with self._cond:
-            ready, held = self._ready, []
-            while ready and len(out) < max_records:
-                c = ready.popleft()
-                if sub.epoch(c.tp) != c.epoch:
-                    self._release(c)
-                    continue
-                if sub.is_paused(c.tp):
-                    held.append(c)
-                    continue
-                if not self._take(c, max_records - len(out), out):
-                    continue
-                if c.index < len(c.offsets):
-                    ready.appendleft(c)
-                else:
-                    self._release(c)
-            ready.extendleft(reversed(held))
+        for records in self._drain(max_records, self._take):
+            out += records
         return out
 
     def drain_columns(self, max_records: int) -> list[FrameColumns]:
         """:meth:`drain`, handing out checked frame runs instead of Records (no decoding)."""
-        out: list[FrameColumns] = []
+        return self._drain(max_records, self._take_columns)
+
+    def _drain(self, max_records: int, take: Callable[[Completed, int], T | None]) -> list[T]:
+        """Walk the ready queue, taking up to ``max_records`` records with ``take`` (which
+        returns what it took, or None when it dropped the fetch)."""
+        out: list[T] = []
         taken, sub = 0, self.sub
         with self._cond:
             ready, held = self._ready, []
@@ -187,11 +179,11 @@ class Fetcher:
                 if sub.is_paused(c.tp):
                     held.append(c)
                     continue
-                cols = self._take_columns(c, max_records - taken)
-                if cols is None:
+                got = take(c, max_records - taken)
+                if got is None:
                     continue
-                out.append(cols)
-                taken += len(cols)
+                out.append(got)
+                taken += len(got)
                 if c.index < len(c.offsets):
                     ready.appendleft(c)
                 else:
@@ -226,8 +218,8 @@ class Fetcher:
         c.index, c.pos, c.expected = end, stop, new_pos
         return cols
 
-    def _take(self, c: Completed, want: int, out: list[Record]) -> bool:
-        """Decode up to ``want`` records of ``c`` into ``out``; False if ``c`` was dropped."""
+    def _take(self, c: Completed, want: int) -> list[Record] | None:
+        """Decode up to ``want`` records of ``c``; None if ``c`` was dropped."""
         sub, end = self.sub, min(len(c.offsets), c.index + want)
         try:
             records, pos = decode_span(c.frames, c.offsets[c.index:end], c.pos, c.tp.partition,
@@ -238,15 +230,14 @@ class Fetcher:
         except errors.CorruptRecord as exc:
             sub.fail(c.tp, exc)  # poll raises it; a corrupt frame is never delivered
             self._release(c)
-            return False
+            return None
         new_pos = records[-1].offset + 1 if end < len(c.offsets) else c.next_offset
         if not sub.advance(c.tp, c.epoch, c.expected, new_pos):
             sub.invalidate(c.tp)  # does not line up: the worker refetches
             self._release(c)
-            return False
-        out += records
+            return None
         c.index, c.pos, c.expected = end, pos, new_pos
-        return True
+        return records
 
     def wait(self, timeout: float) -> None:
         """Block until a worker appends a fetch (or ``timeout``)."""
