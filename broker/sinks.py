@@ -14,26 +14,49 @@ then records the batch id as the sink's last committed one in LMDB (synced). So:
   replay writes it whole;
 - the batches of a failed task attempt are never applied: only the tasks the commit names are.
 
+A commit that dies half way (the broker crashes, or an append fails) must not leave the
+replay to append its first batches twice. So before appending, a commit writes its *intent* to
+LMDB (synced): per partition, the log end before its appends and a mark of each batch. The
+commit record replaces the intent in one transaction. A replayed commit that finds the intent
+of its own batch id asks broker/sink_landing.py how many of each partition's records are
+already stored and appends only the rest (Spark replays a micro-batch with the same rows, in
+the same order for a deterministic query: what its exactly-once sinks require anyway).
+
 Limits (README "Exactly-once Spark sink"): staging lives in memory, bounded by
 ``sink_staging_bytes``; a broker that restarts between stage and commit has lost it, and the
 commit fails with SinkStagingLost (nothing applied) so that Spark replays the micro-batch. The
 appends of one commit become visible one batch at a time (a consumer may see a micro-batch's
-first batches a moment before its last), and a broker crash after the appends but before the
-LMDB record leaves them stored without the record: the replay then appends them again.
+first batches a moment before its last), and on ``async`` topics a crash can lose appended
+batches that were not flushed yet (the topic's own loss window).
 """
 from __future__ import annotations
 
+import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker.sink_landing import BatchMark, landed_records
 from broker.topics import TopicManager
-from lib.errors import InvalidArgument, SinkStagingFull, SinkStagingLost
+from lib.errors import (
+    InvalidArgument,
+    SinkStagingFull,
+    SinkStagingLost,
+    UnknownPartition,
+    UnknownTopic,
+)
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
-from lib.records import BatchView
+from lib.records import BatchView, drop_records
 from storage.offsets import OffsetStore
+from storage.store import Store
+
+log = logging.getLogger(__name__)
+# Fault injection for tests only: the broker exits after this many appends of a sink commit.
+EXIT_AFTER_APPENDS_ENV = "TUBEQ_TEST_SINK_EXIT_AFTER_APPENDS"
 
 MAX_TASK_CHARS = 200
 
@@ -69,6 +92,8 @@ class SinkPlane:
         self._bytes = 0
         self._lock = threading.Lock()  # the staging map
         self._commit_locks: dict[str, threading.Lock] = {}  # one commit per sink at a time
+        self._boot = secrets.token_hex(8)  # tells this process's intents from a crashed one's
+        self._exit_after_appends = int(os.environ.get(EXIT_AFTER_APPENDS_ENV, "-1"))
 
     def stage(self, req: pb.SinkStageRequest) -> pb.SinkStageResponse:
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
@@ -98,6 +123,8 @@ class SinkPlane:
         return pb.SinkStageResponse()
 
     def commit(self, req: pb.SinkCommitRequest) -> pb.SinkCommitResponse:
+        """Append the named tasks' batches; ``records`` counts the micro-batch's records on
+        this broker, including any an interrupted earlier commit already stored."""
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
         with self._commit_lock(sink):
             last = self.offsets.sink_committed(sink)
@@ -106,15 +133,46 @@ class SinkPlane:
                 return pb.SinkCommitResponse(already=True, last_committed=last)
             pieces = self._take(sink, batch_id, req.tasks)
             # Every store first: a topic deleted since staging fails the commit before any append.
-            stores = [self.topics.store_for(p.topic, p.partition) for p in pieces]
-            records = 0
-            for piece, store in zip(pieces, stores, strict=True):
-                store.append(piece.partition, piece.view)  # sync topics: after the fsync
-                records += piece.view.count
+            stores = {(p.topic, p.partition): self.topics.store_for(p.topic, p.partition)
+                      for p in pieces}
+            landed = self._landed(sink, batch_id)
+            todo = _after(pieces, landed)
+            self.offsets.put_sink_intent(sink, _intent(self._boot, batch_id, todo, stores, landed))
+            for n, piece in enumerate(todo, 1):
+                stores[piece.topic, piece.partition].append(piece.partition, piece.view)
                 self._on_appended(piece.topic, piece.partition, piece.nbytes, piece.view.count)
-            self.offsets.commit_sink(sink, batch_id)
+                if n == self._exit_after_appends:
+                    os._exit(70)  # tests: a broker dying in the middle of a commit
+            self.offsets.commit_sink(sink, batch_id)  # and forgets the intent
             self._drop(sink, batch_id)
+        records = sum(p.view.count for p in todo) + sum(landed.values())
         return pb.SinkCommitResponse(records=records, last_committed=batch_id)
+
+    def _landed(self, sink: str, batch_id: int) -> dict[tuple[str, int], int]:
+        """Records per partition that an interrupted commit of ``batch_id`` already stored."""
+        intent = self.offsets.sink_intent(sink)
+        if intent is None:
+            return {}
+        if intent["batch"] != batch_id:  # Spark moved on without replaying it
+            log.warning("sink %s: dropping the intent of unfinished batch %d at batch %d",
+                        sink, intent["batch"], batch_id)
+            return {}
+        crashed = intent["boot"] != self._boot
+        out: dict[tuple[str, int], int] = {}
+        for part in intent["parts"]:
+            topic, partition = part["topic"], part["partition"]
+            found = 0
+            try:
+                store = self.topics.store_for(topic, partition)
+                end = store.opened_end(partition) if crashed else store.latest(partition)
+                marks = [BatchMark(*m) for m in part["marks"]]
+                found = landed_records(store, partition, part["from"], end, marks)
+            except (UnknownTopic, UnknownPartition):
+                pass  # gone since: nothing of it to keep
+            out[topic, partition] = part["landed"] + found
+        log.warning("sink %s batch %d: an interrupted commit had stored %s records",
+                    sink, batch_id, out)
+        return out
 
     def abort(self, req: pb.SinkAbortRequest) -> pb.SinkAbortResponse:
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
@@ -160,6 +218,40 @@ class SinkPlane:
     def _commit_lock(self, sink: str) -> threading.Lock:
         with self._lock:
             return self._commit_locks.setdefault(sink, threading.Lock())
+
+
+def _after(pieces: list[_Piece], landed: dict[tuple[str, int], int]) -> list[_Piece]:
+    """``pieces`` without the first ``landed[topic, partition]`` records of each partition."""
+    skip = dict(landed)
+    out = []
+    for piece in pieces:
+        key = (piece.topic, piece.partition)
+        k = skip.get(key, 0)
+        if k >= piece.view.count:
+            skip[key] = k - piece.view.count
+            continue
+        if k:
+            view = drop_records(piece.view, k)
+            piece = _Piece(piece.topic, piece.partition, view, len(view.frames))
+            skip[key] = 0
+        out.append(piece)
+    return out
+
+
+def _intent(boot: str, batch_id: int, todo: list[_Piece],
+            stores: dict[tuple[str, int], Store], landed: dict[tuple[str, int], int]) -> dict:
+    """What a commit is about to append (see broker/sink_landing.py), as JSON-ready data."""
+    parts: dict[tuple[str, int], dict] = {}
+    for key, n in landed.items():
+        parts[key] = {"topic": key[0], "partition": key[1], "landed": n, "from": 0, "marks": []}
+    for piece in todo:
+        key = (piece.topic, piece.partition)
+        part = parts.setdefault(key, {"topic": key[0], "partition": key[1], "landed": 0,
+                                      "from": 0, "marks": []})
+        if not part["marks"]:
+            part["from"] = stores[key].latest(piece.partition)
+        part["marks"].append(BatchMark.of(piece.view).as_list())
+    return {"batch": batch_id, "boot": boot, "parts": list(parts.values())}
 
 
 def _sink_and_batch(sink: str, batch_id: int) -> tuple[str, int]:

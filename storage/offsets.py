@@ -4,11 +4,13 @@ Lives on the broker that owns the partitions, as in TubeMQ. One LMDB environment
 a commit of many partitions is one write transaction, so it lands whole or not at all. LMDB is
 thread-safe for this use (one writer at a time, readers never blocked).
 
-The same environment keeps each exactly-once sink's last committed batch id (broker/sinks.py),
-under keys that start with ``\x01`` (no group name can: names are checked).
+The same environment keeps each exactly-once sink's last committed batch id and the intent of
+its commit in progress (broker/sinks.py), under keys that start with ``\x01`` (no group name
+can: names are checked).
 """
 from __future__ import annotations
 
+import json
 import struct
 import time
 from collections.abc import Mapping
@@ -23,6 +25,7 @@ from lib.names import check_name
 _VALUE = struct.Struct("<qq")  # offset, commit time (ms); metadata bytes follow
 _PART = struct.Struct(">I")  # big-endian so keys sort by partition
 _SINK = b"\x01sink\x00"  # + sink id: the last committed batch id (i64)
+_INTENT = b"\x01intent\x00"  # + sink id: JSON of the commit being applied (broker/sinks.py)
 _BATCH_ID = struct.Struct("<q")
 MAX_METADATA_BYTES = 4096
 
@@ -90,7 +93,7 @@ class OffsetStore:
         names: set[str] = set()
         with self._read() as txn:
             for key in txn.cursor().iternext(keys=True, values=False):
-                if key.startswith(_SINK):
+                if key.startswith(b"\x01"):  # sink records, not groups
                     continue
                 names.add(key.split(b"\x00", 1)[0].decode())
         return sorted(names)
@@ -114,10 +117,24 @@ class OffsetStore:
         return -1 if raw is None else _BATCH_ID.unpack(raw)[0]
 
     def commit_sink(self, sink: str, batch_id: int) -> None:
-        """Record ``batch_id`` as ``sink``'s last committed batch (durable once this returns:
-        the environment syncs on commit)."""
+        """Record ``batch_id`` as ``sink``'s last committed batch and forget its intent, in one
+        transaction (durable once this returns: the environment syncs on commit)."""
+        name = check_name(sink, "sink").encode()
         with self._write() as txn:
-            txn.put(_SINK + check_name(sink, "sink").encode(), _BATCH_ID.pack(batch_id))
+            txn.put(_SINK + name, _BATCH_ID.pack(batch_id))
+            txn.delete(_INTENT + name)
+
+    def sink_intent(self, sink: str) -> dict | None:
+        """The intent ``put_sink_intent`` left for ``sink`` (None: no commit in progress)."""
+        with self._read() as txn:
+            raw = txn.get(_INTENT + check_name(sink, "sink").encode())
+        return None if raw is None else json.loads(raw)
+
+    def put_sink_intent(self, sink: str, intent: dict) -> None:
+        """Durably note what a sink commit is about to append, before it appends anything."""
+        with self._write() as txn:
+            txn.put(_INTENT + check_name(sink, "sink").encode(),
+                    json.dumps(intent, separators=(",", ":")).encode())
 
     def close(self) -> None:
         if not self._closed:

@@ -76,10 +76,11 @@ class ReadResult:
 
 
 class _Partition:
-    __slots__ = ("index", "next", "flushed", "earliest")
+    __slots__ = ("index", "next", "flushed", "earliest", "opened")
 
     def __init__(self, index: IndexLog) -> None:
         self.index = index
+        self.opened = index.end  # the log end recovery left: what a crashed process had stored
         self.next = index.end  # next offset to assign
         self.flushed = index.end  # offsets below this are in the files
         self.earliest = index.start
@@ -253,6 +254,12 @@ class Store(Closeable):
         """The next offset to be assigned (one past the last message)."""
         with self._cond:
             return self._readable_partition(partition).next
+
+    def opened_end(self, partition: int) -> int:
+        """The log end when this store opened (after recovery): offsets below it were
+        written by an earlier process."""
+        with self._cond:
+            return self._readable_partition(partition).opened
 
     def offset_for_time(self, partition: int, timestamp_ms: int) -> int:
         """First offset whose timestamp is >= ``timestamp_ms`` (latest if none)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 from lib.records.check import (
     BatchView,
     check_frames,
+    drop_records,
     frame_columns,
     frame_sizes,
     parse_batch,
@@ -117,6 +118,7 @@ __all__ = [
     "decode_span",
     "encode_batch",
     "encode_frame",
+    "drop_records",
     "frame_columns",
     "frame_headers",
     "frame_sizes",

@@ -3,7 +3,7 @@ checked, with numpy over whole arrays (the broker on append, recovery on open)."
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,6 +55,17 @@ class BatchView:
     @property
     def frames_bytes(self) -> int:
         return len(self.frames)
+
+
+def drop_records(view: BatchView, k: int) -> BatchView:
+    """``view`` without its first ``k`` records, zero-copy (a batch whose head is already
+    stored)."""
+    if not 0 <= k <= view.count:
+        raise ValueError(f"cannot drop {k} of {view.count} records")
+    start = int(view.sizes[:k].sum(dtype=np.int64))
+    return replace(view, count=view.count - k, base_sequence=view.base_sequence + k,
+                   sizes=view.sizes[k:], tag_hashes=view.tag_hashes[k:],
+                   timestamps=view.timestamps[k:], frames=view.frames[start:])
 
 
 def parse_batch(

@@ -1,9 +1,20 @@
 """Exactly-once sink staging (broker/sinks.py, lib/sink.py) against real broker processes."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from lib.errors import CorruptRecord, InvalidArgument, InvalidName, SinkStagingFull, SinkStagingLost
+from broker.sinks import EXIT_AFTER_APPENDS_ENV
+from lib.errors import (
+    CorruptRecord,
+    InvalidArgument,
+    InvalidName,
+    SinkStagingFull,
+    SinkStagingLost,
+    TubeqError,
+    UnknownTopic,
+)
 from lib.proto import broker_pb2 as pb
 from lib.sink import SinkClient
 from tests.integration.test_producer_cluster import create, fetch_topic
@@ -87,6 +98,47 @@ def test_staging_lost_in_a_broker_restart_fails_the_commit_and_the_rerun_lands_o
     assert stored_values(cluster, "eos-restart") == {0: values("x", 100) + values("y", 100)}
 
 
+def test_a_broker_dying_in_the_middle_of_a_commit_leaves_no_duplicate_after_the_replay(
+        cluster_factory):
+    """The broker exits after 3 of a commit's appends (sync topic: they are on disk); the
+    replay finds them by the commit's intent and appends only the rest, once."""
+    cluster = cluster_factory(1)
+    create(cluster, "eos-half", partitions=2, durability="sync")
+    broker = cluster.broker_process(_leader_id(cluster, "eos-half"))
+    with SinkClient(cluster.master_addresses, batch_bytes=2048) as sinks:
+        first = sinks.task("q5", 0, "0.0")
+        first.add("eos-half", 0, values("w", 20))
+        assert sinks.commit("q5", 0, [first.finish()]) == 20
+        broker.stop()
+        broker.env[EXIT_AFTER_APPENDS_ENV] = "3"
+        broker.start()
+        cluster.wait_brokers_registered()
+        sinks.routes.invalidate("eos-half")
+
+        def stage(attempt: str) -> list:
+            a = sinks.task("q5", 1, f"0.{attempt}")
+            a.add("eos-half", 0, values("a", 400))  # ~5 batches of 2 KiB
+            a.add("eos-half", 1, values("b", 100))
+            b = sinks.task("q5", 1, f"1.{attempt}")
+            b.add("eos-half", 0, values("c", 100))
+            return [a.finish(), b.finish()]
+
+        with pytest.raises(TubeqError):
+            sinks.commit("q5", 1, stage("0"))
+        assert broker.popen.wait(30) == 70
+        del broker.env[EXIT_AFTER_APPENDS_ENV]
+        broker.start()
+        cluster.wait_brokers_registered()
+        sinks.routes.invalidate("eos-half")
+        half = _when_served(lambda: stored_values(cluster, "eos-half"))
+        assert 0 < len(half[0]) < 20 + 500  # the commit died half way
+        assert sinks.commit("q5", 1, stage("1")) == 600
+        assert sinks.commit("q5", 1, stage("2")) == 0  # and a second replay adds nothing
+    got = stored_values(cluster, "eos-half")
+    assert got[0] == values("w", 20) + values("a", 400) + values("c", 100)
+    assert got[1] == values("b", 100)
+
+
 def test_bad_stage_requests_get_clear_errors_and_change_nothing(cluster_factory):
     cluster = cluster_factory(1, broker_args=["--config", _small_staging(cluster_factory)])
     create(cluster, "eos-bad", partitions=1)
@@ -105,6 +157,19 @@ def test_bad_stage_requests_get_clear_errors_and_change_nothing(cluster_factory)
                 sink="q4", batch_id=0, task="0.0", topic="eos-bad", partition=0,
                 batch=b"\x00" * 200))
     assert stored_values(cluster, "eos-bad") == {0: []}
+
+
+def _when_served(read, timeout: float = 20.0):
+    """``read()`` once the restarted broker has learned its topics from the master (it
+    answers UnknownTopic until its first heartbeat reply)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return read()
+        except UnknownTopic:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _leader_id(cluster, topic: str) -> int:
