@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 
 from broker.metrics import BrokerMetrics
+from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager, TopicSpec
 from lib.errors import TubeqError
@@ -37,7 +38,8 @@ def specs_of(topics) -> dict[str, TopicSpec]:
 class MasterLink:
     def __init__(self, broker_id: int, address: str, masters: list[str], topics: TopicManager,
                  metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 1.0,
-                 on_deleted: Callable[[str], None] | None = None) -> None:
+                 on_deleted: Callable[[str], None] | None = None,
+                 offsets: OffsetsPlane | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -45,6 +47,7 @@ class MasterLink:
         metrics.watch_space(topics.space)  # the disk the heartbeat reports, also on /metrics
         self.term = term
         self.on_deleted = on_deleted
+        self.offsets = offsets  # reports the (group, topic) pairs committed here
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
@@ -85,14 +88,18 @@ class MasterLink:
             return False
         self.interval = (res.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS) / 1e3
         self._apply(res.topics, res.placements, ())
+        if self.offsets is not None:
+            self.offsets.report_again()  # this master may be new: tell it everything once
         self.registered.set()
         event(log, "master.registered", master=self.client.current, term=res.term,
               topics=len(res.topics), placements=len(res.placements))
         return True
 
     def _heartbeat(self) -> None:
-        req = mpb.BrokerHeartbeatRequest(broker_id=self.broker_id, stats=self.stats(),
-                                         disk=self.disk())
+        pairs = self.offsets.unreported() if self.offsets is not None else []
+        req = mpb.BrokerHeartbeatRequest(
+            broker_id=self.broker_id, stats=self.stats(), disk=self.disk(),
+            committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs])
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req)
         except TubeqError as err:
@@ -107,6 +114,8 @@ class MasterLink:
             self.registered.clear()
             return
         self._apply(res.topics, res.placements, res.deleted)
+        if self.offsets is not None:
+            self.offsets.reported(pairs)
 
     def _apply(self, topics, placements, deleted) -> None:
         placed = [(pl.topic, pl.partition) for pl in placements

@@ -18,6 +18,8 @@ from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from storage.offsets import OffsetStore
 
+MAX_REPORTED = 500  # (group, topic) pairs per heartbeat: bounds its size after a restart
+
 
 class OffsetsPlane:
     def __init__(self, topics: TopicManager, store: OffsetStore, term: TermWatermark) -> None:
@@ -26,6 +28,10 @@ class OffsetsPlane:
         self.term = term
         self.claims = ClaimTable()
         self._lock = threading.Lock()
+        # (group, topic) pairs to report to the master: all at start (a new master process
+        # may not have them yet: recording is idempotent), then each new one.
+        self._unreported: set[tuple[str, str]] = store.group_topics()
+        self._reported: set[tuple[str, str]] = set()
 
     def commit(self, req: pb.CommitOffsetsRequest) -> pb.CommitOffsetsResponse:
         group = check_name(req.group, "group")
@@ -34,7 +40,21 @@ class OffsetsPlane:
             self.claims.check_commit(group, req.topic, rows, req.member_id, req.generation)
             if rows:
                 self.store.commit(group, req.topic, rows)
+                if (group, req.topic) not in self._reported:
+                    self._unreported.add((group, req.topic))
         return pb.CommitOffsetsResponse()
+
+    def unreported(self, limit: int = MAX_REPORTED) -> list[tuple[str, str]]:
+        """Up to ``limit`` (group, topic) pairs the master has not acknowledged yet."""
+        with self._lock:
+            return sorted(self._unreported)[:limit]
+
+    def reported(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """The master recorded ``pairs`` (a heartbeat carrying them succeeded)."""
+        with self._lock:
+            for pair in pairs:
+                self._unreported.discard(pair)
+                self._reported.add(pair)
 
     def fetch(self, req: pb.FetchOffsetsRequest) -> pb.FetchOffsetsResponse:
         group = check_name(req.group, "group")
@@ -63,11 +83,19 @@ class OffsetsPlane:
             self.claims.clear(group, req.topic, rows)
         return pb.ResetOffsetsResponse()
 
+    def report_again(self) -> None:
+        """Report every pair again (after registering with a master that may not know them)."""
+        with self._lock:
+            self._unreported |= self._reported
+            self._reported.clear()
+
     def forget_topic(self, topic: str) -> None:
         """Drop every group's offsets of a deleted topic (a re-created one starts clean)."""
         with self._lock:
             for group in self.store.groups():
                 self.store.delete(group, topic)
+            self._reported = {p for p in self._reported if p[1] != topic}
+            self._unreported = {p for p in self._unreported if p[1] != topic}
 
     def _checked(self, topic: str, offsets: Iterable[pb.OffsetCommit]
                  ) -> dict[int, tuple[int, bytes]]:

@@ -61,11 +61,31 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 if request.HasField("disk") else None)
         if not self.registry.heartbeat(request.broker_id, stats, disk):
             return mpb.BrokerHeartbeatResponse(term=self.term, reregister=True)
+        self._record_committed(request.committed)
         topics, placements = self._desired(request.broker_id)
         deleted = [mpb.DeletedTopic(topic=t["topic"], topic_id=t["topic_id"])
                    for t in self.state.tombstones()]
         return mpb.BrokerHeartbeatResponse(term=self.term, topics=topics,
                                            placements=placements, deleted=deleted)
+
+    def _record_committed(self, pairs) -> None:
+        """Record the topics that groups committed offsets of on a broker, so describe_group
+        lists them even for consumers that never joined (a manual assignment, a Spark query's
+        ``groupId``). Only new pairs cost a replicated write."""
+        known = self.state.groups()
+        new: dict[str, set[str]] = {}
+        for pair in pairs:
+            try:
+                check_name(pair.group, "group")
+            except InvalidArgument:
+                continue  # brokers check names on commit: never expected
+            if self.state.topic(pair.topic) is None:
+                continue  # a topic deleted since: nothing to list
+            if pair.topic not in known.get(pair.group, {}).get("topics", ()):
+                new.setdefault(pair.group, set()).add(pair.topic)
+        for group, topics in sorted(new.items()):
+            self.write({"op": "record_group", "time_ms": wall_ms(), "group": group,
+                        "topics": sorted(topics)})
 
     def _desired(self, broker_id: int):
         """Settings of every topic and the placements this broker must host."""

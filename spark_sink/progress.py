@@ -6,12 +6,9 @@ log, never a failed query; the next micro-batch's commit carries the newer offse
 
 How it commits without being a group member: a ``PullConsumer`` with the group but no
 subscription commits as member "" (a manual assignment), which the brokers never fence and
-which takes no part in the group's rebalances. The master, though, learns a group's topics only
-when a member joins or an admin resets the group's offsets, and ``describe_group`` lists only
-the topics it learned. So the first commit of a topic that the group's description does not
-show yet also goes through ``AdminClient.reset_group_offsets`` (to the same offsets): that
-records the topic with the master, once per group and topic; it needs the group to have no
-live members, which a group used only by Spark queries has not.
+which takes no part in the group's rebalances. The brokers report the (group, topic) pairs they
+see commits for in their next heartbeat, so ``describe_group`` lists the stream's topics a
+heartbeat interval after the first commit, whether or not the group has live members.
 
 One instance per stream reader, on the driver, used by one thread (Spark calls ``commit`` and
 ``stop`` in order); ``close`` ends its client.
@@ -19,9 +16,7 @@ One instance per stream reader, on the driver, used by one thread (Spark calls `
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 
-from lib.admin import AdminClient
 from lib.closing import Closeable
 from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
@@ -37,7 +32,6 @@ class GroupProgress(Closeable):
     def __init__(self, masters: str, group: str) -> None:
         self.masters, self.group = masters, group
         self._consumer: PullConsumer | None = None
-        self._recorded: set[str] = set()  # topics the master lists for the group
         self._last: Flat = {}  # what was committed last (not again: triggers repeat it)
 
     def commit(self, offsets: Flat) -> None:
@@ -54,34 +48,9 @@ class GroupProgress(Closeable):
             self._consumer.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
             self._last = dict(offsets)
         except Exception as exc:
-            self._warn("could not commit the stream's offsets to group %r", exc)
-            return
-        try:
-            self._record_topics(offsets)
-        except Exception as exc:
-            self._warn("committed to group %r, but the master could not record the stream's "
-                       "topics for it (describe_group will not list them)", exc)
-
-    def _warn(self, what: str, exc: Exception) -> None:
-        log.warning("tubeq: " + what + " (lag reporting only; the query goes on): %s",
-                    self.group, exc, extra={"fields": {"group": self.group, "error": str(exc)}})
-
-    def _record_topics(self, offsets: Flat) -> None:
-        """Make the master list every topic of ``offsets`` for the group (see the module)."""
-        new = {t for t, _ in offsets} - self._recorded
-        if not new:
-            return
-        with AdminClient(self.masters) as admin:
-            self._recorded |= {row.topic for row in admin.describe_group(self.group).partitions}
-            for topic in sorted(new - self._recorded):
-                same: dict[int, list[int]] = defaultdict(list)  # offset -> partitions
-                for (t, p), o in offsets.items():
-                    if t == topic:
-                        same[o].append(p)
-                for offset, parts in sorted(same.items()):
-                    admin.reset_group_offsets(self.group, topic, to_offset=offset,
-                                              partitions=parts)
-                self._recorded.add(topic)
+            log.warning("tubeq: could not commit the stream's offsets to group %r (lag "
+                        "reporting only; the query goes on): %s", self.group, exc,
+                        extra={"fields": {"group": self.group, "error": str(exc)}})
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -98,6 +98,16 @@ class OffsetStore:
                 names.add(key.split(b"\x00", 1)[0].decode())
         return sorted(names)
 
+    def group_topics(self) -> set[tuple[str, str]]:
+        """Every (group, topic) with a committed offset here."""
+        pairs: set[tuple[str, str]] = set()
+        with self._read() as txn:
+            for key in txn.cursor().iternext(keys=True, values=False):
+                if not key.startswith(b"\x01"):
+                    group, topic, _ = key.split(b"\x00", 2)
+                    pairs.add((group.decode(), topic.decode()))
+        return pairs
+
     def delete(self, group: str, topic: str | None = None) -> int:
         """Forget a group's offsets (for one topic or all); returns how many were removed."""
         prefix = _prefix(group, topic)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\x89\x02\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"E\n\nDiskStatus\x12\x12\n\nfree_bytes\x18\x01 \x01(\x04\x12\x15\n\rreserve_bytes\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"\x80\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\x12&\n\x04\x64isk\x18\x03 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\"\xad\x02\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"\x82\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12&\n\x04\x64isk\x18\x05 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"\x9e\x01\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\x12\'\n\x05owned\x18\x06 \x03(\x0b\x32\x18.tubeq.master.Assignment\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\x89\x02\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"E\n\nDiskStatus\x12\x12\n\nfree_bytes\x18\x01 \x01(\x04\x12\x15\n\rreserve_bytes\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"\xad\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\x12&\n\x04\x64isk\x18\x03 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12+\n\tcommitted\x18\x04 \x03(\x0b\x32\x18.tubeq.master.GroupTopic\"*\n\nGroupTopic\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"\xad\x02\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"\x82\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12&\n\x04\x64isk\x18\x05 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"\x9e\x01\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\x12\'\n\x05owned\x18\x06 \x03(\x0b\x32\x18.tubeq.master.Assignment\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,35 +50,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DISKSTATUS']._serialized_start=777
   _globals['_DISKSTATUS']._serialized_end=846
   _globals['_BROKERHEARTBEATREQUEST']._serialized_start=849
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=977
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=980
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1281
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=1022
+  _globals['_GROUPTOPIC']._serialized_start=1024
+  _globals['_GROUPTOPIC']._serialized_end=1066
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=1069
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1370
   _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_start=534
   _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_end=608
-  _globals['_DELETEDTOPIC']._serialized_start=1283
-  _globals['_DELETEDTOPIC']._serialized_end=1330
-  _globals['_BROKERINFO']._serialized_start=1333
-  _globals['_BROKERINFO']._serialized_end=1463
-  _globals['_PARTITIONROUTE']._serialized_start=1465
-  _globals['_PARTITIONROUTE']._serialized_end=1555
-  _globals['_TOPICROUTE']._serialized_start=1557
-  _globals['_TOPICROUTE']._serialized_end=1681
-  _globals['_GETROUTESREQUEST']._serialized_start=1683
-  _globals['_GETROUTESREQUEST']._serialized_end=1717
-  _globals['_GETROUTESRESPONSE']._serialized_start=1719
-  _globals['_GETROUTESRESPONSE']._serialized_end=1780
-  _globals['_ASSIGNMENT']._serialized_start=1782
-  _globals['_ASSIGNMENT']._serialized_end=1829
-  _globals['_JOINGROUPREQUEST']._serialized_start=1832
-  _globals['_JOINGROUPREQUEST']._serialized_end=1990
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=1992
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=2069
-  _globals['_GROUPSTATE']._serialized_start=2072
-  _globals['_GROUPSTATE']._serialized_end=2243
-  _globals['_LEAVEGROUPREQUEST']._serialized_start=2245
-  _globals['_LEAVEGROUPREQUEST']._serialized_end=2298
-  _globals['_LEAVEGROUPRESPONSE']._serialized_start=2300
-  _globals['_LEAVEGROUPRESPONSE']._serialized_end=2320
-  _globals['_MASTER']._serialized_start=2323
-  _globals['_MASTER']._serialized_end=2831
+  _globals['_DELETEDTOPIC']._serialized_start=1372
+  _globals['_DELETEDTOPIC']._serialized_end=1419
+  _globals['_BROKERINFO']._serialized_start=1422
+  _globals['_BROKERINFO']._serialized_end=1552
+  _globals['_PARTITIONROUTE']._serialized_start=1554
+  _globals['_PARTITIONROUTE']._serialized_end=1644
+  _globals['_TOPICROUTE']._serialized_start=1646
+  _globals['_TOPICROUTE']._serialized_end=1770
+  _globals['_GETROUTESREQUEST']._serialized_start=1772
+  _globals['_GETROUTESREQUEST']._serialized_end=1806
+  _globals['_GETROUTESRESPONSE']._serialized_start=1808
+  _globals['_GETROUTESRESPONSE']._serialized_end=1869
+  _globals['_ASSIGNMENT']._serialized_start=1871
+  _globals['_ASSIGNMENT']._serialized_end=1918
+  _globals['_JOINGROUPREQUEST']._serialized_start=1921
+  _globals['_JOINGROUPREQUEST']._serialized_end=2079
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=2081
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=2158
+  _globals['_GROUPSTATE']._serialized_start=2161
+  _globals['_GROUPSTATE']._serialized_end=2332
+  _globals['_LEAVEGROUPREQUEST']._serialized_start=2334
+  _globals['_LEAVEGROUPREQUEST']._serialized_end=2387
+  _globals['_LEAVEGROUPRESPONSE']._serialized_start=2389
+  _globals['_LEAVEGROUPRESPONSE']._serialized_end=2409
+  _globals['_MASTER']._serialized_start=2412
+  _globals['_MASTER']._serialized_end=2920
 # @@protoc_insertion_point(module_scope)

@@ -92,14 +92,24 @@ class DiskStatus(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats", "disk")
+    __slots__ = ("broker_id", "stats", "disk", "committed")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
     disk: DiskStatus
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ...) -> None: ...
+    committed: _containers.RepeatedCompositeFieldContainer[GroupTopic]
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ...) -> None: ...
+
+class GroupTopic(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
     __slots__ = ("term", "reregister", "topics", "placements", "deleted")

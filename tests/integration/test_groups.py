@@ -269,3 +269,22 @@ def test_leaving_member_hands_its_partitions_over_at_the_committed_offset(cluste
         rest = poll_until(second, 90)
     seen = [(r.partition, r.offset) for r in got + rest]
     assert sorted(seen) == [(p, o) for p in range(2) for o in range(50)]
+
+
+def test_a_manual_assignment_commit_makes_describe_group_list_its_topic(cluster, feeder):
+    """A consumer that never joins (assign + commit) still shows in describe_group: the
+    broker reports the new (group, topic) in its next heartbeat."""
+    from lib.admin import AdminClient
+
+    feeder.create_topic("manual", 2)
+    feeder.fill("manual", 2, 10)
+    masters = cluster.master_addresses
+    with PullConsumer(masters, group="g-manual", enable_auto_commit=False) as consumer:
+        consumer.assign([TopicPartition("manual", 0), TopicPartition("manual", 1)])
+        consumer.commit({TopicPartition("manual", 0): 4, TopicPartition("manual", 1): 10})
+    with AdminClient(masters) as admin:
+        rows = wait_for(lambda: admin.describe_group("g-manual").partitions, 20,
+                        "the master to list the manual group's topic")
+        assert sorted((r.topic, r.partition, r.committed, r.lag) for r in rows) == \
+            [("manual", 0, 4, 6), ("manual", 1, 10, 0)]
+        assert "g-manual" in admin.list_groups()
