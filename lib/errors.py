@@ -188,6 +188,29 @@ class SinkStagingFull(TubeqError):
     retriable = True
 
 
+class Unauthenticated(TubeqError):
+    """No credentials, wrong ones, or a token that is malformed, expired or signed with a key
+    the cluster no longer accepts. Messages say which, never echo a secret."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(TubeqError):
+    """Authenticated, but no ACL entry allows the operation (or one denies it)."""
+
+    code = "PERMISSION_DENIED"
+
+
+class UnknownPrincipal(InvalidArgument):
+    """No such user or API key."""
+
+    code = "UNKNOWN_PRINCIPAL"
+
+
+class PrincipalExists(InvalidArgument):
+    code = "PRINCIPAL_EXISTS"
+
+
 class ClientClosed(TubeqError):
     """The client (producer, consumer) was closed: it takes no more calls. Never on the wire."""
 
