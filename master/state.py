@@ -8,8 +8,8 @@ the same order on every master.
 
 Commands (``op``): ``lead`` (a new leadership: epoch + 1, the leader's node and address),
 ``register_broker``, ``create_topic``, ``alter_topic``, ``delete_topic``, ``record_group``,
-``audit``. Any command may carry an ``audit`` dict (principal, peer, action, target, details)
-written with it.
+``audit``, and the users, API keys and signing keys of ``master/principals.py``. Any command
+may carry an ``audit`` dict (principal, peer, action, target, details) written with it.
 
 Raft (``master/raft.py``) applies every committed command with its log index. The index is
 written in the same transaction as the change, and an index at or below it is skipped, so
@@ -39,9 +39,11 @@ from lib.errors import (
     TubeqError,
     UnknownTopic,
 )
+from master.principals import Principals
 
 _SEQ = struct.Struct(">Q")  # big-endian so keys sort by sequence
-_DBS = (b"meta", b"topics", b"tombstones", b"groups", b"audit", b"brokers")
+_DBS = (b"meta", b"topics", b"tombstones", b"groups", b"audit", b"brokers", b"users",
+        b"api_keys")
 
 
 def _dump(value: Any) -> bytes:
@@ -67,6 +69,9 @@ class MetaState:
             "delete_topic": self._delete_topic, "record_group": self._record_group,
             "audit": lambda txn, cmd: None,
         }
+        for op in Principals.OPS:  # through self.principals: a snapshot restore replaces it
+            self._handlers[op] = lambda ctx, cmd, op=op: getattr(self.principals, "_" + op)(
+                ctx, cmd)
 
     def _open(self) -> None:
         self._path.mkdir(parents=True, exist_ok=True)
@@ -83,6 +88,8 @@ class MetaState:
         self._applied: dict[str, int] = self._meta("applied") or {"index": 0, "term": 0}
         self._leader: dict[str, Any] = self._meta("leader") or {}
         self._epoch = int(self._meta("epoch") or 0)
+        self.principals = Principals(self._env, self._db["users"], self._db["api_keys"],
+                                     self._db["meta"])
 
     def _meta(self, key: str) -> Any:
         with self._env.begin(db=self._db["meta"]) as txn:

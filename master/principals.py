@@ -1,0 +1,196 @@
+"""Users, service accounts, API keys and token signing keys: the security part of the state.
+
+Lives in the master's LMDB beside topics and groups and changes only through the same
+replicated commands (master/state.py applies them; ``OPS`` lists them), so every master holds
+the same principals and keys and a standby that takes over keeps accepting the tokens its
+predecessor issued. Commands carry hashes, never passwords or API keys: the active master
+hashes before it replicates, so the Raft log holds nothing a login could replay. The signing
+secrets themselves are in the state by design (the issue's "cluster secret held in the
+replicated state"): the Raft port is password-protected and the state files are 0600.
+
+Reads return copies without hashes or secrets, except the two calls a login or a token check
+needs (:meth:`Principals.password_hash`, :meth:`Principals.api_key`, :meth:`Principals.keyring`).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lib.errors import InvalidArgument, PrincipalExists, UnknownPrincipal
+from lib.names import check_name
+
+KINDS = ("user", "service")  # service accounts log in with API keys only
+MAX_ROLES = 32
+MAX_SIGNING_KEYS = 8  # live keys: the newest signs, every one verifies
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def check_roles(roles: Any) -> list[str]:
+    if not isinstance(roles, list | tuple) or len(roles) > MAX_ROLES:
+        raise InvalidArgument(f"roles must be a list of at most {MAX_ROLES} names")
+    return sorted({check_name(r, "role") for r in roles})
+
+
+class Principals:
+    OPS = ("add_user", "set_password", "set_roles", "delete_user", "create_api_key",
+           "revoke_api_key", "add_signing_key", "retire_signing_key")
+
+    def __init__(self, env: Any, users_db: Any, keys_db: Any, meta_db: Any) -> None:
+        self._users_db, self._keys_db, self._meta_db = users_db, keys_db, meta_db
+        with env.begin() as txn:
+            self._users = {bytes(k).decode(): json.loads(bytes(v))
+                           for k, v in txn.cursor(db=users_db)}
+            self._keys = {bytes(k).decode(): json.loads(bytes(v))
+                          for k, v in txn.cursor(db=keys_db)}
+            raw = txn.get(b"signing_keys", db=meta_db)
+        self._signing: list[dict[str, Any]] = [] if raw is None else json.loads(bytes(raw))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def users(self) -> dict[str, dict[str, Any]]:
+        """name -> {kind, roles, created_ms, updated_ms} (no hashes)."""
+        return {n: {k: v for k, v in u.items() if k != "password"}
+                for n, u in self._users.items()}
+
+    def user(self, name: str) -> dict[str, Any] | None:
+        return self.users().get(name)
+
+    def password_hash(self, name: str) -> str | None:
+        user = self._users.get(name)
+        return None if user is None else user.get("password")
+
+    def api_keys(self) -> dict[str, dict[str, Any]]:
+        """key id -> {principal, description, created_ms} (no digests)."""
+        return {i: {k: v for k, v in key.items() if k != "digest"}
+                for i, key in self._keys.items()}
+
+    def api_key(self, key_id: str) -> dict[str, Any] | None:
+        """The full record of one key, digest included (for a login)."""
+        key = self._keys.get(key_id)
+        return None if key is None else dict(key)
+
+    def keyring(self) -> dict[str, bytes]:
+        """key id -> secret of every live signing key."""
+        return {k["key_id"]: bytes.fromhex(k["secret"]) for k in self._signing}
+
+    def signer(self) -> tuple[str, bytes] | None:
+        """The newest signing key (None before the first one is added)."""
+        if not self._signing:
+            return None
+        newest = self._signing[-1]
+        return newest["key_id"], bytes.fromhex(newest["secret"])
+
+    def signing_keys(self) -> list[dict[str, Any]]:
+        """[{key_id, created_ms}] oldest first (no secrets)."""
+        return [{"key_id": k["key_id"], "created_ms": k["created_ms"]} for k in self._signing]
+
+    # -- commands (applied inside MetaState's transaction) ----------------------------------
+
+    def _add_user(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        name = check_name(cmd["name"], "user")
+        if name in self._users:
+            raise PrincipalExists(f"user {name!r} already exists", principal=name)
+        kind = cmd.get("kind", "user")
+        if kind not in KINDS:
+            raise InvalidArgument(f"user kind must be one of {', '.join(KINDS)}")
+        if (kind == "user") != bool(cmd.get("password")):
+            raise InvalidArgument("a user needs a password; a service account has none")
+        record = {"kind": kind, "roles": check_roles(cmd.get("roles", [])),
+                  "created_ms": cmd["time_ms"], "updated_ms": cmd["time_ms"]}
+        if kind == "user":
+            record["password"] = str(cmd["password"])
+        return self._put_user(ctx, name, record)
+
+    def _set_password(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        name, old = self._existing(cmd["name"])
+        if old["kind"] != "user":
+            raise InvalidArgument(f"{name!r} is a service account: it logs in with API keys")
+        return self._put_user(ctx, name, {**old, "password": str(cmd["password"]),
+                                          "updated_ms": cmd["time_ms"]})
+
+    def _set_roles(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        name, old = self._existing(cmd["name"])
+        return self._put_user(ctx, name, {**old, "roles": check_roles(cmd["roles"]),
+                                          "updated_ms": cmd["time_ms"]})
+
+    def _delete_user(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Delete a user and every API key it owns."""
+        txn, staged = ctx
+        name, old = self._existing(cmd["name"])
+        txn.delete(name.encode(), db=self._users_db)
+        owned = [i for i, k in self._keys.items() if k["principal"] == name]
+        for key_id in owned:
+            txn.delete(key_id.encode(), db=self._keys_db)
+        staged.append(lambda: self._forget(name, owned))
+        return {k: v for k, v in old.items() if k != "password"}
+
+    def _create_api_key(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        txn, staged = ctx
+        owner, _ = self._existing(cmd["principal"])
+        key_id = str(cmd["key_id"])
+        if key_id in self._keys:
+            raise PrincipalExists(f"API key {key_id} already exists", key_id=key_id)
+        record = {"principal": owner, "digest": str(cmd["digest"]),
+                  "description": str(cmd.get("description", ""))[:200],
+                  "created_ms": cmd["time_ms"]}
+        txn.put(key_id.encode(), _dump(record), db=self._keys_db)
+        staged.append(lambda: self._keys.__setitem__(key_id, record))
+        return {"key_id": key_id, **{k: v for k, v in record.items() if k != "digest"}}
+
+    def _revoke_api_key(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        txn, staged = ctx
+        key_id = str(cmd["key_id"])
+        old = self._keys.get(key_id)
+        if old is None:
+            raise UnknownPrincipal(f"unknown API key {key_id[:32]!r}", key_id=key_id[:32])
+        txn.delete(key_id.encode(), db=self._keys_db)
+        staged.append(lambda: self._keys.pop(key_id, None))
+        return {"key_id": key_id, "principal": old["principal"]}
+
+    def _add_signing_key(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """A new key signs from now on; the oldest beyond MAX_SIGNING_KEYS stops verifying."""
+        key = {"key_id": str(cmd["key_id"]), "secret": str(cmd["secret"]),
+               "created_ms": cmd["time_ms"]}
+        if any(k["key_id"] == key["key_id"] for k in self._signing):
+            raise InvalidArgument(f"signing key {key['key_id']} already exists")
+        return self._put_signing(ctx, [*self._signing, key][-MAX_SIGNING_KEYS:], key)
+
+    def _retire_signing_key(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Stop accepting tokens signed with a key (never the one that signs now)."""
+        key_id = str(cmd["key_id"])
+        left = [k for k in self._signing if k["key_id"] != key_id]
+        if len(left) == len(self._signing):
+            raise InvalidArgument(f"no signing key {key_id[:32]!r}")
+        if self._signing[-1]["key_id"] == key_id:
+            raise InvalidArgument("the newest signing key cannot be retired: add a new one first")
+        return self._put_signing(ctx, left, {"key_id": key_id})
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _existing(self, name: str) -> tuple[str, dict[str, Any]]:
+        name = check_name(name, "user")
+        old = self._users.get(name)
+        if old is None:
+            raise UnknownPrincipal(f"unknown user {name!r}", principal=name)
+        return name, old
+
+    def _put_user(self, ctx: Any, name: str, record: dict[str, Any]) -> dict[str, Any]:
+        txn, staged = ctx
+        txn.put(name.encode(), _dump(record), db=self._users_db)
+        staged.append(lambda: self._users.__setitem__(name, record))
+        return {k: v for k, v in record.items() if k != "password"}
+
+    def _forget(self, name: str, key_ids: list[str]) -> None:
+        self._users.pop(name, None)
+        for key_id in key_ids:
+            self._keys.pop(key_id, None)
+
+    def _put_signing(self, ctx: Any, keys: list[dict[str, Any]],
+                     result: dict[str, Any]) -> dict[str, Any]:
+        txn, staged = ctx
+        txn.put(b"signing_keys", _dump(keys), db=self._meta_db)
+        staged.append(lambda: setattr(self, "_signing", keys))
+        return {k: v for k, v in result.items() if k != "secret"}
