@@ -1,4 +1,5 @@
-"""AdminClient: every administrative operation of the active master, as plain dataclasses.
+"""AdminClient: every administrative operation of the active master, as plain dataclasses
+(users, API keys and logins in lib/admin_security.py).
 
 It calls ``tubeq.admin.Admin`` through :class:`lib.rpc.MasterClient`, so it follows a standby's
 NOT_LEADER hint and rotates over the master list. Results are the frozen dataclasses of
@@ -11,6 +12,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from lib.admin_security import SecurityCalls
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError
 from lib.names import check_name
@@ -85,7 +87,7 @@ def settings_of(partitions: int | None = None, stores: int | None = None,
         max_message_bytes=max_message_bytes or 0)
 
 
-class AdminClient(Closeable):
+class AdminClient(SecurityCalls, Closeable):
     """Admin operations against the active master. Thread-safe; call ``close()`` when done."""
 
     def __init__(self, masters: str | Sequence[str], timeout: float = 10.0,

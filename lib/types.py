@@ -150,3 +150,34 @@ class MasterStatus:
     log_entries: int = 0
     has_quorum: bool = False
     error: str = ""
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """A user (logs in with a password) or service account (with API keys only)."""
+
+    name: str
+    kind: str
+    roles: tuple[str, ...]
+    created_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    """An API key as listed: never its secret (shown once, at creation)."""
+
+    key_id: str
+    principal: str
+    description: str
+    created_ms: int
+
+
+@dataclass(frozen=True)
+class LoginResult:
+    """A signed token and when it expires; present it as ``authorization: Bearer <token>``."""
+
+    token: str
+    expires_ms: int
+    principal: str
+    roles: tuple[str, ...]

@@ -55,6 +55,8 @@ class MasterConfig:
     raft_compaction_min_s: int = 300  # ... or this often
     command_timeout_ms: int = 5000  # a metadata change not committed by then: Unavailable
     failover_grace_ms: int = 5000  # a new leader lets brokers and members re-register first
+    # -- Permissions (master/security.py) --
+    token_ttl_s: int = 3600  # lifetime of a login's token; clients renew before it ends
 
     def validate(self) -> None:
         require(bool(self.data_dir), "MasterConfig.data_dir is required (--data-dir)")
@@ -70,6 +72,8 @@ class MasterConfig:
                 <= self.group_max_session_timeout_ms,
                 "MasterConfig: need 0 < group_min_session_timeout_ms <= "
                 "group_session_timeout_ms <= group_max_session_timeout_ms")
+        require(60 <= self.token_ttl_s <= 7 * 86400,
+                "MasterConfig.token_ttl_s must be in [60, 604800] (1 min to 7 days)")
         require(self.group_reaper_interval_ms > 0,
                 "MasterConfig.group_reaper_interval_ms must be > 0")
         self._validate_topic_defaults()

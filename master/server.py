@@ -24,7 +24,7 @@ from lib.errors import TubeqError
 from lib.logs import event
 from lib.process import free_ports
 from lib.rpc import SERVER_OPTIONS
-from master import admin, service
+from master import admin, security, service
 from master.broker_calls import BrokerCalls
 from master.brokers import BrokerRegistry, wall_ms
 from master.config import MasterConfig
@@ -38,7 +38,7 @@ from master.state import MetaState
 from master.topic_ops import TopicOps
 
 log = logging.getLogger(__name__)
-SERVICES = ("tubeq.master.Master", "tubeq.admin.Admin")
+SERVICES = ("tubeq.master.Master", "tubeq.admin.Admin", "tubeq.security.Security")
 
 
 class Master:
@@ -71,6 +71,8 @@ class Master:
             self.write))
         admin.add_to(self._server, admin.AdminService(
             self.state, self.registry, topic_ops, group_ops, self.leadership, self.status))
+        security.add_to(self._server, security.SecurityService(
+            self.state, self.leadership, self.write, c.token_ttl_s))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._gauges()
         self.address = ""
@@ -129,6 +131,8 @@ class Master:
             self.groups.reset(self.state.epoch, 0)
             self.registry.clear()
             event(log, "master.standby", leader=self.leadership.leader_address())
+        if self.leadership.is_leader():  # a no-op once done; retried if a write failed
+            security.bootstrap(self.state, self.write, self.config.data_dir)
 
     def _partitions_of(self, topic: str) -> int | None:
         record = self.state.topic(topic)

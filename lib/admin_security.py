@@ -1,0 +1,81 @@
+"""The security half of :class:`lib.admin.AdminClient`: logins, users, API keys, signing keys.
+
+Calls ``tubeq.security.Security`` on the active master. Passwords and API keys are sent only
+in the calls that need them and never kept by the client.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from lib.names import check_name
+from lib.proto import security_pb2 as spb
+from lib.proto import security_pb2_grpc
+from lib.rpc import MasterClient
+from lib.types import ApiKeyInfo, LoginResult, UserInfo
+
+
+def _user(info: spb.UserInfo) -> UserInfo:
+    return UserInfo(info.name, info.kind, tuple(info.roles), info.created_ms, info.updated_ms)
+
+
+def _key(info: spb.ApiKeyInfo) -> ApiKeyInfo:
+    return ApiKeyInfo(info.key_id, info.principal, info.description, info.created_ms)
+
+
+class SecurityCalls:
+    """Mixed into AdminClient (which provides ``_master``, ``timeout`` and ``_metadata``)."""
+
+    _master: MasterClient
+    timeout: float
+    _metadata: Any
+
+    def _security(self, method: str, request: Any) -> Any:
+        return self._master.call(security_pb2_grpc.SecurityStub, method, request,
+                                 timeout=self.timeout, metadata=self._metadata)
+
+    def login(self, user: str = "", password: str = "", api_key: str = "") -> LoginResult:
+        """A token for ``user`` + ``password`` or for an ``api_key``."""
+        r = self._security("Login", spb.LoginRequest(user=user, password=password,
+                                                     api_key=api_key))
+        return LoginResult(r.token, r.expires_ms, r.principal, tuple(r.roles))
+
+    def add_user(self, name: str, password: str | None = None, roles: Iterable[str] = (),
+                 service: bool = False) -> UserInfo:
+        """A user with a password, or (``service=True``, no password) a service account."""
+        return _user(self._security("AddUser", spb.AddUserRequest(
+            name=check_name(name, "user"), password=password or "", roles=list(roles),
+            service=service)))
+
+    def list_users(self) -> list[UserInfo]:
+        return [_user(u) for u in self._security("ListUsers", spb.ListUsersRequest()).users]
+
+    def set_password(self, name: str, password: str) -> UserInfo:
+        return _user(self._security("SetPassword", spb.SetPasswordRequest(
+            name=check_name(name, "user"), password=password)))
+
+    def set_roles(self, name: str, roles: Iterable[str]) -> UserInfo:
+        return _user(self._security("SetRoles", spb.SetRolesRequest(
+            name=check_name(name, "user"), roles=list(roles))))
+
+    def delete_user(self, name: str) -> UserInfo:
+        """Delete a user and every API key it owns."""
+        return _user(self._security("DeleteUser", spb.DeleteUserRequest(
+            name=check_name(name, "user"))))
+
+    def create_api_key(self, principal: str, description: str = "") -> tuple[ApiKeyInfo, str]:
+        """(its listing, the key itself): the key is shown this once, only its hash is kept."""
+        r = self._security("CreateApiKey", spb.CreateApiKeyRequest(
+            principal=check_name(principal, "user"), description=description))
+        return _key(r.info), r.api_key
+
+    def list_api_keys(self) -> list[ApiKeyInfo]:
+        return [_key(k) for k in self._security("ListApiKeys", spb.ListApiKeysRequest()).keys]
+
+    def revoke_api_key(self, key_id: str) -> ApiKeyInfo:
+        return _key(self._security("RevokeApiKey", spb.RevokeApiKeyRequest(key_id=key_id)))
+
+    def rotate_signing_key(self) -> tuple[str, list[str]]:
+        """(the new signing key's id, the ids of keys retired by this rotation)."""
+        r = self._security("RotateSigningKey", spb.RotateSigningKeyRequest())
+        return r.key_id, list(r.retired)

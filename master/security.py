@@ -1,0 +1,207 @@
+"""gRPC servicer of ``tubeq.security.Security``: logins, users, API keys, signing keys.
+
+Hashing happens here, on the active master, before a command is replicated: the Raft log and
+the state hold hashes only. A login checks the password (scrypt) or API key (SHA-256) and
+answers a token signed with the newest signing key (lib/auth/tokens.py); failures say "wrong
+user or password" whichever part was wrong, so a caller cannot probe which users exist.
+
+:func:`bootstrap` runs when a master becomes active: a cluster without users gets an ``admin``
+with a generated password, written once to ``<data_dir>/admin-password`` (0600; no default
+password exists anywhere), and a cluster without a signing key gets its first one.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from lib.auth import (
+    check_password_policy,
+    generate_password,
+    hash_password,
+    issue,
+    new_api_key,
+    new_signing_key,
+    parse_api_key,
+    verify_api_key,
+    verify_password,
+)
+from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated
+from lib.logs import event
+from lib.proto import security_pb2 as spb
+from lib.proto import security_pb2_grpc
+from master.brokers import wall_ms
+from master.guard import Leadership, caller, guarded
+from master.state import MetaState
+
+log = logging.getLogger(__name__)
+ADMIN = "admin"
+ADMIN_PASSWORD_FILE = "admin-password"
+WRONG = "wrong user or password"
+
+
+def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir: str) -> None:
+    """First admin and first signing key of a new cluster (no-ops afterwards)."""
+    principals = state.principals
+    if principals.signer() is None:
+        key_id, secret = new_signing_key()
+        write({"op": "add_signing_key", "time_ms": wall_ms(), "key_id": key_id,
+               "secret": secret.hex(), "audit": _system("add_signing_key", key_id)})
+    if not principals.users():
+        password = generate_password()
+        path = Path(data_dir) / ADMIN_PASSWORD_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        try:
+            write({"op": "add_user", "time_ms": wall_ms(), "name": ADMIN, "roles": [ADMIN],
+                   "password": hash_password(password), "audit": _system("add_user", ADMIN)})
+        except PrincipalExists:
+            path.unlink(missing_ok=True)  # another master made it first
+            return
+        event(log, "security.admin_created", user=ADMIN, password_file=str(path))
+
+
+def _system(action: str, target: str) -> dict[str, str]:
+    return {"principal": "system", "peer": "", "action": action, "target": target}
+
+
+def _user_info(name: str, record: dict[str, Any]) -> spb.UserInfo:
+    return spb.UserInfo(name=name, kind=record["kind"], roles=record["roles"],
+                        created_ms=record["created_ms"], updated_ms=record["updated_ms"])
+
+
+def _key_info(key_id: str, record: dict[str, Any]) -> spb.ApiKeyInfo:
+    return spb.ApiKeyInfo(key_id=key_id, principal=record["principal"],
+                          description=record.get("description", ""),
+                          created_ms=record["created_ms"])
+
+
+class SecurityService(security_pb2_grpc.SecurityServicer):
+    def __init__(self, state: MetaState, leadership: Leadership,
+                 write: Callable[[dict[str, Any]], Any], token_ttl_s: float) -> None:
+        self.state, self.leadership, self.write = state, leadership, write
+        self.token_ttl_s = token_ttl_s
+
+    @property
+    def principals(self):
+        return self.state.principals
+
+    @guarded
+    def Login(self, request, context):  # noqa: N802
+        name, kind = self._authenticate(request)
+        user = self.principals.user(name)
+        signer = self.principals.signer()
+        if user is None or signer is None:
+            raise Unauthenticated(WRONG)
+        token, claims = issue(name, tuple(user["roles"]), kind, signer[0], signer[1],
+                              self.token_ttl_s)
+        return spb.LoginResponse(token=token, expires_ms=claims.expires_ms, principal=name,
+                                 roles=user["roles"])
+
+    def _authenticate(self, request) -> tuple[str, str]:
+        """(principal, token kind) of a password or API-key login."""
+        if request.api_key:
+            if request.user or request.password:
+                raise InvalidArgument("log in with user and password, or with an API key alone")
+            key_id, secret = parse_api_key(request.api_key)
+            record = self.principals.api_key(key_id)
+            if record is None or not verify_api_key(secret, record["digest"]):
+                raise Unauthenticated("unknown or revoked API key")
+            return record["principal"], "apikey"
+        stored = self.principals.password_hash(request.user) if request.user else None
+        if stored is None or not verify_password(request.password, stored):
+            raise Unauthenticated(WRONG)
+        return request.user, "user"
+
+    @guarded
+    def AddUser(self, request, context):  # noqa: N802
+        password = None
+        if not request.service:
+            check_password_policy(request.password)
+            password = hash_password(request.password)
+        elif request.password:
+            raise InvalidArgument("a service account has no password: create an API key")
+        record = self.write({"op": "add_user", "time_ms": wall_ms(), "name": request.name,
+                             "kind": "service" if request.service else "user",
+                             "roles": list(request.roles), "password": password,
+                             "audit": self._audit(context, "add_user", request.name)})
+        return _user_info(request.name, record)
+
+    @guarded
+    def ListUsers(self, request, context):  # noqa: N802
+        return spb.ListUsersResponse(users=[_user_info(n, r) for n, r in
+                                            sorted(self.principals.users().items())])
+
+    @guarded
+    def SetPassword(self, request, context):  # noqa: N802
+        check_password_policy(request.password)
+        record = self.write({"op": "set_password", "time_ms": wall_ms(), "name": request.name,
+                             "password": hash_password(request.password),
+                             "audit": self._audit(context, "set_password", request.name)})
+        return _user_info(request.name, record)
+
+    @guarded
+    def SetRoles(self, request, context):  # noqa: N802
+        record = self.write({"op": "set_roles", "time_ms": wall_ms(), "name": request.name,
+                             "roles": list(request.roles),
+                             "audit": self._audit(context, "set_roles", request.name,
+                                                  ",".join(request.roles))})
+        return _user_info(request.name, record)
+
+    @guarded
+    def DeleteUser(self, request, context):  # noqa: N802
+        record = self.write({"op": "delete_user", "time_ms": wall_ms(), "name": request.name,
+                             "audit": self._audit(context, "delete_user", request.name)})
+        return _user_info(request.name, record)
+
+    @guarded
+    def CreateApiKey(self, request, context):  # noqa: N802
+        key = new_api_key()
+        made = self.write({"op": "create_api_key", "time_ms": wall_ms(),
+                           "principal": request.principal, "key_id": key.key_id,
+                           "digest": key.digest, "description": request.description,
+                           "audit": self._audit(context, "create_api_key", request.principal,
+                                                key.key_id)})
+        return spb.CreateApiKeyResponse(info=_key_info(key.key_id, made), api_key=key.text)
+
+    @guarded
+    def ListApiKeys(self, request, context):  # noqa: N802
+        return spb.ListApiKeysResponse(keys=[_key_info(i, r) for i, r in
+                                             sorted(self.principals.api_keys().items())])
+
+    @guarded
+    def RevokeApiKey(self, request, context):  # noqa: N802
+        info = self.principals.api_keys().get(request.key_id)
+        self.write({"op": "revoke_api_key", "time_ms": wall_ms(), "key_id": request.key_id,
+                    "audit": self._audit(context, "revoke_api_key",
+                                         info["principal"] if info else "", request.key_id)})
+        return _key_info(request.key_id, info)
+
+    @guarded
+    def RotateSigningKey(self, request, context):  # noqa: N802
+        """A new key signs from now on; keys replaced more than a token lifetime ago (so no
+        token they signed is still valid) stop verifying."""
+        now = wall_ms()
+        key_id, secret = new_signing_key()
+        self.write({"op": "add_signing_key", "time_ms": now, "key_id": key_id,
+                    "secret": secret.hex(),
+                    "audit": self._audit(context, "rotate_signing_key", key_id)})
+        keys = self.principals.signing_keys()
+        retired = [old["key_id"] for old, new in pairwise(keys)
+                   if new["created_ms"] <= now - self.token_ttl_s * 1000]
+        for old in retired:
+            self.write({"op": "retire_signing_key", "time_ms": now, "key_id": old,
+                        "audit": self._audit(context, "retire_signing_key", old)})
+        return spb.RotateSigningKeyResponse(key_id=key_id, retired=retired)
+
+    @staticmethod
+    def _audit(context, action: str, target: str, details: str = "") -> dict[str, str]:
+        return {**caller(context), "action": action, "target": target, "details": details}
+
+
+def add_to(server, service: SecurityService) -> None:
+    security_pb2_grpc.add_SecurityServicer_to_server(service, server)
