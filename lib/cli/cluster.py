@@ -139,7 +139,8 @@ def run_cluster(plan: ClusterPlan) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         _start_all(plan, children)
-        _announce(plan, children)
+        _announce(plan, children, admin_password_file(
+            [c for c in children if c.name.startswith("master")]))
         while not stop["now"]:
             dead = [c.name for c in children if not c.alive()]
             if dead:
@@ -212,10 +213,33 @@ def wait_brokers_registered(masters: str, count: int, timeout: float = 30.0) -> 
             time.sleep(0.1)
 
 
-def _announce(plan: ClusterPlan, children: list[Child]) -> None:
+def admin_password_file(masters: list[Child], timeout: float = 10.0) -> Path | None:
+    """Where the active master wrote the first admin's password (a new cluster only; an
+    older data dir whose admin password was changed or read and deleted has none)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [c.data_dir / "admin-password" for c in masters
+                 if (c.data_dir / "admin-password").exists()]
+        if found or time.monotonic() > deadline or not _is_new(masters):
+            return found[0] if found else None
+        time.sleep(0.1)
+
+
+def _is_new(masters: list[Child]) -> bool:
+    """No admin yet: the bootstrap is still to come (ask the cluster)."""
+    from lib.admin import AdminClient
+
+    with AdminClient(",".join(c.info["address"] for c in masters)) as admin:
+        return not admin.list_users()
+
+
+def _announce(plan: ClusterPlan, children: list[Child],
+              password_file: Path | None = None) -> None:
     summary = {c.name: {k: v for k, v in c.info.items() if k != "role"} for c in children}
     masters = ",".join(c.info["address"] for c in children if c.name.startswith("master"))
     summary["masters"] = masters
+    if password_file is not None:
+        summary["admin_password_file"] = str(password_file)
     # Whole or absent, never half written: scripts and tests poll for this file and read it
     # the moment it appears (a plain write_text was once read while still empty).
     tmp = plan.data_dir / "cluster.json.tmp"
@@ -224,5 +248,7 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
     for c in children:
         extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
         click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {c.info['address']}{extra}")
+    if password_file is not None:
+        click.echo(f"\nadmin user: admin; its generated password is in {password_file} (0600)")
     click.echo(f"\nexport TUBEQ_MASTERS={masters}\n"
                f"logs and data under {plan.data_dir}; Ctrl-C stops the cluster")

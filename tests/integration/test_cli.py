@@ -63,6 +63,7 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
     _, info = local_cluster
     masters = info["masters"]
     assert {"master0", "broker1", "broker2"} <= set(info)
+    assert Path(info["admin_password_file"]).read_text().strip()  # the first admin's
 
     created = tubeq(masters, "topic", "create", "cli-demo", "--partitions", "3", "--json")
     assert created.returncode == 0, created.stderr
@@ -153,3 +154,30 @@ def test_bench_latency_and_bulk_produce_report_figures_for_people_and_scripts(cl
     text = bulk.stdout.decode()
     assert "produce\n" in text and "msgs_per_s" in text and "20,000" in text  # a table
     assert "{" not in text  # not a Python dict
+
+
+def test_users_and_api_keys_with_the_cli(local_cluster):
+    _, info = local_cluster
+    masters = info["masters"]
+    added = tubeq(masters, "user", "add", "ops", "--role", "viewer", "--password-stdin",
+                  stdin=b"a long enough password\n")
+    assert added.returncode == 0, added.stderr
+    short = tubeq(masters, "user", "add", "bob", "--password-stdin", stdin=b"short\n")
+    assert short.returncode == 1
+    assert b"InvalidArgument: a password must be 10 to 1024 characters" in short.stderr
+    assert tubeq(masters, "user", "add", "etl", "--service").returncode == 0
+    listed = json.loads(tubeq(masters, "user", "list", "--json").stdout)
+    assert [(u["name"], u["kind"], u["roles"]) for u in listed] == [
+        ("admin", "user", ["admin"]), ("etl", "service", []), ("ops", "user", ["viewer"])]
+    created = tubeq(masters, "apikey", "create", "etl", "--description", "loader")
+    assert created.returncode == 0, created.stderr
+    key_id = created.stdout.split()[2].decode()
+    assert b"api key tqk_" + key_id.encode() in created.stdout
+    keys = json.loads(tubeq(masters, "apikey", "list", "--json").stdout)
+    assert [(k["key_id"], k["principal"]) for k in keys] == [(key_id, "etl")]
+    assert b"tqk_" not in tubeq(masters, "apikey", "list").stdout
+    assert tubeq(masters, "apikey", "revoke", key_id).returncode == 0
+    assert tubeq(masters, "user", "delete", "ops").returncode == 0
+    gone = tubeq(masters, "user", "passwd", "ops", "--password-stdin",
+                 stdin=b"another long password\n")
+    assert gone.returncode == 1 and b"unknown user 'ops'" in gone.stderr

@@ -1,0 +1,133 @@
+"""``tubeq user|apikey|signing-key ...``: users, API keys and token signing keys.
+
+Passwords are read from a prompt (hidden, typed twice) or from ``--password-stdin`` for
+scripts, never from a command-line argument, which ``ps`` and shell history would show.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from lib.cli.common import admin, emit, print_rows
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+password_stdin = click.option("--password-stdin", is_flag=True,
+                              help="Read the password from the first line of stdin.")
+
+
+def _password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+
+
+def _users_table(users) -> None:
+    print_rows([{"user": u.name, "kind": u.kind, "roles": ",".join(u.roles)} for u in users],
+               ["user", "kind", "roles"])
+
+
+@click.group()
+def user() -> None:
+    """Add, list, change and delete users and service accounts."""
+
+
+@user.command("add")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, help="A role (repeat for several).")
+@click.option("--service", is_flag=True, help="A service account: no password, API keys only.")
+@password_stdin
+@json_option
+@click.pass_context
+def user_add(ctx, name, roles, service, password_stdin, as_json) -> None:
+    """Add a user (asks for its password) or a service account."""
+    password = None if service else _password(password_stdin)
+    emit(admin(ctx).add_user(name, password, roles, service=service), as_json,
+         lambda u: _users_table([u]))
+
+
+@user.command("list")
+@json_option
+@click.pass_context
+def user_list(ctx, as_json) -> None:
+    """Every user and service account with its roles (never a password hash)."""
+    emit(admin(ctx).list_users(), as_json, _users_table)
+
+
+@user.command("passwd")
+@click.argument("name")
+@password_stdin
+@click.pass_context
+def user_passwd(ctx, name, password_stdin) -> None:
+    """Set a user's password."""
+    admin(ctx).set_password(name, _password(password_stdin))
+    click.echo(f"password of {name} changed")
+
+
+@user.command("roles")
+@click.argument("name")
+@click.argument("roles", nargs=-1)
+@json_option
+@click.pass_context
+def user_roles(ctx, name, roles, as_json) -> None:
+    """Replace a user's roles."""
+    emit(admin(ctx).set_roles(name, roles), as_json, lambda u: _users_table([u]))
+
+
+@user.command("delete")
+@click.argument("name")
+@click.pass_context
+def user_delete(ctx, name) -> None:
+    """Delete a user and every API key it owns."""
+    admin(ctx).delete_user(name)
+    click.echo(f"user {name} deleted")
+
+
+@click.group()
+def apikey() -> None:
+    """Create, list and revoke API keys."""
+
+
+def _keys_table(keys) -> None:
+    print_rows([{"key_id": k.key_id, "principal": k.principal, "description": k.description}
+                for k in keys], ["key_id", "principal", "description"])
+
+
+@apikey.command("create")
+@click.argument("principal")
+@click.option("--description", default="", help="What the key is for.")
+@click.pass_context
+def apikey_create(ctx, principal, description) -> None:
+    """Create an API key for a user or service account; it is printed this once."""
+    info, key = admin(ctx).create_api_key(principal, description)
+    click.echo(f"key id  {info.key_id}\napi key {key}\n(shown once: store it now)")
+
+
+@apikey.command("list")
+@json_option
+@click.pass_context
+def apikey_list(ctx, as_json) -> None:
+    """Every API key (ids and owners; never the keys)."""
+    emit(admin(ctx).list_api_keys(), as_json, _keys_table)
+
+
+@apikey.command("revoke")
+@click.argument("key_id")
+@click.pass_context
+def apikey_revoke(ctx, key_id) -> None:
+    """Revoke an API key: logins with it fail from now on."""
+    admin(ctx).revoke_api_key(key_id)
+    click.echo(f"API key {key_id} revoked")
+
+
+@click.command("rotate-signing-key")
+@click.pass_context
+def rotate_signing_key(ctx) -> None:
+    """Sign new tokens with a fresh key; keys replaced over a token lifetime ago retire."""
+    key_id, retired = admin(ctx).rotate_signing_key()
+    click.echo(f"signing key {key_id} is in use; retired: {', '.join(retired) or 'none'}")
+
+
+def register(main: click.Group) -> None:
+    for cmd in (user, apikey, rotate_signing_key):
+        main.add_command(cmd)
