@@ -7,9 +7,11 @@ retention, max message size) are merged over those defaults by :func:`topic_stor
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from lib.auth.server import CLUSTER_SECRET_ENV
 from lib.config import build, load_toml, require
 from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
 from storage.config import StoreConfig
@@ -43,9 +45,15 @@ class BrokerConfig:
     grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
     stop_grace_s: float = 5.0
     register_timeout_s: float = 5.0  # one attempt to reach a master
+    # Presented to the masters (else $TUBEQ_CLUSTER_SECRET), which need it with auth = "token".
+    cluster_secret: str = field(default="", repr=False)
     sink_staging_bytes: int = 512 * MiB  # exactly-once sinks: staged, uncommitted batches
     sink_staging_ttl_s: float = 900.0  # staging nobody committed or aborted is dropped after
     store: StoreConfig = field(default_factory=StoreConfig)
+
+    @property
+    def resolved_cluster_secret(self) -> str:
+        return self.cluster_secret or os.environ.get(CLUSTER_SECRET_ENV, "")
 
     def validate(self) -> None:
         require(bool(self.data_dir), "BrokerConfig.data_dir is required (--data-dir)")

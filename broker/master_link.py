@@ -17,6 +17,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager, TopicSpec
+from lib.auth.server import cluster_header
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.proto import master_pb2 as mpb
@@ -39,7 +40,7 @@ class MasterLink:
     def __init__(self, broker_id: int, address: str, masters: list[str], topics: TopicManager,
                  metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 1.0,
                  on_deleted: Callable[[str], None] | None = None,
-                 offsets: OffsetsPlane | None = None) -> None:
+                 offsets: OffsetsPlane | None = None, cluster_secret: str = "") -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -48,6 +49,7 @@ class MasterLink:
         self.term = term
         self.on_deleted = on_deleted
         self.offsets = offsets  # reports the (group, topic) pairs committed here
+        self._metadata = cluster_header(cluster_secret)  # who we are to the masters
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
@@ -78,7 +80,8 @@ class MasterLink:
     def _register(self) -> bool:
         req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address)
         try:
-            res = self.client.call(master_pb2_grpc.MasterStub, "RegisterBroker", req)
+            res = self.client.call(master_pb2_grpc.MasterStub, "RegisterBroker", req,
+                                   metadata=self._metadata)
         except TubeqError as err:
             event(log, "master.register_failed", logging.WARNING, error=err.message)
             return False
@@ -101,7 +104,8 @@ class MasterLink:
             broker_id=self.broker_id, stats=self.stats(), disk=self.disk(),
             committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs])
         try:
-            res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req)
+            res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req,
+                                   metadata=self._metadata)
         except TubeqError as err:
             event(log, "master.heartbeat_failed", logging.WARNING, error=err.message)
             return

@@ -97,7 +97,8 @@ class Broker:
             self.link = MasterLink(cfg.broker_id, cfg.advertised_address or self.address,
                                    cfg.master_list, self.topics, self.metrics, self.term,
                                    cfg.register_timeout_s, on_deleted=self._forget_topic,
-                                   offsets=self.offsets)
+                                   offsets=self.offsets,
+                                   cluster_secret=cfg.resolved_cluster_secret)
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)

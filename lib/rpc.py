@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from lib import errors
+from lib.auth.client import ClientAuth, TokenSource
 from lib.wire_errors import from_rpc_error
 
 MAX_MESSAGE_BYTES = 64 << 20  # gRPC default is 4 MiB: batches and fetches are bigger
@@ -53,20 +54,27 @@ def invoke(method: Callable[..., R], request: Any, timeout: float,
 class ChannelPool:
     """One channel per address, shared by every stub of a process (channels are thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth: TokenSource | None = None) -> None:
+        """With ``auth`` every channel carries its token (lib/auth/client.py)."""
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
+        self._raw: list[grpc.Channel] = []
+        self._auth = auth
 
     def get(self, address: str) -> grpc.Channel:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                ch = self._channels[address] = channel(address)
+                ch = channel(address)
+                self._raw.append(ch)
+                if self._auth is not None:
+                    ch = grpc.intercept_channel(ch, ClientAuth(self._auth))
+                self._channels[address] = ch
             return ch
 
     def close(self) -> None:
         with self._lock:
-            chans, self._channels = list(self._channels.values()), {}
+            chans, self._raw, self._channels = self._raw, [], {}
         for ch in chans:
             ch.close()
 

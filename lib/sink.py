@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lib.auth.client import auth_for
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError, Unavailable, UnknownTopic
 from lib.names import check_name
@@ -59,7 +60,7 @@ class SinkClient(Closeable):
         self.batch_bytes = batch_bytes
         self.timeout = request_timeout_s
         self.retries = retries
-        self._pool = ChannelPool()
+        self._pool = ChannelPool(auth_for(masters, timeout=request_timeout_s))  # env
         self._master = MasterClient(masters, pool=self._pool, timeout=request_timeout_s)
         self.routes = RouteCache(self._master, 30.0, request_timeout_s)
 

@@ -5,9 +5,11 @@ what any request may ask for. Everything is validated once, then the object is p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
+from lib.auth.server import AUTH_MODES, CLUSTER_SECRET_ENV
 from lib.config import build, load_toml, require
 
 MiB = 1 << 20
@@ -57,6 +59,13 @@ class MasterConfig:
     failover_grace_ms: int = 5000  # a new leader lets brokers and members re-register first
     # -- Permissions (master/security.py) --
     token_ttl_s: int = 3600  # lifetime of a login's token; clients renew before it ends
+    auth: str = "none"  # "token": every call but a login must carry a token (lib/auth/server.py)
+    # What brokers present to the masters (else $TUBEQ_CLUSTER_SECRET); never printed.
+    cluster_secret: str = field(default="", repr=False)
+
+    @property
+    def resolved_cluster_secret(self) -> str:
+        return self.cluster_secret or os.environ.get(CLUSTER_SECRET_ENV, "")
 
     def validate(self) -> None:
         require(bool(self.data_dir), "MasterConfig.data_dir is required (--data-dir)")
@@ -72,6 +81,10 @@ class MasterConfig:
                 <= self.group_max_session_timeout_ms,
                 "MasterConfig: need 0 < group_min_session_timeout_ms <= "
                 "group_session_timeout_ms <= group_max_session_timeout_ms")
+        require(self.auth in AUTH_MODES, f"MasterConfig.auth must be one of {AUTH_MODES}")
+        require(self.auth == "none" or len(self.resolved_cluster_secret) >= 16,
+                "MasterConfig: auth = 'token' needs cluster_secret (or $TUBEQ_CLUSTER_SECRET) "
+                "of at least 16 characters: brokers present it to the masters")
         require(60 <= self.token_ttl_s <= 7 * 86400,
                 "MasterConfig.token_ttl_s must be in [60, 604800] (1 min to 7 days)")
         require(self.group_reaper_interval_ms > 0,

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from lib.auth.server import current_identity
 from lib.errors import NotLeader, TubeqError
 from lib.logs import event
 from lib.wire_errors import abort_with
@@ -88,11 +89,14 @@ def guarded(method: Callable[..., Any], leader_only: bool = True) -> Callable[..
 
 
 def caller(context: grpc.ServicerContext) -> dict[str, str]:
-    """Who asks (metadata ``tubeq-principal``, else "anonymous") and from where, for audit."""
-    principal = "anonymous"
-    for key, value in context.invocation_metadata() or ():
-        if key == PRINCIPAL_KEY and isinstance(value, str) and value.strip():
-            principal = value.strip()[:MAX_PRINCIPAL_LEN]
+    """Who asks and from where, for audit: the authenticated principal; with auth = "none",
+    what metadata ``tubeq-principal`` claims (else "anonymous")."""
+    identity = current_identity.get()
+    principal = identity.principal
+    if identity.kind == "anonymous":
+        for key, value in context.invocation_metadata() or ():
+            if key == PRINCIPAL_KEY and isinstance(value, str) and value.strip():
+                principal = value.strip()[:MAX_PRINCIPAL_LEN]
     return {"principal": principal, "peer": context.peer() or ""}
 
 

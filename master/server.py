@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from lib.auth.server import Authenticator, ServerAuth
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.process import free_ports
@@ -38,6 +39,7 @@ from master.state import MetaState
 from master.topic_ops import TopicOps
 
 log = logging.getLogger(__name__)
+BROKER_METHODS = ("/tubeq.master.Master/RegisterBroker", "/tubeq.master.Master/BrokerHeartbeat")
 SERVICES = ("tubeq.master.Master", "tubeq.admin.Admin", "tubeq.security.Security")
 
 
@@ -65,7 +67,7 @@ class Master:
         self.health = health.HealthServicer()
         self._server = grpc.server(futures.ThreadPoolExecutor(c.grpc_workers,
                                                               thread_name_prefix="master-rpc"),
-                                   options=SERVER_OPTIONS)
+                                   options=SERVER_OPTIONS, interceptors=[self._auth()])
         service.add_to(self._server, service.MasterService(
             c, self.state, self.registry, self.groups, self.routes, self.leadership,
             self.write))
@@ -80,6 +82,17 @@ class Master:
         self._stopped = threading.Event()
         self._watcher = threading.Thread(target=self._watch_leadership, daemon=True,
                                          name="master-leadership")
+
+    def _auth(self) -> ServerAuth:
+        """Who may call what (lib/auth/server.py); ``auth = "none"`` is said loudly."""
+        if self.config.auth == "none":
+            event(log, "security.auth_disabled", logging.WARNING,
+                  warning="auth = 'none': every call is allowed to anyone who can reach this "
+                          "port; use only on a trusted network")
+            return ServerAuth(None)
+        return ServerAuth(Authenticator(self.state.principals.keyring,
+                                        self.config.resolved_cluster_secret),
+                          cluster_only=BROKER_METHODS)
 
     @property
     def epoch(self) -> int:

@@ -179,18 +179,41 @@ class Cluster:
         master; a test that creates a topic at once would race it (NotEnoughBrokers).
         """
         from lib.admin import AdminClient
+        from lib.errors import Unauthenticated
 
         want = {b for b, proc in self.brokers.items() if proc.alive()}
         deadline = time.monotonic() + timeout
-        with AdminClient(self.master_addresses) as admin:
+        with AdminClient(self.master_addresses) as anonymous, \
+                AdminClient(self.master_addresses, credentials=self.admin_credentials()) as admin:
             while True:
-                alive = {b.broker_id for b in admin.list_brokers() if b.alive}
+                try:
+                    listed = anonymous.list_brokers()
+                except Unauthenticated:  # a master with auth = "token"
+                    try:
+                        listed = admin.list_brokers()
+                    except Unauthenticated:  # the admin is not replicated yet
+                        listed = []
+                alive = {b.broker_id for b in listed if b.alive}
                 if want <= alive:
                     return
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"brokers {sorted(want - alive)} not registered "
                                        f"after {timeout} s")
                 time.sleep(0.05)
+
+    def admin_credentials(self, timeout: float = 20.0):
+        """The first admin's credentials, from the password file the active master writes."""
+        from lib.auth.client import Credentials
+
+        deadline = time.monotonic() + timeout
+        while True:
+            for proc in self.masters:
+                path = proc.data_dir / "admin-password"
+                if path.exists() and path.read_text().strip():
+                    return Credentials("admin", path.read_text().strip())
+            if time.monotonic() > deadline:
+                raise TimeoutError("no master wrote admin-password")
+            time.sleep(0.05)
 
     def all_processes(self) -> list[ServerProcess]:
         return [*self.brokers.values(), *self.masters]

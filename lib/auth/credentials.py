@@ -24,11 +24,11 @@ MAX_SCRYPT_N = 2**20  # a stored hash asking for more is refused rather than obe
 API_KEY_PREFIX = "tqk"
 
 
-def _b64(raw: bytes) -> str:
+def b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
+def unb64url(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
@@ -50,7 +50,7 @@ def hash_password(password: str) -> str:
     salt = secrets.token_bytes(16)
     digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P,
                             maxmem=64 << 20, dklen=32)
-    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${b64url(salt)}${b64url(digest)}"
 
 
 def verify_password(password: str, stored: str) -> bool:
@@ -62,9 +62,9 @@ def verify_password(password: str, stored: str) -> bool:
     if scheme != "scrypt" or not (1 < n <= MAX_SCRYPT_N and 0 < r <= 16 and 0 < p <= 4) or \
             not isinstance(password, str) or len(password) > MAX_PASSWORD_CHARS:
         return False
-    got = hashlib.scrypt(password.encode(), salt=_unb64(salt), n=n, r=r, p=p,
+    got = hashlib.scrypt(password.encode(), salt=unb64url(salt), n=n, r=r, p=p,
                          maxmem=256 << 20, dklen=32)
-    return hmac.compare_digest(got, _unb64(digest))
+    return hmac.compare_digest(got, unb64url(digest))
 
 
 @dataclass(frozen=True)

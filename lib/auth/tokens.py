@@ -9,7 +9,6 @@ every token in flight stays valid through the rotation.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -18,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lib.auth.credentials import b64url, unb64url
 from lib.errors import Unauthenticated
 
 VERSION = "tq1"
@@ -44,8 +44,8 @@ def sign(claims: Claims, secret: bytes) -> str:
     body = json.dumps({"sub": claims.subject, "roles": list(claims.roles), "kind": claims.kind,
                        "kid": claims.key_id, "iat": claims.issued_ms, "exp": claims.expires_ms},
                       separators=(",", ":"), sort_keys=True).encode()
-    head = f"{VERSION}.{_b64(body)}"
-    return f"{head}.{_b64(_mac(secret, head))}"
+    head = f"{VERSION}.{b64url(body)}"
+    return f"{head}.{b64url(_mac(secret, head))}"
 
 
 def issue(subject: str, roles: tuple[str, ...], kind: str, key_id: str, secret: bytes,
@@ -64,10 +64,10 @@ def verify(token: str, keyring: Mapping[str, bytes], now: float | None = None) -
     if len(parts) != 3 or parts[0] != VERSION:
         raise Unauthenticated(f"malformed token (expected {VERSION}.<claims>.<signature>)")
     try:
-        raw = json.loads(_unb64(parts[1]))
+        raw = json.loads(unb64url(parts[1]))
         claims = Claims(str(raw["sub"]), tuple(str(r) for r in raw["roles"]), str(raw["kind"]),
                         str(raw["kid"]), int(raw["iat"]), int(raw["exp"]))
-        signature = _unb64(parts[2])
+        signature = unb64url(parts[2])
     except (ValueError, KeyError, TypeError):
         raise Unauthenticated("malformed token (its claims do not parse)") from None
     secret = keyring.get(claims.key_id)
@@ -88,10 +88,3 @@ def verify(token: str, keyring: Mapping[str, bytes], now: float | None = None) -
 def _mac(secret: bytes, head: str) -> bytes:
     return hmac.new(secret, head.encode(), hashlib.sha256).digest()
 
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

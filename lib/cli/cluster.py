@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from lib.auth.server import CLUSTER_SECRET_ENV
 from lib.process import clear_ready, free_ports, wait_ready
 
 STOP_GRACE_S = 15.0
@@ -75,14 +76,15 @@ class ClusterPlan:
     def master_children(self) -> list[Child]:
         """The masters; with more than one, fixed gRPC and Raft ports and a shared password."""
         n = self.masters
+        secret = {CLUSTER_SECRET_ENV: secret_file(self.data_dir, "cluster-secret")}
         if n == 1:
-            return [self._master(0, [], {})]
+            return [self._master(0, [], secret)]
         spare = iter(free_ports(2 * n, self.host))
         base = self.master_port
         grpc_ports = [base + i if base else next(spare) for i in range(n)]
         raft = [f"{self.host}:{base + RAFT_PORT_OFFSET + i if base else next(spare)}"
                 for i in range(n)]
-        env = {"TUBEQ_RAFT_PASSWORD": raft_password(self.data_dir)}
+        env = {"TUBEQ_RAFT_PASSWORD": secret_file(self.data_dir, "raft-password"), **secret}
         return [self._master(i, ["--port", str(grpc_ports[i]),
                                  "--raft-port", raft[i].rsplit(":", 1)[1],
                                  "--raft-peers", ",".join(r for r in raft if r != raft[i])], env)
@@ -99,7 +101,8 @@ class ClusterPlan:
                       ["broker", "--data-dir", str(self.data_dir / f"broker{b}"),
                        "--broker-id", str(b), "--masters", masters, "--host", self.host,
                        "--port", str(self._port(self.broker_port, b - 1)),
-                       "--metrics-port", "0"])
+                       "--metrics-port", "0"],
+                      env={CLUSTER_SECRET_ENV: secret_file(self.data_dir, "cluster-secret")})
                 for b in range(1, self.brokers + 1)]
 
     def portal_child(self, masters: str) -> Child:
@@ -112,9 +115,10 @@ class ClusterPlan:
         return 0 if base == 0 else base + i
 
 
-def raft_password(data_dir: Path) -> str:
-    """The masters' shared Raft password: made once per data dir, kept in a 0600 file."""
-    path = data_dir / "raft-password"
+def secret_file(data_dir: Path, name: str) -> str:
+    """A secret the cluster's processes share (the masters' Raft password, the cluster secret
+    brokers present to masters): made once per data dir, kept in a 0600 file."""
+    path = data_dir / name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

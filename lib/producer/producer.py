@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lib.auth.client import auth_for
 from lib.closing import Closeable
 from lib.config import settle
 from lib.errors import (
@@ -100,7 +101,7 @@ class Producer(Closeable):
         self.config = cfg = settle(ProducerConfig, config, settings)
         client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
         timeout_s = cfg.request_timeout_ms / 1000
-        self._pool = ChannelPool()
+        self._pool = ChannelPool(auth_for(masters, timeout=timeout_s))  # env credentials
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout_s)
         self._routes = RouteCache(self._master, cfg.metadata_max_age_ms / 1000, timeout_s)
         self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)
