@@ -40,8 +40,7 @@ class ConsumerBase(Closeable):
                  session_timeout_ms: int, client_id: str, rpc_timeout_s: float) -> None:
         masters = masters if isinstance(masters, str) else list(masters)
         self._pool = ChannelPool(auth_for(masters, timeout=rpc_timeout_s))  # env credentials
-        self._masters = MasterClient(masters if isinstance(masters, str) else list(masters),
-                                     self._pool, timeout=rpc_timeout_s)
+        self._masters = MasterClient(masters, self._pool, timeout=rpc_timeout_s)
         self._sub = SubscriptionState(reset)
         routes = RouteCache(self._masters, timeout=rpc_timeout_s)
         self._offsets = OffsetClient(self._pool, self._masters, routes, rpc_timeout_s)
