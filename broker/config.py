@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib.auth.server import CLUSTER_SECRET_ENV
+from lib.auth.server import CLUSTER_SECRET_ENV, auth_setting_problem
 from lib.config import build, load_toml, require
 from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
 from storage.config import StoreConfig
@@ -45,7 +45,11 @@ class BrokerConfig:
     grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
     stop_grace_s: float = 5.0
     register_timeout_s: float = 5.0  # one attempt to reach a master
-    # Presented to the masters (else $TUBEQ_CLUSTER_SECRET), which need it with auth = "token".
+    # "token": every call must carry a token the masters' signing keys verify (or the cluster
+    # secret); "none" lets anyone who reaches the port do anything (logged loudly at start).
+    auth: str = "none"
+    # Presented to the masters (else $TUBEQ_CLUSTER_SECRET), which need it with auth = "token";
+    # the masters present it here for their own calls.
     cluster_secret: str = field(default="", repr=False)
     sink_staging_bytes: int = 512 * MiB  # exactly-once sinks: staged, uncommitted batches
     sink_staging_ttl_s: float = 900.0  # staging nobody committed or aborted is dropped after
@@ -74,6 +78,8 @@ class BrokerConfig:
         require(self.register_timeout_s > 0, "BrokerConfig.register_timeout_s must be > 0")
         require(self.sink_staging_bytes > 0, "BrokerConfig.sink_staging_bytes must be > 0")
         require(self.sink_staging_ttl_s > 0, "BrokerConfig.sink_staging_ttl_s must be > 0")
+        problem = auth_setting_problem("BrokerConfig", self.auth, self.resolved_cluster_secret)
+        require(not problem, problem)
         require(isinstance(self.store, StoreConfig), "BrokerConfig.store must be a StoreConfig")
         if self.masters:
             try:

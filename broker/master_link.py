@@ -17,7 +17,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager, TopicSpec
-from lib.auth.server import cluster_header
+from lib.auth.server import KeyRing, cluster_header
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.proto import master_pb2 as mpb
@@ -40,7 +40,8 @@ class MasterLink:
     def __init__(self, broker_id: int, address: str, masters: list[str], topics: TopicManager,
                  metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 1.0,
                  on_deleted: Callable[[str], None] | None = None,
-                 offsets: OffsetsPlane | None = None, cluster_secret: str = "") -> None:
+                 offsets: OffsetsPlane | None = None, cluster_secret: str = "",
+                 keyring: KeyRing | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -50,6 +51,7 @@ class MasterLink:
         self.on_deleted = on_deleted
         self.offsets = offsets  # reports the (group, topic) pairs committed here
         self._metadata = cluster_header(cluster_secret)  # who we are to the masters
+        self.keyring = keyring  # the token signing keys, from every response
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
@@ -90,7 +92,7 @@ class MasterLink:
                   highest=self.term.highest)
             return False
         self.interval = (res.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS) / 1e3
-        self._apply(res.topics, res.placements, ())
+        self._apply(res.topics, res.placements, (), res.signing_keys)
         if self.offsets is not None:
             self.offsets.report_again()  # this master may be new: tell it everything once
         self.registered.set()
@@ -117,11 +119,13 @@ class MasterLink:
             event(log, "master.reregister", term=res.term)
             self.registered.clear()
             return
-        self._apply(res.topics, res.placements, res.deleted)
+        self._apply(res.topics, res.placements, res.deleted, res.signing_keys)
         if self.offsets is not None:
             self.offsets.reported(pairs)
 
-    def _apply(self, topics, placements, deleted) -> None:
+    def _apply(self, topics, placements, deleted, signing_keys) -> None:
+        if self.keyring is not None and signing_keys:  # none: auth = "none" on the master
+            self.keyring.replace({k.key_id: k.secret for k in signing_keys})
         placed = [(pl.topic, pl.partition) for pl in placements
                   if pl.broker_id == self.broker_id]
         gone = [(d.topic, d.topic_id) for d in deleted]

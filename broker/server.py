@@ -41,6 +41,7 @@ from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager
+from lib.auth.server import AioServerAuth, Authenticator, KeyRing, announce_auth_off
 from lib.errors import ConfigError
 from lib.logs import event
 from lib.proto import broker_pb2_grpc
@@ -49,6 +50,7 @@ from storage.offsets import OffsetStore
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "tubeq.broker.Broker"
+CLUSTER_METHODS = (f"/{SERVICE_NAME}/ResetOffsets",)  # only masters call it
 T = TypeVar("T")
 
 
@@ -59,6 +61,7 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.metrics = BrokerMetrics()
         self.term = TermWatermark()
+        self.keyring = KeyRing()  # filled by the master link
         self.topics = TopicManager(data_dir, config.store)
         self.offset_store = OffsetStore(data_dir / "offsets")
         self.dedup = Dedup()
@@ -98,7 +101,8 @@ class Broker:
                                    cfg.master_list, self.topics, self.metrics, self.term,
                                    cfg.register_timeout_s, on_deleted=self._forget_topic,
                                    offsets=self.offsets,
-                                   cluster_secret=cfg.resolved_cluster_secret)
+                                   cluster_secret=cfg.resolved_cluster_secret,
+                                   keyring=self.keyring)
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
@@ -107,7 +111,7 @@ class Broker:
     async def _serve(self) -> int:
         """Build, bind and start the aio server on the loop; returns the bound port."""
         cfg = self.config
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=self._auth())
         broker_pb2_grpc.add_BrokerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         try:
@@ -121,6 +125,16 @@ class Broker:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return port
+
+    def _auth(self) -> list[AioServerAuth]:
+        """Who may call what (lib/auth/server.py): tokens are checked against the signing keys
+        the masters send with every heartbeat response; ``auth = "none"`` is said loudly."""
+        if self.config.auth == "none":
+            announce_auth_off(log)
+            return []
+        return [AioServerAuth(Authenticator(self.keyring.get,
+                                            self.config.resolved_cluster_secret),
+                              cluster_only=CLUSTER_METHODS)]
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""

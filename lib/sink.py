@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lib.auth.client import auth_for
+from lib.auth.client import Credentials, auth_for
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError, Unavailable, UnknownTopic
 from lib.names import check_name
@@ -54,13 +54,14 @@ class SinkClient(Closeable):
     """Stages and commits micro-batches of exactly-once sinks; thread-safe."""
 
     def __init__(self, masters: str | Sequence[str], *, batch_bytes: int = BATCH_BYTES,
-                 request_timeout_s: float = 30.0, retries: int = RETRIES) -> None:
+                 request_timeout_s: float = 30.0, retries: int = RETRIES,
+                 credentials: Credentials | None = None) -> None:
         if batch_bytes <= 0:
             raise InvalidArgument("batch_bytes must be > 0")
         self.batch_bytes = batch_bytes
         self.timeout = request_timeout_s
         self.retries = retries
-        self._pool = ChannelPool(auth_for(masters, timeout=request_timeout_s))  # env
+        self._pool = ChannelPool(auth_for(masters, credentials, request_timeout_s))
         self._master = MasterClient(masters, pool=self._pool, timeout=request_timeout_s)
         self.routes = RouteCache(self._master, 30.0, request_timeout_s)
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from lib.auth.server import cluster_header
 from lib.proto import broker_pb2 as bpb
 from lib.proto import broker_pb2_grpc
 from lib.rpc import ChannelPool, invoke
@@ -18,8 +19,10 @@ NO_TIME = -1
 
 
 class BrokerCalls:
-    def __init__(self, timeout_s: float = 1.0, workers: int = 8) -> None:
+    def __init__(self, timeout_s: float = 1.0, workers: int = 8,
+                 cluster_secret: str = "") -> None:
         self.timeout_s = timeout_s
+        self._metadata = cluster_header(cluster_secret)  # brokers with auth on need it
         self._pool = ChannelPool()
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="to-broker")
 
@@ -30,7 +33,7 @@ class BrokerCalls:
                      timestamp_ms: int = NO_TIME) -> dict[int, bpb.PartitionOffsets]:
         req = bpb.ListOffsetsRequest(topic=topic, partitions=partitions,
                                      timestamp_ms=timestamp_ms)
-        res = invoke(self._stub(address).ListOffsets, req, self.timeout_s)
+        res = invoke(self._stub(address).ListOffsets, req, self.timeout_s, self._metadata)
         return {po.partition: po for po in res.partitions}
 
     def committed(self, address: str, group: str, topic: str,
@@ -38,14 +41,14 @@ class BrokerCalls:
         """Committed offsets, read WITHOUT a member id: the broker records no claim."""
         req = bpb.FetchOffsetsRequest(group=group, topic=topic, partitions=partitions,
                                       member_id="", generation=-1)
-        res = invoke(self._stub(address).FetchOffsets, req, self.timeout_s)
+        res = invoke(self._stub(address).FetchOffsets, req, self.timeout_s, self._metadata)
         return {c.partition: c.offset for c in res.offsets}
 
     def reset(self, address: str, group: str, topic: str, offsets: dict[int, int],
               term: int) -> None:
         items = [bpb.OffsetCommit(partition=p, offset=o) for p, o in sorted(offsets.items())]
         req = bpb.ResetOffsetsRequest(group=group, topic=topic, offsets=items, term=term)
-        invoke(self._stub(address).ResetOffsets, req, self.timeout_s)
+        invoke(self._stub(address).ResetOffsets, req, self.timeout_s, self._metadata)
 
     def each(self, jobs: dict[int, Callable[[], T]]) -> dict[int, T | Exception]:
         """Run one job per broker concurrently; a failed job's value is its exception."""

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib.auth.server import AUTH_MODES, CLUSTER_SECRET_ENV
+from lib.auth.server import CLUSTER_SECRET_ENV, auth_setting_problem
 from lib.config import build, load_toml, require
 
 MiB = 1 << 20
@@ -81,10 +81,8 @@ class MasterConfig:
                 <= self.group_max_session_timeout_ms,
                 "MasterConfig: need 0 < group_min_session_timeout_ms <= "
                 "group_session_timeout_ms <= group_max_session_timeout_ms")
-        require(self.auth in AUTH_MODES, f"MasterConfig.auth must be one of {AUTH_MODES}")
-        require(self.auth == "none" or len(self.resolved_cluster_secret) >= 16,
-                "MasterConfig: auth = 'token' needs cluster_secret (or $TUBEQ_CLUSTER_SECRET) "
-                "of at least 16 characters: brokers present it to the masters")
+        problem = auth_setting_problem("MasterConfig", self.auth, self.resolved_cluster_secret)
+        require(not problem, problem)
         require(60 <= self.token_ttl_s <= 7 * 86400,
                 "MasterConfig.token_ttl_s must be in [60, 604800] (1 min to 7 days)")
         require(self.group_reaper_interval_ms > 0,

@@ -76,12 +76,17 @@ class Principals:
         """key id -> secret of every live signing key."""
         return {k["key_id"]: bytes.fromhex(k["secret"]) for k in self._signing}
 
-    def signer(self) -> tuple[str, bytes] | None:
-        """The newest signing key (None before the first one is added)."""
+    def signer(self, now_ms: int | None = None, settle_ms: int = 0) -> tuple[str, bytes] | None:
+        """The key to sign with (None before the first one is added): the newest one that is
+        at least ``settle_ms`` old, so every broker has it (they get keys with their
+        heartbeats) before a token it signed reaches them; the oldest if none is. Without
+        ``now_ms``, the newest."""
         if not self._signing:
             return None
-        newest = self._signing[-1]
-        return newest["key_id"], bytes.fromhex(newest["secret"])
+        settled = [k for k in self._signing
+                   if now_ms is None or k["created_ms"] <= now_ms - settle_ms]
+        key = settled[-1] if settled else self._signing[0]
+        return key["key_id"], bytes.fromhex(key["secret"])
 
     def signing_keys(self) -> list[dict[str, Any]]:
         """[{key_id, created_ms}] oldest first (no secrets)."""

@@ -82,9 +82,11 @@ def _key_info(key_id: str, record: dict[str, Any]) -> spb.ApiKeyInfo:
 
 class SecurityService(security_pb2_grpc.SecurityServicer):
     def __init__(self, state: MetaState, leadership: Leadership,
-                 write: Callable[[dict[str, Any]], Any], token_ttl_s: float) -> None:
+                 write: Callable[[dict[str, Any]], Any], token_ttl_s: float,
+                 key_settle_ms: int = 0) -> None:
         self.state, self.leadership, self.write = state, leadership, write
         self.token_ttl_s = token_ttl_s
+        self.key_settle_ms = key_settle_ms  # a new key signs once brokers have it
 
     @property
     def principals(self):
@@ -94,7 +96,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
     def Login(self, request, context):  # noqa: N802
         name, kind = self._authenticate(request)
         user = self.principals.user(name)
-        signer = self.principals.signer()
+        signer = self.principals.signer(wall_ms(), self.key_settle_ms)
         if user is None or signer is None:
             raise Unauthenticated(WRONG)
         token, claims = issue(name, tuple(user["roles"]), kind, signer[0], signer[1],
@@ -183,8 +185,9 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
 
     @guarded
     def RotateSigningKey(self, request, context):  # noqa: N802
-        """A new key signs from now on; keys replaced more than a token lifetime ago (so no
-        token they signed is still valid) stop verifying."""
+        """A new key signs once it has reached the brokers (``key_settle_ms``); keys replaced
+        more than a token lifetime ago (so no token they signed is still valid) stop
+        verifying."""
         now = wall_ms()
         key_id, secret = new_signing_key()
         self.write({"op": "add_signing_key", "time_ms": now, "key_id": key_id,
@@ -192,7 +195,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
                     "audit": self._audit(context, "rotate_signing_key", key_id)})
         keys = self.principals.signing_keys()
         retired = [old["key_id"] for old, new in pairwise(keys)
-                   if new["created_ms"] <= now - self.token_ttl_s * 1000]
+                   if new["created_ms"] + self.key_settle_ms <= now - self.token_ttl_s * 1000]
         for old in retired:
             self.write({"op": "retire_signing_key", "time_ms": now, "key_id": old,
                         "audit": self._audit(context, "retire_signing_key", old)})

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from lib.auth.server import Authenticator, ServerAuth
+from lib.auth.server import Authenticator, ServerAuth, announce_auth_off
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.process import free_ports
@@ -39,6 +39,7 @@ from master.state import MetaState
 from master.topic_ops import TopicOps
 
 log = logging.getLogger(__name__)
+KEY_SETTLE_HEARTBEATS = 3  # a new signing key signs after this many broker heartbeats
 BROKER_METHODS = ("/tubeq.master.Master/RegisterBroker", "/tubeq.master.Master/BrokerHeartbeat")
 SERVICES = ("tubeq.master.Master", "tubeq.admin.Admin", "tubeq.security.Security")
 
@@ -59,7 +60,8 @@ class Master:
                           c.group_max_session_timeout_ms),
             c.group_reaper_interval_ms, on_rebalance=self._rebalanced)
         self.leadership = Leadership(self.raft, self.state)
-        self.calls = BrokerCalls(c.broker_call_timeout_ms / 1000)
+        self.calls = BrokerCalls(c.broker_call_timeout_ms / 1000,
+                                 cluster_secret=c.resolved_cluster_secret)
         self.routes = RouteBook(self.state, self.registry)
         topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
                              self.write)
@@ -74,7 +76,8 @@ class Master:
         admin.add_to(self._server, admin.AdminService(
             self.state, self.registry, topic_ops, group_ops, self.leadership, self.status))
         security.add_to(self._server, security.SecurityService(
-            self.state, self.leadership, self.write, c.token_ttl_s))
+            self.state, self.leadership, self.write, c.token_ttl_s,
+            key_settle_ms=KEY_SETTLE_HEARTBEATS * c.broker_heartbeat_interval_ms))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._gauges()
         self.address = ""
@@ -86,9 +89,7 @@ class Master:
     def _auth(self) -> ServerAuth:
         """Who may call what (lib/auth/server.py); ``auth = "none"`` is said loudly."""
         if self.config.auth == "none":
-            event(log, "security.auth_disabled", logging.WARNING,
-                  warning="auth = 'none': every call is allowed to anyone who can reach this "
-                          "port; use only on a trusted network")
+            announce_auth_off(log)
             return ServerAuth(None)
         return ServerAuth(Authenticator(self.state.principals.keyring,
                                         self.config.resolved_cluster_secret),

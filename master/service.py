@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from lib.auth.server import CLUSTER, current_identity
 from lib.errors import InvalidArgument, UnknownTopic
 from lib.names import check_name
 from lib.proto import master_pb2 as mpb
@@ -50,7 +51,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         topics, placements = self._desired(request.broker_id)
         return mpb.RegisterBrokerResponse(
             term=self.term, topics=topics, placements=placements,
-            heartbeat_interval_ms=self.config.broker_heartbeat_interval_ms)
+            heartbeat_interval_ms=self.config.broker_heartbeat_interval_ms,
+            signing_keys=self._signing_keys())
 
     @guarded
     def BrokerHeartbeat(self, request, context):  # noqa: N802
@@ -66,7 +68,16 @@ class MasterService(master_pb2_grpc.MasterServicer):
         deleted = [mpb.DeletedTopic(topic=t["topic"], topic_id=t["topic_id"])
                    for t in self.state.tombstones()]
         return mpb.BrokerHeartbeatResponse(term=self.term, topics=topics,
-                                           placements=placements, deleted=deleted)
+                                           placements=placements, deleted=deleted,
+                                           signing_keys=self._signing_keys())
+
+    def _signing_keys(self) -> list[mpb.SigningKey]:
+        """The keyring, for a caller that presented the cluster credential only (with
+        auth = "none" nobody is identified, and nobody gets keys)."""
+        if current_identity.get().kind != CLUSTER:
+            return []
+        return [mpb.SigningKey(key_id=k, secret=v)
+                for k, v in self.state.principals.keyring().items()]
 
     def _record_committed(self, pairs) -> None:
         """Record the topics that groups committed offsets of on a broker, so describe_group

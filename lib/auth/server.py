@@ -14,7 +14,9 @@ With ``auth = "none"`` (an explicit setting, logged loudly at start) every call 
 from __future__ import annotations
 
 import hmac
+import inspect
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ import grpc
 from lib.auth.client import AUTH_HEADER
 from lib.auth.tokens import verify
 from lib.errors import PermissionDenied, TubeqError, Unauthenticated
-from lib.wire_errors import abort_with
+from lib.wire_errors import abort_with, wire_form
 
 log = logging.getLogger(__name__)
 AUTH_MODES = ("token", "none")
@@ -36,6 +38,7 @@ PUBLIC_METHODS = frozenset({
 })
 CLUSTER = "cluster"
 CLUSTER_SECRET_ENV = "TUBEQ_CLUSTER_SECRET"
+MIN_CLUSTER_SECRET = 16
 
 
 @dataclass(frozen=True)
@@ -46,15 +49,38 @@ class Identity:
 
 
 ANONYMOUS = Identity("anonymous", (), "anonymous")
+CLUSTER_IDENTITY = Identity(CLUSTER, (), CLUSTER)
 current_identity: ContextVar[Identity] = ContextVar("tubeq_identity", default=ANONYMOUS)
 
 
+class KeyRing:
+    """The signing keys a broker verifies with: its copy of the masters', replaced whole by
+    every response of theirs (swapping one reference is atomic, so readers take no lock)."""
+
+    def __init__(self) -> None:
+        self._keys: Mapping[str, bytes] = {}
+
+    def get(self) -> Mapping[str, bytes]:
+        return self._keys
+
+    def replace(self, keys: Mapping[str, bytes]) -> None:
+        if dict(keys) != self._keys:
+            self._keys = dict(keys)
+
+
 class Authenticator:
-    """Turns an ``authorization`` header into an Identity, or raises Unauthenticated."""
+    """Turns an ``authorization`` header into an Identity, or raises Unauthenticated.
+
+    A verified token is remembered with the key that signed it until it expires, so a client
+    costs one HMAC per token, not one per call; the entry stops counting the moment its key
+    leaves the keyring (retired) or changes."""
+
+    CACHE_SIZE = 4096
 
     def __init__(self, keyring: Callable[[], Mapping[str, bytes]], cluster_secret: str) -> None:
         self.keyring = keyring
         self._secret = cluster_secret.encode()
+        self._verified: dict[str, tuple[Identity, str, bytes, int]] = {}
 
     def identify(self, header: str) -> Identity:
         if not header:
@@ -62,13 +88,49 @@ class Authenticator:
                                   "key (TUBEQ_USER + TUBEQ_PASSWORD, or TUBEQ_API_KEY)")
         scheme, _, value = header.partition(" ")
         if scheme == "Bearer":
-            claims = verify(value, self.keyring())
-            return Identity(claims.subject, claims.roles, claims.kind)
+            return self._bearer(value)
         if scheme == "Cluster":
             if self._secret and hmac.compare_digest(value.encode(), self._secret):
-                return Identity(CLUSTER, (), CLUSTER)
+                return CLUSTER_IDENTITY
             raise Unauthenticated("wrong cluster credential")
         raise Unauthenticated("unsupported authorization scheme (expected Bearer <token>)")
+
+    def _bearer(self, token: str) -> Identity:
+        keys = self.keyring()
+        hit = self._verified.get(token)
+        if hit is not None:
+            identity, key_id, secret, expires_ms = hit
+            if keys.get(key_id) == secret and time.time() * 1000 < expires_ms:
+                return identity
+            self._verified.pop(token, None)
+        if not keys:
+            raise Unauthenticated("this server has no signing keys yet (a broker gets them "
+                                  "from the masters when it registers): retry shortly")
+        claims = verify(token, keys)
+        identity = Identity(claims.subject, claims.roles, claims.kind)
+        if len(self._verified) >= self.CACHE_SIZE:
+            self._verified.clear()
+        self._verified[token] = (identity, claims.key_id, keys[claims.key_id],
+                                 claims.expires_ms)
+        return identity
+
+
+def auth_setting_problem(component: str, auth: str, cluster_secret: str) -> str:
+    """What is wrong with a component's ``auth`` and cluster secret settings ('' if nothing)."""
+    if auth not in AUTH_MODES:
+        return f"{component}.auth must be one of {AUTH_MODES}"
+    if auth != "none" and len(cluster_secret) < MIN_CLUSTER_SECRET:
+        return (f"{component}: auth = 'token' needs cluster_secret (or ${CLUSTER_SECRET_ENV}) "
+                f"of at least {MIN_CLUSTER_SECRET} characters: brokers and masters present it "
+                "to each other")
+    return ""
+
+
+def announce_auth_off(logger: logging.Logger) -> None:
+    """Said at the start of every process that runs with ``auth = "none"``."""
+    logger.warning("security.auth_disabled", extra={"fields": {
+        "warning": "auth = 'none': every call is allowed to anyone who can reach this port; "
+                   "use only on a trusted network"}})
 
 
 def cluster_header(secret: str) -> tuple[tuple[str, str], ...]:
@@ -76,8 +138,8 @@ def cluster_header(secret: str) -> tuple[tuple[str, str], ...]:
     return ((AUTH_HEADER, f"Cluster {secret}"),) if secret else ()
 
 
-class ServerAuth(grpc.ServerInterceptor):
-    """The interceptor of a synchronous gRPC server (the master)."""
+class _Gate:
+    """Who may call what: the decision both interceptors (sync and asyncio servers) take."""
 
     def __init__(self, authenticator: Authenticator | None, cluster_only: Iterable[str] = (),
                  public: frozenset[str] = PUBLIC_METHODS) -> None:
@@ -85,23 +147,53 @@ class ServerAuth(grpc.ServerInterceptor):
         self.cluster_only = frozenset(cluster_only)
         self.public = public
 
-    def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
+    def decide(self, details: grpc.HandlerCallDetails) -> Identity | TubeqError | None:
+        """The caller's identity, the error refusing it, or None: no check (a public method,
+        or auth = "none"; the caller is anonymous)."""
+        method = details.method
         if self.authenticator is None or method in self.public:
-            return _serving_as(handler, ANONYMOUS)
-        header = next((v for k, v in handler_call_details.invocation_metadata or ()
+            return None
+        header = next((v for k, v in details.invocation_metadata or ()
                        if k == AUTH_HEADER), "")
         try:
             identity = self.authenticator.identify(header if isinstance(header, str) else "")
             if method in self.cluster_only and identity.kind != CLUSTER:
-                raise PermissionDenied(f"{method.rsplit('/', 1)[-1]} is for brokers only")
+                raise PermissionDenied(f"{method.rsplit('/', 1)[-1]} is for brokers and masters "
+                                       "only")
         except TubeqError as err:
             log.info("auth.refused", extra={"fields": {"method": method, "error": err.message}})
-            return _refusing(handler, err)
-        return _serving_as(handler, identity)
+            return err
+        return identity
+
+
+class ServerAuth(grpc.ServerInterceptor, _Gate):
+    """The interceptor of a synchronous gRPC server (the master)."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        decision = self.decide(handler_call_details)
+        if isinstance(decision, TubeqError):
+            return _rebuilt(handler, lambda _behaviour: _refusing(decision))
+        return _rebuilt(handler, lambda behaviour: _serving_as(
+            behaviour, ANONYMOUS if decision is None else decision))
+
+
+class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
+    """The interceptor of an asyncio gRPC server (the broker). Each call runs in its own task,
+    so the identity set at its start stays with that call."""
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        decision = self.decide(handler_call_details)
+        if decision is None:
+            return handler
+        if isinstance(decision, TubeqError):
+            return _rebuilt(handler, lambda _behaviour: _refusing_async(decision))
+        return _rebuilt(handler, lambda behaviour: _serving_as_async(behaviour, decision))
 
 
 _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler),
@@ -119,18 +211,36 @@ def _rebuilt(handler, wrap):
     return handler
 
 
-def _serving_as(handler, identity: Identity):
-    def wrap(behaviour):
-        def run(request, context):
-            current_identity.set(identity)  # a sync server runs each call on one pool thread
-            return behaviour(request, context)
-        return run
-    return _rebuilt(handler, wrap)
+def _serving_as(behaviour, identity: Identity):
+    def run(request, context):
+        current_identity.set(identity)  # a sync server runs each call on one pool thread
+        return behaviour(request, context)
+    return run
 
 
-def _refusing(handler, err: TubeqError):
-    def wrap(_behaviour):
-        def run(request, context):
-            abort_with(context, err)
-        return run
-    return _rebuilt(handler, wrap)
+def _refusing(err: TubeqError):
+    def run(request, context):
+        abort_with(context, err)
+    return run
+
+
+def _serving_as_async(behaviour, identity: Identity):
+    if inspect.isasyncgenfunction(behaviour):
+        async def stream(request, context):
+            current_identity.set(identity)
+            async for response in behaviour(request, context):
+                yield response
+        return stream
+
+    async def run(request, context):
+        current_identity.set(identity)
+        return await behaviour(request, context)
+    return run
+
+
+def _refusing_async(err: TubeqError):
+    async def run(request, context):
+        trailers, status, message = wire_form(err)
+        context.set_trailing_metadata(trailers)
+        await context.abort(status, message)
+    return run

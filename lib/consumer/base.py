@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lib import errors
-from lib.auth.client import auth_for
+from lib.auth.client import Credentials, auth_for
 from lib.closing import Closeable
 from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
@@ -37,9 +37,10 @@ class ConsumerBase(Closeable):
     """What the pull and push consumers share: connections, subscription, group, commits."""
 
     def __init__(self, masters: str | Iterable[str], group: str, reset: str,
-                 session_timeout_ms: int, client_id: str, rpc_timeout_s: float) -> None:
+                 session_timeout_ms: int, client_id: str, rpc_timeout_s: float,
+                 credentials: Credentials | None = None) -> None:
         masters = masters if isinstance(masters, str) else list(masters)
-        self._pool = ChannelPool(auth_for(masters, timeout=rpc_timeout_s))  # env credentials
+        self._pool = ChannelPool(auth_for(masters, credentials, rpc_timeout_s))
         self._masters = MasterClient(masters, self._pool, timeout=rpc_timeout_s)
         self._sub = SubscriptionState(reset)
         routes = RouteCache(self._masters, timeout=rpc_timeout_s)

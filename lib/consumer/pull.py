@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from lib import errors
+from lib.auth.client import Credentials
 from lib.config import require
 from lib.consumer.base import ConsumerBase, as_config
 from lib.consumer.fetcher import Fetcher, FetcherConfig
@@ -75,14 +76,15 @@ class PullConsumer(ConsumerBase):
     """Pull records with :meth:`poll`; see the module docstring for threads and delivery."""
 
     def __init__(self, masters: str | Iterable[str], *, config: ConsumerConfig | None = None,
-                 **settings: Any) -> None:
+                 credentials: Credentials | None = None, **settings: Any) -> None:
         """``settings`` are :class:`ConsumerConfig` fields (``group=``, ``auto_offset_reset=``,
-        ...), on top of ``config`` if given; either way they are validated."""
+        ...), on top of ``config`` if given; either way they are validated. ``credentials``
+        (else the environment's) log in."""
         self.config: ConsumerConfig = as_config(ConsumerConfig, config, settings)
         cfg = self.config
         fetch_cfg = as_config(FetcherConfig, None, cfg.fetcher())
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
-                         cfg.client_id, cfg.rpc_timeout_s)
+                         cfg.client_id, cfg.rpc_timeout_s, credentials)
         self._auto_commit = cfg.enable_auto_commit
         self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets)
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lib import errors
+from lib.auth.client import Credentials
 from lib.config import require
 from lib.consumer.base import ConsumerBase, as_config
 from lib.consumer.coordinator import Coordinator
@@ -90,13 +91,14 @@ class PushConsumer(ConsumerBase):
     """Records pushed to ``handler`` in worker threads; see the module docstring."""
 
     def __init__(self, masters: str | Iterable[str], *, config: PushConfig | None = None,
-                 **settings: Any) -> None:
+                 credentials: Credentials | None = None, **settings: Any) -> None:
         """``settings`` are :class:`PushConfig` fields (``group=`` is required, ``commit=``,
-        ``max_inflight_messages=``, ...), on top of ``config`` if given; validated either way."""
+        ``max_inflight_messages=``, ...), on top of ``config`` if given; validated either way.
+        ``credentials`` (else the environment's) log in."""
         self.config: PushConfig = as_config(PushConfig, config, settings)
         cfg = self.config
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
-                         cfg.client_id, cfg.rpc_timeout_s)
+                         cfg.client_id, cfg.rpc_timeout_s, credentials)
         self._auto_commit = cfg.commit == "after"
         self._handler: Handler | None = None
         self._session = 0

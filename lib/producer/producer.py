@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lib.auth.client import auth_for
+from lib.auth.client import Credentials, auth_for
 from lib.closing import Closeable
 from lib.config import settle
 from lib.errors import (
@@ -97,11 +97,13 @@ class Producer(Closeable):
     """Sends records to topics; thread-safe (many threads may call ``send``)."""
 
     def __init__(self, masters: str | Sequence[str], *, config: ProducerConfig | None = None,
-                 **settings: Any) -> None:
+                 credentials: Credentials | None = None, **settings: Any) -> None:
+        """``settings`` are :class:`ProducerConfig` fields; ``credentials`` (else the
+        environment's TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN) log in."""
         self.config = cfg = settle(ProducerConfig, config, settings)
         client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
         timeout_s = cfg.request_timeout_ms / 1000
-        self._pool = ChannelPool(auth_for(masters, timeout=timeout_s))  # env credentials
+        self._pool = ChannelPool(auth_for(masters, credentials, timeout_s))
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout_s)
         self._routes = RouteCache(self._master, cfg.metadata_max_age_ms / 1000, timeout_s)
         self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)

@@ -43,7 +43,7 @@ class PartitionPlacement(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms")
+    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,11 +55,21 @@ class RegisterBrokerResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
     term: int
     topics: _containers.MessageMap[str, TopicSettings]
     placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
     heartbeat_interval_ms: int
-    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    signing_keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
+    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ...) -> None: ...
+
+class SigningKey(_message.Message):
+    __slots__ = ("key_id", "secret")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    secret: bytes
+    def __init__(self, key_id: _Optional[str] = ..., secret: _Optional[bytes] = ...) -> None: ...
 
 class PartitionStats(_message.Message):
     __slots__ = ("topic", "partition", "earliest", "latest", "bytes_in", "messages_in", "bytes_out", "messages_out")
@@ -112,7 +122,7 @@ class GroupTopic(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
-    __slots__ = ("term", "reregister", "topics", "placements", "deleted")
+    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -125,12 +135,14 @@ class BrokerHeartbeatResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
     term: int
     reregister: bool
     topics: _containers.MessageMap[str, TopicSettings]
     placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
     deleted: _containers.RepeatedCompositeFieldContainer[DeletedTopic]
-    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ...) -> None: ...
+    signing_keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
+    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ...) -> None: ...
 
 class DeletedTopic(_message.Message):
     __slots__ = ("topic", "topic_id")

@@ -12,6 +12,7 @@ import pytest
 from lib.admin import AdminClient
 from lib.auth import verify
 from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, UnknownPrincipal
+from tests.integration.test_consumer_common import wait_for
 
 
 @pytest.fixture
@@ -91,9 +92,13 @@ def test_a_rotation_signs_with_a_new_key(admin):
     before = client.login("admin", password)
     new_key, retired = client.rotate_signing_key()
     assert retired == []  # the old key signed tokens that are still valid
-    after = client.login("admin", password)
-    assert before.token.split(".")[1] != after.token.split(".")[1]
-    claims = json.loads(base64.urlsafe_b64decode(after.token.split(".")[1] + "=="))
-    assert claims["kid"] == new_key
+
+    def kid(token: str) -> str:
+        return json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))["kid"]
+
+    assert kid(before.token) != new_key
+    # The new key signs once the brokers have had it for a few heartbeats.
+    after = wait_for(lambda: (lambda t: t if kid(t.token) == new_key else None)(
+        client.login("admin", password)), 15, "logins signed with the new key")
     with pytest.raises(Unauthenticated, match="does not accept"):
         verify(after.token, {})  # a keyring without it refuses it

@@ -94,6 +94,9 @@ def test_the_newest_signing_key_signs_and_old_ones_verify_until_retired(tmp_path
         assert "secret" not in s.apply({"op": "add_signing_key", "time_ms": t, "key_id": kid,
                                         "secret": secret.hex()})
     assert s.principals.signer() == (k2, s2)
+    assert s.principals.signer(now_ms=5, settle_ms=4) == (k1, s1)  # k2 still reaching brokers
+    assert s.principals.signer(now_ms=6, settle_ms=4) == (k2, s2)
+    assert s.principals.signer(now_ms=1, settle_ms=100) == (k1, s1)  # none settled: the oldest
     assert s.principals.keyring() == {k1: s1, k2: s2}
     with pytest.raises(InvalidArgument, match="newest signing key cannot be retired"):
         s.apply({"op": "retire_signing_key", "time_ms": 3, "key_id": k2})
