@@ -173,15 +173,18 @@ class Cluster:
         return self
 
     def wait_brokers_registered(self, timeout: float = 30.0) -> None:
-        """Block until the master lists every running broker as alive.
+        """Block until the master lists every running broker as alive at the address it
+        listens on now.
 
         A broker writes ready.json once it listens, before its registration reaches the
-        master; a test that creates a topic at once would race it (NotEnoughBrokers).
+        master; a test that creates a topic at once would race it (NotEnoughBrokers). A
+        restarted broker listens on a new port while the master still lists the old one as
+        alive until the new registration arrives: routes would point at the dead port.
         """
         from lib.admin import AdminClient
         from lib.errors import Unauthenticated
 
-        want = {b for b, proc in self.brokers.items() if proc.alive()}
+        want = {(b, proc.address) for b, proc in self.brokers.items() if proc.alive()}
         deadline = time.monotonic() + timeout
         with AdminClient(self.master_addresses) as anonymous, \
                 AdminClient(self.master_addresses, credentials=self.admin_credentials()) as admin:
@@ -193,7 +196,7 @@ class Cluster:
                         listed = admin.list_brokers()
                     except Unauthenticated:  # the admin is not replicated yet
                         listed = []
-                alive = {b.broker_id for b in listed if b.alive}
+                alive = {(b.broker_id, b.address) for b in listed if b.alive}
                 if want <= alive:
                     return
                 if time.monotonic() > deadline:
