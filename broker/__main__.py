@@ -12,6 +12,7 @@ import sys
 
 from broker.config import load
 from broker.server import Broker
+from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.process import write_ready
@@ -29,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int)
     p.add_argument("--metrics-port", dest="metrics_port", type=int)
     p.add_argument("--advertised-address", dest="advertised_address")
+    p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load(args.config, data_dir=args.data_dir, broker_id=args.broker_id,
                       masters=args.masters, host=args.host, port=args.port,
-                      metrics_port=args.metrics_port, advertised_address=args.advertised_address)
+                      metrics_port=args.metrics_port, advertised_address=args.advertised_address,
+                      auth=args.auth)
         broker = Broker(config).start()
     except TubeqError as err:
         event(log, "broker.start_failed", logging.ERROR, error=err.message)

@@ -47,7 +47,7 @@ class BrokerConfig:
     register_timeout_s: float = 5.0  # one attempt to reach a master
     # "token": every call must carry a token the masters' signing keys verify (or the cluster
     # secret); "none" lets anyone who reaches the port do anything (logged loudly at start).
-    auth: str = "none"
+    auth: str = "token"
     # Presented to the masters (else $TUBEQ_CLUSTER_SECRET), which need it with auth = "token";
     # the masters present it here for their own calls.
     cluster_secret: str = field(default="", repr=False)

@@ -97,6 +97,7 @@ def run(scale: float, rounds: int) -> dict:
     cluster = Cluster(root / "c")
     try:
         cluster.start(brokers=1)
+        cluster.use_admin_env()  # auth is on: clients log in as the admin
         masters = cluster.master_addresses
         all_rounds = [one_round(masters, scale, n) for n in range(rounds)]
         figures = best(all_rounds)

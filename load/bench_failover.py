@@ -87,6 +87,7 @@ def run(tries: int) -> dict:
     sends, receives = Pulse(), Pulse()
     try:
         cluster.start(brokers=1)
+        cluster.use_admin_env()  # auth is on: clients log in as the admin
         masters = cluster.master_addresses
         with AdminClient(masters, timeout=30) as admin:
             admin.create_topic("bench-failover", partitions=2)

@@ -51,8 +51,9 @@ class IdleLoad:
     """
 
     def __init__(self, address: str, topic: str, partitions: int, fetches: int, streams: int,
-                 channels: int = 8, credit: int = 1000) -> None:
+                 header: str = "", channels: int = 8, credit: int = 1000) -> None:
         self.address, self.topic, self.partitions = address, topic, partitions
+        self.metadata = (("authorization", header),) if header else None  # a login's token
         self.fetches, self.streams, self.channels, self.credit = fetches, streams, channels, credit
         self.fetch_returns = 0
         self.fetch_errors = 0
@@ -119,7 +120,7 @@ class IdleLoad:
         while True:
             req = pb.FetchRequest(topic=self.topic, max_wait_ms=LONG_POLL_MS, partitions=[
                 pb.PartitionFetch(partition=p, offset=o) for p, o in offsets.items()])
-            call = stub.Fetch(req, timeout=LONG_POLL_MS / 1e3 + 60)
+            call = stub.Fetch(req, timeout=LONG_POLL_MS / 1e3 + 60, metadata=self.metadata)
             opened.set()
             try:
                 res = await call
@@ -137,7 +138,7 @@ class IdleLoad:
                       ) -> None:
         start = pb.SubscribeStart(topic=self.topic, partitions=[
             pb.PartitionFetch(partition=p, offset=0) for p in range(self.partitions)])
-        call = stub.Subscribe()
+        call = stub.Subscribe(metadata=self.metadata)
         try:
             await call.write(pb.SubscribeRequest(start=start))
             await call.write(pb.SubscribeRequest(credit=pb.Credit(messages=self.credit)))
@@ -158,7 +159,11 @@ def hold(args: argparse.Namespace) -> int:
     """Child mode: open the idle load, print one JSON line, hold it until SIGTERM."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    load = IdleLoad(args.hold, args.topic, args.partitions, args.fetches, args.streams)
+    from lib.auth.client import auth_for
+
+    source = auth_for(args.masters)  # the admin's credentials, from the environment
+    header = source.header() if source is not None else ""
+    load = IdleLoad(args.hold, args.topic, args.partitions, args.fetches, args.streams, header)
     load.start()
     print(json.dumps({"ready": load.stats()}), flush=True)
     done.wait()
@@ -172,9 +177,10 @@ class Holder:
     """The holder child process, started and stopped by PID."""
 
     def __init__(self, address: str, topic: str, partitions: int, fetches: int,
-                 streams: int) -> None:
+                 streams: int, masters: str) -> None:
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "load.bench_idle_waits", "--hold", address, "--topic", topic,
+             "--masters", masters,
              "--partitions", str(partitions), "--fetches", str(fetches), "--streams",
              str(streams)], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -266,6 +272,7 @@ def run(fetches: int, streams: int, sends: int, budget_s: float) -> dict[str, An
     holder: Holder | None = None
     try:
         cluster.start(brokers=1)
+        cluster.use_admin_env()  # auth is on: clients log in as the admin
         broker = cluster.brokers[1]
         with AdminClient(cluster.master_addresses) as admin:
             admin.create_topic("hot", partitions=1)
@@ -274,8 +281,9 @@ def run(fetches: int, streams: int, sends: int, budget_s: float) -> dict[str, An
                       request_timeout_ms=10_000) as producer:
             _warm_up(producer, "hot")
             idle = latencies(producer, "hot", sends, budget_s)
-            _wait_hosted(broker.address, "idle")
-            holder = Holder(broker.address, "idle", 4, fetches, streams)
+            _wait_hosted(cluster, broker.address, "idle")
+            holder = Holder(broker.address, "idle", 4, fetches, streams,
+                            cluster.master_addresses)
             opened = holder.ready(120)
             seen = wait_streams(broker.info["metrics"], streams, 30)
             time.sleep(1.0)  # the last long-polls reach the broker
@@ -323,12 +331,12 @@ def _warm_up(producer, topic: str, timeout: float = 30.0) -> None:
         producer.send_sync(topic, b"warm-up", timeout=10)
 
 
-def _wait_hosted(address: str, topic: str, timeout: float = 30.0) -> None:
+def _wait_hosted(cluster, address: str, topic: str, timeout: float = 30.0) -> None:
     """Until the broker serves ``topic`` (nothing is written to it: it must stay idle)."""
     from lib.errors import TubeqError
-    from lib.rpc import channel, invoke
+    from lib.rpc import invoke
 
-    ch = channel(address)
+    ch = cluster.channel(address)
     stub = broker_pb2_grpc.BrokerStub(ch)
     deadline = time.monotonic() + timeout
     try:
@@ -354,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="200 + 200 waiters, 50 sends, 30 s")
     p.add_argument("--hold", metavar="ADDRESS", help=argparse.SUPPRESS)
     p.add_argument("--topic", default="idle", help=argparse.SUPPRESS)
+    p.add_argument("--masters", default="", help=argparse.SUPPRESS)
     p.add_argument("--partitions", type=int, default=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.hold:

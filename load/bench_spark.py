@@ -137,6 +137,7 @@ def run(rows: int, size: int) -> dict[str, Any]:
     cluster = Cluster(root / "cluster")
     try:
         cluster.start(brokers=1)
+        cluster.use_admin_env()  # auth is on: clients log in as the admin
         conf = {**SPARK_CONF, "spark.local.dir": str(root / "spark-local")}
         with local_spark("local[2]", "tubeq-bench-spark", conf) as spark:
             result = measure(spark, cluster.master_addresses, root / "parquet", rows, size)

@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.process import write_ready
@@ -33,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="this master's Raft port (needed with --raft-peers)")
     p.add_argument("--raft-peers", dest="raft_peers",
                    help="comma-separated host:port of the other masters' Raft ports")
+    p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
+    p.add_argument("--admin-password-file", dest="admin_password_file",
+                   help="the first admin's password, for a new cluster")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -43,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
                       metrics_port=args.metrics_port, raft_port=args.raft_port,
-                      raft_peers=args.raft_peers)
+                      raft_peers=args.raft_peers, auth=args.auth,
+                      admin_password_file=args.admin_password_file)
         master = Master(config).start()
     except TubeqError as err:
         event(log, "master.start_failed", logging.ERROR, error=err.message)

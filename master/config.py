@@ -59,7 +59,12 @@ class MasterConfig:
     failover_grace_ms: int = 5000  # a new leader lets brokers and members re-register first
     # -- Permissions (master/security.py) --
     token_ttl_s: int = 3600  # lifetime of a login's token; clients renew before it ends
-    auth: str = "none"  # "token": every call but a login must carry a token (lib/auth/server.py)
+    # "token": every call but a login must carry a token (lib/auth/server.py); "none" lets
+    # anyone who reaches the port do anything (logged loudly at start).
+    auth: str = "token"
+    # The first admin's password, for a new cluster (else generated into
+    # <data_dir>/admin-password); read once, at the bootstrap.
+    admin_password_file: str = ""
     # What brokers present to the masters (else $TUBEQ_CLUSTER_SECRET); never printed.
     cluster_secret: str = field(default="", repr=False)
 

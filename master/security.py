@@ -29,7 +29,7 @@ from lib.auth import (
     verify_api_key,
     verify_password,
 )
-from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated
+from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, Unavailable
 from lib.logs import event
 from lib.proto import security_pb2 as spb
 from lib.proto import security_pb2_grpc
@@ -43,26 +43,51 @@ ADMIN_PASSWORD_FILE = "admin-password"
 WRONG = "wrong user or password"
 
 
-def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir: str) -> None:
-    """First admin and first signing key of a new cluster (no-ops afterwards)."""
+def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir: str,
+              password: str = "") -> None:
+    """First admin and first signing key of a new cluster (no-ops afterwards). The admin's
+    password is ``password`` if given (from the operator's file, see
+    :func:`read_admin_password`), else generated and written to ``<data_dir>/admin-password``."""
     principals = state.principals
     if principals.signer() is None:
         key_id, secret = new_signing_key()
         write({"op": "add_signing_key", "time_ms": wall_ms(), "key_id": key_id,
                "secret": secret.hex(), "audit": _system("add_signing_key", key_id)})
-    if not principals.users():
+    if principals.users():
+        return
+    made = not password
+    path = Path(data_dir) / ADMIN_PASSWORD_FILE
+    if made:
         password = generate_password()
-        path = Path(data_dir) / ADMIN_PASSWORD_FILE
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(password + "\n")
-        try:
-            write({"op": "add_user", "time_ms": wall_ms(), "name": ADMIN, "roles": [ADMIN],
-                   "password": hash_password(password), "audit": _system("add_user", ADMIN)})
-        except PrincipalExists:
+    try:
+        write({"op": "add_user", "time_ms": wall_ms(), "name": ADMIN, "roles": [ADMIN],
+               "password": hash_password(password), "audit": _system("add_user", ADMIN)})
+    except PrincipalExists:
+        if made:
             path.unlink(missing_ok=True)  # another master made it first
-            return
-        event(log, "security.admin_created", user=ADMIN, password_file=str(path))
+        return
+    event(log, "security.admin_created", user=ADMIN,
+          password_file=str(path) if made else "given by admin_password_file")
+
+
+def bootstrapped(state: MetaState) -> bool:
+    """Whether the cluster has its first user and signing key (logins can succeed)."""
+    return bool(state.principals.users()) and state.principals.signer() is not None
+
+
+def read_admin_password(path: str) -> str:
+    """The first admin's password from an operator's file (its first line), checked against
+    the password policy; InvalidArgument names what is wrong."""
+    try:
+        password = Path(path).read_text().splitlines()[0].strip()
+    except (OSError, IndexError) as exc:
+        raise InvalidArgument(f"admin_password_file {path}: cannot read a password "
+                              f"({getattr(exc, 'strerror', None) or 'empty file'})") from None
+    check_password_policy(password)
+    return password
 
 
 def _system(action: str, target: str) -> dict[str, str]:
@@ -94,6 +119,9 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
 
     @guarded
     def Login(self, request, context):  # noqa: N802
+        if not bootstrapped(self.state):
+            raise Unavailable("the cluster is being set up (its first admin and signing key "
+                              "are not made yet): retry in a moment")
         name, kind = self._authenticate(request)
         user = self.principals.user(name)
         signer = self.principals.signer(wall_ms(), self.key_settle_ms)

@@ -60,6 +60,10 @@ class Master:
                           c.group_max_session_timeout_ms),
             c.group_reaper_interval_ms, on_rebalance=self._rebalanced)
         self.leadership = Leadership(self.raft, self.state)
+        # Read (and checked) at start, so that a bad file stops a new cluster at once.
+        self._admin_password = (security.read_admin_password(c.admin_password_file)
+                                if c.admin_password_file and not self.state.principals.users()
+                                else "")
         self.calls = BrokerCalls(c.broker_call_timeout_ms / 1000,
                                  cluster_secret=c.resolved_cluster_secret)
         self.routes = RouteBook(self.state, self.registry)
@@ -146,7 +150,8 @@ class Master:
             self.registry.clear()
             event(log, "master.standby", leader=self.leadership.leader_address())
         if self.leadership.is_leader():  # a no-op once done; retried if a write failed
-            security.bootstrap(self.state, self.write, self.config.data_dir)
+            security.bootstrap(self.state, self.write, self.config.data_dir,
+                               self._admin_password)
 
     def _partitions_of(self, topic: str) -> int | None:
         record = self.state.topic(topic)
@@ -190,11 +195,15 @@ class Master:
         return self
 
     def wait_active(self, timeout: float) -> bool:
-        """True once this master serves (a lone master elects itself within a second)."""
+        """True once this master serves, its cluster's first admin and signing key made (a
+        lone master elects itself within a second): a login right after start succeeds."""
         deadline = time.monotonic() + timeout
-        while not self.leadership.is_leader() and time.monotonic() < deadline:
+        while not self._serving() and time.monotonic() < deadline:
             time.sleep(0.05)
-        return self.leadership.is_leader()
+        return self._serving()
+
+    def _serving(self) -> bool:
+        return self.leadership.is_leader() and security.bootstrapped(self.state)
 
     def stop(self) -> None:
         """Idempotent; safe from a signal handler thread."""

@@ -7,6 +7,7 @@ Each process logs to ``<data_dir>/log.txt`` so a failing test can show what a se
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -96,8 +97,15 @@ class Cluster:
     """
 
     def __init__(self, root: Path, master_args: list[str] | None = None,
-                 broker_args: list[str] | None = None, masters: int = 1) -> None:
+                 broker_args: list[str] | None = None, masters: int = 1,
+                 given_admin_password: bool = True) -> None:
+        """``given_admin_password``: the masters' bootstrap takes the session's admin password
+        (tests/conftest.py); False: they generate one into ``admin-password``."""
         self.root = root
+        self.admin_password_file = (os.environ.get("TUBEQ_TEST_ADMIN_PASSWORD_FILE", "")
+                                    if given_admin_password else "")
+        # the session's (tests/conftest.py), else one of its own (load/ runs outside pytest)
+        self.cluster_secret = os.environ.get("TUBEQ_CLUSTER_SECRET") or secrets.token_urlsafe(32)
         self.master_args = master_args or []
         self.broker_args = broker_args or []
         self.masters: list[ServerProcess] = []
@@ -120,13 +128,15 @@ class Cluster:
     def _new_master(self, i: int) -> ServerProcess:
         d = self.root / f"master{i}"
         args = ["--data-dir", str(d), "--host", "127.0.0.1", "--metrics-port", "0"]
-        env = {}
+        if self.admin_password_file:
+            args += ["--admin-password-file", self.admin_password_file]
+        env = {"TUBEQ_CLUSTER_SECRET": self.cluster_secret}
         if self._ports:
             n = self.master_count
             raft = [f"127.0.0.1:{p}" for p in self._ports[n:]]
             args += ["--port", str(self._ports[i]), "--raft-port", str(self._ports[n + i]),
                      "--raft-peers", ",".join(r for j, r in enumerate(raft) if j != i)]
-            env = {"TUBEQ_RAFT_PASSWORD": f"test-{self.root.name}"}
+            env["TUBEQ_RAFT_PASSWORD"] = f"test-{self.root.name}"
         else:
             args += ["--port", "0"]
         return ServerProcess("master", d, [*args, *self.master_args], env=env)
@@ -158,7 +168,8 @@ class Cluster:
             self.brokers[broker_id] = ServerProcess(
                 "broker", d, ["--data-dir", str(d), "--broker-id", str(broker_id),
                               "--masters", self.master_addresses, "--host", "127.0.0.1",
-                              "--port", "0", "--metrics-port", "0", *self.broker_args])
+                              "--port", "0", "--metrics-port", "0", *self.broker_args],
+                env={"TUBEQ_CLUSTER_SECRET": self.cluster_secret})
         return self.brokers[broker_id]
 
     def start_broker(self, broker_id: int) -> ServerProcess:
@@ -173,8 +184,8 @@ class Cluster:
         return self
 
     def wait_brokers_registered(self, timeout: float = 30.0) -> None:
-        """Block until the master lists every running broker as alive at the address it
-        listens on now.
+        """Block until the master lets the admin in and lists every running broker as alive
+        at the address it listens on now.
 
         A broker writes ready.json once it listens, before its registration reaches the
         master; a test that creates a topic at once would race it (NotEnoughBrokers). A
@@ -186,21 +197,16 @@ class Cluster:
 
         want = {(b, proc.address) for b, proc in self.brokers.items() if proc.alive()}
         deadline = time.monotonic() + timeout
-        with AdminClient(self.master_addresses) as anonymous, \
-                AdminClient(self.master_addresses, credentials=self.admin_credentials()) as admin:
+        with AdminClient(self.master_addresses, credentials=self.admin_credentials()) as admin:
             while True:
                 try:
-                    listed = anonymous.list_brokers()
-                except Unauthenticated:  # a master with auth = "token"
-                    try:
-                        listed = admin.list_brokers()
-                    except Unauthenticated:  # the admin is not replicated yet
-                        listed = []
-                alive = {(b.broker_id, b.address) for b in listed if b.alive}
-                if want <= alive:
+                    alive = {(b.broker_id, b.address) for b in admin.list_brokers() if b.alive}
+                except Unauthenticated:  # the admin is not replicated yet
+                    alive = None
+                if alive is not None and want <= alive:
                     return
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"brokers {sorted(want - alive)} not registered "
+                    raise TimeoutError(f"brokers {sorted(want - (alive or set()))} not registered "
                                        f"after {timeout} s")
                 time.sleep(0.05)
 
@@ -208,6 +214,8 @@ class Cluster:
         """The first admin's credentials, from the password file the active master writes."""
         from lib.auth.client import Credentials
 
+        if self.admin_password_file:
+            return Credentials("admin", Path(self.admin_password_file).read_text().strip())
         deadline = time.monotonic() + timeout
         while True:
             for proc in self.masters:
@@ -217,6 +225,33 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError("no master wrote admin-password")
             time.sleep(0.05)
+
+    def channel(self, address: str):
+        """A channel to one of this cluster's servers whose calls carry the admin's token."""
+        import grpc
+
+        from lib.auth.client import ClientAuth, TokenSource
+        from lib.rpc import channel
+
+        source = TokenSource(self.admin_credentials(), self.master_addresses)
+        return grpc.intercept_channel(channel(address), ClientAuth(source))
+
+    def master_client(self, timeout: float = 10.0):
+        """A MasterClient that logs in as the admin."""
+        from lib.auth.client import auth_for
+        from lib.rpc import ChannelPool, MasterClient
+
+        pool = ChannelPool(auth_for(self.master_addresses, self.admin_credentials(), timeout))
+        return MasterClient(self.master_addresses, pool, timeout=timeout)
+
+    def use_admin_env(self) -> None:
+        """Make the admin's credentials this process's (and its children's) client
+        credentials: for tools that run a cluster outside pytest (load/), where every client
+        they make, in process or in a subprocess, then logs in as the admin."""
+        creds = self.admin_credentials()
+        for var in ("TUBEQ_API_KEY", "TUBEQ_TOKEN", "TUBEQ_CREDENTIALS_FILE"):
+            os.environ.pop(var, None)
+        os.environ.update({"TUBEQ_USER": creds.user, "TUBEQ_PASSWORD": creds.password})
 
     def all_processes(self) -> list[ServerProcess]:
         return [*self.brokers.values(), *self.masters]

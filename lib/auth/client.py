@@ -6,23 +6,44 @@ key) and presents ``authorization: Bearer <token>`` on every call, to masters an
 alike. :class:`TokenSource` renews the token when 80% of its lifetime has passed, so a
 long-running producer never sees it expire. Credentials come from the caller, or from the
 environment (``TUBEQ_USER`` + ``TUBEQ_PASSWORD``, ``TUBEQ_API_KEY`` or ``TUBEQ_TOKEN``), so
-the CLI and scripts need no code for it. Secrets never appear in a repr, a log or an error.
+the CLI and scripts need no code for it; or from a credentials file (TUBEQ_CREDENTIALS_FILE,
+the one ``cluster up`` writes for its admin). Secrets never appear in a repr, a log or an error.
 """
 from __future__ import annotations
 
 import collections
 import os
+import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
 from lib.errors import InvalidArgument
 
 AUTH_HEADER = "authorization"
+PUBLIC_METHODS = frozenset({  # need no token: a client never logs in just to call them
+    "/tubeq.security.Security/Login",
+    "/tubeq.admin.Admin/MasterStatus",
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+})
+CREDENTIALS_FILE_ENV = "TUBEQ_CREDENTIALS_FILE"
+CLUSTER_UP_MARK = "# written by tubeq cluster up"  # such a file it may replace; no other
+CREDENTIAL_KEYS = ("user", "password", "api_key", "token")
 RENEW_AT = 0.8  # of a token's lifetime
+
+
+def user_credentials_path(env: Mapping[str, str] | None = None) -> Path:
+    """The user's own credentials file: ``$XDG_CONFIG_HOME/tubeq/credentials`` (by default
+    ``~/.config/tubeq/credentials``); ``cluster up`` writes its admin there unless the user
+    put a file of their own."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tubeq" / "credentials"
 
 
 @dataclass(frozen=True)
@@ -44,13 +65,54 @@ class Credentials:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials | None:
-        """From TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN (None: none set)."""
+        """From TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN, else from the file
+        TUBEQ_CREDENTIALS_FILE names, else from the user's file (:func:`user_credentials_path`,
+        as psql reads ~/.pgpass); None: none of them."""
         env = os.environ if env is None else env
         user, password = env.get("TUBEQ_USER", ""), env.get("TUBEQ_PASSWORD", "")
         api_key, token = env.get("TUBEQ_API_KEY", ""), env.get("TUBEQ_TOKEN", "")
-        if not (user or password or api_key or token):
-            return None
-        return cls(user, password, api_key, token)
+        if user or password or api_key or token:
+            return cls(user, password, api_key, token)
+        path = env.get(CREDENTIALS_FILE_ENV, "")
+        if path:
+            return cls.from_file(path)
+        default = user_credentials_path(env)
+        return cls.from_file(default) if default.exists() else None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> Credentials:
+        """From ``key = value`` lines (user, password, api_key or token; ``#`` comments). The
+        file must be readable by its owner only, as ssh insists for its keys."""
+        where = Path(path)
+        try:
+            mode = where.stat().st_mode
+            text = where.read_text()
+        except OSError as exc:
+            raise InvalidArgument(f"credentials file {where}: {exc.strerror}") from None
+        if mode & 0o077:
+            raise InvalidArgument(f"credentials file {where} is open to other users (mode "
+                                  f"{stat.S_IMODE(mode):o}): chmod 600 it")
+        values: dict[str, str] = {}
+        for n, line in enumerate(text.splitlines(), 1):
+            key, sep, value = line.partition("=")
+            key = key.strip()
+            if not key or key.startswith("#"):
+                continue
+            if not sep or key not in CREDENTIAL_KEYS:
+                raise InvalidArgument(f"credentials file {where}, line {n}: expected "
+                                      f"{' | '.join(k + ' = ...' for k in CREDENTIAL_KEYS)}")
+            values[key] = value.strip()
+        return cls(**values)
+
+    def to_file(self, path: str | os.PathLike, comment: str = "") -> None:
+        """Write these credentials where :meth:`from_file` reads them (0600, created anew)."""
+        lines = [f"{k} = {v}" for k in CREDENTIAL_KEYS if (v := getattr(self, k))]
+        if comment:
+            lines.insert(0, comment)
+        Path(path).unlink(missing_ok=True)  # a new file gets 0600 whatever the old one had
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 class TokenSource:
@@ -114,7 +176,9 @@ class ClientAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
     def __init__(self, source: TokenSource) -> None:
         self.source = source
 
-    def _details(self, d: grpc.ClientCallDetails) -> _Details:
+    def _details(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        if d.method in PUBLIC_METHODS:
+            return d
         metadata = [*(d.metadata or ()), (AUTH_HEADER, self.source.header())]
         return _Details(d.method, d.timeout, metadata, d.credentials,
                         getattr(d, "wait_for_ready", None), getattr(d, "compression", None))

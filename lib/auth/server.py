@@ -23,19 +23,13 @@ from dataclasses import dataclass
 
 import grpc
 
-from lib.auth.client import AUTH_HEADER
+from lib.auth.client import AUTH_HEADER, PUBLIC_METHODS
 from lib.auth.tokens import verify
-from lib.errors import PermissionDenied, TubeqError, Unauthenticated
+from lib.errors import PermissionDenied, TubeqError, Unauthenticated, Unavailable
 from lib.wire_errors import abort_with, wire_form
 
 log = logging.getLogger(__name__)
 AUTH_MODES = ("token", "none")
-PUBLIC_METHODS = frozenset({
-    "/tubeq.security.Security/Login",
-    "/tubeq.admin.Admin/MasterStatus",
-    "/grpc.health.v1.Health/Check",
-    "/grpc.health.v1.Health/Watch",
-})
 CLUSTER = "cluster"
 CLUSTER_SECRET_ENV = "TUBEQ_CLUSTER_SECRET"
 MIN_CLUSTER_SECRET = 16
@@ -104,8 +98,8 @@ class Authenticator:
                 return identity
             self._verified.pop(token, None)
         if not keys:
-            raise Unauthenticated("this server has no signing keys yet (a broker gets them "
-                                  "from the masters when it registers): retry shortly")
+            raise Unavailable("this server cannot check tokens yet (a broker gets the "
+                              "signing keys from the masters when it registers): retry shortly")
         claims = verify(token, keys)
         identity = Identity(claims.subject, claims.roles, claims.kind)
         if len(self._verified) >= self.CACHE_SIZE:

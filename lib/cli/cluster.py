@@ -18,11 +18,15 @@ from pathlib import Path
 
 import click
 
+from lib.auth.client import CLUSTER_UP_MARK, Credentials, user_credentials_path
 from lib.auth.server import CLUSTER_SECRET_ENV
+from lib.errors import TubeqError
 from lib.process import clear_ready, free_ports, wait_ready
 
 STOP_GRACE_S = 15.0
 RAFT_PORT_OFFSET = 100  # master i's Raft port: --master-port + 100 + i
+ADMIN_PASSWORD = "admin-password"  # the first admin's, given to the masters' bootstrap
+CREDENTIALS = "credentials"  # user = admin, password = ...: for the CLI and clients
 
 
 @dataclass
@@ -93,8 +97,18 @@ class ClusterPlan:
     def _master(self, i: int, args: list[str], env: dict) -> Child:
         d = self.data_dir / f"master{i}"
         args = args or ["--port", str(self._port(self.master_port, i))]
+        secret_file(self.data_dir, ADMIN_PASSWORD)
         return Child(f"master{i}", d, ["master", "--data-dir", str(d), "--host", self.host,
-                                       "--metrics-port", "0", *args], env=env)
+                                       "--metrics-port", "0", "--admin-password-file",
+                                       str(self.data_dir / ADMIN_PASSWORD), *args], env=env)
+
+    def credentials_file(self) -> Path:
+        """The admin's credentials for clients (TUBEQ_CREDENTIALS_FILE), made once: the
+        password is the one the masters' bootstrap gave the admin of a new data dir."""
+        path = self.data_dir / CREDENTIALS
+        if not path.exists():
+            Credentials("admin", secret_file(self.data_dir, ADMIN_PASSWORD)).to_file(path)
+        return path
 
     def broker_children(self, masters: str) -> list[Child]:
         return [Child(f"broker{b}", self.data_dir / f"broker{b}",
@@ -117,7 +131,8 @@ class ClusterPlan:
 
 def secret_file(data_dir: Path, name: str) -> str:
     """A secret the cluster's processes share (the masters' Raft password, the cluster secret
-    brokers present to masters): made once per data dir, kept in a 0600 file."""
+    brokers and masters present to each other, the first admin's password): made once per
+    data dir, kept in a 0600 file."""
     path = data_dir / name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -143,8 +158,7 @@ def run_cluster(plan: ClusterPlan) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         _start_all(plan, children)
-        _announce(plan, children, admin_password_file(
-            [c for c in children if c.name.startswith("master")]))
+        _announce(plan, children)
         while not stop["now"]:
             dead = [c.name for c in children if not c.alive()]
             if dead:
@@ -178,6 +192,7 @@ def _say(message: str) -> None:
 
 
 def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
+    credentials = Credentials.from_file(plan.credentials_file())
     for child in plan.master_children():
         children.append(child)
         child.start()
@@ -186,7 +201,7 @@ def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
     for child in plan.broker_children(masters):
         children.append(child)
         child.start()
-    wait_brokers_registered(masters, plan.brokers)
+    wait_brokers_registered(masters, plan.brokers, credentials)
     if plan.portal and portal_available():
         child = plan.portal_child(masters)
         children.append(child)
@@ -205,45 +220,26 @@ def wait_leader(masters: str, timeout: float = 30.0) -> None:
             time.sleep(0.1)
 
 
-def wait_brokers_registered(masters: str, count: int, timeout: float = 30.0) -> None:
+def wait_brokers_registered(masters: str, count: int, credentials: Credentials,
+                            timeout: float = 30.0) -> None:
     """Return once the master lists ``count`` live brokers, so topics can be created at once."""
     from lib.admin import AdminClient
 
     deadline = time.monotonic() + timeout
-    with AdminClient(masters) as admin:
+    with AdminClient(masters, credentials=credentials) as admin:
         while sum(b.alive for b in admin.list_brokers()) < count:
             if time.monotonic() > deadline:
                 raise click.ClickException(f"brokers did not register within {timeout} s")
             time.sleep(0.1)
 
 
-def admin_password_file(masters: list[Child], timeout: float = 10.0) -> Path | None:
-    """Where the active master wrote the first admin's password (a new cluster only; an
-    older data dir whose admin password was changed or read and deleted has none)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [c.data_dir / "admin-password" for c in masters
-                 if (c.data_dir / "admin-password").exists()]
-        if found or time.monotonic() > deadline or not _is_new(masters):
-            return found[0] if found else None
-        time.sleep(0.1)
-
-
-def _is_new(masters: list[Child]) -> bool:
-    """No admin yet: the bootstrap is still to come (ask the cluster)."""
-    from lib.admin import AdminClient
-
-    with AdminClient(",".join(c.info["address"] for c in masters)) as admin:
-        return not admin.list_users()
-
-
-def _announce(plan: ClusterPlan, children: list[Child],
-              password_file: Path | None = None) -> None:
+def _announce(plan: ClusterPlan, children: list[Child]) -> None:
     summary = {c.name: {k: v for k, v in c.info.items() if k != "role"} for c in children}
     masters = ",".join(c.info["address"] for c in children if c.name.startswith("master"))
     summary["masters"] = masters
-    if password_file is not None:
-        summary["admin_password_file"] = str(password_file)
+    credentials = plan.data_dir / CREDENTIALS  # made before the masters started
+    summary["credentials_file"] = str(credentials)
+    installed = install_user_credentials(credentials)  # before cluster.json: all is ready
     # Whole or absent, never half written: scripts and tests poll for this file and read it
     # the moment it appears (a plain write_text was once read while still empty).
     tmp = plan.data_dir / "cluster.json.tmp"
@@ -252,7 +248,23 @@ def _announce(plan: ClusterPlan, children: list[Child],
     for c in children:
         extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
         click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {c.info['address']}{extra}")
-    if password_file is not None:
-        click.echo(f"\nadmin user: admin; its generated password is in {password_file} (0600)")
-    click.echo(f"\nexport TUBEQ_MASTERS={masters}\n"
+    click.echo(f"\nauth on: the admin's user and password are in {credentials} (0600)"
+               + (f", and in {installed}, where clients look by default" if installed else "")
+               + f"\nexport TUBEQ_MASTERS={masters}\n"
+               f"export TUBEQ_CREDENTIALS_FILE={credentials}\n"
                f"logs and data under {plan.data_dir}; Ctrl-C stops the cluster")
+
+
+def install_user_credentials(credentials: Path) -> Path | None:
+    """Copy the admin's credentials to the user's default file (lib/auth/client.py
+    ``user_credentials_path``), as ``kind`` writes ~/.kube/config, so clients of the local
+    cluster need no setting; a file the user made is never replaced (None: left alone)."""
+    target = user_credentials_path()
+    try:
+        if target.exists() and not target.read_text().startswith(CLUSTER_UP_MARK):
+            return None
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        Credentials.from_file(credentials).to_file(target, comment=CLUSTER_UP_MARK)
+    except (OSError, TubeqError):
+        return None  # a read-only home, no admin file: TUBEQ_CREDENTIALS_FILE still works
+    return target

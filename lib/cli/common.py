@@ -3,12 +3,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
 
 DEFAULT_MASTERS = "127.0.0.1:8715,127.0.0.1:8716,127.0.0.1:8717"  # cluster up's 3
+DEFAULT_CREDENTIALS = "tubeq-data/credentials"  # what cluster up writes, run from here
+
+
+def use_credentials(user: str | None, credentials_file: str | None) -> None:
+    """Make ``--user`` / ``--credentials-file`` the process's client credentials. Every client
+    the command makes reads them from the environment (lib/auth/client.py), as it would
+    TUBEQ_USER/TUBEQ_PASSWORD or TUBEQ_CREDENTIALS_FILE given directly."""
+    from lib.auth.client import CREDENTIALS_FILE_ENV
+
+    if user:
+        password = os.environ.get("TUBEQ_PASSWORD") or click.prompt(
+            f"password for {user}", hide_input=True, err=True)
+        os.environ.update({"TUBEQ_USER": user, "TUBEQ_PASSWORD": password})
+    elif credentials_file:
+        os.environ[CREDENTIALS_FILE_ENV] = credentials_file
+    elif not any(os.environ.get(v) for v in ("TUBEQ_USER", "TUBEQ_PASSWORD", "TUBEQ_API_KEY",
+                                              "TUBEQ_TOKEN", CREDENTIALS_FILE_ENV)) \
+            and os.path.exists(DEFAULT_CREDENTIALS):
+        os.environ[CREDENTIALS_FILE_ENV] = DEFAULT_CREDENTIALS
 
 
 def _jsonable(obj: Any) -> Any:

@@ -17,7 +17,7 @@ from lib.cli import bench as cli_bench
 from lib.cli import data as cli_data
 from lib.cli import security as cli_security
 from lib.cli import spark as cli_spark
-from lib.cli.common import DEFAULT_MASTERS
+from lib.cli.common import DEFAULT_CREDENTIALS, DEFAULT_MASTERS, use_credentials
 from lib.errors import TubeqError
 
 
@@ -36,10 +36,18 @@ class TubeqGroup(click.Group):
 @click.option("--masters", envvar="TUBEQ_MASTERS", default=DEFAULT_MASTERS, show_default=True,
               help="Comma-separated master addresses (env TUBEQ_MASTERS).")
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for a master.")
+@click.option("--user", help="Log in as this user; the password comes from TUBEQ_PASSWORD or a "
+                             "prompt (env TUBEQ_USER).")
+@click.option("--credentials-file", type=click.Path(dir_okay=False),
+              help="A 0600 file of user = / password = (or api_key = / token =) lines, like the "
+                   "one cluster up writes (env TUBEQ_CREDENTIALS_FILE; default "
+                   f"{DEFAULT_CREDENTIALS} if it exists).")
 @click.pass_context
-def main(ctx: click.Context, masters: str, timeout: float) -> None:
+def main(ctx: click.Context, masters: str, timeout: float, user: str | None,
+         credentials_file: str | None) -> None:
     """tubeq: a distributed message queue shaped like Apache TubeMQ."""
     ctx.obj = {"masters": masters, "timeout": timeout}
+    use_credentials(user, credentials_file)
 
 
 # ------------------------------------------------------------------ cluster

@@ -11,8 +11,8 @@ def cluster_factory(tmp_path):
     """Build clusters; every process started through them is stopped after the test."""
     made: list[Cluster] = []
 
-    def make(brokers: int = 2, master_args=None, broker_args=None) -> Cluster:
-        c = Cluster(tmp_path / f"cluster{len(made)}", master_args, broker_args)
+    def make(brokers: int = 2, master_args=None, broker_args=None, **options) -> Cluster:
+        c = Cluster(tmp_path / f"cluster{len(made)}", master_args, broker_args, **options)
         made.append(c)
         return c.start(brokers)
 

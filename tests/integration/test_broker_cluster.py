@@ -14,7 +14,7 @@ from lib import errors
 from lib.proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc, master_pb2
 from lib.proto import broker_pb2 as pb
 from lib.records import Record, decode_frames, encode_batch
-from lib.rpc import MasterClient, channel, invoke
+from lib.rpc import invoke
 
 
 class Harness:
@@ -22,7 +22,7 @@ class Harness:
 
     def __init__(self, cluster):
         self.cluster = cluster
-        self.master = MasterClient(cluster.master_addresses, timeout=15)
+        self.master = cluster.master_client(timeout=15)
         self.channels: dict[str, grpc.Channel] = {}
 
     def admin(self, method, request):
@@ -41,7 +41,7 @@ class Harness:
     def stub(self, topic, partition):
         addr = self.address(topic, partition)
         if addr not in self.channels:
-            self.channels[addr] = channel(addr)
+            self.channels[addr] = self.cluster.channel(addr)
         return broker_pb2_grpc.BrokerStub(self.channels[addr])
 
     def wait_hosted(self, topic, partition, timeout=20.0):
@@ -250,7 +250,7 @@ def test_deleted_topic_data_is_dropped_by_the_broker(h, cluster):
     while topic_dir.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not topic_dir.exists()
-    ch = channel(owner)
+    ch = h.cluster.channel(owner)
     try:
         with pytest.raises(errors.UnknownTopic):
             invoke(broker_pb2_grpc.BrokerStub(ch).Fetch, pb.FetchRequest(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 
+from lib.auth.client import auth_for
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import Record, encode_batch
-from lib.rpc import channel, invoke
+from lib.rpc import invoke
 from load.bench_idle_waits import IdleLoad
 from tests.integration.test_consumer_common import Feeder, wait_for
 
@@ -28,7 +29,7 @@ def produce(stub, topic: str, partition: int, value: bytes, timeout: float):
 def test_idle_long_polls_and_push_streams_do_not_starve_produce(cluster_factory):
     cluster = cluster_factory(1)
     feeder = Feeder(cluster.master_addresses)
-    ch = channel(cluster.brokers[1].address)
+    ch = cluster.channel(cluster.brokers[1].address)
     load = None
     try:
         feeder.create_topic("hot", 1)
@@ -37,7 +38,9 @@ def test_idle_long_polls_and_push_streams_do_not_starve_produce(cluster_factory)
         stub = broker_pb2_grpc.BrokerStub(ch)
         wait_for(lambda: invoke(stub.ListOffsets, broker_pb2.ListOffsetsRequest(topic="idle"),
                                 5), 20, "the idle topic on the broker")
-        load = IdleLoad(cluster.brokers[1].address, "idle", 2, LONG_POLLS, STREAMS).start()
+        token = auth_for(cluster.master_addresses).header()  # the session's admin
+        load = IdleLoad(cluster.brokers[1].address, "idle", 2, LONG_POLLS, STREAMS,
+                        token).start()
         time.sleep(1.0)  # every call reaches the broker and waits there
 
         for i in range(5):

@@ -27,7 +27,8 @@ def lone_broker(tmp_path):
     d = tmp_path / "b1"
     proc = ServerProcess("broker", d, [
         "--data-dir", str(d), "--broker-id", "1", "--masters", f"127.0.0.1:{_free_port()}",
-        "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0"])
+        "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+        "--auth", "none"])  # without a master it could verify no token
     yield proc.start()
     proc.stop()
 

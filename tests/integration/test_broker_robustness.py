@@ -7,6 +7,7 @@ A frame damaged on disk reaches a consumer as an error naming where it is and ho
 """
 from __future__ import annotations
 
+import os
 import struct
 import time
 import zlib
@@ -14,10 +15,11 @@ import zlib
 import pytest
 
 from lib import PullConsumer, TopicPartition, errors
-from lib.proto import admin_pb2
+from lib.auth.server import CLUSTER_SECRET_ENV, cluster_header
+from lib.proto import admin_pb2, broker_pb2_grpc
 from lib.proto import broker_pb2 as pb
 from lib.records import Record, batch_head, encode_frame
-from lib.rpc import invoke
+from lib.rpc import channel, invoke
 from tests.integration.test_broker_cluster import Harness, read_all
 
 
@@ -67,14 +69,16 @@ def test_a_poisoned_batch_is_refused_and_a_crash_keeps_the_other_producers_recor
 
 def test_a_forged_term_in_reset_offsets_cannot_cut_a_broker_off_its_masters(one_broker):
     """Regression: ResetOffsets raised the broker's term watermark to the caller's term, so
-    with term=2**62 the broker ignored every real master answer and never hosted new topics."""
+    with term=2**62 the broker ignored every real master answer and never hosted new topics.
+    (Only the cluster credential may call it: the forger here holds the cluster secret.)"""
     cluster, h = one_broker
     h.create("before", partitions=1)
     h.produce("before", 0, [b"x"])
-    stub = h.stub("before", 0)
-    invoke(stub.ResetOffsets, pb.ResetOffsetsRequest(
-        group="g", topic="before", term=2**62,
-        offsets=[pb.OffsetCommit(partition=0, offset=1)]), 10)
+    with channel(h.address("before", 0)) as plain:
+        invoke(broker_pb2_grpc.BrokerStub(plain).ResetOffsets, pb.ResetOffsetsRequest(
+            group="g", topic="before", term=2**62,
+            offsets=[pb.OffsetCommit(partition=0, offset=1)]), 10,
+            cluster_header(os.environ[CLUSTER_SECRET_ENV]))
     h.create("after", partitions=1)  # hosted only if the broker still heeds its master
     h.produce("after", 0, [b"y"])
     assert read_all(h, "after", 0) == [b"y"]

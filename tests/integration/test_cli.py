@@ -24,8 +24,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def local_cluster(tmp_path):
-    """``tubeq cluster up`` on free ports; yields (masters, cluster.json); stops it by PID."""
+def local_cluster(tmp_path, monkeypatch):
+    """``tubeq cluster up`` on free ports; yields (masters, cluster.json); stops it by PID.
+    The session's test credentials are dropped: the CLI logs in with the admin password
+    ``cluster up`` made, from the credentials file it wrote (as a user would)."""
+    for var in ("TUBEQ_USER", "TUBEQ_PASSWORD", "TUBEQ_CLUSTER_SECRET"):
+        monkeypatch.delenv(var, raising=False)
+    # cluster up writes the user's credentials file: here, not where other tests look
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     data = tmp_path / "data"
     proc = subprocess.Popen(
         [*TUBEQ, "cluster", "up", "--data-dir", str(data), "--master-port", "0",
@@ -40,6 +46,7 @@ def local_cluster(tmp_path):
             assert time.monotonic() < deadline, "cluster up did not start in 60 s"
             time.sleep(0.1)
         info = json.loads(summary.read_text())
+        monkeypatch.setenv("TUBEQ_CREDENTIALS_FILE", info["credentials_file"])
         yield proc, info
     finally:
         if proc.poll() is None:
@@ -63,7 +70,11 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
     _, info = local_cluster
     masters = info["masters"]
     assert {"master0", "broker1", "broker2"} <= set(info)
-    assert Path(info["admin_password_file"]).read_text().strip()  # the first admin's
+    creds = Path(info["credentials_file"])  # the first admin's, for the CLI
+    assert creds.stat().st_mode & 0o777 == 0o600
+    assert "user = admin" in creds.read_text() and "password = " in creds.read_text()
+    users = Path(os.environ["XDG_CONFIG_HOME"]) / "tubeq" / "credentials"  # clients' default
+    assert users.read_text().endswith(creds.read_text())
 
     created = tubeq(masters, "topic", "create", "cli-demo", "--partitions", "3", "--json")
     assert created.returncode == 0, created.stderr

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from lib import errors
+from lib.auth.client import auth_for
 from lib.proto import (
     admin_pb2,
     admin_pb2_grpc,
@@ -38,7 +39,7 @@ class Feeder:
     """Creates topics and appends records, retrying while placements reach the brokers."""
 
     def __init__(self, masters: str) -> None:
-        self.pool = ChannelPool()
+        self.pool = ChannelPool(auth_for(masters))  # the session's admin (tests/conftest.py)
         self.masters = MasterClient(masters, self.pool)
 
     def create_topic(self, topic: str, partitions: int, stores: int = 1) -> None:

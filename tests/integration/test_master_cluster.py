@@ -10,20 +10,20 @@ from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, master_pb2_grpc
 from lib.proto import master_pb2 as mpb
 from lib.records import Record, encode_batch
-from lib.rpc import channel, invoke
+from lib.rpc import invoke
 from tests.integration.test_master_common import wait_for
 
 
 @pytest.fixture
 def env(cluster):
-    ch = channel(cluster.masters[0].address)
+    ch = cluster.channel(cluster.masters[0].address)
     admin, master = admin_pb2_grpc.AdminStub(ch), master_pb2_grpc.MasterStub(ch)
     wait_for(lambda: sum(b.alive for b in invoke(admin.ListBrokers, apb.ListBrokersRequest(),
                                                  5).brokers) == 2, 15, "both brokers")
     invoke(admin.CreateTopic, apb.CreateTopicRequest(
         topic="t", settings=mpb.TopicSettings(partitions=2)), 5)
     routes = invoke(master.GetRoutes, mpb.GetRoutesRequest(topics=["t"]), 5).routes[0]
-    brokers = {p.partition: broker_pb2_grpc.BrokerStub(channel(p.address))
+    brokers = {p.partition: broker_pb2_grpc.BrokerStub(cluster.channel(p.address))
                for p in routes.partitions}
     yield admin, master, brokers
     ch.close()

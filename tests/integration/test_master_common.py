@@ -6,12 +6,14 @@ falls back to heartbeat stats.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lib.auth.server import CLUSTER_SECRET_ENV, cluster_header
 from lib.proto import admin_pb2_grpc, master_pb2, master_pb2_grpc
 from lib.rpc import channel, invoke
 from tests.cluster import Cluster
@@ -38,13 +40,20 @@ class MasterSession:
         root.mkdir(parents=True, exist_ok=True)
         cfg = write_config(root / "master.toml", {**FAST, **config})
         self.cluster = Cluster(root, master_args=["--config", str(cfg)])
-        self.proc = self.cluster.start_master()
-        self._connect()
+        try:
+            self.proc = self.cluster.start_master()
+            self._connect()
+        except BaseException:
+            self.cluster.stop_all()
+            raise
 
     def _connect(self) -> None:
-        self.channel = channel(self.proc.address)
+        self.channel = self.cluster.channel(self.proc.address)
         self.master = master_pb2_grpc.MasterStub(self.channel)
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
+        # the made-up brokers present the cluster secret, as real ones do
+        self.broker_channel = channel(self.proc.address)
+        self.as_broker = master_pb2_grpc.MasterStub(self.broker_channel)
 
     @property
     def epoch(self) -> int:
@@ -52,6 +61,7 @@ class MasterSession:
 
     def restart(self) -> None:
         self.channel.close()
+        self.broker_channel.close()
         self.proc.stop()
         self.proc.start()
         self._connect()
@@ -64,15 +74,20 @@ class MasterSession:
     def register(self, broker_id: int, address: str | None = None) -> Any:
         req = master_pb2.RegisterBrokerRequest(broker_id=broker_id,
                                                address=address or f"127.0.0.1:{broker_id}")
-        return self.call(self.master.RegisterBroker, req)
+        return invoke(self.as_broker.RegisterBroker, req, 5.0, _broker_credential())
 
     def heartbeat(self, broker_id: int, stats: list | None = None) -> Any:
         req = master_pb2.BrokerHeartbeatRequest(broker_id=broker_id, stats=stats or [])
-        return self.call(self.master.BrokerHeartbeat, req)
+        return invoke(self.as_broker.BrokerHeartbeat, req, 5.0, _broker_credential())
 
     def close(self) -> None:
         self.channel.close()
+        self.broker_channel.close()
         self.cluster.stop_all()
+
+
+def _broker_credential() -> tuple[tuple[str, str], ...]:
+    return cluster_header(os.environ.get(CLUSTER_SECRET_ENV, ""))
 
 
 class Repeater:

@@ -14,14 +14,18 @@ from tests.integration.test_master_common import MasterSession, Repeater, wait_f
 @pytest.fixture
 def m(tmp_path):
     session = MasterSession(tmp_path / "m")
-    session.register(1)
-    session.register(2)
-    keep_brokers = Repeater(lambda: (session.heartbeat(1), session.heartbeat(2)), 0.2)
-    session.call(session.admin.CreateTopic, apb.CreateTopicRequest(
-        topic="t", settings=mpb.TopicSettings(partitions=6)))
-    yield session
-    keep_brokers.close()
-    session.close()
+    keep_brokers = None
+    try:  # a failing setup must stop the master too
+        session.register(1)
+        session.register(2)
+        keep_brokers = Repeater(lambda: (session.heartbeat(1), session.heartbeat(2)), 0.2)
+        session.call(session.admin.CreateTopic, apb.CreateTopicRequest(
+            topic="t", settings=mpb.TopicSettings(partitions=6)))
+        yield session
+    finally:
+        if keep_brokers is not None:
+            keep_brokers.close()
+        session.close()
 
 
 def join(m, group="g", topics=("t",), member_id="", session_ms=0):

@@ -5,10 +5,12 @@ import threading
 import time
 import zlib
 
+import grpc
 import numpy as np
 import pytest
 
 from lib.admin import AdminClient
+from lib.auth.client import ClientAuth, auth_for
 from lib.errors import InvalidName, RecordTooLarge, UnknownPartition, UnknownTopic
 from lib.producer.producer import Producer
 from lib.proto import broker_pb2, broker_pb2_grpc
@@ -21,9 +23,10 @@ def create(cluster, topic: str, **settings):
         return admin.create_topic(topic, **settings)
 
 
-def fetch_partition(address: str, topic: str, partition: int) -> list[Record]:
-    """Every record of one partition, read with raw Fetch calls from its broker."""
-    ch = channel(address)
+def fetch_partition(masters: str, address: str, topic: str, partition: int) -> list[Record]:
+    """Every record of one partition, read with raw Fetch calls from its broker (logged in
+    with the environment's credentials: the session's admin)."""
+    ch = grpc.intercept_channel(channel(address), ClientAuth(auth_for(masters)))
     try:
         stub = broker_pb2_grpc.BrokerStub(ch)
         out: list[Record] = []
@@ -46,7 +49,8 @@ def fetch_partition(address: str, topic: str, partition: int) -> list[Record]:
 def fetch_topic(cluster, topic: str) -> dict[int, list[Record]]:
     with AdminClient(cluster.master_addresses) as admin:
         info = admin.describe_topic(topic)
-    return {p.partition: fetch_partition(p.address, topic, p.partition) for p in info.partitions}
+    return {p.partition: fetch_partition(cluster.master_addresses, p.address, topic, p.partition)
+            for p in info.partitions}
 
 
 def test_keyed_records_land_on_stable_partitions_with_dense_offsets(cluster):
@@ -200,7 +204,7 @@ def test_send_sync_sends_from_the_caller_keeps_order_and_retries_through_a_resta
         restart.join(30)
         sent.append(b"through-restart")
         assert producer.metrics()["records_sent_direct"] == direct  # the sender retried it
-    stored = fetch_partition(broker.address, "mixed", 0)
+    stored = fetch_partition(cluster.master_addresses, broker.address, "mixed", 0)
     assert [r.value for r in stored] == sent
     assert stored[-1].offset == meta.offset
 

@@ -1,5 +1,5 @@
-"""Users, API keys and logins against a real master process (issue "Permissions", step 3:
-nothing is enforced yet; these are the calls and the bootstrap)."""
+"""Users, API keys and logins against a real master process, on a new cluster whose first
+admin gets a generated password."""
 from __future__ import annotations
 
 import base64
@@ -17,8 +17,8 @@ from tests.integration.test_consumer_common import wait_for
 
 @pytest.fixture
 def admin(cluster_factory):
-    cluster = cluster_factory(0)
-    with AdminClient(cluster.master_addresses) as client:
+    cluster = cluster_factory(0, given_admin_password=False)  # the bootstrap generates one
+    with AdminClient(cluster.master_addresses, credentials=cluster.admin_credentials()) as client:
         yield cluster, client
 
 
@@ -26,7 +26,7 @@ def admin_password(cluster) -> str:
     """The bootstrap password, once the admin it belongs to is in the state (the file is
     written first, so that a crash in between never leaves an admin nobody can log in as)."""
     path = cluster.master_process(0).data_dir / "admin-password"
-    with AdminClient(cluster.master_addresses) as client:
+    with AdminClient(cluster.master_addresses, credentials=cluster.admin_credentials()) as client:
         for _ in range(100):
             if client.list_users():
                 break

@@ -35,7 +35,7 @@ def topic_values(masters: str, topic: str) -> list[bytes]:
             info = admin.describe_topic(topic)
         try:
             return [r.value for p in info.partitions
-                    for r in fetch_partition(p.address, topic, p.partition)]
+                    for r in fetch_partition(masters, p.address, topic, p.partition)]
         except UnknownTopic:
             if time.monotonic() > deadline:
                 raise
@@ -77,7 +77,7 @@ def test_keyed_rows_keep_their_partition_and_order(spark, masters, new_topic, tm
         info = admin.describe_topic(target)
     import zlib
     for p in info.partitions:
-        records = fetch_partition(p.address, target, p.partition)
+        records = fetch_partition(masters, p.address, target, p.partition)
         assert all(zlib.crc32(r.key) % 3 == p.partition for r in records)
         per_key = collections.defaultdict(list)
         for r in records:

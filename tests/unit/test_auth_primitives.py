@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import stat
 
 import pytest
 
@@ -17,6 +18,7 @@ from lib.auth import (
     verify_api_key,
     verify_password,
 )
+from lib.auth.client import Credentials
 from lib.errors import InvalidArgument, Unauthenticated
 
 
@@ -104,3 +106,48 @@ def test_a_rotation_keeps_old_tokens_valid_until_the_old_key_is_retired(keyring)
     assert verify(new_token, retired).subject == "carol"
     with pytest.raises(Unauthenticated, match="rotated out"):
         verify(old_token, retired)
+
+
+def test_a_credentials_file_is_read_only_when_private_and_well_formed(tmp_path):
+    path = tmp_path / "credentials"
+    Credentials("admin", "a long enough password").to_file(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert Credentials.from_file(path) == Credentials("admin", "a long enough password")
+    assert Credentials.from_env({"TUBEQ_CREDENTIALS_FILE": str(path)}).user == "admin"
+    assert Credentials.from_env({"TUBEQ_CREDENTIALS_FILE": str(path),
+                                 "TUBEQ_API_KEY": "tqk_a_b"}).api_key == "tqk_a_b"  # env first
+    path.chmod(0o644)
+    with pytest.raises(InvalidArgument, match="open to other users .mode 644.: chmod 600"):
+        Credentials.from_file(path)
+    path.chmod(0o600)
+    path.write_text("# mine\nuser = admin\npasswd = x\n")
+    with pytest.raises(InvalidArgument, match="line 3: expected user = ...") as info:
+        Credentials.from_file(path)
+    assert "x" not in info.value.message.split("expected")[0]
+    with pytest.raises(InvalidArgument, match="No such file"):
+        Credentials.from_file(tmp_path / "missing")
+
+
+def test_the_users_credentials_file_is_the_last_resort_and_cluster_up_never_replaces_a_users_own(
+        tmp_path, monkeypatch):
+    from lib.auth.client import CLUSTER_UP_MARK, user_credentials_path
+    from lib.cli.cluster import install_user_credentials
+
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    assert Credentials.from_env(env) is None  # nothing anywhere: no login
+    made = tmp_path / "made"
+    Credentials("admin", "first cluster password").to_file(made)
+    monkeypatch.setenv("XDG_CONFIG_HOME", env["XDG_CONFIG_HOME"])  # for cluster up
+    target = install_user_credentials(made)
+    assert target == user_credentials_path(env)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert target.read_text().startswith(CLUSTER_UP_MARK)
+    assert Credentials.from_env(env) == Credentials("admin", "first cluster password")
+    assert Credentials.from_env({**env, "TUBEQ_USER": "bob", "TUBEQ_PASSWORD": "p" * 10}
+                                ).user == "bob"  # the environment comes first
+    Credentials("admin", "second cluster password").to_file(made)
+    assert install_user_credentials(made) == target  # its own file: replaced
+    assert Credentials.from_env(env).password == "second cluster password"
+    Credentials("alice", "alices own password").to_file(target)  # the user's own file
+    assert install_user_credentials(made) is None
+    assert Credentials.from_env(env).user == "alice"

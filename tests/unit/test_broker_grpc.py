@@ -31,7 +31,7 @@ TOPICS = {"t": TopicSpec(partitions=3, stores=2, topic_id=1),
 @pytest.fixture
 def broker(tmp_path):
     b = Broker(load(None, data_dir=str(tmp_path), broker_id=1, port=0, metrics_port=0,
-                    push_idle_wait_ms=50, stop_grace_s=1.0)).start()
+                    push_idle_wait_ms=50, stop_grace_s=1.0, auth="none")).start()
     b.topics.apply(TOPICS, [("t", 0), ("t", 1), ("big", 0)])  # t/2 lives elsewhere
     yield b
     b.stop()
