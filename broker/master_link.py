@@ -17,6 +17,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager, TopicSpec
+from lib.auth.acl import Authorizer, from_pb
 from lib.auth.server import KeyRing, cluster_header
 from lib.errors import TubeqError
 from lib.logs import event
@@ -41,7 +42,7 @@ class MasterLink:
                  metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 1.0,
                  on_deleted: Callable[[str], None] | None = None,
                  offsets: OffsetsPlane | None = None, cluster_secret: str = "",
-                 keyring: KeyRing | None = None) -> None:
+                 keyring: KeyRing | None = None, acls: Authorizer | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -52,6 +53,7 @@ class MasterLink:
         self.offsets = offsets  # reports the (group, topic) pairs committed here
         self._metadata = cluster_header(cluster_secret)  # who we are to the masters
         self.keyring = keyring  # the token signing keys, from every response
+        self.acls = acls  # the ACL entries, from responses when their version changed
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
@@ -93,6 +95,7 @@ class MasterLink:
             return False
         self.interval = (res.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS) / 1e3
         self._apply(res.topics, res.placements, (), res.signing_keys)
+        self._apply_acls(res)
         if self.offsets is not None:
             self.offsets.report_again()  # this master may be new: tell it everything once
         self.registered.set()
@@ -104,7 +107,8 @@ class MasterLink:
         pairs = self.offsets.unreported() if self.offsets is not None else []
         req = mpb.BrokerHeartbeatRequest(
             broker_id=self.broker_id, stats=self.stats(), disk=self.disk(),
-            committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs])
+            committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs],
+            acl_version=self.acls.version if self.acls is not None else -1)
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req,
                                    metadata=self._metadata)
@@ -120,6 +124,7 @@ class MasterLink:
             self.registered.clear()
             return
         self._apply(res.topics, res.placements, res.deleted, res.signing_keys)
+        self._apply_acls(res)
         if self.offsets is not None:
             self.offsets.reported(pairs)
 
@@ -133,6 +138,17 @@ class MasterLink:
         if self.on_deleted is not None:
             for name in dropped:
                 self.on_deleted(name)
+
+    def _apply_acls(self, res) -> None:
+        """A response carries the ACLs only when ours are not the master's version."""
+        if self.acls is None or not res.HasField("acls"):
+            return
+        try:
+            self.acls.replace([from_pb(e) for e in res.acls.entries], res.acls.version)
+        except TubeqError as err:  # a master validates every entry: never expected
+            event(log, "master.bad_acls", logging.ERROR, error=err.message)
+            return
+        event(log, "broker.acls", version=res.acls.version, entries=len(res.acls.entries))
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

@@ -36,6 +36,7 @@ from broker.data import (
 )
 from broker.metrics import BrokerMetrics
 from broker.topics import TopicManager
+from lib.auth.server import current_access
 from lib.errors import InvalidArgument, StoreClosed, TubeqError
 from lib.proto import broker_pb2 as pb
 from storage.store import Store
@@ -114,6 +115,7 @@ class PushPlane:
                         ) -> AsyncIterator[pb.SubscribeResponse]:
         """The response stream; ``run(fn, *args)`` runs blocking work in the executor."""
         start = await self._start(requests)
+        current_access.get().check("consume", "topic", start.topic)
         tags = check_tags(start.tags)
         positions = {pf.partition: pf.offset for pf in start.partitions}
         for p in positions:

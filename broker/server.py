@@ -41,6 +41,7 @@ from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager
+from lib.auth.acl import Authorizer
 from lib.auth.server import AioServerAuth, Authenticator, KeyRing, announce_auth_off
 from lib.errors import ConfigError
 from lib.logs import event
@@ -50,7 +51,6 @@ from storage.offsets import OffsetStore
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "tubeq.broker.Broker"
-CLUSTER_METHODS = (f"/{SERVICE_NAME}/ResetOffsets",)  # only masters call it
 T = TypeVar("T")
 
 
@@ -62,6 +62,7 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.term = TermWatermark()
         self.keyring = KeyRing()  # filled by the master link
+        self.acls = Authorizer(version=-1)  # replaced by the master link: none until then
         self.topics = TopicManager(data_dir, config.store)
         self.offset_store = OffsetStore(data_dir / "offsets")
         self.dedup = Dedup()
@@ -102,7 +103,7 @@ class Broker:
                                    cfg.register_timeout_s, on_deleted=self._forget_topic,
                                    offsets=self.offsets,
                                    cluster_secret=cfg.resolved_cluster_secret,
-                                   keyring=self.keyring)
+                                   keyring=self.keyring, acls=self.acls)
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
@@ -127,14 +128,15 @@ class Broker:
         return port
 
     def _auth(self) -> list[AioServerAuth]:
-        """Who may call what (lib/auth/server.py): tokens are checked against the signing keys
-        the masters send with every heartbeat response; ``auth = "none"`` is said loudly."""
+        """Who may call what (lib/auth/server.py): tokens are checked against the signing keys,
+        and calls against the ACLs, that the masters send with heartbeat responses;
+        ``auth = "none"`` is said loudly."""
         if self.config.auth == "none":
             announce_auth_off(log)
             return []
         return [AioServerAuth(Authenticator(self.keyring.get,
                                             self.config.resolved_cluster_secret),
-                              cluster_only=CLUSTER_METHODS)]
+                              authorizer=lambda: self.acls)]
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""

@@ -31,6 +31,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.sinks import SinkPlane
+from lib.auth.server import current_access
 from lib.errors import TubeqError
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
@@ -84,6 +85,13 @@ def _in_executor(rpc: str, plane: str, method: str) -> Callable[..., Any]:
     return _guarded(handler)
 
 
+def _may_produce() -> Callable[[str], None]:
+    """The caller's produce check, taken on the loop (the executor thread that runs the work
+    does not see the call's context)."""
+    access = current_access.get()
+    return lambda topic: access.check("produce", "topic", topic)
+
+
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
                  metrics: BrokerMetrics, executor: Executor, sinks: SinkPlane) -> None:
@@ -120,11 +128,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     @_guarded
     async def SinkCommit(self, request: pb.SinkCommitRequest, context):  # noqa: N802
-        return await self.run(self.sinks.commit, request)
+        return await self.run(self.sinks.commit, request, _may_produce())
 
     @_guarded
     async def SinkAbort(self, request: pb.SinkAbortRequest, context):  # noqa: N802
-        return await self.run(self.sinks.abort, request)
+        return await self.run(self.sinks.abort, request, _may_produce())
 
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802

@@ -122,9 +122,12 @@ class SinkPlane:
             self._bytes += grow
         return pb.SinkStageResponse()
 
-    def commit(self, req: pb.SinkCommitRequest) -> pb.SinkCommitResponse:
+    def commit(self, req: pb.SinkCommitRequest,
+               may_produce: Callable[[str], None] = lambda topic: None
+               ) -> pb.SinkCommitResponse:
         """Append the named tasks' batches; ``records`` counts the micro-batch's records on
-        this broker, including any an interrupted earlier commit already stored."""
+        this broker, including any an interrupted earlier commit already stored.
+        ``may_produce(topic)`` raises unless the caller may write every topic staged."""
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
         with self._commit_lock(sink):
             last = self.offsets.sink_committed(sink)
@@ -132,6 +135,8 @@ class SinkPlane:
                 self._drop(sink, batch_id)
                 return pb.SinkCommitResponse(already=True, last_committed=last)
             pieces = self._take(sink, batch_id, req.tasks)
+            for topic in sorted({p.topic for p in pieces}):
+                may_produce(topic)
             # Every store first: a topic deleted since staging fails the commit before any append.
             stores = {(p.topic, p.partition): self.topics.store_for(p.topic, p.partition)
                       for p in pieces}
@@ -174,9 +179,14 @@ class SinkPlane:
                     sink, batch_id, out)
         return out
 
-    def abort(self, req: pb.SinkAbortRequest) -> pb.SinkAbortResponse:
+    def abort(self, req: pb.SinkAbortRequest,
+              may_produce: Callable[[str], None] = lambda topic: None) -> pb.SinkAbortResponse:
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
         with self._lock:
+            staged = self._staged.get((sink, batch_id))
+            for topic in sorted({p.topic for ps in (staged.tasks.values() if staged else ())
+                                 for p in ps.values()}):
+                may_produce(topic)
             gone = self._staged.pop((sink, batch_id), None)
             if gone is not None:
                 self._bytes -= gone.nbytes

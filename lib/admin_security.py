@@ -1,4 +1,5 @@
-"""The security half of :class:`lib.admin.AdminClient`: logins, users, API keys, signing keys.
+"""The security half of :class:`lib.admin.AdminClient`: logins, users, API keys, signing keys,
+ACLs.
 
 Calls ``tubeq.security.Security`` on the active master. Passwords and API keys are sent only
 in the calls that need them and never kept by the client.
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from lib.auth.acl import Acl, from_pb, to_pb
 from lib.names import check_name
 from lib.proto import security_pb2 as spb
 from lib.proto import security_pb2_grpc
@@ -79,3 +81,21 @@ class SecurityCalls:
         """(the new signing key's id, the ids of keys retired by this rotation)."""
         r = self._security("RotateSigningKey", spb.RotateSigningKeyRequest())
         return r.key_id, list(r.retired)
+
+    def add_acl(self, principal: str, operation: str, resource: str, name: str = "cluster",
+                *, effect: str = "allow", pattern: str = "literal") -> bool:
+        """Allow (or, ``effect="deny"``, deny) ``principal`` (``user:<name>``, ``role:<name>``
+        or ``*``) ``operation`` on a topic, group or the cluster, named literally or by prefix.
+        True if the entry is new (adding one that exists changes nothing). Effective on the
+        masters at once and on the brokers with their next heartbeat (about a second)."""
+        entry = Acl(principal, resource, name, operation, effect, pattern)  # checked here first
+        return self._security("AddAcl", to_pb(entry)).changed
+
+    def remove_acl(self, principal: str, operation: str, resource: str, name: str = "cluster",
+                   *, effect: str = "allow", pattern: str = "literal") -> None:
+        """Remove the entry with exactly these fields (InvalidArgument if there is none)."""
+        entry = Acl(principal, resource, name, operation, effect, pattern)
+        self._security("RemoveAcl", to_pb(entry))
+
+    def list_acls(self) -> list[Acl]:
+        return [from_pb(e) for e in self._security("ListAcls", spb.ListAclsRequest()).entries]

@@ -6,11 +6,12 @@ its audit entry, written in the same state transaction as the change.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
 
+from lib.auth.server import current_access
 from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc
 from lib.proto import master_pb2 as mpb
@@ -68,7 +69,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @guarded
     def ListTopics(self, request, context):  # noqa: N802
         return apb.ListTopicsResponse(topics=[self.topics.describe(name, live=False)
-                                              for name in sorted(self.state.topics())])
+                                              for name in visible("topic", self.state.topics())])
 
     @guarded
     def ListBrokers(self, request, context):  # noqa: N802
@@ -88,7 +89,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @guarded
     def ListGroups(self, request, context):  # noqa: N802
-        return apb.ListGroupsResponse(groups=self.group_ops.list())
+        return apb.ListGroupsResponse(groups=visible("group", self.group_ops.list()))
 
     @guarded
     def DescribeGroup(self, request, context):  # noqa: N802
@@ -108,6 +109,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                            action=e.get("action", ""), target=e.get("target", ""),
                            details=e.get("details", ""), peer=e.get("peer", ""))
             for e in self.state.audit(limit)])
+
+
+def visible(resource: str, names: Iterable[str]) -> list[str]:
+    """The names (sorted) the caller may describe: a listing shows only those (Kafka's rule)."""
+    access = current_access.get()
+    return [n for n in sorted(names) if access.allowed("describe", resource, n)]
 
 
 def add_to(server: grpc.Server, service: AdminService) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from lib.auth.server import current_identity
+from lib.auth.server import current_access
 from lib.errors import NotLeader, TubeqError
 from lib.logs import event
 from lib.wire_errors import abort_with
@@ -91,7 +91,7 @@ def guarded(method: Callable[..., Any], leader_only: bool = True) -> Callable[..
 def caller(context: grpc.ServicerContext) -> dict[str, str]:
     """Who asks and from where, for audit: the authenticated principal; with auth = "none",
     what metadata ``tubeq-principal`` claims (else "anonymous")."""
-    identity = current_identity.get()
+    identity = current_access.get().identity
     principal = identity.principal
     if identity.kind == "anonymous":
         for key, value in context.invocation_metadata() or ():

@@ -14,8 +14,11 @@ needs (:meth:`Principals.password_hash`, :meth:`Principals.api_key`, :meth:`Prin
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
+from lib.auth.acl import MAX_ENTRIES as MAX_ACLS
+from lib.auth.acl import Acl
 from lib.errors import InvalidArgument, PrincipalExists, UnknownPrincipal
 from lib.names import check_name
 
@@ -28,6 +31,13 @@ def _dump(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+def _acl_of(cmd: dict[str, Any]) -> Acl:
+    try:
+        return Acl(**cmd["acl"])
+    except (TypeError, KeyError):
+        raise InvalidArgument("malformed ACL entry") from None
+
+
 def check_roles(roles: Any) -> list[str]:
     if not isinstance(roles, list | tuple) or len(roles) > MAX_ROLES:
         raise InvalidArgument(f"roles must be a list of at most {MAX_ROLES} names")
@@ -36,7 +46,7 @@ def check_roles(roles: Any) -> list[str]:
 
 class Principals:
     OPS = ("add_user", "set_password", "set_roles", "delete_user", "create_api_key",
-           "revoke_api_key", "add_signing_key", "retire_signing_key")
+           "revoke_api_key", "add_signing_key", "retire_signing_key", "add_acl", "remove_acl")
 
     def __init__(self, env: Any, users_db: Any, keys_db: Any, meta_db: Any) -> None:
         self._users_db, self._keys_db, self._meta_db = users_db, keys_db, meta_db
@@ -46,7 +56,10 @@ class Principals:
             self._keys = {bytes(k).decode(): json.loads(bytes(v))
                           for k, v in txn.cursor(db=keys_db)}
             raw = txn.get(b"signing_keys", db=meta_db)
+            raw_acls = txn.get(b"acls", db=meta_db)
         self._signing: list[dict[str, Any]] = [] if raw is None else json.loads(bytes(raw))
+        self._acls: dict[str, Any] = ({"version": 0, "entries": []} if raw_acls is None
+                                      else json.loads(bytes(raw_acls)))
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -91,6 +104,15 @@ class Principals:
     def signing_keys(self) -> list[dict[str, Any]]:
         """[{key_id, created_ms}] oldest first (no secrets)."""
         return [{"key_id": k["key_id"], "created_ms": k["created_ms"]} for k in self._signing]
+
+    @property
+    def acl_version(self) -> int:
+        return self._acls["version"]
+
+    def acls(self) -> tuple[int, list[Acl]]:
+        """(version, entries): the version grows with every change, the same on every master
+        (brokers ask for the entries again when theirs differs)."""
+        return self._acls["version"], [Acl(**e) for e in self._acls["entries"]]
 
     # -- commands (applied inside MetaState's transaction) ----------------------------------
 
@@ -172,6 +194,31 @@ class Principals:
         if self._signing[-1]["key_id"] == key_id:
             raise InvalidArgument("the newest signing key cannot be retired: add a new one first")
         return self._put_signing(ctx, left, {"key_id": key_id})
+
+    def _add_acl(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Add one entry (adding one that exists changes nothing)."""
+        entry = _acl_of(cmd)
+        version, entries = self.acls()
+        if entry in entries:
+            return {"added": False, **asdict(entry)}
+        if len(entries) >= MAX_ACLS:
+            raise InvalidArgument(f"at most {MAX_ACLS} ACL entries")
+        self._put_acls(ctx, version + 1, [*entries, entry])
+        return {"added": True, **asdict(entry)}
+
+    def _remove_acl(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        entry = _acl_of(cmd)
+        version, entries = self.acls()
+        if entry not in entries:
+            raise InvalidArgument(f"no ACL entry '{entry.describe()}'")
+        self._put_acls(ctx, version + 1, [e for e in entries if e != entry])
+        return asdict(entry)
+
+    def _put_acls(self, ctx: Any, version: int, entries: list[Acl]) -> None:
+        txn, staged = ctx
+        record = {"version": version, "entries": [asdict(e) for e in sorted(entries)]}
+        txn.put(b"acls", _dump(record), db=self._meta_db)
+        staged.append(lambda: setattr(self, "_acls", record))
 
     # -- helpers ---------------------------------------------------------------------------
 

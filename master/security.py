@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import asdict
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from lib.auth import (
     verify_api_key,
     verify_password,
 )
+from lib.auth.acl import Authorizer, from_pb, to_pb
 from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, Unavailable
 from lib.logs import event
 from lib.proto import security_pb2 as spb
@@ -71,6 +73,20 @@ def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir
         return
     event(log, "security.admin_created", user=ADMIN,
           password_file=str(path) if made else "given by admin_password_file")
+
+
+def acl_authorizer(state: MetaState) -> Callable[[], Authorizer]:
+    """The ACL decision over the replicated entries, rebuilt when their version changes (read
+    through ``state.principals`` each time: a snapshot install replaces that object)."""
+    authorizer = Authorizer()
+
+    def current() -> Authorizer:
+        principals = state.principals
+        if principals.acl_version != authorizer.version:
+            version, entries = principals.acls()
+            authorizer.replace(entries, version)
+        return authorizer
+    return current
 
 
 def bootstrapped(state: MetaState) -> bool:
@@ -228,6 +244,27 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
             self.write({"op": "retire_signing_key", "time_ms": now, "key_id": old,
                         "audit": self._audit(context, "retire_signing_key", old)})
         return spb.RotateSigningKeyResponse(key_id=key_id, retired=retired)
+
+    @guarded
+    def AddAcl(self, request, context):  # noqa: N802
+        entry = from_pb(request)
+        made = self.write({"op": "add_acl", "time_ms": wall_ms(), "acl": asdict(entry),
+                           "audit": self._audit(context, "add_acl", entry.describe())})
+        return spb.AclChange(entry=to_pb(entry), changed=made["added"],
+                             version=self.principals.acl_version)
+
+    @guarded
+    def RemoveAcl(self, request, context):  # noqa: N802
+        entry = from_pb(request)
+        self.write({"op": "remove_acl", "time_ms": wall_ms(), "acl": asdict(entry),
+                    "audit": self._audit(context, "remove_acl", entry.describe())})
+        return spb.AclChange(entry=to_pb(entry), changed=True,
+                             version=self.principals.acl_version)
+
+    @guarded
+    def ListAcls(self, request, context):  # noqa: N802
+        version, entries = self.principals.acls()
+        return spb.AclSet(version=version, entries=[to_pb(e) for e in entries])
 
     @staticmethod
     def _audit(context, action: str, target: str, details: str = "") -> dict[str, str]:

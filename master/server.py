@@ -40,7 +40,6 @@ from master.topic_ops import TopicOps
 
 log = logging.getLogger(__name__)
 KEY_SETTLE_HEARTBEATS = 3  # a new signing key signs after this many broker heartbeats
-BROKER_METHODS = ("/tubeq.master.Master/RegisterBroker", "/tubeq.master.Master/BrokerHeartbeat")
 SERVICES = ("tubeq.master.Master", "tubeq.admin.Admin", "tubeq.security.Security")
 
 
@@ -97,7 +96,7 @@ class Master:
             return ServerAuth(None)
         return ServerAuth(Authenticator(self.state.principals.keyring,
                                         self.config.resolved_cluster_secret),
-                          cluster_only=BROKER_METHODS)
+                          authorizer=security.acl_authorizer(self.state))
 
     @property
     def epoch(self) -> int:

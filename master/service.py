@@ -12,11 +12,13 @@ from typing import Any
 
 import grpc
 
-from lib.auth.server import CLUSTER, current_identity
+from lib.auth.acl import to_pb
+from lib.auth.server import CLUSTER, current_access
 from lib.errors import InvalidArgument, UnknownTopic
 from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
+from lib.proto import security_pb2 as spb
 from master import settings
 from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
@@ -52,7 +54,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.RegisterBrokerResponse(
             term=self.term, topics=topics, placements=placements,
             heartbeat_interval_ms=self.config.broker_heartbeat_interval_ms,
-            signing_keys=self._signing_keys())
+            signing_keys=self._signing_keys(), acls=self._acls(-1))
 
     @guarded
     def BrokerHeartbeat(self, request, context):  # noqa: N802
@@ -69,15 +71,24 @@ class MasterService(master_pb2_grpc.MasterServicer):
                    for t in self.state.tombstones()]
         return mpb.BrokerHeartbeatResponse(term=self.term, topics=topics,
                                            placements=placements, deleted=deleted,
-                                           signing_keys=self._signing_keys())
+                                           signing_keys=self._signing_keys(),
+                                           acls=self._acls(request.acl_version))
 
     def _signing_keys(self) -> list[mpb.SigningKey]:
         """The keyring, for a caller that presented the cluster credential only (with
         auth = "none" nobody is identified, and nobody gets keys)."""
-        if current_identity.get().kind != CLUSTER:
+        if current_access.get().identity.kind != CLUSTER:
             return []
         return [mpb.SigningKey(key_id=k, secret=v)
                 for k, v in self.state.principals.keyring().items()]
+
+    def _acls(self, held: int) -> spb.AclSet | None:
+        """The ACLs, to the cluster identity only, when the version the broker holds differs."""
+        principals = self.state.principals
+        if current_access.get().identity.kind != CLUSTER or held == principals.acl_version:
+            return None
+        version, entries = principals.acls()
+        return spb.AclSet(version=version, entries=[to_pb(e) for e in entries])
 
     def _record_committed(self, pairs) -> None:
         """Record the topics that groups committed offsets of on a broker, so describe_group

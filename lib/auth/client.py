@@ -22,15 +22,10 @@ from pathlib import Path
 
 import grpc
 
+from lib.auth.rules import PUBLIC_METHODS
 from lib.errors import InvalidArgument
 
 AUTH_HEADER = "authorization"
-PUBLIC_METHODS = frozenset({  # need no token: a client never logs in just to call them
-    "/tubeq.security.Security/Login",
-    "/tubeq.admin.Admin/MasterStatus",
-    "/grpc.health.v1.Health/Check",
-    "/grpc.health.v1.Health/Watch",
-})
 CREDENTIALS_FILE_ENV = "TUBEQ_CREDENTIALS_FILE"
 CLUSTER_UP_MARK = "# written by tubeq cluster up"  # such a file it may replace; no other
 CREDENTIAL_KEYS = ("user", "password", "api_key", "token")

@@ -5,8 +5,10 @@ Every call but the public ones (a login, health checks, master status) must carr
 <secret>`` (a broker or master: the cluster secret that ``cluster up`` makes, which no client
 holds). The interceptor checks it before the handler runs, with no call to anything (tokens
 are verified against the keyring held in memory), and refuses the call with UNAUTHENTICATED
-naming what is wrong; a handler finds the caller in :data:`current_identity`. Methods only
-brokers may call refuse every client identity with PERMISSION_DENIED.
+naming what is wrong. Then it takes the ACL decision the method's rule asks for
+(lib/auth/rules.py) on the decoded request, and refuses with PERMISSION_DENIED naming the
+principal, the operation and the resource; methods only brokers may call refuse every client
+identity. A handler finds the caller and its rights in :data:`current_access`.
 
 With ``auth = "none"`` (an explicit setting, logged loudly at start) every call passes, as
 ``anonymous``.
@@ -17,13 +19,15 @@ import hmac
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import grpc
 
-from lib.auth.client import AUTH_HEADER, PUBLIC_METHODS
+from lib.auth.acl import Authorizer
+from lib.auth.client import AUTH_HEADER
+from lib.auth.rules import RULES, Rule
 from lib.auth.tokens import verify
 from lib.errors import PermissionDenied, TubeqError, Unauthenticated, Unavailable
 from lib.wire_errors import abort_with, wire_form
@@ -44,7 +48,42 @@ class Identity:
 
 ANONYMOUS = Identity("anonymous", (), "anonymous")
 CLUSTER_IDENTITY = Identity(CLUSTER, (), CLUSTER)
-current_identity: ContextVar[Identity] = ContextVar("tubeq_identity", default=ANONYMOUS)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who is calling and the ACLs that decide for them (None: auth = "none", all passes)."""
+
+    identity: Identity
+    authorizer: Authorizer | None = None
+
+    def allowed(self, operation: str, resource: str, name: str) -> bool:
+        if self.authorizer is None:
+            return True
+        i = self.identity
+        return self.authorizer.allowed(i.principal, i.roles, i.kind, operation, resource, name)
+
+    def check(self, operation: str, resource: str, name: str) -> None:
+        """PermissionDenied naming who, what and which resource, unless allowed."""
+        if not self.allowed(operation, resource, name):
+            target = "the cluster" if resource == "cluster" else f"{resource} {name[:256]!r}"
+            raise PermissionDenied(
+                f"{self.identity.principal} may not {operation} on {target} (no ACL allows "
+                "it, or one denies it: see tubeq acl list)", operation=operation,
+                resource=resource, name=name[:256])
+
+    def enforce(self, rule: Rule, request: object) -> None:
+        """The needs of a method's rule, on the names its request gives."""
+        if rule.own is not None and self.identity.kind in ("user", "apikey") \
+                and rule.own(request) == self.identity.principal:
+            return
+        for need in rule.needs:
+            for name in need.names(request):
+                self.check(need.operation, need.resource, name)
+
+
+OPEN = Access(ANONYMOUS)  # public methods, auth = "none"
+current_access: ContextVar[Access] = ContextVar("tubeq_access", default=OPEN)
 
 
 class KeyRing:
@@ -135,29 +174,43 @@ def cluster_header(secret: str) -> tuple[tuple[str, str], ...]:
 class _Gate:
     """Who may call what: the decision both interceptors (sync and asyncio servers) take."""
 
-    def __init__(self, authenticator: Authenticator | None, cluster_only: Iterable[str] = (),
-                 public: frozenset[str] = PUBLIC_METHODS) -> None:
+    def __init__(self, authenticator: Authenticator | None,
+                 authorizer: Callable[[], Authorizer] | None = None,
+                 rules: Mapping[str, Rule] = RULES) -> None:
         self.authenticator = authenticator  # None: auth = "none"
-        self.cluster_only = frozenset(cluster_only)
-        self.public = public
+        self.authorizer = authorizer or Authorizer
+        self.rules = rules
 
-    def decide(self, details: grpc.HandlerCallDetails) -> Identity | TubeqError | None:
-        """The caller's identity, the error refusing it, or None: no check (a public method,
-        or auth = "none"; the caller is anonymous)."""
+    def decide(self, details: grpc.HandlerCallDetails) -> tuple[Access, Rule] | TubeqError | None:
+        """The caller's access and the method's rule, the error refusing the call, or None:
+        no check (a public method, or auth = "none"; the caller is anonymous)."""
         method = details.method
-        if self.authenticator is None or method in self.public:
+        rule = self.rules.get(method)
+        if self.authenticator is None or (rule is not None and rule.kind == "public"):
             return None
         header = next((v for k, v in details.invocation_metadata or ()
                        if k == AUTH_HEADER), "")
         try:
+            if rule is None:
+                raise PermissionDenied(f"{method[:200]} has no access rule: refused")
             identity = self.authenticator.identify(header if isinstance(header, str) else "")
-            if method in self.cluster_only and identity.kind != CLUSTER:
+            if rule.kind == "cluster" and identity.kind != CLUSTER:
                 raise PermissionDenied(f"{method.rsplit('/', 1)[-1]} is for brokers and masters "
                                        "only")
         except TubeqError as err:
             log.info("auth.refused", extra={"fields": {"method": method, "error": err.message}})
             return err
-        return identity
+        return Access(identity, self.authorizer()), rule
+
+
+def _enforced(access: Access, rule: Rule, request: object, method: str) -> None:
+    """The rule's ACL check on a decoded request (PermissionDenied, logged)."""
+    try:
+        access.enforce(rule, request)
+    except PermissionDenied as err:
+        log.info("auth.denied", extra={"fields": {
+            "method": method, "principal": access.identity.principal, "error": err.message}})
+        raise
 
 
 class ServerAuth(grpc.ServerInterceptor, _Gate):
@@ -170,13 +223,14 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
         decision = self.decide(handler_call_details)
         if isinstance(decision, TubeqError):
             return _rebuilt(handler, lambda _behaviour: _refusing(decision))
+        access, rule = (OPEN, None) if decision is None else decision
         return _rebuilt(handler, lambda behaviour: _serving_as(
-            behaviour, ANONYMOUS if decision is None else decision))
+            behaviour, access, rule, handler_call_details.method))
 
 
 class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
     """The interceptor of an asyncio gRPC server (the broker). Each call runs in its own task,
-    so the identity set at its start stays with that call."""
+    so the access set at its start stays with that call."""
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -187,7 +241,9 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
             return handler
         if isinstance(decision, TubeqError):
             return _rebuilt(handler, lambda _behaviour: _refusing_async(decision))
-        return _rebuilt(handler, lambda behaviour: _serving_as_async(behaviour, decision))
+        access, rule = decision
+        return _rebuilt(handler, lambda behaviour: _serving_as_async(
+            behaviour, access, rule, handler_call_details.method))
 
 
 _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler),
@@ -205,9 +261,14 @@ def _rebuilt(handler, wrap):
     return handler
 
 
-def _serving_as(behaviour, identity: Identity):
+def _serving_as(behaviour, access: Access, rule: Rule | None, method: str):
     def run(request, context):
-        current_identity.set(identity)  # a sync server runs each call on one pool thread
+        current_access.set(access)  # a sync server runs each call on one pool thread
+        if rule is not None and rule.needs:
+            try:
+                _enforced(access, rule, request, method)
+            except PermissionDenied as err:
+                abort_with(context, err)
         return behaviour(request, context)
     return run
 
@@ -218,23 +279,32 @@ def _refusing(err: TubeqError):
     return run
 
 
-def _serving_as_async(behaviour, identity: Identity):
+def _serving_as_async(behaviour, access: Access, rule: Rule, method: str):
     if inspect.isasyncgenfunction(behaviour):
         async def stream(request, context):
-            current_identity.set(identity)
+            current_access.set(access)  # streams are IN_HANDLER: the handler checks
             async for response in behaviour(request, context):
                 yield response
         return stream
 
     async def run(request, context):
-        current_identity.set(identity)
+        current_access.set(access)
+        if rule.needs:
+            try:
+                _enforced(access, rule, request, method)
+            except PermissionDenied as err:
+                await _abort_async(context, err)
         return await behaviour(request, context)
     return run
 
 
 def _refusing_async(err: TubeqError):
     async def run(request, context):
-        trailers, status, message = wire_form(err)
-        context.set_trailing_metadata(trailers)
-        await context.abort(status, message)
+        await _abort_async(context, err)
     return run
+
+
+async def _abort_async(context, err: TubeqError) -> None:
+    trailers, status, message = wire_form(err)
+    context.set_trailing_metadata(trailers)
+    await context.abort(status, message)

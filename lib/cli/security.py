@@ -1,4 +1,5 @@
-"""``tubeq user|apikey|signing-key ...``: users, API keys and token signing keys.
+"""``tubeq user|apikey|acl|rotate-signing-key ...``: users, API keys, ACLs and token signing
+keys.
 
 Passwords are read from a prompt (hidden, typed twice) or from ``--password-stdin`` for
 scripts, never from a command-line argument, which ``ps`` and shell history would show.
@@ -9,6 +10,7 @@ import sys
 
 import click
 
+from lib.auth.acl import OPERATIONS, RESOURCES, Acl
 from lib.cli.common import admin, emit, print_rows
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -128,6 +130,70 @@ def rotate_signing_key(ctx) -> None:
     click.echo(f"signing key {key_id} is in use; retired: {', '.join(retired) or 'none'}")
 
 
+@click.group()
+def acl() -> None:
+    """Add, list and remove ACL entries (deny by default; deny wins)."""
+
+
+def _acl_args(fn):
+    """PRINCIPAL OPERATION RESOURCE [NAME] [--prefix] [--deny]: "user:alice produce topic
+    orders" reads as the entry it makes."""
+    for decorator in reversed((
+            click.argument("principal"),
+            click.argument("operation", type=click.Choice(OPERATIONS)),
+            click.argument("resource", type=click.Choice(RESOURCES)),
+            click.argument("name", required=False, default=""),
+            click.option("--prefix", is_flag=True,
+                         help="NAME is a prefix: every topic or group whose name starts with "
+                              "it (an empty prefix: all of them)."),
+            click.option("--deny", is_flag=True, help="A deny entry (deny wins over allow)."))):
+        fn = decorator(fn)
+    return fn
+
+
+def _acl_fields(principal, operation, resource, name, prefix, deny) -> dict:
+    if resource == "cluster":
+        name = name or "cluster"
+    elif not name and not prefix:
+        raise click.UsageError(f"name the {resource} (or give --prefix with a prefix, possibly "
+                               "empty)")
+    return {"principal": principal, "operation": operation, "resource": resource, "name": name,
+            "effect": "deny" if deny else "allow", "pattern": "prefix" if prefix else "literal"}
+
+
+@acl.command("add")
+@_acl_args
+@click.pass_context
+def acl_add(ctx, principal, operation, resource, name, prefix, deny) -> None:
+    """Add an entry, e.g. ``tubeq acl add user:alice produce topic orders`` or
+    ``tubeq acl add role:etl consume topic raw- --prefix``."""
+    fields = _acl_fields(principal, operation, resource, name, prefix, deny)
+    added = admin(ctx).add_acl(**fields)
+    entry = Acl(**fields).describe()
+    click.echo(f"added: {entry}" if added else f"already there: {entry}")
+
+
+@acl.command("remove")
+@_acl_args
+@click.pass_context
+def acl_remove(ctx, principal, operation, resource, name, prefix, deny) -> None:
+    """Remove the entry with exactly these fields."""
+    fields = _acl_fields(principal, operation, resource, name, prefix, deny)
+    admin(ctx).remove_acl(**fields)
+    click.echo(f"removed: {Acl(**fields).describe()}")
+
+
+@acl.command("list")
+@json_option
+@click.pass_context
+def acl_list(ctx, as_json) -> None:
+    """Every ACL entry."""
+    emit(admin(ctx).list_acls(), as_json, lambda entries: print_rows(
+        [{"effect": e.effect, "principal": e.principal, "operation": e.operation,
+          "resource": e.resource, "name": e.name + ("*" if e.pattern == "prefix" else "")}
+         for e in entries], ["effect", "principal", "operation", "resource", "name"]))
+
+
 def register(main: click.Group) -> None:
-    for cmd in (user, apikey, rotate_signing_key):
+    for cmd in (user, apikey, acl, rotate_signing_key):
         main.add_command(cmd)

@@ -1,3 +1,4 @@
+from lib.proto import security_pb2 as _security_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -43,7 +44,7 @@ class PartitionPlacement(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys")
+    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys", "acls")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,12 +57,14 @@ class RegisterBrokerResponse(_message.Message):
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     term: int
     topics: _containers.MessageMap[str, TopicSettings]
     placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
     heartbeat_interval_ms: int
     signing_keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
-    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ...) -> None: ...
+    acls: _security_pb2.AclSet
+    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ...) -> None: ...
 
 class SigningKey(_message.Message):
     __slots__ = ("key_id", "secret")
@@ -102,16 +105,18 @@ class DiskStatus(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats", "disk", "committed")
+    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
     disk: DiskStatus
     committed: _containers.RepeatedCompositeFieldContainer[GroupTopic]
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ...) -> None: ...
+    acl_version: int
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ...) -> None: ...
 
 class GroupTopic(_message.Message):
     __slots__ = ("group", "topic")
@@ -122,7 +127,7 @@ class GroupTopic(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
-    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys")
+    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys", "acls")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,13 +141,15 @@ class BrokerHeartbeatResponse(_message.Message):
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
     SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     term: int
     reregister: bool
     topics: _containers.MessageMap[str, TopicSettings]
     placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
     deleted: _containers.RepeatedCompositeFieldContainer[DeletedTopic]
     signing_keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
-    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ...) -> None: ...
+    acls: _security_pb2.AclSet
+    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ...) -> None: ...
 
 class DeletedTopic(_message.Message):
     __slots__ = ("topic", "topic_id")

@@ -141,3 +141,41 @@ class RotateSigningKeyResponse(_message.Message):
     key_id: str
     retired: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, key_id: _Optional[str] = ..., retired: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AclEntry(_message.Message):
+    __slots__ = ("principal", "resource", "name", "operation", "effect", "pattern")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    resource: str
+    name: str
+    operation: str
+    effect: str
+    pattern: str
+    def __init__(self, principal: _Optional[str] = ..., resource: _Optional[str] = ..., name: _Optional[str] = ..., operation: _Optional[str] = ..., effect: _Optional[str] = ..., pattern: _Optional[str] = ...) -> None: ...
+
+class AclChange(_message.Message):
+    __slots__ = ("entry", "changed", "version")
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    entry: AclEntry
+    changed: bool
+    version: int
+    def __init__(self, entry: _Optional[_Union[AclEntry, _Mapping]] = ..., changed: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AclSet(_message.Message):
+    __slots__ = ("version", "entries")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    entries: _containers.RepeatedCompositeFieldContainer[AclEntry]
+    def __init__(self, version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...

@@ -84,6 +84,21 @@ class SecurityStub:
                 request_serializer=lib_dot_proto_dot_security__pb2.RotateSigningKeyRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_security__pb2.RotateSigningKeyResponse.FromString,
                 _registered_method=True)
+        self.AddAcl = channel.unary_unary(
+                '/tubeq.security.Security/AddAcl',
+                request_serializer=lib_dot_proto_dot_security__pb2.AclEntry.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.AclChange.FromString,
+                _registered_method=True)
+        self.RemoveAcl = channel.unary_unary(
+                '/tubeq.security.Security/RemoveAcl',
+                request_serializer=lib_dot_proto_dot_security__pb2.AclEntry.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.AclChange.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/tubeq.security.Security/ListAcls',
+                request_serializer=lib_dot_proto_dot_security__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.AclSet.FromString,
+                _registered_method=True)
 
 
 class SecurityServicer:
@@ -149,6 +164,24 @@ class SecurityServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SecurityServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +234,21 @@ def add_SecurityServicer_to_server(servicer, server):
                     servicer.RotateSigningKey,
                     request_deserializer=lib_dot_proto_dot_security__pb2.RotateSigningKeyRequest.FromString,
                     response_serializer=lib_dot_proto_dot_security__pb2.RotateSigningKeyResponse.SerializeToString,
+            ),
+            'AddAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddAcl,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.AclEntry.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.AclChange.SerializeToString,
+            ),
+            'RemoveAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveAcl,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.AclEntry.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.AclChange.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.ListAclsRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.AclSet.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +521,87 @@ class Security:
             '/tubeq.security.Security/RotateSigningKey',
             lib_dot_proto_dot_security__pb2.RotateSigningKeyRequest.SerializeToString,
             lib_dot_proto_dot_security__pb2.RotateSigningKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/AddAcl',
+            lib_dot_proto_dot_security__pb2.AclEntry.SerializeToString,
+            lib_dot_proto_dot_security__pb2.AclChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/RemoveAcl',
+            lib_dot_proto_dot_security__pb2.AclEntry.SerializeToString,
+            lib_dot_proto_dot_security__pb2.AclChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/ListAcls',
+            lib_dot_proto_dot_security__pb2.ListAclsRequest.SerializeToString,
+            lib_dot_proto_dot_security__pb2.AclSet.FromString,
             options,
             channel_credentials,
             insecure,

@@ -167,7 +167,7 @@ def test_bench_latency_and_bulk_produce_report_figures_for_people_and_scripts(cl
     assert "{" not in text  # not a Python dict
 
 
-def test_users_and_api_keys_with_the_cli(local_cluster):
+def test_users_api_keys_and_acls_with_the_cli(local_cluster):
     _, info = local_cluster
     masters = info["masters"]
     added = tubeq(masters, "user", "add", "ops", "--role", "viewer", "--password-stdin",
@@ -188,6 +188,20 @@ def test_users_and_api_keys_with_the_cli(local_cluster):
     assert [(k["key_id"], k["principal"]) for k in keys] == [(key_id, "etl")]
     assert b"tqk_" not in tubeq(masters, "apikey", "list").stdout
     assert tubeq(masters, "apikey", "revoke", key_id).returncode == 0
+
+    grant = ("user:etl", "produce", "topic", "loads-", "--prefix")
+    assert b"added: allow user:etl produce on topic loads-*" in tubeq(
+        masters, "acl", "add", *grant).stdout
+    assert b"already there" in tubeq(masters, "acl", "add", *grant).stdout
+    assert json.loads(tubeq(masters, "acl", "list", "--json").stdout) == [
+        {"principal": "user:etl", "resource": "topic", "name": "loads-",
+         "operation": "produce", "effect": "allow", "pattern": "prefix"}]
+    assert tubeq(masters, "acl", "list").stdout.split()[5:] == [
+        b"allow", b"user:etl", b"produce", b"topic", b"loads-*"]
+    unnamed = tubeq(masters, "acl", "add", "user:etl", "produce", "topic")
+    assert unnamed.returncode == 2 and b"name the topic" in unnamed.stderr
+    assert tubeq(masters, "acl", "remove", *grant).returncode == 0
+    assert json.loads(tubeq(masters, "acl", "list", "--json").stdout) == []
     assert tubeq(masters, "user", "delete", "ops").returncode == 0
     gone = tubeq(masters, "user", "passwd", "ops", "--password-stdin",
                  stdin=b"another long password\n")

@@ -135,6 +135,8 @@ def test_every_admin_change_is_audited_with_principal_and_peer(m):
     with AdminClient(m.proc.address) as admin:
         admin.add_user("alice", "alice-password-1")
         admin.add_user("bob", "bob-password-12")
+        admin.add_acl("user:alice", "create", "topic", "t")
+        admin.add_acl("user:bob", "alter", "topic", "t")
     with AdminClient(m.proc.address, credentials=Credentials("alice", "alice-password-1")) as a:
         a.create_topic("t")
     with AdminClient(m.proc.address, credentials=Credentials("bob", "bob-password-12")) as b:

@@ -127,3 +127,27 @@ def test_a_snapshot_restore_brings_the_principals_along(tmp_path):
     assert b.principals.users() == {}
     a.close()
     b.close()
+
+
+def test_acls_are_added_once_removed_versioned_and_survive_a_reopen(tmp_path):
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    alice = {"principal": "user:alice", "resource": "topic", "name": "orders",
+             "operation": "produce"}
+    etl = {"principal": "role:etl", "resource": "topic", "name": "raw-", "operation": "consume",
+           "pattern": "prefix", "effect": "allow"}
+    assert s.apply({"op": "add_acl", "time_ms": 1, "acl": alice})["added"]
+    assert not s.apply({"op": "add_acl", "time_ms": 2, "acl": alice})["added"]  # no change
+    s.apply({"op": "add_acl", "time_ms": 3, "acl": etl})
+    assert s.principals.acls()[0] == 2
+    s.close()
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    version, entries = s.principals.acls()
+    assert version == 2 and {e.principal for e in entries} == {"user:alice", "role:etl"}
+    s.apply({"op": "remove_acl", "time_ms": 4, "acl": alice})
+    with pytest.raises(InvalidArgument, match="no ACL entry 'allow user:alice produce on topic "
+                                              "orders'"):
+        s.apply({"op": "remove_acl", "time_ms": 5, "acl": alice})
+    with pytest.raises(InvalidArgument, match="operation must be one of"):
+        s.apply({"op": "add_acl", "time_ms": 6, "acl": {**alice, "operation": "write"}})
+    assert s.principals.acls()[0] == 3 and len(s.principals.acls()[1]) == 1
+    s.close()

@@ -1,0 +1,82 @@
+"""The ACL decision (lib/auth/acl.py): deny by default, deny wins, prefixes, roles, implied
+describe, the superuser role and the cluster identity, and the cache dropped on replace."""
+from __future__ import annotations
+
+import pytest
+
+from lib.auth.acl import Acl, Authorizer
+from lib.auth.server import Access, Identity
+from lib.errors import InvalidArgument, InvalidName, PermissionDenied
+
+
+def may(auth: Authorizer, principal: str, operation: str, resource: str, name: str,
+        roles: tuple[str, ...] = (), kind: str = "user") -> bool:
+    return auth.allowed(principal, roles, kind, operation, resource, name)
+
+
+def test_nothing_is_allowed_without_an_entry_but_to_admins_and_the_cluster():
+    auth = Authorizer()
+    assert not may(auth, "alice", "produce", "topic", "orders")
+    assert not may(auth, "alice", "describe", "cluster", "cluster")
+    assert may(auth, "root", "delete", "topic", "orders", roles=("admin",))
+    assert may(auth, "cluster", "produce", "topic", "orders", kind="cluster")
+    with pytest.raises(PermissionDenied, match="alice may not produce on topic 'orders'"):
+        Access(Identity("alice", (), "user"), auth).check("produce", "topic", "orders")
+
+
+def test_literal_prefix_role_and_anyone_entries_match_only_what_they_name():
+    auth = Authorizer([Acl("user:alice", "topic", "orders", "produce"),
+                       Acl("role:etl", "topic", "raw-", "consume", pattern="prefix"),
+                       Acl("*", "group", "public", "consume")])
+    assert may(auth, "alice", "produce", "topic", "orders")
+    assert not may(auth, "alice", "produce", "topic", "orders2")
+    assert not may(auth, "alice", "consume", "topic", "orders")
+    assert not may(auth, "bob", "produce", "topic", "orders")
+    assert may(auth, "bob", "consume", "topic", "raw-clicks", roles=("etl",))
+    assert not may(auth, "bob", "consume", "topic", "raw-clicks")
+    assert not may(auth, "bob", "consume", "topic", "clicks-raw", roles=("etl",))
+    assert may(auth, "anyone", "consume", "group", "public")
+    assert not may(auth, "anyone", "consume", "topic", "public")  # another resource type
+
+
+def test_deny_wins_over_any_allow_whatever_the_order():
+    entries = [Acl("*", "topic", "", "all", pattern="prefix"),
+               Acl("user:mallory", "topic", "pay", "consume", effect="deny", pattern="prefix")]
+    for ordered in (entries, entries[::-1]):
+        auth = Authorizer(ordered)
+        assert may(auth, "alice", "consume", "topic", "payments")
+        assert not may(auth, "mallory", "consume", "topic", "payments")
+        assert may(auth, "mallory", "produce", "topic", "payments")
+        assert may(auth, "mallory", "consume", "topic", "orders")
+
+
+def test_every_operation_but_admin_grants_describe_and_all_grants_everything():
+    auth = Authorizer([Acl("user:p", "topic", "t", "produce"),
+                       Acl("user:a", "cluster", "cluster", "admin"),
+                       Acl("user:x", "topic", "t", "all")])
+    assert may(auth, "p", "describe", "topic", "t")
+    assert not may(auth, "p", "delete", "topic", "t")
+    assert not may(auth, "a", "describe", "topic", "t")
+    assert may(auth, "a", "admin", "cluster", "cluster")
+    assert all(may(auth, "x", op, "topic", "t") for op in
+               ("produce", "consume", "describe", "create", "alter", "delete"))
+
+
+def test_replacing_the_entries_drops_cached_decisions():
+    auth = Authorizer([Acl("user:alice", "topic", "orders", "produce")], version=1)
+    assert may(auth, "alice", "produce", "topic", "orders")
+    auth.replace([Acl("user:alice", "topic", "orders", "produce", effect="deny")], version=2)
+    assert not may(auth, "alice", "produce", "topic", "orders") and auth.version == 2
+
+
+@pytest.mark.parametrize("fields, error, match", [
+    (("alice", "topic", "t", "produce"), InvalidArgument, "user:<name>, role:<name> or"),
+    (("user:alice", "queue", "t", "produce"), InvalidArgument, "resource must be one of"),
+    (("user:alice", "topic", "t", "write"), InvalidArgument, "operation must be one of"),
+    (("user:alice", "topic", "../t", "produce"), InvalidName, "invalid topic name"),
+    (("user:alice", "cluster", "other", "admin"), InvalidArgument, "resource 'cluster'"),
+    (("user:a/b", "topic", "t", "produce"), InvalidName, "invalid user name"),
+])
+def test_bad_entries_are_refused_naming_the_field(fields, error, match):
+    with pytest.raises(error, match=match):
+        Acl(*fields)
