@@ -51,6 +51,9 @@ class BrokerConfig:
     # Presented to the masters (else $TUBEQ_CLUSTER_SECRET), which need it with auth = "token";
     # the masters present it here for their own calls.
     cluster_secret: str = field(default="", repr=False)
+    # Refused calls go to the masters' audit log with heartbeats, summarised (as on masters).
+    audit_refusal_window_s: float = 60.0
+    audit_refusal_kinds: int = 20
     sink_staging_bytes: int = 512 * MiB  # exactly-once sinks: staged, uncommitted batches
     sink_staging_ttl_s: float = 900.0  # staging nobody committed or aborted is dropped after
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -76,6 +79,10 @@ class BrokerConfig:
         require(self.grpc_workers >= 4, "BrokerConfig.grpc_workers must be >= 4")
         require(self.stop_grace_s >= 0, "BrokerConfig.stop_grace_s must be >= 0")
         require(self.register_timeout_s > 0, "BrokerConfig.register_timeout_s must be > 0")
+        require(0.1 <= self.audit_refusal_window_s <= 86400,
+                "BrokerConfig.audit_refusal_window_s must be in [0.1, 86400]")
+        require(1 <= self.audit_refusal_kinds <= 1000,
+                "BrokerConfig.audit_refusal_kinds must be in [1, 1000]")
         require(self.sink_staging_bytes > 0, "BrokerConfig.sink_staging_bytes must be > 0")
         require(self.sink_staging_ttl_s > 0, "BrokerConfig.sink_staging_ttl_s must be > 0")
         problem = auth_setting_problem("BrokerConfig", self.auth, self.resolved_cluster_secret)

@@ -18,6 +18,7 @@ from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager, TopicSpec
 from lib.auth.acl import Authorizer, from_pb
+from lib.auth.refusals import RefusalLog
 from lib.auth.server import KeyRing, cluster_header
 from lib.errors import TubeqError
 from lib.logs import event
@@ -42,7 +43,8 @@ class MasterLink:
                  metrics: BrokerMetrics, term: TermWatermark, attempt_timeout: float = 1.0,
                  on_deleted: Callable[[str], None] | None = None,
                  offsets: OffsetsPlane | None = None, cluster_secret: str = "",
-                 keyring: KeyRing | None = None, acls: Authorizer | None = None) -> None:
+                 keyring: KeyRing | None = None, acls: Authorizer | None = None,
+                 refusals: RefusalLog | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -54,6 +56,7 @@ class MasterLink:
         self._metadata = cluster_header(cluster_secret)  # who we are to the masters
         self.keyring = keyring  # the token signing keys, from every response
         self.acls = acls  # the ACL entries, from responses when their version changed
+        self.refusals = refusals  # refused calls, summarised, for the masters' audit log
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
@@ -108,7 +111,10 @@ class MasterLink:
         req = mpb.BrokerHeartbeatRequest(
             broker_id=self.broker_id, stats=self.stats(), disk=self.disk(),
             committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs],
-            acl_version=self.acls.version if self.acls is not None else -1)
+            acl_version=self.acls.version if self.acls is not None else -1,
+            refusals=[mpb.Refusal(principal=r.principal, method=r.method, reason=r.reason,
+                                  peer=r.peer, count=r.count, first_ms=r.first_ms)
+                      for r in (self.refusals.drain() if self.refusals is not None else ())])
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "BrokerHeartbeat", req,
                                    metadata=self._metadata)

@@ -42,6 +42,7 @@ from broker.sinks import SinkPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.auth.acl import Authorizer
+from lib.auth.refusals import RefusalLog
 from lib.auth.server import AioServerAuth, Authenticator, KeyRing, announce_auth_off
 from lib.errors import ConfigError
 from lib.logs import event
@@ -63,6 +64,7 @@ class Broker:
         self.term = TermWatermark()
         self.keyring = KeyRing()  # filled by the master link
         self.acls = Authorizer(version=-1)  # replaced by the master link: none until then
+        self.refusals = RefusalLog(config.audit_refusal_window_s, config.audit_refusal_kinds)
         self.topics = TopicManager(data_dir, config.store)
         self.offset_store = OffsetStore(data_dir / "offsets")
         self.dedup = Dedup()
@@ -103,7 +105,8 @@ class Broker:
                                    cfg.register_timeout_s, on_deleted=self._forget_topic,
                                    offsets=self.offsets,
                                    cluster_secret=cfg.resolved_cluster_secret,
-                                   keyring=self.keyring, acls=self.acls)
+                                   keyring=self.keyring, acls=self.acls,
+                                   refusals=self.refusals)
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
@@ -136,7 +139,7 @@ class Broker:
             return []
         return [AioServerAuth(Authenticator(self.keyring.get,
                                             self.config.resolved_cluster_secret),
-                              authorizer=lambda: self.acls)]
+                              authorizer=lambda: self.acls, refusals=self.refusals)]
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""

@@ -59,6 +59,11 @@ class MasterConfig:
     failover_grace_ms: int = 5000  # a new leader lets brokers and members re-register first
     # -- Permissions (master/security.py) --
     token_ttl_s: int = 3600  # lifetime of a login's token; clients renew before it ends
+    # Refused calls and failed logins reach the audit log summarised, one entry per kind and
+    # source per window, at most audit_refusal_kinds (+1 for the rest) per window.
+    audit_refusal_window_s: float = 60.0
+    audit_refusal_kinds: int = 20
+    login_backoff_after: int = 5  # failed logins in a row from one host before it must wait
     # "token": every call but a login must carry a token (lib/auth/server.py); "none" lets
     # anyone who reaches the port do anything (logged loudly at start).
     auth: str = "token"
@@ -88,6 +93,12 @@ class MasterConfig:
                 "group_session_timeout_ms <= group_max_session_timeout_ms")
         problem = auth_setting_problem("MasterConfig", self.auth, self.resolved_cluster_secret)
         require(not problem, problem)
+        require(0.1 <= self.audit_refusal_window_s <= 86400,
+                "MasterConfig.audit_refusal_window_s must be in [0.1, 86400]")
+        require(1 <= self.audit_refusal_kinds <= 1000,
+                "MasterConfig.audit_refusal_kinds must be in [1, 1000]")
+        require(1 <= self.login_backoff_after <= 1000,
+                "MasterConfig.login_backoff_after must be in [1, 1000]")
         require(60 <= self.token_ttl_s <= 7 * 86400,
                 "MasterConfig.token_ttl_s must be in [60, 604800] (1 min to 7 days)")
         require(self.group_reaper_interval_ms > 0,

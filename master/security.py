@@ -11,7 +11,9 @@ password exists anywhere), and a cluster without a signing key gets its first on
 """
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict
@@ -31,6 +33,7 @@ from lib.auth import (
     verify_password,
 )
 from lib.auth.acl import Authorizer, from_pb, to_pb
+from lib.auth.refusals import LoginBackoff, RefusalLog
 from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, Unavailable
 from lib.logs import event
 from lib.proto import security_pb2 as spb
@@ -89,6 +92,16 @@ def acl_authorizer(state: MetaState) -> Callable[[], Authorizer]:
     return current
 
 
+def refusal_audit(refusal: Any, server: str) -> dict[str, Any]:
+    """The audit command for one summary of refused calls (a lib.auth.refusals.Refusal, or the
+    Refusal message a broker sends with its heartbeat)."""
+    details = json.dumps({"reason": refusal.reason, "count": refusal.count,
+                          "first_ms": refusal.first_ms, "server": server})
+    return {"op": "audit", "time_ms": wall_ms(), "audit": {
+        "principal": refusal.principal or "-", "peer": refusal.peer, "action": "refused",
+        "target": refusal.method, "details": details}}
+
+
 def bootstrapped(state: MetaState) -> bool:
     """Whether the cluster has its first user and signing key (logins can succeed)."""
     return bool(state.principals.users()) and state.principals.signer() is not None
@@ -124,8 +137,11 @@ def _key_info(key_id: str, record: dict[str, Any]) -> spb.ApiKeyInfo:
 class SecurityService(security_pb2_grpc.SecurityServicer):
     def __init__(self, state: MetaState, leadership: Leadership,
                  write: Callable[[dict[str, Any]], Any], token_ttl_s: float,
-                 key_settle_ms: int = 0) -> None:
+                 key_settle_ms: int = 0, refusals: RefusalLog | None = None,
+                 backoff: LoginBackoff | None = None) -> None:
         self.state, self.leadership, self.write = state, leadership, write
+        self.refusals = refusals or RefusalLog()
+        self.backoff = backoff or LoginBackoff()
         self.token_ttl_s = token_ttl_s
         self.key_settle_ms = key_settle_ms  # a new key signs once brokers have it
 
@@ -135,18 +151,41 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
 
     @guarded
     def Login(self, request, context):  # noqa: N802
+        """Failures count against the caller's host (:class:`LoginBackoff`) and reach the
+        audit log summarised; a success is audited as it happens."""
         if not bootstrapped(self.state):
             raise Unavailable("the cluster is being set up (its first admin and signing key "
                               "are not made yet): retry in a moment")
+        peer = context.peer() or ""
+        claimed = "" if request.api_key else request.user[:64]
+        try:
+            wait = self.backoff.wait_s(peer)
+            if wait > 0:
+                raise Unauthenticated(f"too many failed logins from this address: try again "
+                                      f"in {math.ceil(wait)} s")
+            try:
+                name, kind, user, signer = self._checked_login(request)
+            except Unauthenticated:
+                self.backoff.failed(peer)
+                raise
+        except Unauthenticated as err:
+            self.refusals.record(claimed, "Login", err.message, peer)
+            raise
+        self.backoff.succeeded(peer)
+        self.write({"op": "audit", "time_ms": wall_ms(),
+                    "audit": self._audit(context, "login", name, kind, principal=name)})
+        token, claims = issue(name, tuple(user["roles"]), kind, signer[0], signer[1],
+                              self.token_ttl_s)
+        return spb.LoginResponse(token=token, expires_ms=claims.expires_ms, principal=name,
+                                 roles=user["roles"])
+
+    def _checked_login(self, request) -> tuple[str, str, dict[str, Any], tuple[str, bytes]]:
         name, kind = self._authenticate(request)
         user = self.principals.user(name)
         signer = self.principals.signer(wall_ms(), self.key_settle_ms)
         if user is None or signer is None:
             raise Unauthenticated(WRONG)
-        token, claims = issue(name, tuple(user["roles"]), kind, signer[0], signer[1],
-                              self.token_ttl_s)
-        return spb.LoginResponse(token=token, expires_ms=claims.expires_ms, principal=name,
-                                 roles=user["roles"])
+        return name, kind, user, signer
 
     def _authenticate(self, request) -> tuple[str, str]:
         """(principal, token kind) of a password or API-key login."""
@@ -267,8 +306,12 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         return spb.AclSet(version=version, entries=[to_pb(e) for e in entries])
 
     @staticmethod
-    def _audit(context, action: str, target: str, details: str = "") -> dict[str, str]:
-        return {**caller(context), "action": action, "target": target, "details": details}
+    def _audit(context, action: str, target: str, details: str = "",
+               principal: str = "") -> dict[str, str]:
+        who = caller(context)
+        if principal:  # a login: the caller is whom it just proved to be
+            who["principal"] = principal
+        return {**who, "action": action, "target": target, "details": details}
 
 
 def add_to(server, service: SecurityService) -> None:

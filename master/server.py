@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from lib.auth.refusals import LoginBackoff, RefusalLog
 from lib.auth.server import Authenticator, ServerAuth, announce_auth_off
 from lib.errors import TubeqError
 from lib.logs import event
@@ -59,6 +60,7 @@ class Master:
                           c.group_max_session_timeout_ms),
             c.group_reaper_interval_ms, on_rebalance=self._rebalanced)
         self.leadership = Leadership(self.raft, self.state)
+        self.refusals = RefusalLog(c.audit_refusal_window_s, c.audit_refusal_kinds)
         # Read (and checked) at start, so that a bad file stops a new cluster at once.
         self._admin_password = (security.read_admin_password(c.admin_password_file)
                                 if c.admin_password_file and not self.state.principals.users()
@@ -80,7 +82,8 @@ class Master:
             self.state, self.registry, topic_ops, group_ops, self.leadership, self.status))
         security.add_to(self._server, security.SecurityService(
             self.state, self.leadership, self.write, c.token_ttl_s,
-            key_settle_ms=KEY_SETTLE_HEARTBEATS * c.broker_heartbeat_interval_ms))
+            key_settle_ms=KEY_SETTLE_HEARTBEATS * c.broker_heartbeat_interval_ms,
+            refusals=self.refusals, backoff=LoginBackoff(c.login_backoff_after)))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._gauges()
         self.address = ""
@@ -96,7 +99,8 @@ class Master:
             return ServerAuth(None)
         return ServerAuth(Authenticator(self.state.principals.keyring,
                                         self.config.resolved_cluster_secret),
-                          authorizer=security.acl_authorizer(self.state))
+                          authorizer=security.acl_authorizer(self.state),
+                          refusals=self.refusals)
 
     @property
     def epoch(self) -> int:
@@ -128,6 +132,20 @@ class Master:
                 event(log, "master.lead_failed", logging.WARNING, error=err.message)
             except Exception:  # the watcher must survive anything
                 log.exception("master.leadership_watch_failed")
+            self._audit_refusals()
+
+    def _audit_refusals(self) -> None:
+        """Write the summaries of a refusal window that ended (a standby's only go to its
+        log: it cannot write)."""
+        summaries = self.refusals.drain()
+        if not summaries or not self.leadership.is_leader():
+            return
+        try:
+            for refusal in summaries:
+                self.write(security.refusal_audit(refusal, f"master {self.address}"))
+        except TubeqError as err:
+            event(log, "master.audit_failed", logging.WARNING, error=err.message,
+                  lost=len(summaries))
 
     def _follow_raft(self) -> None:
         raft_leads, active = self.raft.is_leader(), self.leadership.epoch is not None

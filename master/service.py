@@ -19,7 +19,7 @@ from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
 from lib.proto import security_pb2 as spb
-from master import settings
+from master import security, settings
 from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
@@ -28,6 +28,7 @@ from master.routes import RouteBook
 from master.state import MetaState
 
 MAX_ROUTE_TOPICS = 10_000
+MAX_REFUSALS = 1001  # per heartbeat: a broker sends at most audit_refusal_kinds + 1
 
 
 class MasterService(master_pb2_grpc.MasterServicer):
@@ -66,6 +67,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         if not self.registry.heartbeat(request.broker_id, stats, disk):
             return mpb.BrokerHeartbeatResponse(term=self.term, reregister=True)
         self._record_committed(request.committed)
+        for refusal in request.refusals[:MAX_REFUSALS]:
+            self.write(security.refusal_audit(refusal, f"broker {request.broker_id}"))
         topics, placements = self._desired(request.broker_id)
         deleted = [mpb.DeletedTopic(topic=t["topic"], topic_id=t["topic_id"])
                    for t in self.state.tombstones()]

@@ -27,6 +27,7 @@ import grpc
 
 from lib.auth.acl import Authorizer
 from lib.auth.client import AUTH_HEADER
+from lib.auth.refusals import RefusalLog
 from lib.auth.rules import RULES, Rule
 from lib.auth.tokens import verify
 from lib.errors import PermissionDenied, TubeqError, Unauthenticated, Unavailable
@@ -176,20 +177,35 @@ class _Gate:
 
     def __init__(self, authenticator: Authenticator | None,
                  authorizer: Callable[[], Authorizer] | None = None,
-                 rules: Mapping[str, Rule] = RULES) -> None:
+                 rules: Mapping[str, Rule] = RULES, refusals: RefusalLog | None = None) -> None:
         self.authenticator = authenticator  # None: auth = "none"
         self.authorizer = authorizer or Authorizer
         self.rules = rules
+        self.refusals = refusals  # summarised into the audit log
 
-    def decide(self, details: grpc.HandlerCallDetails) -> tuple[Access, Rule] | TubeqError | None:
-        """The caller's access and the method's rule, the error refusing the call, or None:
-        no check (a public method, or auth = "none"; the caller is anonymous)."""
+    def refused(self, principal: str, method: str, err: TubeqError, context) -> None:
+        """Log a refusal and count it for the audit (an Unavailable is no refusal)."""
+        if not isinstance(err, Unauthenticated | PermissionDenied):
+            return
+        log.info("auth.refused", extra={"fields": {"method": method, "principal": principal,
+                                                   "error": err.message}})
+        if self.refusals is not None:
+            try:
+                peer = context.peer() or ""
+            except Exception:  # noqa: BLE001 - a peer is nice to have, never worth a failure
+                peer = ""
+            self.refusals.record(principal, method, err.message, peer)
+
+    def decide(self, details: grpc.HandlerCallDetails) -> tuple[Access, Rule] | _Refused | None:
+        """The caller's access and the method's rule, the refusal, or None: no check (a
+        public method, or auth = "none"; the caller is anonymous)."""
         method = details.method
         rule = self.rules.get(method)
         if self.authenticator is None or (rule is not None and rule.kind == "public"):
             return None
         header = next((v for k, v in details.invocation_metadata or ()
                        if k == AUTH_HEADER), "")
+        identity = None
         try:
             if rule is None:
                 raise PermissionDenied(f"{method[:200]} has no access rule: refused")
@@ -198,19 +214,14 @@ class _Gate:
                 raise PermissionDenied(f"{method.rsplit('/', 1)[-1]} is for brokers and masters "
                                        "only")
         except TubeqError as err:
-            log.info("auth.refused", extra={"fields": {"method": method, "error": err.message}})
-            return err
+            return _Refused(err, identity.principal if identity else "")
         return Access(identity, self.authorizer()), rule
 
 
-def _enforced(access: Access, rule: Rule, request: object, method: str) -> None:
-    """The rule's ACL check on a decoded request (PermissionDenied, logged)."""
-    try:
-        access.enforce(rule, request)
-    except PermissionDenied as err:
-        log.info("auth.denied", extra={"fields": {
-            "method": method, "principal": access.identity.principal, "error": err.message}})
-        raise
+@dataclass(frozen=True)
+class _Refused:
+    error: TubeqError
+    principal: str  # "" when nobody was identified
 
 
 class ServerAuth(grpc.ServerInterceptor, _Gate):
@@ -220,12 +231,31 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
+        method = handler_call_details.method
         decision = self.decide(handler_call_details)
-        if isinstance(decision, TubeqError):
-            return _rebuilt(handler, lambda _behaviour: _refusing(decision))
+        if isinstance(decision, _Refused):
+            return _rebuilt(handler, lambda _behaviour: self._refusing(decision, method))
         access, rule = (OPEN, None) if decision is None else decision
-        return _rebuilt(handler, lambda behaviour: _serving_as(
-            behaviour, access, rule, handler_call_details.method))
+        return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, access, rule,
+                                                                    method))
+
+    def _serving_as(self, behaviour, access: Access, rule: Rule | None, method: str):
+        def run(request, context):
+            current_access.set(access)  # a sync server runs each call on one pool thread
+            if rule is not None and rule.needs:
+                try:
+                    access.enforce(rule, request)
+                except PermissionDenied as err:
+                    self.refused(access.identity.principal, method, err, context)
+                    abort_with(context, err)
+            return behaviour(request, context)
+        return run
+
+    def _refusing(self, refusal: _Refused, method: str):
+        def run(request, context):
+            self.refused(refusal.principal, method, refusal.error, context)
+            abort_with(context, refusal.error)
+        return run
 
 
 class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
@@ -236,14 +266,40 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
+        method = handler_call_details.method
         decision = self.decide(handler_call_details)
         if decision is None:
             return handler
-        if isinstance(decision, TubeqError):
-            return _rebuilt(handler, lambda _behaviour: _refusing_async(decision))
+        if isinstance(decision, _Refused):
+            return _rebuilt(handler, lambda _behaviour: self._refusing(decision, method))
         access, rule = decision
-        return _rebuilt(handler, lambda behaviour: _serving_as_async(
-            behaviour, access, rule, handler_call_details.method))
+        return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, access, rule,
+                                                                    method))
+
+    def _serving_as(self, behaviour, access: Access, rule: Rule, method: str):
+        if inspect.isasyncgenfunction(behaviour):
+            async def stream(request, context):
+                current_access.set(access)  # streams are IN_HANDLER: the handler checks
+                async for response in behaviour(request, context):
+                    yield response
+            return stream
+
+        async def run(request, context):
+            current_access.set(access)
+            if rule.needs:
+                try:
+                    access.enforce(rule, request)
+                except PermissionDenied as err:
+                    self.refused(access.identity.principal, method, err, context)
+                    await _abort_async(context, err)
+            return await behaviour(request, context)
+        return run
+
+    def _refusing(self, refusal: _Refused, method: str):
+        async def run(request, context):
+            self.refused(refusal.principal, method, refusal.error, context)
+            await _abort_async(context, refusal.error)
+        return run
 
 
 _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler),
@@ -259,49 +315,6 @@ def _rebuilt(handler, wrap):
             return factory(wrap(behaviour), request_deserializer=handler.request_deserializer,
                            response_serializer=handler.response_serializer)
     return handler
-
-
-def _serving_as(behaviour, access: Access, rule: Rule | None, method: str):
-    def run(request, context):
-        current_access.set(access)  # a sync server runs each call on one pool thread
-        if rule is not None and rule.needs:
-            try:
-                _enforced(access, rule, request, method)
-            except PermissionDenied as err:
-                abort_with(context, err)
-        return behaviour(request, context)
-    return run
-
-
-def _refusing(err: TubeqError):
-    def run(request, context):
-        abort_with(context, err)
-    return run
-
-
-def _serving_as_async(behaviour, access: Access, rule: Rule, method: str):
-    if inspect.isasyncgenfunction(behaviour):
-        async def stream(request, context):
-            current_access.set(access)  # streams are IN_HANDLER: the handler checks
-            async for response in behaviour(request, context):
-                yield response
-        return stream
-
-    async def run(request, context):
-        current_access.set(access)
-        if rule.needs:
-            try:
-                _enforced(access, rule, request, method)
-            except PermissionDenied as err:
-                await _abort_async(context, err)
-        return await behaviour(request, context)
-    return run
-
-
-def _refusing_async(err: TubeqError):
-    async def run(request, context):
-        await _abort_async(context, err)
-    return run
 
 
 async def _abort_async(context, err: TubeqError) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 
 import click
 
@@ -196,6 +197,30 @@ def master_status(ctx, as_json) -> None:
         ctx.exit(1)
 
 
+@click.command("audit")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="How many of the newest entries to read.")
+@click.option("--action", "actions", multiple=True,
+              help="Only these actions (repeat), e.g. login, refused, create_topic, add_acl.")
+@click.option("--principal", default="", help="Only entries of this principal.")
+@json_option
+@click.pass_context
+def audit(ctx, limit, actions, principal, as_json) -> None:
+    """The audit log, oldest first: admin changes, logins, refused calls (summarised: COUNT
+    in DETAILS says how many calls an entry stands for). Needs admin on the cluster."""
+    entries = [e for e in admin(ctx).audit_log(limit)
+               if (not actions or e.action in actions)
+               and (not principal or e.principal == principal)]
+    emit(entries, as_json, lambda es: print_rows(
+        [{**dataclasses.asdict(e), "time": _when(e.time_ms)} for e in es],
+        ["time", "principal", "action", "target", "peer", "details"]))
+
+
+def _when(time_ms: int) -> str:
+    return datetime.datetime.fromtimestamp(time_ms / 1000, datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M:%S")
+
+
 def register(main: click.Group) -> None:
-    for cmd in (topic, group, broker, master):
+    for cmd in (topic, group, broker, master, audit):
         main.add_command(cmd)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from lib.proto import security_pb2 as lib_dot_proto_dot_security__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\x1a\x18lib/proto/security.proto\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\xdf\x02\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x12.\n\x0csigning_keys\x18\x05 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x06 \x01(\x0b\x32\x16.tubeq.security.AclSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\",\n\nSigningKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\x0c\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"E\n\nDiskStatus\x12\x12\n\nfree_bytes\x18\x01 \x01(\x04\x12\x15\n\rreserve_bytes\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"\xc2\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\x12&\n\x04\x64isk\x18\x03 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12+\n\tcommitted\x18\x04 \x03(\x0b\x32\x18.tubeq.master.GroupTopic\x12\x13\n\x0b\x61\x63l_version\x18\x05 \x01(\x03\"*\n\nGroupTopic\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"\x83\x03\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x12.\n\x0csigning_keys\x18\x06 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x07 \x01(\x0b\x32\x16.tubeq.security.AclSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"\x82\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12&\n\x04\x64isk\x18\x05 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"\x9e\x01\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\x12\'\n\x05owned\x18\x06 \x03(\x0b\x32\x18.tubeq.master.Assignment\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\x1a\x18lib/proto/security.proto\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\xdf\x02\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x12.\n\x0csigning_keys\x18\x05 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x06 \x01(\x0b\x32\x16.tubeq.security.AclSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\",\n\nSigningKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\x0c\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"E\n\nDiskStatus\x12\x12\n\nfree_bytes\x18\x01 \x01(\x04\x12\x15\n\rreserve_bytes\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"\xeb\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\x12&\n\x04\x64isk\x18\x03 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12+\n\tcommitted\x18\x04 \x03(\x0b\x32\x18.tubeq.master.GroupTopic\x12\x13\n\x0b\x61\x63l_version\x18\x05 \x01(\x03\x12\'\n\x08refusals\x18\x06 \x03(\x0b\x32\x15.tubeq.master.Refusal\"k\n\x07Refusal\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0c\n\x04peer\x18\x04 \x01(\t\x12\r\n\x05\x63ount\x18\x05 \x01(\r\x12\x10\n\x08\x66irst_ms\x18\x06 \x01(\x03\"*\n\nGroupTopic\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"\x83\x03\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x12.\n\x0csigning_keys\x18\x06 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x07 \x01(\x0b\x32\x16.tubeq.security.AclSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"\x82\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12&\n\x04\x64isk\x18\x05 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"\x9e\x01\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\x12\'\n\x05owned\x18\x06 \x03(\x0b\x32\x18.tubeq.master.Assignment\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -53,37 +53,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DISKSTATUS']._serialized_start=935
   _globals['_DISKSTATUS']._serialized_end=1004
   _globals['_BROKERHEARTBEATREQUEST']._serialized_start=1007
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=1201
-  _globals['_GROUPTOPIC']._serialized_start=1203
-  _globals['_GROUPTOPIC']._serialized_end=1245
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=1248
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1635
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=1242
+  _globals['_REFUSAL']._serialized_start=1244
+  _globals['_REFUSAL']._serialized_end=1351
+  _globals['_GROUPTOPIC']._serialized_start=1353
+  _globals['_GROUPTOPIC']._serialized_end=1395
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=1398
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1785
   _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_start=646
   _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_end=720
-  _globals['_DELETEDTOPIC']._serialized_start=1637
-  _globals['_DELETEDTOPIC']._serialized_end=1684
-  _globals['_BROKERINFO']._serialized_start=1687
-  _globals['_BROKERINFO']._serialized_end=1817
-  _globals['_PARTITIONROUTE']._serialized_start=1819
-  _globals['_PARTITIONROUTE']._serialized_end=1909
-  _globals['_TOPICROUTE']._serialized_start=1911
-  _globals['_TOPICROUTE']._serialized_end=2035
-  _globals['_GETROUTESREQUEST']._serialized_start=2037
-  _globals['_GETROUTESREQUEST']._serialized_end=2071
-  _globals['_GETROUTESRESPONSE']._serialized_start=2073
-  _globals['_GETROUTESRESPONSE']._serialized_end=2134
-  _globals['_ASSIGNMENT']._serialized_start=2136
-  _globals['_ASSIGNMENT']._serialized_end=2183
-  _globals['_JOINGROUPREQUEST']._serialized_start=2186
-  _globals['_JOINGROUPREQUEST']._serialized_end=2344
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=2346
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=2423
-  _globals['_GROUPSTATE']._serialized_start=2426
-  _globals['_GROUPSTATE']._serialized_end=2597
-  _globals['_LEAVEGROUPREQUEST']._serialized_start=2599
-  _globals['_LEAVEGROUPREQUEST']._serialized_end=2652
-  _globals['_LEAVEGROUPRESPONSE']._serialized_start=2654
-  _globals['_LEAVEGROUPRESPONSE']._serialized_end=2674
-  _globals['_MASTER']._serialized_start=2677
-  _globals['_MASTER']._serialized_end=3185
+  _globals['_DELETEDTOPIC']._serialized_start=1787
+  _globals['_DELETEDTOPIC']._serialized_end=1834
+  _globals['_BROKERINFO']._serialized_start=1837
+  _globals['_BROKERINFO']._serialized_end=1967
+  _globals['_PARTITIONROUTE']._serialized_start=1969
+  _globals['_PARTITIONROUTE']._serialized_end=2059
+  _globals['_TOPICROUTE']._serialized_start=2061
+  _globals['_TOPICROUTE']._serialized_end=2185
+  _globals['_GETROUTESREQUEST']._serialized_start=2187
+  _globals['_GETROUTESREQUEST']._serialized_end=2221
+  _globals['_GETROUTESRESPONSE']._serialized_start=2223
+  _globals['_GETROUTESRESPONSE']._serialized_end=2284
+  _globals['_ASSIGNMENT']._serialized_start=2286
+  _globals['_ASSIGNMENT']._serialized_end=2333
+  _globals['_JOINGROUPREQUEST']._serialized_start=2336
+  _globals['_JOINGROUPREQUEST']._serialized_end=2494
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=2496
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=2573
+  _globals['_GROUPSTATE']._serialized_start=2576
+  _globals['_GROUPSTATE']._serialized_end=2747
+  _globals['_LEAVEGROUPREQUEST']._serialized_start=2749
+  _globals['_LEAVEGROUPREQUEST']._serialized_end=2802
+  _globals['_LEAVEGROUPRESPONSE']._serialized_start=2804
+  _globals['_LEAVEGROUPRESPONSE']._serialized_end=2824
+  _globals['_MASTER']._serialized_start=2827
+  _globals['_MASTER']._serialized_end=3335
 # @@protoc_insertion_point(module_scope)

@@ -105,18 +105,36 @@ class DiskStatus(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version")
+    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
     disk: DiskStatus
     committed: _containers.RepeatedCompositeFieldContainer[GroupTopic]
     acl_version: int
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ...) -> None: ...
+    refusals: _containers.RepeatedCompositeFieldContainer[Refusal]
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ...) -> None: ...
+
+class Refusal(_message.Message):
+    __slots__ = ("principal", "method", "reason", "peer", "count", "first_ms")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    method: str
+    reason: str
+    peer: str
+    count: int
+    first_ms: int
+    def __init__(self, principal: _Optional[str] = ..., method: _Optional[str] = ..., reason: _Optional[str] = ..., peer: _Optional[str] = ..., count: _Optional[int] = ..., first_ms: _Optional[int] = ...) -> None: ...
 
 class GroupTopic(_message.Message):
     __slots__ = ("group", "topic")

@@ -81,10 +81,12 @@ class Everyone:
 def test_the_gate_refuses_a_method_without_a_rule_and_clients_on_cluster_methods():
     gate = _Gate(Everyone(), lambda: Authorizer())  # type: ignore[arg-type]
     refused = gate.decide(Details("/tubeq.broker.Broker/NewThing", [("authorization", "bob")]))
-    assert isinstance(refused, PermissionDenied) and "has no access rule" in refused.message
+    assert isinstance(refused.error, PermissionDenied)
+    assert "has no access rule" in refused.error.message and refused.principal == ""
     refused = gate.decide(Details("/tubeq.broker.Broker/ResetOffsets",
                                   [("authorization", "bob")]))
-    assert isinstance(refused, PermissionDenied) and "brokers and masters only" in refused.message
+    assert isinstance(refused.error, PermissionDenied) and refused.principal == "bob"
+    assert "brokers and masters only" in refused.error.message
     access, rule = gate.decide(Details("/tubeq.broker.Broker/ResetOffsets",
                                        [("authorization", "cluster")]))
     assert access.identity is CLUSTER_IDENTITY and rule.kind == "cluster"
