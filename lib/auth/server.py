@@ -57,6 +57,9 @@ class Access:
 
     identity: Identity
     authorizer: Authorizer | None = None
+    # Told of every refusal check() raises, so refusals inside handlers (a Subscribe's first
+    # message, a sink commit) reach the audit summaries like the interceptor's own.
+    report: Callable[[TubeqError], None] | None = None
 
     def allowed(self, operation: str, resource: str, name: str) -> bool:
         if self.authorizer is None:
@@ -68,10 +71,13 @@ class Access:
         """PermissionDenied naming who, what and which resource, unless allowed."""
         if not self.allowed(operation, resource, name):
             target = "the cluster" if resource == "cluster" else f"{resource} {name[:256]!r}"
-            raise PermissionDenied(
+            err = PermissionDenied(
                 f"{self.identity.principal} may not {operation} on {target} (no ACL allows "
                 "it, or one denies it: see tubeq acl list)", operation=operation,
                 resource=resource, name=name[:256])
+            if self.report is not None:
+                self.report(err)
+            raise err
 
     def enforce(self, rule: Rule, request: object) -> None:
         """The needs of a method's rule, on the names its request gives."""
@@ -184,10 +190,12 @@ class _Gate:
         self.refusals = refusals  # summarised into the audit log
 
     def refused(self, principal: str, method: str, err: TubeqError, context) -> None:
-        """Log a refusal and count it for the audit (an Unavailable is no refusal)."""
+        """Count a refusal for the audit (an Unavailable is no refusal). The process log gets
+        it at DEBUG only: a flood of refused calls must not fill it, and the audit log has
+        one summary per principal, method and reason per window."""
         if not isinstance(err, Unauthenticated | PermissionDenied):
             return
-        log.info("auth.refused", extra={"fields": {"method": method, "principal": principal,
+        log.debug("auth.refused", extra={"fields": {"method": method, "principal": principal,
                                                    "error": err.message}})
         if self.refusals is not None:
             try:
@@ -196,9 +204,10 @@ class _Gate:
                 peer = ""
             self.refusals.record(principal, method, err.message, peer)
 
-    def decide(self, details: grpc.HandlerCallDetails) -> tuple[Access, Rule] | _Refused | None:
-        """The caller's access and the method's rule, the refusal, or None: no check (a
-        public method, or auth = "none"; the caller is anonymous)."""
+    def decide(self, details: grpc.HandlerCallDetails
+               ) -> tuple[Identity, Rule] | _Refused | None:
+        """The caller and the method's rule, the refusal, or None: no check (a public
+        method, or auth = "none"; the caller is anonymous)."""
         method = details.method
         rule = self.rules.get(method)
         if self.authenticator is None or (rule is not None and rule.kind == "public"):
@@ -215,7 +224,12 @@ class _Gate:
                                        "only")
         except TubeqError as err:
             return _Refused(err, identity.principal if identity else "")
-        return Access(identity, self.authorizer()), rule
+        return identity, rule
+
+    def access(self, identity: Identity, method: str, context) -> Access:
+        """One call's access: the ACLs in force now, and refusals reported for this call."""
+        return Access(identity, self.authorizer(),
+                      lambda err: self.refused(identity.principal, method, err, context))
 
 
 @dataclass(frozen=True)
@@ -235,18 +249,27 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
         decision = self.decide(handler_call_details)
         if isinstance(decision, _Refused):
             return _rebuilt(handler, lambda _behaviour: self._refusing(decision, method))
-        access, rule = (OPEN, None) if decision is None else decision
-        return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, access, rule,
+        if decision is None:
+            return _rebuilt(handler, lambda behaviour: self._open(behaviour))
+        identity, rule = decision
+        return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, identity, rule,
                                                                     method))
 
-    def _serving_as(self, behaviour, access: Access, rule: Rule | None, method: str):
+    @staticmethod
+    def _open(behaviour):
         def run(request, context):
+            current_access.set(OPEN)  # the pool thread may hold a previous call's access
+            return behaviour(request, context)
+        return run
+
+    def _serving_as(self, behaviour, identity: Identity, rule: Rule, method: str):
+        def run(request, context):
+            access = self.access(identity, method, context)
             current_access.set(access)  # a sync server runs each call on one pool thread
-            if rule is not None and rule.needs:
+            if rule.needs:
                 try:
                     access.enforce(rule, request)
-                except PermissionDenied as err:
-                    self.refused(access.identity.principal, method, err, context)
+                except PermissionDenied as err:  # reported by check()
                     abort_with(context, err)
             return behaviour(request, context)
         return run
@@ -272,25 +295,26 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
             return handler
         if isinstance(decision, _Refused):
             return _rebuilt(handler, lambda _behaviour: self._refusing(decision, method))
-        access, rule = decision
-        return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, access, rule,
+        identity, rule = decision
+        return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, identity, rule,
                                                                     method))
 
-    def _serving_as(self, behaviour, access: Access, rule: Rule, method: str):
+    def _serving_as(self, behaviour, identity: Identity, rule: Rule, method: str):
         if inspect.isasyncgenfunction(behaviour):
             async def stream(request, context):
-                current_access.set(access)  # streams are IN_HANDLER: the handler checks
+                # streams are IN_HANDLER: the handler checks
+                current_access.set(self.access(identity, method, context))
                 async for response in behaviour(request, context):
                     yield response
             return stream
 
         async def run(request, context):
+            access = self.access(identity, method, context)
             current_access.set(access)
             if rule.needs:
                 try:
                     access.enforce(rule, request)
-                except PermissionDenied as err:
-                    self.refused(access.identity.principal, method, err, context)
+                except PermissionDenied as err:  # reported by check()
                     await _abort_async(context, err)
             return await behaviour(request, context)
         return run

@@ -96,3 +96,25 @@ def test_a_flood_of_refused_calls_costs_a_few_summaries(audited):
     (on_master,) = wait_for(lambda: refused(root, "CreateTopic", "alice"), 10,
                             "the master's refusal in the audit log")
     assert on_master["count"] == 1 and on_master["server"].startswith("master ")
+
+
+def test_refusals_inside_handlers_are_audited_too(audited):
+    """A push Subscribe is checked on its first message, in the handler, not the interceptor."""
+    cluster, root = audited
+    with AdminClient(cluster.master_addresses, credentials=ALICE) as alice:
+        token = alice.login(ALICE.user, ALICE.password).token
+    start = bpb.SubscribeRequest(start=bpb.SubscribeStart(
+        topic="audited", partitions=[bpb.PartitionFetch(partition=0, offset=0)]))
+    with grpc.insecure_channel(cluster.brokers[1].address) as channel:
+        subscribe = channel.stream_stream("/tubeq.broker.Broker/Subscribe",
+                                          bpb.SubscribeRequest.SerializeToString,
+                                          bpb.SubscribeResponse.FromString)
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError) as info:
+                next(iter(subscribe(iter([start]), timeout=5,
+                                    metadata=(("authorization", f"Bearer {token}"),))))
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    summaries = wait_for(lambda: (lambda s: s if sum(x["count"] for x in s) >= 2 else None)(
+        refused(root, "Subscribe", "alice")), 15, "the Subscribe refusals in the audit log")
+    assert sum(s["count"] for s in summaries) == 2
+    assert all("alice may not consume on topic 'audited'" in s["reason"] for s in summaries)

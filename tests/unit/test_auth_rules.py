@@ -87,9 +87,9 @@ def test_the_gate_refuses_a_method_without_a_rule_and_clients_on_cluster_methods
                                   [("authorization", "bob")]))
     assert isinstance(refused.error, PermissionDenied) and refused.principal == "bob"
     assert "brokers and masters only" in refused.error.message
-    access, rule = gate.decide(Details("/tubeq.broker.Broker/ResetOffsets",
+    identity, rule = gate.decide(Details("/tubeq.broker.Broker/ResetOffsets",
                                        [("authorization", "cluster")]))
-    assert access.identity is CLUSTER_IDENTITY and rule.kind == "cluster"
+    assert identity is CLUSTER_IDENTITY and rule.kind == "cluster"
     assert gate.decide(Details("/tubeq.security.Security/Login", [])) is None
 
 
