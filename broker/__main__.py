@@ -16,6 +16,7 @@ from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.process import write_ready
+from lib.tls import add_server_args, server_overrides
 
 log = logging.getLogger("broker")
 
@@ -31,6 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-port", dest="metrics_port", type=int)
     p.add_argument("--advertised-address", dest="advertised_address")
     p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
+    add_server_args(p)
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config, data_dir=args.data_dir, broker_id=args.broker_id,
                       masters=args.masters, host=args.host, port=args.port,
                       metrics_port=args.metrics_port, advertised_address=args.advertised_address,
-                      auth=args.auth)
+                      auth=args.auth, **server_overrides(args))
         broker = Broker(config).start()
     except TubeqError as err:
         event(log, "broker.start_failed", logging.ERROR, error=err.message)

@@ -14,6 +14,7 @@ from typing import Any
 from lib.auth.server import CLUSTER_SECRET_ENV, auth_setting_problem
 from lib.config import build, load_toml, require
 from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
+from lib.tls import server_tls
 from storage.config import StoreConfig
 
 MiB = 1 << 20
@@ -51,6 +52,13 @@ class BrokerConfig:
     # Presented to the masters (else $TUBEQ_CLUSTER_SECRET), which need it with auth = "token";
     # the masters present it here for their own calls.
     cluster_secret: str = field(default="", repr=False)
+    # TLS on the gRPC port (lib/tls.py; all empty: plaintext): this server's certificate
+    # and key (PEM files), the CA its peers' and clients' certificates chain to, and whether
+    # every client must present one (mutual TLS: the certificate's CN is the principal).
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_client_auth: bool = False
     # Refused calls go to the masters' audit log with heartbeats, summarised (as on masters).
     audit_refusal_window_s: float = 60.0
     audit_refusal_kinds: int = 20
@@ -86,6 +94,8 @@ class BrokerConfig:
         require(self.sink_staging_bytes > 0, "BrokerConfig.sink_staging_bytes must be > 0")
         require(self.sink_staging_ttl_s > 0, "BrokerConfig.sink_staging_ttl_s must be > 0")
         problem = auth_setting_problem("BrokerConfig", self.auth, self.resolved_cluster_secret)
+        require(not problem, problem)
+        problem = server_tls(self).problem("BrokerConfig")
         require(not problem, problem)
         require(isinstance(self.store, StoreConfig), "BrokerConfig.store must be a StoreConfig")
         if self.masters:

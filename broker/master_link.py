@@ -25,6 +25,7 @@ from lib.logs import event
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
 from lib.rpc import MasterClient
+from lib.tls import Tls
 
 log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_MS = 1000
@@ -44,7 +45,7 @@ class MasterLink:
                  on_deleted: Callable[[str], None] | None = None,
                  offsets: OffsetsPlane | None = None, cluster_secret: str = "",
                  keyring: KeyRing | None = None, acls: Authorizer | None = None,
-                 refusals: RefusalLog | None = None) -> None:
+                 refusals: RefusalLog | None = None, tls: Tls | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -60,7 +61,7 @@ class MasterLink:
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
-                                   attempt_timeout=attempt_timeout)
+                                   attempt_timeout=attempt_timeout, tls=tls)
         self.interval = DEFAULT_HEARTBEAT_MS / 1e3
         self.registered = threading.Event()
         self._stop = threading.Event()

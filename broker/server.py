@@ -43,11 +43,18 @@ from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.auth.acl import Authorizer
 from lib.auth.refusals import RefusalLog
-from lib.auth.server import AioServerAuth, Authenticator, KeyRing, announce_auth_off
+from lib.auth.server import (
+    AioServerAuth,
+    Authenticator,
+    KeyRing,
+    announce_auth_off,
+    certificate_identities,
+)
 from lib.errors import ConfigError
 from lib.logs import event
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
+from lib.tls import server_tls
 from storage.offsets import OffsetStore
 
 log = logging.getLogger(__name__)
@@ -106,7 +113,7 @@ class Broker:
                                    offsets=self.offsets,
                                    cluster_secret=cfg.resolved_cluster_secret,
                                    keyring=self.keyring, acls=self.acls,
-                                   refusals=self.refusals)
+                                   refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
@@ -119,7 +126,7 @@ class Broker:
         broker_pb2_grpc.add_BrokerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         try:
-            port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+            port = server_tls(cfg).bind(server, f"{cfg.host}:{cfg.port}")
         except RuntimeError:
             port = 0
         if port == 0:
@@ -139,7 +146,8 @@ class Broker:
             return []
         return [AioServerAuth(Authenticator(self.keyring.get,
                                             self.config.resolved_cluster_secret),
-                              authorizer=lambda: self.acls, refusals=self.refusals)]
+                              authorizer=lambda: self.acls, refusals=self.refusals,
+                              certificates=certificate_identities(server_tls(self.config)))]
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lib.admin_security import SecurityCalls
-from lib.auth.client import Credentials, auth_for
+from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError
 from lib.names import check_name
 from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
-from lib.rpc import ChannelPool, MasterClient, invoke
+from lib.rpc import MasterClient, client_pool, invoke
+from lib.tls import Tls
 from lib.types import (
     AuditEntry,
     BrokerInfo,
@@ -92,11 +93,13 @@ class AdminClient(SecurityCalls, Closeable):
     """Admin operations against the active master. Thread-safe; call ``close()`` when done."""
 
     def __init__(self, masters: str | Sequence[str], timeout: float = 10.0,
-                 principal: str | None = None, credentials: Credentials | None = None) -> None:
+                 principal: str | None = None, credentials: Credentials | None = None,
+                 tls: Tls | None = None) -> None:
         """``credentials`` (else TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN from
-        the environment) log in on the first call; the token renews by itself."""
+        the environment) log in on the first call; the token renews by itself. ``tls`` (else
+        TUBEQ_TLS_CA ...) reaches TLS ports."""
         self.timeout = timeout
-        self._pool = ChannelPool(auth_for(masters, credentials, timeout))
+        self._pool = client_pool(masters, credentials, timeout, tls)
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout)
         self._metadata = ((PRINCIPAL_KEY, principal),) if principal else None
 

@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 import grpc
 
 from lib import errors
-from lib.auth.client import ClientAuth, TokenSource
+from lib.auth.client import ClientAuth, Credentials, TokenSource, auth_for
+from lib.tls import Tls
+from lib.tls import resolve as resolve_tls
 from lib.wire_errors import from_rpc_error
 
 MAX_MESSAGE_BYTES = 64 << 20  # gRPC default is 4 MiB: batches and fetches are bigger
@@ -37,9 +39,11 @@ SERVER_OPTIONS = (
 R = TypeVar("R")
 
 
-def channel(address: str) -> grpc.Channel:
-    """An insecure channel with our message limits (TLS arrives with the security issue)."""
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+def channel(address: str, tls: Tls | None = None) -> grpc.Channel:
+    """A channel with our message limits: TLS when ``tls`` is given, else plaintext."""
+    if tls is None:
+        return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS)
 
 
 def invoke(method: Callable[..., R], request: Any, timeout: float,
@@ -54,18 +58,20 @@ def invoke(method: Callable[..., R], request: Any, timeout: float,
 class ChannelPool:
     """One channel per address, shared by every stub of a process (channels are thread-safe)."""
 
-    def __init__(self, auth: TokenSource | None = None) -> None:
-        """With ``auth`` every channel carries its token (lib/auth/client.py)."""
+    def __init__(self, auth: TokenSource | None = None, tls: Tls | None = None) -> None:
+        """With ``auth`` every channel carries its token (lib/auth/client.py); with ``tls``
+        every channel is TLS (lib/tls.py)."""
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._raw: list[grpc.Channel] = []
         self._auth = auth
+        self.tls = tls
 
     def get(self, address: str) -> grpc.Channel:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                ch = channel(address)
+                ch = channel(address, self.tls)
                 self._raw.append(ch)
                 if self._auth is not None:
                     ch = grpc.intercept_channel(ch, ClientAuth(self._auth))
@@ -77,6 +83,14 @@ class ChannelPool:
             chans, self._raw, self._channels = self._raw, [], {}
         for ch in chans:
             ch.close()
+
+
+def client_pool(masters: str | Sequence[str], credentials: Credentials | None,
+                timeout: float, tls: Tls | None) -> ChannelPool:
+    """The channels of a client: its credentials (else the environment's) log in, and TLS
+    when it was given ``tls`` or the environment sets TUBEQ_TLS_CA (lib/tls.py)."""
+    tls = resolve_tls(tls)
+    return ChannelPool(auth_for(masters, credentials, timeout, tls), tls)
 
 
 def parse_masters(masters: str | Sequence[str]) -> list[str]:
@@ -101,11 +115,13 @@ class MasterClient:
     """
 
     def __init__(self, masters: str | Sequence[str], pool: ChannelPool | None = None,
-                 timeout: float = 10.0, attempt_timeout: float = 3.0) -> None:
+                 timeout: float = 10.0, attempt_timeout: float = 3.0,
+                 tls: Tls | None = None) -> None:
+        """Calls go through ``pool``, else a pool of its own (TLS with ``tls``)."""
         self.masters = parse_masters(masters)
         self.timeout = timeout
         self.attempt_timeout = attempt_timeout
-        self._pool = pool or ChannelPool()
+        self._pool = pool or ChannelPool(tls=tls)
         self._own_pool = pool is None
         self._lock = threading.Lock()
         self._current = self.masters[0]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lib.auth.client import Credentials, auth_for
+from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError, Unavailable, UnknownTopic
 from lib.names import check_name
@@ -32,7 +32,8 @@ from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
 from lib.records import EncodedRun, batch_head, encode_run
 from lib.routes import RouteCache, confirm_unknown
-from lib.rpc import ChannelPool, MasterClient, invoke
+from lib.rpc import MasterClient, client_pool, invoke
+from lib.tls import Tls
 
 BATCH_BYTES = 512 * 1024
 RETRIES = 5
@@ -55,13 +56,13 @@ class SinkClient(Closeable):
 
     def __init__(self, masters: str | Sequence[str], *, batch_bytes: int = BATCH_BYTES,
                  request_timeout_s: float = 30.0, retries: int = RETRIES,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls: Tls | None = None) -> None:
         if batch_bytes <= 0:
             raise InvalidArgument("batch_bytes must be > 0")
         self.batch_bytes = batch_bytes
         self.timeout = request_timeout_s
         self.retries = retries
-        self._pool = ChannelPool(auth_for(masters, credentials, request_timeout_s))
+        self._pool = client_pool(masters, credentials, request_timeout_s, tls)
         self._master = MasterClient(masters, pool=self._pool, timeout=request_timeout_s)
         self.routes = RouteCache(self._master, 30.0, request_timeout_s)
 

@@ -125,13 +125,30 @@ def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
     return error_class(code)(message, **details)
 
 
+_TLS_FAILURES = ("handshake", "WRONG_VERSION_NUMBER", "CERTIFICATE_VERIFY_FAILED",
+                 "certificate verify failed", "SSL_ERROR")
+
+
+def tls_hint(message: str) -> str:
+    """What a connection failure that smells of TLS most likely means (gRPC only says
+    'Socket closed' when a plaintext client meets a TLS port)."""
+    if any(s in message for s in _TLS_FAILURES):
+        return (" (TLS handshake failed: the server may not use TLS, its certificate may not "
+                "chain to the CA given with --tls-ca / TUBEQ_TLS_CA, or it requires a client "
+                "certificate: --tls-cert and --tls-key)")
+    if "Socket closed" in message or "Connection reset" in message:
+        return (" (the server closed the connection: if it uses TLS, give its CA with "
+                "--tls-ca / TUBEQ_TLS_CA)")
+    return ""
+
+
 def _transport_error(status: grpc.StatusCode, message: str) -> e.TubeqError:
     """An error raised by gRPC itself (no tubeq code): only transport trouble is retriable."""
     text = f"{status.name}: {message}"
     if status == grpc.StatusCode.DEADLINE_EXCEEDED:
         return e.RequestTimedOut(text)
     if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-        return e.Unavailable(text)
+        return e.Unavailable(text + tls_hint(message))
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return e.InvalidArgument(f"request too large for the gRPC channel: {text}")
     return e.TubeqError(text)

@@ -17,6 +17,7 @@ from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.process import write_ready
+from lib.tls import add_server_args, server_overrides
 from master.config import load
 from master.server import Master
 
@@ -37,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
     p.add_argument("--admin-password-file", dest="admin_password_file",
                    help="the first admin's password, for a new cluster")
+    add_server_args(p)
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
                       metrics_port=args.metrics_port, raft_port=args.raft_port,
                       raft_peers=args.raft_peers, auth=args.auth,
-                      admin_password_file=args.admin_password_file)
+                      admin_password_file=args.admin_password_file, **server_overrides(args))
         master = Master(config).start()
     except TubeqError as err:
         event(log, "master.start_failed", logging.ERROR, error=err.message)

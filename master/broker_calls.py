@@ -13,6 +13,7 @@ from lib.auth.server import cluster_header
 from lib.proto import broker_pb2 as bpb
 from lib.proto import broker_pb2_grpc
 from lib.rpc import ChannelPool, invoke
+from lib.tls import Tls
 
 T = TypeVar("T")
 NO_TIME = -1
@@ -20,10 +21,10 @@ NO_TIME = -1
 
 class BrokerCalls:
     def __init__(self, timeout_s: float = 1.0, workers: int = 8,
-                 cluster_secret: str = "") -> None:
+                 cluster_secret: str = "", tls: Tls | None = None) -> None:
         self.timeout_s = timeout_s
         self._metadata = cluster_header(cluster_secret)  # brokers with auth on need it
-        self._pool = ChannelPool()
+        self._pool = ChannelPool(tls=tls)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="to-broker")
 
     def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:

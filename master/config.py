@@ -11,6 +11,7 @@ from typing import Any
 
 from lib.auth.server import CLUSTER_SECRET_ENV, auth_setting_problem
 from lib.config import build, load_toml, require
+from lib.tls import server_tls
 
 MiB = 1 << 20
 DAY_MS = 24 * 3600 * 1000
@@ -72,6 +73,13 @@ class MasterConfig:
     admin_password_file: str = ""
     # What brokers present to the masters (else $TUBEQ_CLUSTER_SECRET); never printed.
     cluster_secret: str = field(default="", repr=False)
+    # TLS on the gRPC port (lib/tls.py; all empty: plaintext): this server's certificate
+    # and key (PEM files), the CA its peers' and clients' certificates chain to, and whether
+    # every client must present one (mutual TLS: the certificate's CN is the principal).
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_client_auth: bool = False
 
     @property
     def resolved_cluster_secret(self) -> str:
@@ -92,6 +100,8 @@ class MasterConfig:
                 "MasterConfig: need 0 < group_min_session_timeout_ms <= "
                 "group_session_timeout_ms <= group_max_session_timeout_ms")
         problem = auth_setting_problem("MasterConfig", self.auth, self.resolved_cluster_secret)
+        require(not problem, problem)
+        problem = server_tls(self).problem("MasterConfig")
         require(not problem, problem)
         require(0.1 <= self.audit_refusal_window_s <= 86400,
                 "MasterConfig.audit_refusal_window_s must be in [0.1, 86400]")

@@ -21,11 +21,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from lib.auth.refusals import LoginBackoff, RefusalLog
-from lib.auth.server import Authenticator, ServerAuth, announce_auth_off
+from lib.auth.server import Authenticator, ServerAuth, announce_auth_off, certificate_identities
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.process import free_ports
 from lib.rpc import SERVER_OPTIONS
+from lib.tls import server_tls
 from master import admin, security, service
 from master.broker_calls import BrokerCalls
 from master.brokers import BrokerRegistry, wall_ms
@@ -65,8 +66,10 @@ class Master:
         self._admin_password = (security.read_admin_password(c.admin_password_file)
                                 if c.admin_password_file and not self.state.principals.users()
                                 else "")
+        self.tls = server_tls(c)
         self.calls = BrokerCalls(c.broker_call_timeout_ms / 1000,
-                                 cluster_secret=c.resolved_cluster_secret)
+                                 cluster_secret=c.resolved_cluster_secret,
+                                 tls=self.tls.as_client())
         self.routes = RouteBook(self.state, self.registry)
         topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
                              self.write)
@@ -100,7 +103,7 @@ class Master:
         return ServerAuth(Authenticator(self.state.principals.keyring,
                                         self.config.resolved_cluster_secret),
                           authorizer=security.acl_authorizer(self.state),
-                          refusals=self.refusals)
+                          refusals=self.refusals, certificates=certificate_identities(self.tls))
 
     @property
     def epoch(self) -> int:
@@ -195,7 +198,10 @@ class Master:
 
     def start(self) -> Master:
         c = self.config
-        port = self._server.add_insecure_port(f"{c.host}:{c.port}")
+        try:
+            port = self.tls.bind(self._server, f"{c.host}:{c.port}")
+        except RuntimeError:
+            port = 0
         if port == 0:
             raise TubeqError(f"cannot listen on {c.host}:{c.port}")
         self._server.start()

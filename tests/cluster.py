@@ -98,10 +98,12 @@ class Cluster:
 
     def __init__(self, root: Path, master_args: list[str] | None = None,
                  broker_args: list[str] | None = None, masters: int = 1,
-                 given_admin_password: bool = True) -> None:
+                 given_admin_password: bool = True, tls=None) -> None:
         """``given_admin_password``: the masters' bootstrap takes the session's admin password
-        (tests/conftest.py); False: they generate one into ``admin-password``."""
+        (tests/conftest.py); False: they generate one into ``admin-password``. ``tls``
+        (lib.tls.Tls): how the harness's own clients reach servers started with TLS."""
         self.root = root
+        self.tls = tls
         self.admin_password_file = (os.environ.get("TUBEQ_TEST_ADMIN_PASSWORD_FILE", "")
                                     if given_admin_password else "")
         # the session's (tests/conftest.py), else one of its own (load/ runs outside pytest)
@@ -150,7 +152,7 @@ class Cluster:
 
         deadline = time.monotonic() + timeout
         while True:
-            with AdminClient(self.master_addresses) as admin:
+            with AdminClient(self.master_addresses, tls=self.tls) as admin:
                 seen = admin.master_status()
             for st in seen:
                 if st.role == "leader":
@@ -197,7 +199,8 @@ class Cluster:
 
         want = {(b, proc.address) for b, proc in self.brokers.items() if proc.alive()}
         deadline = time.monotonic() + timeout
-        with AdminClient(self.master_addresses, credentials=self.admin_credentials()) as admin:
+        with AdminClient(self.master_addresses, credentials=self.admin_credentials(),
+                         tls=self.tls) as admin:
             while True:
                 try:
                     alive = {(b.broker_id, b.address) for b in admin.list_brokers() if b.alive}
@@ -233,15 +236,16 @@ class Cluster:
         from lib.auth.client import ClientAuth, TokenSource
         from lib.rpc import channel
 
-        source = TokenSource(self.admin_credentials(), self.master_addresses)
-        return grpc.intercept_channel(channel(address), ClientAuth(source))
+        source = TokenSource(self.admin_credentials(), self.master_addresses, tls=self.tls)
+        return grpc.intercept_channel(channel(address, self.tls), ClientAuth(source))
 
     def master_client(self, timeout: float = 10.0):
         """A MasterClient that logs in as the admin."""
         from lib.auth.client import auth_for
         from lib.rpc import ChannelPool, MasterClient
 
-        pool = ChannelPool(auth_for(self.master_addresses, self.admin_credentials(), timeout))
+        pool = ChannelPool(auth_for(self.master_addresses, self.admin_credentials(), timeout,
+                                    self.tls), self.tls)
         return MasterClient(self.master_addresses, pool, timeout=timeout)
 
     def use_admin_env(self) -> None:

@@ -24,6 +24,7 @@ import grpc
 
 from lib.auth.rules import PUBLIC_METHODS
 from lib.errors import InvalidArgument
+from lib.tls import Tls
 
 AUTH_HEADER = "authorization"
 CREDENTIALS_FILE_ENV = "TUBEQ_CREDENTIALS_FILE"
@@ -114,9 +115,9 @@ class TokenSource:
     """The current ``authorization`` header value, logging in (again) when needed."""
 
     def __init__(self, credentials: Credentials, masters: str | Sequence[str],
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, tls: Tls | None = None) -> None:
         self.credentials = credentials
-        self.masters, self.timeout = masters, timeout
+        self.masters, self.timeout, self.tls = masters, timeout, tls
         self._lock = threading.Lock()
         self._header = f"Bearer {credentials.token}" if credentials.token else ""
         self._renew_at = float("inf") if credentials.token else 0.0
@@ -138,7 +139,7 @@ class TokenSource:
         from lib.rpc import MasterClient  # its own plain pool: the login is unauthenticated
 
         c = self.credentials
-        master = MasterClient(self.masters, timeout=self.timeout)
+        master = MasterClient(self.masters, timeout=self.timeout, tls=self.tls)
         try:
             got = master.call(security_pb2_grpc.SecurityStub, "Login", security_pb2.LoginRequest(
                 user=c.user, password=c.password, api_key=c.api_key))
@@ -151,11 +152,11 @@ class TokenSource:
 
 
 def auth_for(masters: str | Sequence[str], credentials: Credentials | None = None,
-             timeout: float = 10.0) -> TokenSource | None:
+             timeout: float = 10.0, tls: Tls | None = None) -> TokenSource | None:
     """The token source of a client: its own credentials, else the environment's, else
-    None (no authentication: a cluster with ``auth = "none"``)."""
+    None (no authentication: a cluster with ``auth = "none"``, or mutual TLS alone)."""
     creds = credentials if credentials is not None else Credentials.from_env()
-    return None if creds is None else TokenSource(creds, masters, timeout)
+    return None if creds is None else TokenSource(creds, masters, timeout, tls)
 
 
 class _Details(collections.namedtuple(

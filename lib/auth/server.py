@@ -5,9 +5,10 @@ Every call but the public ones (a login, health checks, master status) must carr
 <secret>`` (a broker or master: the cluster secret that ``cluster up`` makes, which no client
 holds). The interceptor checks it before the handler runs, with no call to anything (tokens
 are verified against the keyring held in memory), and refuses the call with UNAUTHENTICATED
-naming what is wrong. Then it takes the ACL decision the method's rule asks for
-(lib/auth/rules.py) on the decoded request, and refuses with PERMISSION_DENIED naming the
-principal, the operation and the resource; methods only brokers may call refuse every client
+naming what is wrong, without reading the request message (an anonymous caller cannot make
+the server buffer and parse a large request). Then it takes the ACL decision the method's rule
+asks for (lib/auth/rules.py) on the decoded request, and refuses with PERMISSION_DENIED naming
+the principal, the operation and the resource; methods only brokers may call refuse every client
 identity. A handler finds the caller and its rights in :data:`current_access`.
 
 With ``auth = "none"`` (an explicit setting, logged loudly at start) every call passes, as
@@ -44,7 +45,7 @@ MIN_CLUSTER_SECRET = 16
 class Identity:
     principal: str
     roles: tuple[str, ...]
-    kind: str  # user, apikey, cluster, or anonymous (auth = "none", public methods)
+    kind: str  # user, apikey, cert, cluster, or anonymous (auth = "none", public methods)
 
 
 ANONYMOUS = Identity("anonymous", (), "anonymous")
@@ -178,16 +179,65 @@ def cluster_header(secret: str) -> tuple[tuple[str, str], ...]:
     return ((AUTH_HEADER, f"Cluster {secret}"),) if secret else ()
 
 
+class CertificateIdentities:
+    """Under mutual TLS, a call without a token is its client certificate's: the CN is the
+    principal, each O entry a role (the CA vouches for both, as Kubernetes reads them). A
+    certificate is parsed once, then remembered."""
+
+    CACHE_SIZE = 1024
+
+    def __init__(self) -> None:
+        self._known: dict[bytes, Identity] = {}
+
+    def identify(self, context) -> Identity:
+        pems = context.auth_context().get("x509_pem_cert") or ()
+        if not pems:
+            raise Unauthenticated("no credentials: log in with a user and password or an API "
+                                  "key, or present a client certificate")
+        pem = pems[0]
+        identity = self._known.get(pem)
+        if identity is None:
+            identity = _certificate_identity(pem)
+            if len(self._known) >= self.CACHE_SIZE:
+                self._known.clear()
+            self._known[pem] = identity
+        return identity
+
+
+def certificate_identities(tls) -> CertificateIdentities | None:
+    """Identities from client certificates when a server's TLS asks for them (mutual TLS)."""
+    return CertificateIdentities() if tls.enabled and tls.client_auth else None
+
+
+def _certificate_identity(pem: bytes) -> Identity:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from lib.names import check_name
+
+    subject = x509.load_pem_x509_certificate(pem).subject
+    cns = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    try:
+        principal = check_name(str(cns[0].value) if cns else "", "user")
+        roles = tuple(check_name(str(a.value), "role")
+                      for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
+    except TubeqError as err:
+        raise Unauthenticated(f"client certificate: {err.message}") from None
+    return Identity(principal, roles, "cert")
+
+
 class _Gate:
     """Who may call what: the decision both interceptors (sync and asyncio servers) take."""
 
     def __init__(self, authenticator: Authenticator | None,
                  authorizer: Callable[[], Authorizer] | None = None,
-                 rules: Mapping[str, Rule] = RULES, refusals: RefusalLog | None = None) -> None:
+                 rules: Mapping[str, Rule] = RULES, refusals: RefusalLog | None = None,
+                 certificates: CertificateIdentities | None = None) -> None:
         self.authenticator = authenticator  # None: auth = "none"
         self.authorizer = authorizer or Authorizer
         self.rules = rules
         self.refusals = refusals  # summarised into the audit log
+        self.certificates = certificates  # mutual TLS: a client certificate identifies
 
     def refused(self, principal: str, method: str, err: TubeqError, context) -> None:
         """Count a refusal for the audit (an Unavailable is no refusal). The process log gets
@@ -205,9 +255,10 @@ class _Gate:
             self.refusals.record(principal, method, err.message, peer)
 
     def decide(self, details: grpc.HandlerCallDetails
-               ) -> tuple[Identity, Rule] | _Refused | None:
+               ) -> tuple[Identity | None, Rule] | _Refused | None:
         """The caller and the method's rule, the refusal, or None: no check (a public
-        method, or auth = "none"; the caller is anonymous)."""
+        method, or auth = "none"; the caller is anonymous). A None caller is the client
+        certificate's, which only the call's context shows (:meth:`identity`)."""
         method = details.method
         rule = self.rules.get(method)
         if self.authenticator is None or (rule is not None and rule.kind == "public"):
@@ -218,6 +269,8 @@ class _Gate:
         try:
             if rule is None:
                 raise PermissionDenied(f"{method[:200]} has no access rule: refused")
+            if not header and self.certificates is not None and rule.kind != "cluster":
+                return None, rule
             identity = self.authenticator.identify(header if isinstance(header, str) else "")
             if rule.kind == "cluster" and identity.kind != CLUSTER:
                 raise PermissionDenied(f"{method.rsplit('/', 1)[-1]} is for brokers and masters "
@@ -225,6 +278,10 @@ class _Gate:
         except TubeqError as err:
             return _Refused(err, identity.principal if identity else "")
         return identity, rule
+
+    def identity(self, identity: Identity | None, context) -> Identity:
+        """The caller :meth:`decide` found, else its client certificate's."""
+        return identity if identity is not None else self.certificates.identify(context)
 
     def access(self, identity: Identity, method: str, context) -> Access:
         """One call's access: the ACLs in force now, and refusals reported for this call."""
@@ -248,7 +305,7 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
         method = handler_call_details.method
         decision = self.decide(handler_call_details)
         if isinstance(decision, _Refused):
-            return _rebuilt(handler, lambda _behaviour: self._refusing(decision, method))
+            return _unread(handler, self._refusing(decision, method))
         if decision is None:
             return _rebuilt(handler, lambda behaviour: self._open(behaviour))
         identity, rule = decision
@@ -262,9 +319,14 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
             return behaviour(request, context)
         return run
 
-    def _serving_as(self, behaviour, identity: Identity, rule: Rule, method: str):
+    def _serving_as(self, behaviour, identity: Identity | None, rule: Rule, method: str):
         def run(request, context):
-            access = self.access(identity, method, context)
+            try:
+                caller = self.identity(identity, context)
+            except Unauthenticated as err:
+                self.refused("", method, err, context)
+                abort_with(context, err)
+            access = self.access(caller, method, context)
             current_access.set(access)  # a sync server runs each call on one pool thread
             if rule.needs:
                 try:
@@ -275,7 +337,7 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
         return run
 
     def _refusing(self, refusal: _Refused, method: str):
-        def run(request, context):
+        def run(_requests, context):  # never iterated: see _unread
             self.refused(refusal.principal, method, refusal.error, context)
             abort_with(context, refusal.error)
         return run
@@ -294,22 +356,24 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
         if decision is None:
             return handler
         if isinstance(decision, _Refused):
-            return _rebuilt(handler, lambda _behaviour: self._refusing(decision, method))
+            return _unread(handler, self._refusing(decision, method))
         identity, rule = decision
         return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, identity, rule,
                                                                     method))
 
-    def _serving_as(self, behaviour, identity: Identity, rule: Rule, method: str):
+    def _serving_as(self, behaviour, identity: Identity | None, rule: Rule, method: str):
         if inspect.isasyncgenfunction(behaviour):
             async def stream(request, context):
                 # streams are IN_HANDLER: the handler checks
-                current_access.set(self.access(identity, method, context))
+                caller = await self._caller(identity, method, context)
+                current_access.set(self.access(caller, method, context))
                 async for response in behaviour(request, context):
                     yield response
             return stream
 
         async def run(request, context):
-            access = self.access(identity, method, context)
+            access = self.access(await self._caller(identity, method, context), method,
+                                 context)
             current_access.set(access)
             if rule.needs:
                 try:
@@ -319,8 +383,16 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
             return await behaviour(request, context)
         return run
 
+    async def _caller(self, identity: Identity | None, method: str, context) -> Identity:
+        try:
+            return self.identity(identity, context)
+        except Unauthenticated as err:
+            self.refused("", method, err, context)
+            await _abort_async(context, err)
+            raise  # abort raises; this line is never reached
+
     def _refusing(self, refusal: _Refused, method: str):
-        async def run(request, context):
+        async def run(_requests, context):  # never iterated: see _unread
             self.refused(refusal.principal, method, refusal.error, context)
             await _abort_async(context, refusal.error)
         return run
@@ -339,6 +411,23 @@ def _rebuilt(handler, wrap):
             return factory(wrap(behaviour), request_deserializer=handler.request_deserializer,
                            response_serializer=handler.response_serializer)
     return handler
+
+
+def _unread(handler, behaviour):
+    """A handler that runs ``behaviour(request_iterator, context)`` without reading a request.
+
+    For a refused call. A unary-request handler makes grpc read the whole request message
+    before the behaviour runs: up to max_receive_message_length (64 MiB) buffered by the core,
+    copied to Python and parsed, about three times its size at peak, for any anonymous caller.
+    A streaming-request handler gets a lazy iterator instead; left unread, the core takes no
+    more than the HTTP/2 flow-control window, and the abort resets the stream. Unary and
+    streaming calls look the same on the wire, so the client sees only the status.
+    (tests/integration/test_request_limits.py measures it.)"""
+    response_streams = handler.unary_stream is not None or handler.stream_stream is not None
+    factory = (grpc.stream_stream_rpc_method_handler if response_streams
+               else grpc.stream_unary_rpc_method_handler)
+    return factory(behaviour, request_deserializer=handler.request_deserializer,
+                   response_serializer=handler.response_serializer)
 
 
 async def _abort_async(context, err: TubeqError) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +20,11 @@ from pathlib import Path
 import click
 
 from lib.auth.client import CLUSTER_UP_MARK, Credentials, user_credentials_path
+from lib.auth.pki import LocalPki
 from lib.auth.server import CLUSTER_SECRET_ENV
 from lib.errors import TubeqError
 from lib.process import clear_ready, free_ports, wait_ready
+from lib.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 
 STOP_GRACE_S = 15.0
 RAFT_PORT_OFFSET = 100  # master i's Raft port: --master-port + 100 + i
@@ -76,6 +79,30 @@ class ClusterPlan:
     broker_port: int
     portal: bool
     portal_port: int
+    tls: bool = False  # a private CA and certificates under <data_dir>/tls (lib/auth/pki.py)
+    tls_client_auth: bool = False  # mutual TLS: clients present certificates too
+
+    @property
+    def pki(self) -> LocalPki:
+        return LocalPki(self.data_dir / "tls")
+
+    def tls_args(self) -> list[str]:
+        """The TLS options every master and broker gets."""
+        if not self.tls:
+            return []
+        pki = self.pki
+        return ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+                "--tls-ca", str(pki.ca), *(["--tls-client-auth"] if self.tls_client_auth else [])]
+
+    def client_tls(self) -> dict[str, str]:
+        """TUBEQ_TLS_* for clients of this cluster (with mutual TLS, the admin's certificate)."""
+        if not self.tls:
+            return {}
+        pki = self.pki
+        env = {TLS_CA_ENV: str(pki.ca)}
+        if self.tls_client_auth:
+            env.update({TLS_CERT_ENV: str(pki.admin_cert), TLS_KEY_ENV: str(pki.admin_key)})
+        return env
 
     def master_children(self) -> list[Child]:
         """The masters; with more than one, fixed gRPC and Raft ports and a shared password."""
@@ -100,7 +127,8 @@ class ClusterPlan:
         secret_file(self.data_dir, ADMIN_PASSWORD)
         return Child(f"master{i}", d, ["master", "--data-dir", str(d), "--host", self.host,
                                        "--metrics-port", "0", "--admin-password-file",
-                                       str(self.data_dir / ADMIN_PASSWORD), *args], env=env)
+                                       str(self.data_dir / ADMIN_PASSWORD), *args,
+                                       *self.tls_args()], env=env)
 
     def credentials_file(self) -> Path:
         """The admin's credentials for clients (TUBEQ_CREDENTIALS_FILE), made once: the
@@ -115,7 +143,7 @@ class ClusterPlan:
                       ["broker", "--data-dir", str(self.data_dir / f"broker{b}"),
                        "--broker-id", str(b), "--masters", masters, "--host", self.host,
                        "--port", str(self._port(self.broker_port, b - 1)),
-                       "--metrics-port", "0"],
+                       "--metrics-port", "0", *self.tls_args()],
                       env={CLUSTER_SECRET_ENV: secret_file(self.data_dir, "cluster-secret")})
                 for b in range(1, self.brokers + 1)]
 
@@ -193,6 +221,7 @@ def _say(message: str) -> None:
 
 def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
     credentials = Credentials.from_file(plan.credentials_file())
+    use_cluster_tls(plan)
     for child in plan.master_children():
         children.append(child)
         child.start()
@@ -206,6 +235,18 @@ def _start_all(plan: ClusterPlan, children: list[Child]) -> None:
         child = plan.portal_child(masters)
         children.append(child)
         child.start()
+
+
+def use_cluster_tls(plan: ClusterPlan) -> None:
+    """Make (or drop) the cluster's certificates, and have this process's clients (the
+    waits below) use them: never a CA of an earlier run."""
+    for var in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV):
+        os.environ.pop(var, None)
+    if plan.tls:
+        plan.pki.ensure([plan.host])
+    elif plan.pki.root.exists():
+        shutil.rmtree(plan.pki.root)  # ours: made by an earlier cluster up --tls
+    os.environ.update(plan.client_tls())
 
 
 def wait_leader(masters: str, timeout: float = 30.0) -> None:
@@ -239,6 +280,9 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
     summary["masters"] = masters
     credentials = plan.data_dir / CREDENTIALS  # made before the masters started
     summary["credentials_file"] = str(credentials)
+    # tls_ca, tls_cert, tls_key: the TUBEQ_TLS_* of its clients (the CLI reads them here)
+    summary.update({var.removeprefix("TUBEQ_").lower(): path
+                    for var, path in plan.client_tls().items()})
     installed = install_user_credentials(credentials)  # before cluster.json: all is ready
     # Whole or absent, never half written: scripts and tests poll for this file and read it
     # the moment it appears (a plain write_text was once read while still empty).
@@ -248,10 +292,15 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
     for c in children:
         extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
         click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {c.info['address']}{extra}")
+    exports = "".join(f"export {k}={v}\n" for k, v in plan.client_tls().items())
     click.echo(f"\nauth on: the admin's user and password are in {credentials} (0600)"
                + (f", and in {installed}, where clients look by default" if installed else "")
+               + ("\nTLS on" + (" (mutual: clients present a certificate)"
+                                if plan.tls_client_auth else "")
+                  + f": the cluster's CA and certificates are in {plan.pki.root}"
+                  if plan.tls else "")
                + f"\nexport TUBEQ_MASTERS={masters}\n"
-               f"export TUBEQ_CREDENTIALS_FILE={credentials}\n"
+               f"export TUBEQ_CREDENTIALS_FILE={credentials}\n{exports}"
                f"logs and data under {plan.data_dir}; Ctrl-C stops the cluster")
 
 

@@ -11,6 +11,7 @@ import click
 
 DEFAULT_MASTERS = "127.0.0.1:8715,127.0.0.1:8716,127.0.0.1:8717"  # cluster up's 3
 DEFAULT_CREDENTIALS = "tubeq-data/credentials"  # what cluster up writes, run from here
+DEFAULT_CLUSTER_JSON = "tubeq-data/cluster.json"  # a running cluster up's summary
 
 
 def use_credentials(user: str | None, credentials_file: str | None) -> None:
@@ -29,6 +30,27 @@ def use_credentials(user: str | None, credentials_file: str | None) -> None:
                                               "TUBEQ_TOKEN", CREDENTIALS_FILE_ENV)) \
             and os.path.exists(DEFAULT_CREDENTIALS):
         os.environ[CREDENTIALS_FILE_ENV] = DEFAULT_CREDENTIALS
+
+
+def use_tls(ca: str | None, cert: str | None, key: str | None) -> None:
+    """Make ``--tls-ca`` / ``--tls-cert`` / ``--tls-key`` the TLS of every client of the
+    command (lib/tls.py reads TUBEQ_TLS_*); with none of them set anywhere, the TLS files of
+    a local ``cluster up --tls`` that runs now (its cluster.json names them)."""
+    from lib.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_ENV, TLS_KEY_ENV
+
+    given = {TLS_CA_ENV: ca, TLS_CERT_ENV: cert, TLS_KEY_ENV: key}
+    if any(given.values()):
+        os.environ.update({k: v for k, v in given.items() if v})
+        return
+    if any(os.environ.get(v) for v in (*given, TLS_ENV)):
+        return
+    try:
+        with open(DEFAULT_CLUSTER_JSON) as f:
+            local = json.load(f)
+        found = {var: local.get(var.removeprefix("TUBEQ_").lower()) for var in given}
+    except (OSError, ValueError, AttributeError):
+        return
+    os.environ.update({k: v for k, v in found.items() if isinstance(v, str) and v})
 
 
 def _jsonable(obj: Any) -> Any:

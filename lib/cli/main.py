@@ -17,7 +17,13 @@ from lib.cli import bench as cli_bench
 from lib.cli import data as cli_data
 from lib.cli import security as cli_security
 from lib.cli import spark as cli_spark
-from lib.cli.common import DEFAULT_CREDENTIALS, DEFAULT_MASTERS, use_credentials
+from lib.cli.common import (
+    DEFAULT_CLUSTER_JSON,
+    DEFAULT_CREDENTIALS,
+    DEFAULT_MASTERS,
+    use_credentials,
+    use_tls,
+)
 from lib.errors import TubeqError
 
 
@@ -42,12 +48,21 @@ class TubeqGroup(click.Group):
               help="A 0600 file of user = / password = (or api_key = / token =) lines, like the "
                    "one cluster up writes (env TUBEQ_CREDENTIALS_FILE; default "
                    f"{DEFAULT_CREDENTIALS} if it exists).")
+@click.option("--tls-ca", type=click.Path(dir_okay=False), help="TLS: the CA (PEM) the "
+              "servers' certificates chain to (env TUBEQ_TLS_CA; default: the one of a local "
+              f"cluster up --tls, from {DEFAULT_CLUSTER_JSON}).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False),
+              help="Mutual TLS: this client's certificate (PEM; env TUBEQ_TLS_CERT).")
+@click.option("--tls-key", type=click.Path(dir_okay=False),
+              help="Mutual TLS: the key of --tls-cert (PEM; env TUBEQ_TLS_KEY).")
 @click.pass_context
 def main(ctx: click.Context, masters: str, timeout: float, user: str | None,
-         credentials_file: str | None) -> None:
+         credentials_file: str | None, tls_ca: str | None, tls_cert: str | None,
+         tls_key: str | None) -> None:
     """tubeq: a distributed message queue shaped like Apache TubeMQ."""
     ctx.obj = {"masters": masters, "timeout": timeout}
     use_credentials(user, credentials_file)
+    use_tls(tls_ca, tls_cert, tls_key)
 
 
 # ------------------------------------------------------------------ cluster
@@ -68,8 +83,13 @@ def cluster() -> None:
 @click.option("--broker-port", default=8123, show_default=True, help="First broker port (0: any).")
 @click.option("--portal/--no-portal", default=True, show_default=True)
 @click.option("--portal-port", default=8080, show_default=True)
+@click.option("--tls", is_flag=True, help="TLS on every port, with a private CA and "
+                                          "certificates made under DATA_DIR/tls.")
+@click.option("--tls-client-auth", is_flag=True,
+              help="Mutual TLS (implies --tls): clients present a certificate the CA signed.")
 def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_port: int,
-               broker_port: int, portal: bool, portal_port: int) -> None:
+               broker_port: int, portal: bool, portal_port: int, tls: bool,
+               tls_client_auth: bool) -> None:
     """Start masters, brokers and the portal as child processes; Ctrl-C stops them all."""
     from lib.cli.cluster import ClusterPlan, run_cluster
 
@@ -79,7 +99,8 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
         raise click.BadParameter(f"--masters must be odd (a Raft majority of {n_masters} "
                                  f"survives no more failures than of {n_masters - 1})")
     run_cluster(ClusterPlan(data_dir.resolve(), host, n_masters, brokers, master_port,
-                            broker_port, portal, portal_port))
+                            broker_port, portal, portal_port, tls or tls_client_auth,
+                            tls_client_auth))
 
 
 for _module in (cli_admin, cli_data, cli_bench, cli_spark, cli_security):

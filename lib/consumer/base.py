@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lib import errors
-from lib.auth.client import Credentials, auth_for
+from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
@@ -18,7 +18,8 @@ from lib.consumer.subscription import SubscriptionState, topic_names
 from lib.logs import event
 from lib.names import check_name
 from lib.routes import RouteCache
-from lib.rpc import ChannelPool, MasterClient
+from lib.rpc import MasterClient, client_pool
+from lib.tls import Tls
 from lib.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,9 @@ class ConsumerBase(Closeable):
 
     def __init__(self, masters: str | Iterable[str], group: str, reset: str,
                  session_timeout_ms: int, client_id: str, rpc_timeout_s: float,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls: Tls | None = None) -> None:
         masters = masters if isinstance(masters, str) else list(masters)
-        self._pool = ChannelPool(auth_for(masters, credentials, rpc_timeout_s))
+        self._pool = client_pool(masters, credentials, rpc_timeout_s, tls)
         self._masters = MasterClient(masters, self._pool, timeout=rpc_timeout_s)
         self._sub = SubscriptionState(reset)
         routes = RouteCache(self._masters, timeout=rpc_timeout_s)

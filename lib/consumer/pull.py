@@ -33,6 +33,7 @@ from lib.logs import event
 from lib.names import check_name
 from lib.records import Record
 from lib.records.columns import FrameColumns
+from lib.tls import Tls
 from lib.types import TopicPartition
 
 T = TypeVar("T")
@@ -76,7 +77,8 @@ class PullConsumer(ConsumerBase):
     """Pull records with :meth:`poll`; see the module docstring for threads and delivery."""
 
     def __init__(self, masters: str | Iterable[str], *, config: ConsumerConfig | None = None,
-                 credentials: Credentials | None = None, **settings: Any) -> None:
+                 credentials: Credentials | None = None, tls: Tls | None = None,
+                 **settings: Any) -> None:
         """``settings`` are :class:`ConsumerConfig` fields (``group=``, ``auto_offset_reset=``,
         ...), on top of ``config`` if given; either way they are validated. ``credentials``
         (else the environment's) log in."""
@@ -84,7 +86,7 @@ class PullConsumer(ConsumerBase):
         cfg = self.config
         fetch_cfg = as_config(FetcherConfig, None, cfg.fetcher())
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
-                         cfg.client_id, cfg.rpc_timeout_s, credentials)
+                         cfg.client_id, cfg.rpc_timeout_s, credentials, tls)
         self._auto_commit = cfg.enable_auto_commit
         self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets)
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000

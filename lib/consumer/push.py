@@ -46,6 +46,7 @@ from lib.consumer.push_stream import PushStream, StreamHooks
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_records
+from lib.tls import Tls
 from lib.types import TopicPartition
 from lib.wire_errors import error_class
 
@@ -91,14 +92,15 @@ class PushConsumer(ConsumerBase):
     """Records pushed to ``handler`` in worker threads; see the module docstring."""
 
     def __init__(self, masters: str | Iterable[str], *, config: PushConfig | None = None,
-                 credentials: Credentials | None = None, **settings: Any) -> None:
+                 credentials: Credentials | None = None, tls: Tls | None = None,
+                 **settings: Any) -> None:
         """``settings`` are :class:`PushConfig` fields (``group=`` is required, ``commit=``,
         ``max_inflight_messages=``, ...), on top of ``config`` if given; validated either way.
         ``credentials`` (else the environment's) log in."""
         self.config: PushConfig = as_config(PushConfig, config, settings)
         cfg = self.config
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
-                         cfg.client_id, cfg.rpc_timeout_s, credentials)
+                         cfg.client_id, cfg.rpc_timeout_s, credentials, tls)
         self._auto_commit = cfg.commit == "after"
         self._handler: Handler | None = None
         self._session = 0

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lib.auth.client import Credentials, auth_for
+from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.config import settle
 from lib.errors import (
@@ -52,7 +52,8 @@ from lib.records import (
     tag_hash,
 )
 from lib.routes import RouteCache, TopicRoutes
-from lib.rpc import ChannelPool, MasterClient
+from lib.rpc import MasterClient, client_pool
+from lib.tls import Tls
 from lib.types import BulkMetadata, RecordMetadata, TopicPartition
 
 _BYTES = (bytes, bytearray)
@@ -97,13 +98,15 @@ class Producer(Closeable):
     """Sends records to topics; thread-safe (many threads may call ``send``)."""
 
     def __init__(self, masters: str | Sequence[str], *, config: ProducerConfig | None = None,
-                 credentials: Credentials | None = None, **settings: Any) -> None:
+                 credentials: Credentials | None = None, tls: Tls | None = None,
+                 **settings: Any) -> None:
         """``settings`` are :class:`ProducerConfig` fields; ``credentials`` (else the
-        environment's TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN) log in."""
+        environment's TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN) log in;
+        ``tls`` (else TUBEQ_TLS_CA ...) reaches TLS ports."""
         self.config = cfg = settle(ProducerConfig, config, settings)
         client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
         timeout_s = cfg.request_timeout_ms / 1000
-        self._pool = ChannelPool(auth_for(masters, credentials, timeout_s))
+        self._pool = client_pool(masters, credentials, timeout_s, tls)
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout_s)
         self._routes = RouteCache(self._master, cfg.metadata_max_age_ms / 1000, timeout_s)
         self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)

@@ -33,9 +33,11 @@ def acl_cluster(cluster_factory):
         root.close()
 
 
-def producing(masters: str, creds: Credentials, topic: str) -> bool:
-    """Whether ``creds`` may produce to ``topic`` now (False: PermissionDenied)."""
-    with Producer(masters, credentials=creds, request_timeout_ms=5000, retries=0) as producer:
+def producing(masters: str, creds: Credentials | None, topic: str, tls=None) -> bool:
+    """Whether ``creds`` (or ``tls``'s client certificate) may produce to ``topic`` now
+    (False: PermissionDenied)."""
+    with Producer(masters, credentials=creds, tls=tls, request_timeout_ms=5000,
+                  retries=0) as producer:
         try:
             producer.send_sync(topic, b"probe")
             return True

@@ -24,10 +24,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def local_cluster(tmp_path, monkeypatch):
-    """``tubeq cluster up`` on free ports; yields (masters, cluster.json); stops it by PID.
-    The session's test credentials are dropped: the CLI logs in with the admin password
-    ``cluster up`` made, from the credentials file it wrote (as a user would)."""
+def local_cluster(tmp_path, monkeypatch, request):
+    """``tubeq cluster up`` on free ports (plus the options a test's ``cluster_up_args``
+    marker gives); yields (process, cluster.json); stops it by PID. The session's test
+    credentials are dropped: the CLI logs in with the admin password ``cluster up`` made,
+    from the credentials file it wrote (as a user would)."""
+    marker = request.node.get_closest_marker("cluster_up_args")
+    extra = list(marker.args) if marker else []
     for var in ("TUBEQ_USER", "TUBEQ_PASSWORD", "TUBEQ_CLUSTER_SECRET"):
         monkeypatch.delenv(var, raising=False)
     # cluster up writes the user's credentials file: here, not where other tests look
@@ -35,7 +38,7 @@ def local_cluster(tmp_path, monkeypatch):
     data = tmp_path / "data"
     proc = subprocess.Popen(
         [*TUBEQ, "cluster", "up", "--data-dir", str(data), "--master-port", "0",
-         "--broker-port", "0", "--no-portal"], cwd=ROOT, stdin=subprocess.DEVNULL,
+         "--broker-port", "0", "--no-portal", *extra], cwd=ROOT, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     summary = data / "cluster.json"
     info: dict = {}
@@ -57,7 +60,7 @@ def local_cluster(tmp_path, monkeypatch):
                 proc.kill()
                 proc.wait()
         for child in info.values():  # never leave a child behind, even on failure
-            if isinstance(child, dict) and _pid_alive(child["pid"]):
+            if isinstance(child, dict) and "pid" in child and _pid_alive(child["pid"]):
                 os.kill(child["pid"], signal.SIGKILL)
 
 
@@ -94,6 +97,31 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
     brokers = json.loads(tubeq(masters, "broker", "list", "--json").stdout)
     assert sorted(b["broker_id"] for b in brokers) == [1, 2]
     assert all(b["alive"] for b in brokers)
+
+
+@pytest.mark.cluster_up_args("--tls-client-auth", "--masters", "1", "--brokers", "1")
+def test_cluster_up_with_mutual_tls(local_cluster, monkeypatch):
+    _, info = local_cluster
+    masters = info["masters"]
+    tls = {f"TUBEQ_{k.upper()}": info[k] for k in ("tls_ca", "tls_cert", "tls_key")}
+    assert Path(tls["TUBEQ_TLS_KEY"]).stat().st_mode & 0o777 == 0o600
+    plain = tubeq(masters, "--timeout", "2", "topic", "list")
+    assert plain.returncode == 1 and b"if it uses TLS, give its CA" in plain.stderr, plain.stderr
+
+    for var, path in tls.items():  # what cluster up prints to export
+        monkeypatch.setenv(var, path)
+    created = tubeq(masters, "topic", "create", "tls-demo", "--partitions", "1")
+    assert created.returncode == 0, created.stderr
+    produced = tubeq(masters, "produce", "tls-demo", stdin=b"a\nb\nc\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = tubeq(masters, "consume", "tls-demo", "--from-beginning", "--max", "3")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == [b"a", b"b", b"c"]
+
+    monkeypatch.delenv("TUBEQ_TLS_CERT")
+    monkeypatch.delenv("TUBEQ_TLS_KEY")
+    no_cert = tubeq(masters, "--timeout", "2", "topic", "list")
+    assert no_cert.returncode == 1 and b"Unavailable" in no_cert.stderr, no_cert.stderr
 
 
 def test_cluster_up_starts_three_masters_and_master_status_shows_them(local_cluster):

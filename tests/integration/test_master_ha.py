@@ -5,18 +5,25 @@ case is 10 s; the extra is for this small, noisy machine), load runs for seconds
 """
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import threading
 import time
 
+import grpc
 import pytest
 
 from lib import errors
 from lib.admin import AdminClient
+from lib.auth.acl import Acl
+from lib.auth.client import Credentials
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
 from lib.proto import admin_pb2, admin_pb2_grpc
+from lib.proto import broker_pb2 as bpb
+from lib.records import Record, encode_batch
 from lib.rpc import invoke
 from tests.cluster import Cluster
 from tests.integration.test_consumer_common import wait_for
@@ -261,3 +268,99 @@ def test_a_failover_moves_no_partition_of_a_group_whose_members_stay(ha):
     finally:
         for m in members:
             m.close()
+
+
+CAROL = Credentials("carol", "carol-ha-password-1")
+CAROL_ACLS = [Acl("user:carol", "topic", "perm", "produce"),
+              Acl("user:carol", "topic", "perm", "consume"),
+              Acl("user:carol", "group", "perm-group", "consume")]
+
+
+def key_id_of(token: str) -> str:
+    return json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))["kid"]
+
+
+def security_listing(admin: AdminClient) -> tuple[list, list, list]:
+    """(users, API keys, ACL entries) as the master ``admin`` reaches lists them."""
+    return (sorted(admin.list_users(), key=lambda u: u.name),
+            sorted(admin.list_api_keys(), key=lambda k: k.key_id), sorted(admin.list_acls()))
+
+
+def raw_produce(address: str, topic: str, token: str) -> grpc.StatusCode:
+    """The status of one Produce of one record to ``address`` carrying ``token``."""
+    request = bpb.ProduceRequest(topic=topic, partition=0,
+                                 batch=encode_batch([Record(value=b"raw")]))
+    with grpc.insecure_channel(address) as channel:
+        produce = channel.unary_unary("/tubeq.broker.Broker/Produce",
+                                      bpb.ProduceRequest.SerializeToString,
+                                      bpb.ProduceResponse.FromString)
+        try:
+            produce(request, metadata=(("authorization", f"Bearer {token}"),), timeout=5)
+        except grpc.RpcError as err:
+            return err.code()
+    return grpc.StatusCode.OK
+
+
+def test_failover_keeps_permissions_working(ha):
+    """Users, API keys, ACLs and a rotated signing key are replicated state: after a SIGKILL of
+    the active master, the new one lists them all, and tokens issued by the dead master (one
+    signed with the rotated key) still pass the new master and the brokers, with the same
+    rights and the same refusals."""
+    masters = ha.master_addresses
+    admin = ha.admin_credentials()
+    with AdminClient(masters, credentials=admin) as root:
+        root.add_user(CAROL.user, CAROL.password)
+        key_info, api_key = root.create_api_key(CAROL.user, "ha test")
+        root.create_topic("perm", partitions=2)
+        root.create_topic("other", partitions=1)
+        for acl in CAROL_ACLS:
+            assert root.add_acl(acl.principal, acl.operation, acl.resource, acl.name)
+        new_key, _ = root.rotate_signing_key()
+        token = wait_for(lambda: (lambda t: t if key_id_of(t) == new_key else None)(
+            root.login(CAROL.user, CAROL.password).token), 15, "a token of the rotated key")
+        key_token = root.login(api_key=api_key).token
+        before = security_listing(root)
+    assert {u.name for u in before[0]} == {"admin", "carol"} and key_info in before[1]
+    assert set(CAROL_ACLS) <= set(before[2])
+    as_carol = Credentials(token=token)
+    with Producer(masters, credentials=as_carol, request_timeout_ms=15_000) as producer:
+        wait_for(lambda: producer.send_sync("perm", b"before", key=b"k").offset >= 0, 15,
+                 "carol producing before the failover")
+
+    old = ha.leader()
+    old.kill()
+    new = ha.leader(timeout=FAILOVER_S)
+    assert new is not old
+
+    with AdminClient(new.address, credentials=admin) as root:  # the new leader, alone
+        assert security_listing(root) == before
+    for tok in (token, key_token):  # issued by the dead master, presented as they are
+        with AdminClient(new.address, credentials=Credentials(token=tok)) as client:
+            assert client.describe_topic("perm").partition_count == 2  # produce implies it
+            with pytest.raises(errors.PermissionDenied, match="carol may not create"):
+                client.create_topic("not-carols")
+    with AdminClient(new.address, credentials=Credentials(api_key=api_key)) as client:
+        fresh = client.login(api_key=api_key)
+        assert fresh.principal == "carol" and key_id_of(fresh.token) == new_key
+
+    values = [b"after-%d" % i for i in range(10)]
+    with Producer(masters, credentials=as_carol, request_timeout_ms=20_000) as producer:
+        for v in values:  # the producer waits out the brokers' re-registration
+            producer.send_sync("perm", v, key=v)
+        with pytest.raises(errors.PermissionDenied, match="carol may not"):
+            producer.send_sync("other", b"refused")
+    for broker in ha.brokers.values():  # each broker checks the old token itself
+        assert raw_produce(broker.address, "other", token) == grpc.StatusCode.PERMISSION_DENIED
+    got: list[bytes] = []
+    with PullConsumer(masters, credentials=as_carol, group="perm-group",
+                      auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+        consumer.subscribe("perm")
+        wait_for(lambda: got.extend(r.value for r in consumer.poll(timeout=0.5))
+                 or len(got) >= 11, 30, "carol's records through the new leader")
+        consumer.commit()
+    assert sorted(got) == sorted([b"before", *values])
+    with PullConsumer(masters, credentials=as_carol, group="perm-group",
+                      rpc_timeout_s=5) as consumer, \
+            pytest.raises(errors.PermissionDenied, match="carol may not describe on topic 'other'"):
+        consumer.subscribe("other")
+        consumer.poll(timeout=2)
