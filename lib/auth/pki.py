@@ -53,6 +53,12 @@ class LocalPki:
     def admin_key(self) -> Path:
         return self.root / "admin.key"
 
+    def server_args(self, client_auth: bool = False) -> list[str]:
+        """The options of ``python -m master`` / ``python -m broker`` that serve TLS with the
+        server certificate (``client_auth``: mutual TLS)."""
+        return ["--tls-cert", str(self.server_cert), "--tls-key", str(self.server_key),
+                "--tls-ca", str(self.ca), *(["--tls-client-auth"] if client_auth else [])]
+
     def ensure(self, hosts: Iterable[str]) -> LocalPki:
         """Make what is missing: the CA once, then certificates signed by it (a server
         certificate that does not name every host is made again)."""

@@ -14,11 +14,16 @@ import sys
 import tempfile
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
 
 from lib.errors import TopicExists, UnknownTopic
+
+if TYPE_CHECKING:
+    from lib.auth.client import Credentials
+    from lib.tls import Tls
 
 MB = 1_000_000
 IDLE_END_S = 5.0
@@ -80,10 +85,13 @@ def ceilings(disk_dir: str) -> dict[str, float]:
             disk_ceiling_mbps(disk_dir)}
 
 
-def ensure_topic(masters: str, topic: str, partitions: int, durability: str) -> None:
+def ensure_topic(masters: str, topic: str, partitions: int, durability: str, *,
+                 credentials: Credentials | None = None, tls: Tls | None = None) -> None:
+    """Create ``topic`` unless it exists. ``credentials`` and ``tls``, as every client takes
+    them (None: the environment's); run_produce passes them to its Producer the same way."""
     from lib.admin import AdminClient
 
-    client = AdminClient(masters)
+    client = AdminClient(masters, credentials=credentials, tls=tls)
     try:
         try:
             client.describe_topic(topic)
@@ -174,16 +182,18 @@ def run_produce_bulk(masters: str, topic: str, count: int, size: int, per_call: 
 
 
 def run_consume(masters: str, topic: str, count: int, progress: bool,
-                timeout: float = 60.0, e2e: bool = False, from_end: bool = False) -> dict:
+                timeout: float = 60.0, e2e: bool = False, from_end: bool = False, *,
+                credentials: Credentials | None = None, tls: Tls | None = None) -> dict:
     """Read ``count`` messages from the start (or the end) of every partition (no group)."""
     from lib.admin import AdminClient
     from lib.consumer.pull import PullConsumer
     from lib.types import TopicPartition
 
-    admin = AdminClient(masters)
+    admin = AdminClient(masters, credentials=credentials, tls=tls)
     parts = [p.partition for p in admin.describe_topic(topic).partitions]
     admin.close()
-    consumer = PullConsumer(masters, auto_offset_reset="earliest")
+    consumer = PullConsumer(masters, auto_offset_reset="earliest", credentials=credentials,
+                            tls=tls)
     consumer.assign([TopicPartition(topic, p) for p in parts])
     if from_end:
         consumer.seek_to_end()
@@ -341,11 +351,12 @@ def run_latency(masters: str, topic: str, count: int, size: int) -> dict:
     from lib.admin import AdminClient
     from lib.producer.producer import Producer
     from lib.rpc import channel
+    from lib.tls import Tls
 
     with AdminClient(masters) as admin:
         address = admin.describe_topic(topic).partitions[0].address
     value = os.urandom(size)
-    ch = channel(address)
+    ch = channel(address, Tls.from_env())  # as the producer reaches it
     check = health_pb2_grpc.HealthStub(ch).Check
     request = health_pb2.HealthCheckRequest(service="")
     sends, trips = np.zeros(count), np.zeros(count)

@@ -88,11 +88,7 @@ class ClusterPlan:
 
     def tls_args(self) -> list[str]:
         """The TLS options every master and broker gets."""
-        if not self.tls:
-            return []
-        pki = self.pki
-        return ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
-                "--tls-ca", str(pki.ca), *(["--tls-client-auth"] if self.tls_client_auth else [])]
+        return self.pki.server_args(self.tls_client_auth) if self.tls else []
 
     def client_tls(self) -> dict[str, str]:
         """TUBEQ_TLS_* for clients of this cluster (with mutual TLS, the admin's certificate)."""

@@ -19,11 +19,6 @@ from tests.integration.test_consumer_common import wait_for
 ALICE = Credentials("alice", "alice-tls-password")
 
 
-def tls_args(pki: LocalPki, client_auth: bool = False) -> list[str]:
-    return ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
-            "--tls-ca", str(pki.ca), *(["--tls-client-auth"] if client_auth else [])]
-
-
 @pytest.fixture
 def pki(tmp_path) -> LocalPki:
     return LocalPki(tmp_path / "tls").ensure([])
@@ -56,7 +51,7 @@ def round_trip(masters: str, topic: str, tls: Tls, credentials: Credentials | No
 
 def test_produce_consume_and_admin_over_tls(cluster_factory, pki):
     tls = Tls(str(pki.ca))
-    cluster = cluster_factory(1, master_args=tls_args(pki), broker_args=tls_args(pki),
+    cluster = cluster_factory(1, master_args=pki.server_args(), broker_args=pki.server_args(),
                               tls=tls)
     masters = cluster.master_addresses
     admin = cluster.admin_credentials()
@@ -86,8 +81,8 @@ def test_mutual_tls_maps_a_certificate_to_a_principal(cluster_factory, pki, tmp_
     for var in ("TUBEQ_USER", "TUBEQ_PASSWORD"):  # the session's admin: certificates only
         monkeypatch.delenv(var)
     admin_tls = Tls(str(pki.ca), str(pki.admin_cert), str(pki.admin_key))
-    cluster = cluster_factory(1, master_args=tls_args(pki, True),
-                              broker_args=tls_args(pki, True), tls=admin_tls)
+    cluster = cluster_factory(1, master_args=pki.server_args(True),
+                              broker_args=pki.server_args(True), tls=admin_tls)
     masters = cluster.master_addresses
     with AdminClient(masters, tls=admin_tls) as root:  # no token: the certificate's admin
         root.create_topic("mtls", partitions=1)
