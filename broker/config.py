@@ -61,6 +61,10 @@ class BrokerConfig:
     tls_client_auth: bool = False
     # Refused calls go to the masters' audit log with heartbeats, summarised (as on masters).
     audit_refusal_window_s: float = 60.0
+    # Byte-rate quotas (lib/auth/quotas.py): the burst a full bucket allows, and the debt past
+    # which calls are refused instead of throttled.
+    quota_burst_s: float = 1.0
+    quota_hard_limit_s: float = 30.0
     audit_refusal_kinds: int = 20
     sink_staging_bytes: int = 512 * MiB  # exactly-once sinks: staged, uncommitted batches
     sink_staging_ttl_s: float = 900.0  # staging nobody committed or aborted is dropped after
@@ -89,6 +93,10 @@ class BrokerConfig:
         require(self.register_timeout_s > 0, "BrokerConfig.register_timeout_s must be > 0")
         require(0.1 <= self.audit_refusal_window_s <= 86400,
                 "BrokerConfig.audit_refusal_window_s must be in [0.1, 86400]")
+        require(0.01 <= self.quota_burst_s <= 60,
+                "BrokerConfig.quota_burst_s must be in [0.01, 60]")
+        require(1 <= self.quota_hard_limit_s <= 3600,
+                "BrokerConfig.quota_hard_limit_s must be in [1, 3600]")
         require(1 <= self.audit_refusal_kinds <= 1000,
                 "BrokerConfig.audit_refusal_kinds must be in [1, 1000]")
         require(self.sink_staging_bytes > 0, "BrokerConfig.sink_staging_bytes must be > 0")

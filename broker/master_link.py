@@ -17,7 +17,11 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager, TopicSpec
+from lib.auth import addresses as ip_rules
+from lib.auth import quotas as quota_entries
 from lib.auth.acl import Authorizer, from_pb
+from lib.auth.addresses import AddressRules
+from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
 from lib.auth.server import KeyRing, cluster_header
 from lib.errors import TubeqError
@@ -45,7 +49,9 @@ class MasterLink:
                  on_deleted: Callable[[str], None] | None = None,
                  offsets: OffsetsPlane | None = None, cluster_secret: str = "",
                  keyring: KeyRing | None = None, acls: Authorizer | None = None,
-                 refusals: RefusalLog | None = None, tls: Tls | None = None) -> None:
+                 refusals: RefusalLog | None = None, tls: Tls | None = None,
+                 quotas: QuotaBook | None = None,
+                 addresses: AddressRules | None = None) -> None:
         self.broker_id = broker_id
         self.address = address
         self.topics = topics
@@ -57,6 +63,8 @@ class MasterLink:
         self._metadata = cluster_header(cluster_secret)  # who we are to the masters
         self.keyring = keyring  # the token signing keys, from every response
         self.acls = acls  # the ACL entries, from responses when their version changed
+        self.quotas = quotas  # the byte-rate quotas, as the ACLs
+        self.addresses = addresses  # the IP allow/deny lists, as the ACLs
         self.refusals = refusals  # refused calls, summarised, for the masters' audit log
         # A master answers a heartbeat in milliseconds; one that does not within a second is
         # down or stopped, and the next one on the list is asked (failover).
@@ -99,7 +107,7 @@ class MasterLink:
             return False
         self.interval = (res.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS) / 1e3
         self._apply(res.topics, res.placements, (), res.signing_keys)
-        self._apply_acls(res)
+        self._apply_policies(res)
         if self.offsets is not None:
             self.offsets.report_again()  # this master may be new: tell it everything once
         self.registered.set()
@@ -113,6 +121,8 @@ class MasterLink:
             broker_id=self.broker_id, stats=self.stats(), disk=self.disk(),
             committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs],
             acl_version=self.acls.version if self.acls is not None else -1,
+            quota_version=self.quotas.version if self.quotas is not None else -1,
+            ip_version=self.addresses.version if self.addresses is not None else -1,
             refusals=[mpb.Refusal(principal=r.principal, method=r.method, reason=r.reason,
                                   peer=r.peer, count=r.count, first_ms=r.first_ms)
                       for r in (self.refusals.drain() if self.refusals is not None else ())])
@@ -131,7 +141,7 @@ class MasterLink:
             self.registered.clear()
             return
         self._apply(res.topics, res.placements, res.deleted, res.signing_keys)
-        self._apply_acls(res)
+        self._apply_policies(res)
         if self.offsets is not None:
             self.offsets.reported(pairs)
 
@@ -146,16 +156,23 @@ class MasterLink:
             for name in dropped:
                 self.on_deleted(name)
 
-    def _apply_acls(self, res) -> None:
-        """A response carries the ACLs only when ours are not the master's version."""
-        if self.acls is None or not res.HasField("acls"):
-            return
-        try:
-            self.acls.replace([from_pb(e) for e in res.acls.entries], res.acls.version)
-        except TubeqError as err:  # a master validates every entry: never expected
-            event(log, "master.bad_acls", logging.ERROR, error=err.message)
-            return
-        event(log, "broker.acls", version=res.acls.version, entries=len(res.acls.entries))
+    def _apply_policies(self, res) -> None:
+        """The ACLs, quotas and IP lists a response carries: each only when the version we
+        hold is not the master's."""
+        for field, holder, parse in (("acls", self.acls, from_pb),
+                                     ("quotas", self.quotas, quota_entries.from_pb),
+                                     ("ip_rules", self.addresses, ip_rules.from_pb)):
+            if holder is None or not res.HasField(field):
+                continue
+            message = getattr(res, field)
+            try:
+                entries = [parse(e) for e in message.entries]
+            except TubeqError as err:  # a master validates every entry: never expected
+                event(log, "master.bad_policy", logging.ERROR, kind=field, error=err.message)
+                continue
+            holder.replace(entries, message.version)
+            event(log, "broker.policy", kind=field, version=message.version,
+                  entries=len(entries))
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

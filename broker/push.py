@@ -36,6 +36,7 @@ from broker.data import (
 )
 from broker.metrics import BrokerMetrics
 from broker.topics import TopicManager
+from lib.auth.quotas import QuotaBook
 from lib.auth.server import current_access
 from lib.errors import InvalidArgument, StoreClosed, TubeqError
 from lib.proto import broker_pb2 as pb
@@ -106,7 +107,8 @@ async def _drain(requests: AsyncIterator[pb.SubscribeRequest], credit: Credit) -
 
 class PushPlane:
     def __init__(self, config: BrokerConfig, topics: TopicManager,
-                 metrics: BrokerMetrics) -> None:
+                 metrics: BrokerMetrics, quotas: QuotaBook | None = None) -> None:
+        self.quotas = quotas or QuotaBook()
         self.config = config
         self.topics = topics
         self.metrics = metrics
@@ -115,7 +117,10 @@ class PushPlane:
                         ) -> AsyncIterator[pb.SubscribeResponse]:
         """The response stream; ``run(fn, *args)`` runs blocking work in the executor."""
         start = await self._start(requests)
-        current_access.get().check("consume", "topic", start.topic)
+        access = current_access.get()
+        access.check("consume", "topic", start.topic)
+        if start.group:
+            access.check("consume", "group", start.group)  # its quota is charged
         tags = check_tags(start.tags)
         positions = {pf.partition: pf.offset for pf in start.partitions}
         for p in positions:
@@ -126,6 +131,11 @@ class PushPlane:
         try:
             async for response in self._loop(start.topic, positions, tags, credit, run):
                 yield response
+                if self.quotas.active:  # the broker sets the pace of a push stream itself
+                    wait_ms = self.quotas.charge("consume", access.quota_principal, start.group,
+                                                 len(response.data.frames))
+                    if wait_ms:
+                        await asyncio.sleep(wait_ms / 1e3)
         finally:
             reader.cancel()
             credit.finish()

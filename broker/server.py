@@ -42,6 +42,8 @@ from broker.sinks import SinkPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.auth.acl import Authorizer
+from lib.auth.addresses import AddressRules
+from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
 from lib.auth.server import (
     AioServerAuth,
@@ -71,6 +73,8 @@ class Broker:
         self.term = TermWatermark()
         self.keyring = KeyRing()  # filled by the master link
         self.acls = Authorizer(version=-1)  # replaced by the master link: none until then
+        self.addresses = AddressRules()  # the IP lists, replaced by the master link
+        self.quotas = QuotaBook(config.quota_burst_s, config.quota_hard_limit_s)  # master link
         self.refusals = RefusalLog(config.audit_refusal_window_s, config.audit_refusal_kinds)
         self.topics = TopicManager(data_dir, config.store)
         self.offset_store = OffsetStore(data_dir / "offsets")
@@ -81,8 +85,8 @@ class Broker:
                                config.sink_staging_ttl_s, self._appended)
         self.service = BrokerService(
             DataPlane(config, self.topics, self.dedup, self.metrics), self.offsets,
-            PushPlane(config, self.topics, self.metrics), self.metrics, self.executor,
-            self.sinks)
+            PushPlane(config, self.topics, self.metrics, self.quotas), self.metrics,
+            self.executor, self.sinks, self.quotas)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None
@@ -112,7 +116,8 @@ class Broker:
                                    cfg.register_timeout_s, on_deleted=self._forget_topic,
                                    offsets=self.offsets,
                                    cluster_secret=cfg.resolved_cluster_secret,
-                                   keyring=self.keyring, acls=self.acls,
+                                   keyring=self.keyring, acls=self.acls, quotas=self.quotas,
+                                   addresses=self.addresses,
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
@@ -147,7 +152,8 @@ class Broker:
         return [AioServerAuth(Authenticator(self.keyring.get,
                                             self.config.resolved_cluster_secret),
                               authorizer=lambda: self.acls, refusals=self.refusals,
-                              certificates=certificate_identities(server_tls(self.config)))]
+                              certificates=certificate_identities(server_tls(self.config)),
+                              addresses=lambda: self.addresses)]
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""

@@ -31,6 +31,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.sinks import SinkPlane
+from lib.auth.quotas import QuotaBook
 from lib.auth.server import current_access
 from lib.errors import TubeqError
 from lib.names import check_name
@@ -94,7 +95,9 @@ def _may_produce() -> Callable[[str], None]:
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
-                 metrics: BrokerMetrics, executor: Executor, sinks: SinkPlane) -> None:
+                 metrics: BrokerMetrics, executor: Executor, sinks: SinkPlane,
+                 quotas: QuotaBook | None = None) -> None:
+        self.quotas = quotas or QuotaBook()
         self.data = data
         self.sinks = sinks
         self.offsets = offsets
@@ -121,10 +124,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """On the loop when the append cannot wait (async topic, room in the cache): no thread
         hop; else in the executor, with the batch already checked."""
         check_name(request.topic)
+        quotas = self.quotas
+        if quotas.active:
+            quotas.admit("produce", current_access.get().quota_principal)
         try:
-            return self.data.produce(request, wait=False)
+            response = self.data.produce(request, wait=False)
         except WouldBlock as later:
-            return await self.run(self.data.produce, request, True, later.view)
+            response = await self.run(self.data.produce, request, True, later.view)
+        if quotas.active:
+            response.throttle_ms = quotas.charge(
+                "produce", current_access.get().quota_principal, "", len(request.batch))
+        return response
 
     @_guarded
     async def SinkCommit(self, request: pb.SinkCommitRequest, context):  # noqa: N802
@@ -137,7 +147,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802
         check_name(request.topic)
-        return await self.data.fetch(request, self.run)
+        quotas = self.quotas
+        if quotas.active:
+            quotas.admit("consume", current_access.get().quota_principal, request.group)
+        response = await self.data.fetch(request, self.run)
+        if quotas.active:
+            response.throttle_ms = quotas.charge(
+                "consume", current_access.get().quota_principal, request.group,
+                sum(len(part.frames) for part in response.partitions))
+        return response
 
     async def Subscribe(self, request_iterator: AsyncIterator[pb.SubscribeRequest],  # noqa: N802
                         context: grpc.aio.ServicerContext

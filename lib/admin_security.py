@@ -1,5 +1,5 @@
 """The security half of :class:`lib.admin.AdminClient`: logins, users, API keys, signing keys,
-ACLs.
+ACLs, quotas, IP lists.
 
 Calls ``tubeq.security.Security`` on the active master. Passwords and API keys are sent only
 in the calls that need them and never kept by the client.
@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from lib.auth import addresses, quotas
 from lib.auth.acl import Acl, from_pb, to_pb
+from lib.auth.addresses import IpRule
+from lib.auth.quotas import Quota
 from lib.names import check_name
 from lib.proto import security_pb2 as spb
 from lib.proto import security_pb2_grpc
@@ -99,3 +102,40 @@ class SecurityCalls:
 
     def list_acls(self) -> list[Acl]:
         return [from_pb(e) for e in self._security("ListAcls", spb.ListAclsRequest()).entries]
+
+    def set_quota(self, entity: str, *, produce_bytes_per_s: int = 0,
+                  consume_bytes_per_s: int = 0) -> Quota:
+        """Limit ``entity`` (``user:<name>``, ``user:*``, ``group:<name>``, ``group:*``) to so
+        many bytes per second of produce and consume on each broker (0: no limit), replacing
+        its quota if it had one. Effective on the brokers with their next heartbeat."""
+        quota = Quota(entity, produce_bytes_per_s, consume_bytes_per_s)  # checked here first
+        self._security("SetQuota", quotas.to_pb(quota))
+        return quota
+
+    def remove_quota(self, entity: str) -> None:
+        """Remove the quota of ``entity`` (InvalidArgument if it has none)."""
+        self._security("RemoveQuota", spb.QuotaEntry(entity=entity))
+
+    def list_quotas(self) -> list[Quota]:
+        return [quotas.from_pb(e)
+                for e in self._security("ListQuotas", spb.ListQuotasRequest()).entries]
+
+    def add_ip_rule(self, network: str, *, effect: str = "allow", topic: str | None = None,
+                    prefix: bool = False, force: bool = False) -> bool:
+        """Allow (or, ``effect="deny"``, deny) the IP ``network`` (``10.0.0.0/8``,
+        ``192.168.1.7``) to reach the cluster, or ``topic`` (a prefix with ``prefix=True``).
+        True if the rule is new. A cluster rule that would refuse the caller's own address is
+        refused unless ``force``. Effective on the brokers with their next heartbeat."""
+        rule = addresses.make_rule(network, effect, topic, prefix)  # checked here first
+        return self._security("AddIpRule", spb.IpRuleRequest(rule=addresses.to_pb(rule),
+                                                             force=force)).changed
+
+    def remove_ip_rule(self, network: str, *, effect: str = "allow", topic: str | None = None,
+                       prefix: bool = False) -> None:
+        """Remove the rule with exactly these fields (InvalidArgument if there is none)."""
+        rule = addresses.make_rule(network, effect, topic, prefix)
+        self._security("RemoveIpRule", spb.IpRuleRequest(rule=addresses.to_pb(rule)))
+
+    def list_ip_rules(self) -> list[IpRule]:
+        return [addresses.from_pb(r)
+                for r in self._security("ListIpRules", spb.ListIpRulesRequest()).entries]

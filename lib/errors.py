@@ -188,6 +188,14 @@ class SinkStagingFull(TubeqError):
     retriable = True
 
 
+class QuotaExceeded(TubeqError):
+    """A byte-rate quota is further in debt than a broker allows (the client did not wait the
+    ``throttle_ms`` it was told): retry after ``retry_after_ms``; nothing was stored or read."""
+
+    code = "QUOTA_EXCEEDED"
+    retriable = True
+
+
 class Unauthenticated(TubeqError):
     """No credentials, wrong ones, or a token that is malformed, expired or signed with a key
     the cluster no longer accepts. Messages say which, never echo a secret."""

@@ -52,6 +52,7 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.OutOfOrderSequence: grpc.StatusCode.FAILED_PRECONDITION,
     e.SinkStagingLost: grpc.StatusCode.FAILED_PRECONDITION,
     e.SinkStagingFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    e.QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

@@ -19,6 +19,10 @@ from typing import Any
 
 from lib.auth.acl import MAX_ENTRIES as MAX_ACLS
 from lib.auth.acl import Acl
+from lib.auth.addresses import MAX_ENTRIES as MAX_IP_RULES
+from lib.auth.addresses import IpRule
+from lib.auth.quotas import MAX_ENTRIES as MAX_QUOTAS
+from lib.auth.quotas import Quota
 from lib.errors import InvalidArgument, PrincipalExists, UnknownPrincipal
 from lib.names import check_name
 
@@ -38,6 +42,20 @@ def _acl_of(cmd: dict[str, Any]) -> Acl:
         raise InvalidArgument("malformed ACL entry") from None
 
 
+def _ip_rule_of(cmd: dict[str, Any]) -> IpRule:
+    try:
+        return IpRule(**cmd["rule"])
+    except (TypeError, KeyError):
+        raise InvalidArgument("malformed IP rule") from None
+
+
+def _quota_of(cmd: dict[str, Any]) -> Quota:
+    try:
+        return Quota(**cmd["quota"])
+    except (TypeError, KeyError):
+        raise InvalidArgument("malformed quota entry") from None
+
+
 def check_roles(roles: Any) -> list[str]:
     if not isinstance(roles, list | tuple) or len(roles) > MAX_ROLES:
         raise InvalidArgument(f"roles must be a list of at most {MAX_ROLES} names")
@@ -46,7 +64,8 @@ def check_roles(roles: Any) -> list[str]:
 
 class Principals:
     OPS = ("add_user", "set_password", "set_roles", "delete_user", "create_api_key",
-           "revoke_api_key", "add_signing_key", "retire_signing_key", "add_acl", "remove_acl")
+           "revoke_api_key", "add_signing_key", "retire_signing_key", "add_acl", "remove_acl",
+           "set_quota", "remove_quota", "add_ip_rule", "remove_ip_rule")
 
     def __init__(self, env: Any, users_db: Any, keys_db: Any, meta_db: Any) -> None:
         self._users_db, self._keys_db, self._meta_db = users_db, keys_db, meta_db
@@ -56,10 +75,13 @@ class Principals:
             self._keys = {bytes(k).decode(): json.loads(bytes(v))
                           for k, v in txn.cursor(db=keys_db)}
             raw = txn.get(b"signing_keys", db=meta_db)
-            raw_acls = txn.get(b"acls", db=meta_db)
+            lists = {key: txn.get(key.encode(), db=meta_db)
+                     for key in ("acls", "quotas", "ip_rules")}
         self._signing: list[dict[str, Any]] = [] if raw is None else json.loads(bytes(raw))
-        self._acls: dict[str, Any] = ({"version": 0, "entries": []} if raw_acls is None
-                                      else json.loads(bytes(raw_acls)))
+        # Versioned lists brokers enforce (they ask again when their version differs).
+        self._lists: dict[str, dict[str, Any]] = {
+            key: {"version": 0, "entries": []} if raw_list is None else json.loads(bytes(raw_list))
+            for key, raw_list in lists.items()}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -107,12 +129,31 @@ class Principals:
 
     @property
     def acl_version(self) -> int:
-        return self._acls["version"]
+        return self._lists["acls"]["version"]
 
     def acls(self) -> tuple[int, list[Acl]]:
         """(version, entries): the version grows with every change, the same on every master
         (brokers ask for the entries again when theirs differs)."""
-        return self._acls["version"], [Acl(**e) for e in self._acls["entries"]]
+        record = self._lists["acls"]
+        return record["version"], [Acl(**e) for e in record["entries"]]
+
+    @property
+    def quota_version(self) -> int:
+        return self._lists["quotas"]["version"]
+
+    def quotas(self) -> tuple[int, list[Quota]]:
+        """(version, entries), as :meth:`acls`."""
+        record = self._lists["quotas"]
+        return record["version"], [Quota(**e) for e in record["entries"]]
+
+    @property
+    def ip_version(self) -> int:
+        return self._lists["ip_rules"]["version"]
+
+    def ip_rules(self) -> tuple[int, list[IpRule]]:
+        """(version, rules), as :meth:`acls`."""
+        record = self._lists["ip_rules"]
+        return record["version"], [IpRule(**e) for e in record["entries"]]
 
     # -- commands (applied inside MetaState's transaction) ----------------------------------
 
@@ -203,7 +244,7 @@ class Principals:
             return {"added": False, **asdict(entry)}
         if len(entries) >= MAX_ACLS:
             raise InvalidArgument(f"at most {MAX_ACLS} ACL entries")
-        self._put_acls(ctx, version + 1, [*entries, entry])
+        self._put_list(ctx, "acls", version + 1, [*entries, entry])
         return {"added": True, **asdict(entry)}
 
     def _remove_acl(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -211,14 +252,52 @@ class Principals:
         version, entries = self.acls()
         if entry not in entries:
             raise InvalidArgument(f"no ACL entry '{entry.describe()}'")
-        self._put_acls(ctx, version + 1, [e for e in entries if e != entry])
+        self._put_list(ctx, "acls", version + 1, [e for e in entries if e != entry])
         return asdict(entry)
 
-    def _put_acls(self, ctx: Any, version: int, entries: list[Acl]) -> None:
+    def _set_quota(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Set the quota of one entity (replacing the one it had)."""
+        quota = _quota_of(cmd)
+        version, entries = self.quotas()
+        others = [q for q in entries if q.entity != quota.entity]
+        if len(others) >= MAX_QUOTAS:
+            raise InvalidArgument(f"at most {MAX_QUOTAS} quotas")
+        self._put_list(ctx, "quotas", version + 1, [*others, quota])
+        return asdict(quota)
+
+    def _remove_quota(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        entity = str(cmd.get("entity", ""))
+        version, entries = self.quotas()
+        gone = [q for q in entries if q.entity == entity]
+        if not gone:
+            raise InvalidArgument(f"no quota for {entity[:80]!r} (see tubeq quota list)")
+        self._put_list(ctx, "quotas", version + 1, [q for q in entries if q.entity != entity])
+        return asdict(gone[0])
+
+    def _add_ip_rule(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Add one rule (adding one that exists changes nothing)."""
+        rule = _ip_rule_of(cmd)
+        version, rules = self.ip_rules()
+        if rule in rules:
+            return {"added": False, **asdict(rule)}
+        if len(rules) >= MAX_IP_RULES:
+            raise InvalidArgument(f"at most {MAX_IP_RULES} IP rules")
+        self._put_list(ctx, "ip_rules", version + 1, [*rules, rule])
+        return {"added": True, **asdict(rule)}
+
+    def _remove_ip_rule(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        rule = _ip_rule_of(cmd)
+        version, rules = self.ip_rules()
+        if rule not in rules:
+            raise InvalidArgument(f"no IP rule '{rule.describe()}' (see tubeq ip list)")
+        self._put_list(ctx, "ip_rules", version + 1, [r for r in rules if r != rule])
+        return asdict(rule)
+
+    def _put_list(self, ctx: Any, key: str, version: int, entries: list[Any]) -> None:
         txn, staged = ctx
         record = {"version": version, "entries": [asdict(e) for e in sorted(entries)]}
-        txn.put(b"acls", _dump(record), db=self._meta_db)
-        staged.append(lambda: setattr(self, "_acls", record))
+        txn.put(key.encode(), _dump(record), db=self._meta_db)
+        staged.append(lambda: self._lists.__setitem__(key, record))
 
     # -- helpers ---------------------------------------------------------------------------
 

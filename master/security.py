@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.auth import (
+    addresses,
     check_password_policy,
     generate_password,
     hash_password,
@@ -29,10 +30,12 @@ from lib.auth import (
     new_api_key,
     new_signing_key,
     parse_api_key,
+    quotas,
     verify_api_key,
     verify_password,
 )
 from lib.auth.acl import Authorizer, from_pb, to_pb
+from lib.auth.addresses import AddressRules
 from lib.auth.refusals import LoginBackoff, RefusalLog
 from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, Unavailable
 from lib.logs import event
@@ -46,6 +49,11 @@ log = logging.getLogger(__name__)
 ADMIN = "admin"
 ADMIN_PASSWORD_FILE = "admin-password"
 WRONG = "wrong user or password"
+
+
+def quota_set(principals) -> spb.QuotaSet:
+    version, entries = principals.quotas()
+    return spb.QuotaSet(version=version, entries=[quotas.to_pb(q) for q in entries])
 
 
 def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir: str,
@@ -78,17 +86,32 @@ def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir
           password_file=str(path) if made else "given by admin_password_file")
 
 
-def acl_authorizer(state: MetaState) -> Callable[[], Authorizer]:
-    """The ACL decision over the replicated entries, rebuilt when their version changes (read
-    through ``state.principals`` each time: a snapshot install replaces that object)."""
-    authorizer = Authorizer()
+def address_rules(state: MetaState) -> Callable[[], AddressRules]:
+    """The IP lists in force, rebuilt when their version changes (as :func:`acl_authorizer`)."""
+    return _following(state, AddressRules(), lambda p: p.ip_version, lambda p: p.ip_rules())
 
-    def current() -> Authorizer:
+
+def ip_rule_set(principals) -> spb.IpRuleSet:
+    version, rules = principals.ip_rules()
+    return spb.IpRuleSet(version=version, entries=[addresses.to_pb(r) for r in rules])
+
+
+def acl_authorizer(state: MetaState) -> Callable[[], Authorizer]:
+    """The ACL decision over the replicated entries, rebuilt when their version changes."""
+    return _following(state, Authorizer(), lambda p: p.acl_version, lambda p: p.acls())
+
+
+def _following(state: MetaState, holder: Any, version_of: Callable[[Any], int],
+               read: Callable[[Any], tuple[int, list[Any]]]) -> Callable[[], Any]:
+    """``holder`` (anything with ``version`` and ``replace(entries, version)``) kept equal to
+    a versioned list of the state: read through ``state.principals`` each time, since a
+    snapshot install replaces that object."""
+    def current() -> Any:
         principals = state.principals
-        if principals.acl_version != authorizer.version:
-            version, entries = principals.acls()
-            authorizer.replace(entries, version)
-        return authorizer
+        if version_of(principals) != holder.version:
+            version, entries = read(principals)
+            holder.replace(entries, version)
+        return holder
     return current
 
 
@@ -304,6 +327,50 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
     def ListAcls(self, request, context):  # noqa: N802
         version, entries = self.principals.acls()
         return spb.AclSet(version=version, entries=[to_pb(e) for e in entries])
+
+    @guarded
+    def SetQuota(self, request, context):  # noqa: N802
+        quota = quotas.from_pb(request)
+        self.write({"op": "set_quota", "time_ms": wall_ms(), "quota": asdict(quota),
+                    "audit": self._audit(context, "set_quota", quota.describe())})
+        return quota_set(self.principals)
+
+    @guarded
+    def RemoveQuota(self, request, context):  # noqa: N802
+        self.write({"op": "remove_quota", "time_ms": wall_ms(), "entity": request.entity,
+                    "audit": self._audit(context, "remove_quota", request.entity[:200])})
+        return quota_set(self.principals)
+
+    @guarded
+    def ListQuotas(self, request, context):  # noqa: N802
+        return quota_set(self.principals)
+
+    @guarded
+    def AddIpRule(self, request, context):  # noqa: N802
+        """Refused when the rule would lock the caller's own address out of the cluster,
+        unless ``force``: a typo in an allow list must not cut the operators off."""
+        rule = addresses.from_pb(request.rule)
+        if rule.scope == "cluster" and not request.force:
+            _, rules = self.principals.ip_rules()
+            own = addresses.peer_address(context.peer() or "")
+            if not addresses.decide([*rules, rule], own, "cluster"):
+                raise InvalidArgument(
+                    f"'{rule.describe()}' would refuse your own address {own or '(unknown)'}: "
+                    "allow it first, or add the rule with force (tubeq ip add --force)")
+        made = self.write({"op": "add_ip_rule", "time_ms": wall_ms(), "rule": asdict(rule),
+                           "audit": self._audit(context, "add_ip_rule", rule.describe())})
+        return spb.IpRuleChange(changed=made["added"], version=self.principals.ip_version)
+
+    @guarded
+    def RemoveIpRule(self, request, context):  # noqa: N802
+        rule = addresses.from_pb(request.rule)
+        self.write({"op": "remove_ip_rule", "time_ms": wall_ms(), "rule": asdict(rule),
+                    "audit": self._audit(context, "remove_ip_rule", rule.describe())})
+        return spb.IpRuleChange(changed=True, version=self.principals.ip_version)
+
+    @guarded
+    def ListIpRules(self, request, context):  # noqa: N802
+        return ip_rule_set(self.principals)
 
     @staticmethod
     def _audit(context, action: str, target: str, details: str = "",

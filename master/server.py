@@ -103,7 +103,8 @@ class Master:
         return ServerAuth(Authenticator(self.state.principals.keyring,
                                         self.config.resolved_cluster_secret),
                           authorizer=security.acl_authorizer(self.state),
-                          refusals=self.refusals, certificates=certificate_identities(self.tls))
+                          refusals=self.refusals, certificates=certificate_identities(self.tls),
+                          addresses=security.address_rules(self.state))
 
     @property
     def epoch(self) -> int:

@@ -55,7 +55,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.RegisterBrokerResponse(
             term=self.term, topics=topics, placements=placements,
             heartbeat_interval_ms=self.config.broker_heartbeat_interval_ms,
-            signing_keys=self._signing_keys(), acls=self._acls(-1))
+            signing_keys=self._signing_keys(), acls=self._acls(-1), quotas=self._quotas(-1),
+            ip_rules=self._ip_rules(-1))
 
     @guarded
     def BrokerHeartbeat(self, request, context):  # noqa: N802
@@ -75,7 +76,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.BrokerHeartbeatResponse(term=self.term, topics=topics,
                                            placements=placements, deleted=deleted,
                                            signing_keys=self._signing_keys(),
-                                           acls=self._acls(request.acl_version))
+                                           acls=self._acls(request.acl_version),
+                                           quotas=self._quotas(request.quota_version),
+                                           ip_rules=self._ip_rules(request.ip_version))
 
     def _signing_keys(self) -> list[mpb.SigningKey]:
         """The keyring, for a caller that presented the cluster credential only (with
@@ -92,6 +95,19 @@ class MasterService(master_pb2_grpc.MasterServicer):
             return None
         version, entries = principals.acls()
         return spb.AclSet(version=version, entries=[to_pb(e) for e in entries])
+
+    def _quotas(self, held: int) -> spb.QuotaSet | None:
+        """The quotas, when the version the broker holds differs (not secret: to anyone the
+        heartbeat's rule lets in, so also with auth = "none")."""
+        if held == self.state.principals.quota_version:
+            return None
+        return security.quota_set(self.state.principals)
+
+    def _ip_rules(self, held: int) -> spb.IpRuleSet | None:
+        """The IP lists, when the version the broker holds differs."""
+        if held == self.state.principals.ip_version:
+            return None
+        return security.ip_rule_set(self.state.principals)
 
     def _record_committed(self, pairs) -> None:
         """Record the topics that groups committed offsets of on a broker, so describe_group

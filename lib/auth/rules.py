@@ -46,10 +46,17 @@ IN_HANDLER = Rule("handler")
 
 
 def _field(name: str) -> Callable[[Any], Iterable[str]]:
-    """The names in request field ``name``: one string, or a repeated one."""
+    """The names in request field ``name``: one string, or a repeated one. ``group?``: the
+    field ``group`` may be empty (then nothing is checked); any other empty name is checked
+    as it is, and refused."""
+    optional = name.endswith("?")
+    name = name.removesuffix("?")
+
     def names(request: Any) -> Iterable[str]:
         value = getattr(request, name)
-        return (value,) if isinstance(value, str) else value
+        if isinstance(value, str):
+            return () if optional and not value else (value,)
+        return value
     return names
 
 
@@ -105,9 +112,15 @@ RULES: dict[str, Rule] = {
     _S + "AddAcl": ADMIN_CLUSTER,
     _S + "RemoveAcl": ADMIN_CLUSTER,
     _S + "ListAcls": ADMIN_CLUSTER,
+    _S + "SetQuota": ADMIN_CLUSTER,
+    _S + "RemoveQuota": ADMIN_CLUSTER,
+    _S + "ListQuotas": ADMIN_CLUSTER,
+    _S + "AddIpRule": ADMIN_CLUSTER,
+    _S + "RemoveIpRule": ADMIN_CLUSTER,
+    _S + "ListIpRules": ADMIN_CLUSTER,
     # brokers
     _B + "Produce": needs(("produce", "topic", "topic")),
-    _B + "Fetch": needs(("consume", "topic", "topic")),
+    _B + "Fetch": needs(("consume", "topic", "topic"), ("consume", "group", "group?")),
     _B + "Subscribe": IN_HANDLER,  # the stream's first message names the topic
     _B + "CommitOffsets": needs(("consume", "group", "group"), ("consume", "topic", "topic")),
     _B + "FetchOffsets": needs(("describe", "group", "group"), ("describe", "topic", "topic")),

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from lib.auth.acl import Authorizer
+from lib.auth.acl import CLUSTER_NAME, Authorizer
+from lib.auth.addresses import AddressRules, peer_address
 from lib.auth.client import AUTH_HEADER
 from lib.auth.refusals import RefusalLog
 from lib.auth.rules import RULES, Rule
@@ -61,8 +62,30 @@ class Access:
     # Told of every refusal check() raises, so refusals inside handlers (a Subscribe's first
     # message, a sink commit) reach the audit summaries like the interceptor's own.
     report: Callable[[TubeqError], None] | None = None
+    peer: str = ""  # the caller's IP, when IP lists are in force
+    addresses: AddressRules | None = None  # the IP allow/deny lists
+
+    def _reachable(self, resource: str, name: str) -> bool:
+        """Whether the IP lists let the caller reach the cluster or a topic (the cluster
+        identity always passes)."""
+        rules = self.addresses
+        if rules is None or not rules.rules or resource not in ("cluster", "topic") \
+                or self.identity.kind == CLUSTER:
+            return True
+        return rules.allowed(self.peer, resource, name if resource == "topic" else "")
+
+    @property
+    def quota_principal(self) -> str:
+        """Whom byte-rate quotas charge the call to: its principal; nobody ("") for brokers
+        and masters."""
+        return "" if self.identity.kind == CLUSTER else self.identity.principal
 
     def allowed(self, operation: str, resource: str, name: str) -> bool:
+        if not self._reachable(resource, name):
+            return False
+        return self._acl_allows(operation, resource, name)
+
+    def _acl_allows(self, operation: str, resource: str, name: str) -> bool:
         if self.authorizer is None:
             return True
         i = self.identity
@@ -70,15 +93,30 @@ class Access:
 
     def check(self, operation: str, resource: str, name: str) -> None:
         """PermissionDenied naming who, what and which resource, unless allowed."""
-        if not self.allowed(operation, resource, name):
-            target = "the cluster" if resource == "cluster" else f"{resource} {name[:256]!r}"
-            err = PermissionDenied(
+        target = "the cluster" if resource == "cluster" else f"{resource} {name[:256]!r}"
+        if not self._reachable(resource, name):
+            self._refuse(PermissionDenied(
+                f"address {self.peer or '(unknown)'} may not reach {target} (an IP allow or "
+                "deny list: see tubeq ip list)", address=self.peer, resource=resource,
+                name=name[:256]))
+        if not self._acl_allows(operation, resource, name):
+            self._refuse(PermissionDenied(
                 f"{self.identity.principal} may not {operation} on {target} (no ACL allows "
                 "it, or one denies it: see tubeq acl list)", operation=operation,
-                resource=resource, name=name[:256])
-            if self.report is not None:
-                self.report(err)
-            raise err
+                resource=resource, name=name[:256]))
+
+    def check_address(self) -> None:
+        """PermissionDenied unless the cluster's IP lists let the caller in."""
+        if not self._reachable("cluster", CLUSTER_NAME):
+            self._refuse(PermissionDenied(
+                f"address {self.peer or '(unknown)'} may not reach this cluster (an IP allow "
+                "or deny list: see tubeq ip list)", address=self.peer, resource="cluster",
+                name=CLUSTER_NAME))
+
+    def _refuse(self, err: PermissionDenied) -> None:
+        if self.report is not None:
+            self.report(err)
+        raise err
 
     def enforce(self, rule: Rule, request: object) -> None:
         """The needs of a method's rule, on the names its request gives."""
@@ -232,9 +270,11 @@ class _Gate:
     def __init__(self, authenticator: Authenticator | None,
                  authorizer: Callable[[], Authorizer] | None = None,
                  rules: Mapping[str, Rule] = RULES, refusals: RefusalLog | None = None,
-                 certificates: CertificateIdentities | None = None) -> None:
+                 certificates: CertificateIdentities | None = None,
+                 addresses: Callable[[], AddressRules] | None = None) -> None:
         self.authenticator = authenticator  # None: auth = "none"
         self.authorizer = authorizer or Authorizer
+        self.addresses = addresses or AddressRules  # the IP lists in force now
         self.rules = rules
         self.refusals = refusals  # summarised into the audit log
         self.certificates = certificates  # mutual TLS: a client certificate identifies
@@ -283,10 +323,25 @@ class _Gate:
         """The caller :meth:`decide` found, else its client certificate's."""
         return identity if identity is not None else self.certificates.identify(context)
 
-    def access(self, identity: Identity, method: str, context) -> Access:
-        """One call's access: the ACLs in force now, and refusals reported for this call."""
-        return Access(identity, self.authorizer(),
-                      lambda err: self.refused(identity.principal, method, err, context))
+    def access(self, identity: Identity, method: str, context,
+               acls: bool = True) -> Access:
+        """One call's access: the ACLs (unless ``acls`` is False: a public method) and IP
+        lists in force now, and refusals reported for this call."""
+        addresses = self.addresses()
+        return Access(identity, self.authorizer() if acls else None,
+                      lambda err: self.refused(identity.principal, method, err, context),
+                      _peer_ip(context) if addresses.active else "", addresses)
+
+    def screens_public(self) -> bool:
+        """Whether public calls must pass the IP lists now (never with auth = "none")."""
+        return self.authenticator is not None and self.addresses().active
+
+
+def _peer_ip(context) -> str:
+    try:
+        return peer_address(context.peer() or "")
+    except Exception:  # noqa: BLE001 - no peer: an IP allow list refuses it, a deny passes
+        return ""
 
 
 @dataclass(frozen=True)
@@ -307,15 +362,19 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
         if isinstance(decision, _Refused):
             return _unread(handler, self._refusing(decision, method))
         if decision is None:
-            return _rebuilt(handler, lambda behaviour: self._open(behaviour))
+            return _rebuilt(handler, lambda behaviour: self._open(behaviour, method))
         identity, rule = decision
         return _rebuilt(handler, lambda behaviour: self._serving_as(behaviour, identity, rule,
                                                                     method))
 
-    @staticmethod
-    def _open(behaviour):
+    def _open(self, behaviour, method: str):
         def run(request, context):
             current_access.set(OPEN)  # the pool thread may hold a previous call's access
+            if self.screens_public():
+                try:
+                    self.access(ANONYMOUS, method, context, acls=False).check_address()
+                except PermissionDenied as err:  # reported by check_address()
+                    abort_with(context, err)
             return behaviour(request, context)
         return run
 
@@ -328,11 +387,12 @@ class ServerAuth(grpc.ServerInterceptor, _Gate):
                 abort_with(context, err)
             access = self.access(caller, method, context)
             current_access.set(access)  # a sync server runs each call on one pool thread
-            if rule.needs:
-                try:
+            try:
+                access.check_address()
+                if rule.needs:
                     access.enforce(rule, request)
-                except PermissionDenied as err:  # reported by check()
-                    abort_with(context, err)
+            except PermissionDenied as err:  # reported by check()
+                abort_with(context, err)
             return behaviour(request, context)
         return run
 
@@ -354,7 +414,10 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
         method = handler_call_details.method
         decision = self.decide(handler_call_details)
         if decision is None:
-            return handler
+            if not self.screens_public():
+                return handler
+            return _rebuilt(handler, lambda behaviour: self._serving_as(
+                behaviour, ANONYMOUS, Rule("public"), method))
         if isinstance(decision, _Refused):
             return _unread(handler, self._refusing(decision, method))
         identity, rule = decision
@@ -364,24 +427,31 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
     def _serving_as(self, behaviour, identity: Identity | None, rule: Rule, method: str):
         if inspect.isasyncgenfunction(behaviour):
             async def stream(request, context):
-                # streams are IN_HANDLER: the handler checks
-                caller = await self._caller(identity, method, context)
-                current_access.set(self.access(caller, method, context))
+                # streams are IN_HANDLER: the handler checks (all but the IP lists)
+                access = await self._admitted(identity, rule, method, None, context)
+                current_access.set(access)
                 async for response in behaviour(request, context):
                     yield response
             return stream
 
         async def run(request, context):
-            access = self.access(await self._caller(identity, method, context), method,
-                                 context)
-            current_access.set(access)
-            if rule.needs:
-                try:
-                    access.enforce(rule, request)
-                except PermissionDenied as err:  # reported by check()
-                    await _abort_async(context, err)
+            current_access.set(await self._admitted(identity, rule, method, request, context))
             return await behaviour(request, context)
         return run
+
+    async def _admitted(self, identity: Identity | None, rule: Rule, method: str, request,
+                        context) -> Access:
+        """The call's access once the IP lists and the rule's needs let it through."""
+        public = rule.kind == "public"
+        caller = ANONYMOUS if public else await self._caller(identity, method, context)
+        access = self.access(caller, method, context, acls=not public)
+        try:
+            access.check_address()
+            if rule.needs and request is not None:
+                access.enforce(rule, request)
+        except PermissionDenied as err:  # reported by check()
+            await _abort_async(context, err)
+        return access if not public else OPEN
 
     async def _caller(self, identity: Identity | None, method: str, context) -> Identity:
         try:

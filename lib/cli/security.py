@@ -1,5 +1,5 @@
-"""``tubeq user|apikey|acl|rotate-signing-key ...``: users, API keys, ACLs and token signing
-keys.
+"""``tubeq user|apikey|acl|quota|ip|rotate-signing-key ...``: users, API keys, ACLs, quotas, IP
+allow/deny lists and token signing keys.
 
 Passwords are read from a prompt (hidden, typed twice) or from ``--password-stdin`` for
 scripts, never from a command-line argument, which ``ps`` and shell history would show.
@@ -11,7 +11,10 @@ import sys
 import click
 
 from lib.auth.acl import OPERATIONS, RESOURCES, Acl
+from lib.auth.addresses import make_rule
+from lib.auth.quotas import human_rate, parse_rate
 from lib.cli.common import admin, emit, print_rows
+from lib.errors import InvalidArgument
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 password_stdin = click.option("--password-stdin", is_flag=True,
@@ -194,6 +197,113 @@ def acl_list(ctx, as_json) -> None:
          for e in entries], ["effect", "principal", "operation", "resource", "name"]))
 
 
+@click.group()
+def quota() -> None:
+    """Set, list and remove byte-rate quotas (enforced by each broker on its own traffic)."""
+
+
+def _rate(_ctx, _param, value: str | None) -> int:
+    try:
+        return 0 if value is None else parse_rate(value)
+    except InvalidArgument as err:
+        raise click.BadParameter(err.message) from None
+
+
+@quota.command("set")
+@click.argument("entity")
+@click.option("--produce", callback=_rate, help="Produce bytes/s (e.g. 1MiB, 500KB; 0: none).")
+@click.option("--consume", callback=_rate, help="Consume bytes/s (e.g. 10MiB; 0: none).")
+@click.pass_context
+def quota_set(ctx, entity, produce, consume) -> None:
+    """Limit ENTITY: user:<name>, user:* (each user without its own), group:<name> or group:*
+    (consumers of the group), e.g. ``tubeq quota set user:etl --produce 5MiB``."""
+    made = admin(ctx).set_quota(entity, produce_bytes_per_s=produce,
+                                consume_bytes_per_s=consume)
+    click.echo(f"quota set: {made.describe()}")
+
+
+@quota.command("remove")
+@click.argument("entity")
+@click.pass_context
+def quota_remove(ctx, entity) -> None:
+    """Remove the quota of ENTITY."""
+    admin(ctx).remove_quota(entity)
+    click.echo(f"quota removed: {entity}")
+
+
+@quota.command("list")
+@json_option
+@click.pass_context
+def quota_list(ctx, as_json) -> None:
+    """Every quota."""
+    def rate(value: int) -> str:
+        return human_rate(value) if value else "-"
+    emit(admin(ctx).list_quotas(), as_json, lambda entries: print_rows(
+        [{"entity": q.entity, "produce": rate(q.produce_bytes_per_s),
+          "consume": rate(q.consume_bytes_per_s)} for q in entries],
+        ["entity", "produce", "consume"]))
+
+
+@click.group()
+def ip() -> None:
+    """Add, list and remove IP allow/deny rules for the cluster or for topics."""
+
+
+def _ip_args(fn):
+    """NETWORK [--deny] [--topic NAME [--prefix]]"""
+    for decorator in reversed((
+            click.argument("network"),
+            click.option("--deny", is_flag=True, help="A deny rule (deny wins over allow)."),
+            click.option("--topic", default=None,
+                         help="The rule covers this topic (else the whole cluster)."),
+            click.option("--prefix", is_flag=True,
+                         help="--topic is a prefix: every topic whose name starts with it."))):
+        fn = decorator(fn)
+    return fn
+
+
+def _ip_fields(network, deny, topic, prefix) -> dict:
+    if prefix and topic is None:
+        raise click.UsageError("--prefix needs --topic")
+    return {"network": network, "effect": "deny" if deny else "allow", "topic": topic,
+            "prefix": prefix}
+
+
+@ip.command("add")
+@_ip_args
+@click.option("--force", is_flag=True,
+              help="Add a cluster rule even if it refuses the address you call from.")
+@click.pass_context
+def ip_add(ctx, network, deny, topic, prefix, force) -> None:
+    """Add a rule, e.g. ``tubeq ip add 10.0.0.0/8`` (the cluster allows only 10/8 once any
+    allow rule exists) or ``tubeq ip add 10.9.0.0/16 --deny --topic payments``."""
+    fields = _ip_fields(network, deny, topic, prefix)
+    added = admin(ctx).add_ip_rule(**fields, force=force)
+    click.echo(("added: " if added else "already there: ") + make_rule(**fields).describe())
+
+
+@ip.command("remove")
+@_ip_args
+@click.pass_context
+def ip_remove(ctx, network, deny, topic, prefix) -> None:
+    """Remove the rule with exactly these fields."""
+    fields = _ip_fields(network, deny, topic, prefix)
+    admin(ctx).remove_ip_rule(**fields)
+    click.echo(f"removed: {make_rule(**fields).describe()}")
+
+
+@ip.command("list")
+@json_option
+@click.pass_context
+def ip_list(ctx, as_json) -> None:
+    """Every IP rule."""
+    emit(admin(ctx).list_ip_rules(), as_json, lambda rules: print_rows(
+        [{"effect": r.effect, "network": r.network,
+          "scope": "cluster" if r.scope == "cluster" else
+          f"topic {r.name}" + ("*" if r.pattern == "prefix" else "")} for r in rules],
+        ["effect", "network", "scope"]))
+
+
 def register(main: click.Group) -> None:
-    for cmd in (user, apikey, acl, rotate_signing_key):
+    for cmd in (user, apikey, acl, quota, ip, rotate_signing_key):
         main.add_command(cmd)

@@ -93,8 +93,9 @@ class Fetcher:
     """The ready queue and the worker threads (see the module docstring)."""
 
     def __init__(self, config: FetcherConfig, sub: SubscriptionState, offsets: OffsetClient,
-                 ) -> None:
+                 group: Callable[[], str] = str) -> None:
         self.config, self.sub, self.offsets = config, sub, offsets
+        self.group = group  # the consumer's group now ("": none), named in every Fetch
         self.routes = offsets.routes
         self._cond = threading.Condition()
         self._ready: deque[Completed] = deque()
@@ -319,6 +320,7 @@ class _Worker(threading.Thread):
         self._next: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, offset)
         self._call: grpc.Future | None = None
         self._cancelled = False
+        self._woken = threading.Event()  # cuts a quota's throttle wait short on cancel
 
     def next_offset(self, tp: TopicPartition, position: int, epoch: int) -> int:
         known = self._next.get(tp)
@@ -326,6 +328,7 @@ class _Worker(threading.Thread):
 
     def cancel(self) -> None:
         self._cancelled = True
+        self._woken.set()
         call = self._call
         if call is not None:
             call.cancel()
@@ -340,7 +343,7 @@ class _Worker(threading.Thread):
                 return
             req = broker_pb2.FetchRequest(
                 topic=self.topic, max_wait_ms=cfg.fetch_max_wait_ms, tags=list(f.sub.tags),
-                max_total_bytes=cfg.fetch_max_total_bytes,
+                max_total_bytes=cfg.fetch_max_total_bytes, group=f.group(),
                 partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=off,
                                                       max_bytes=cfg.fetch_max_bytes)
                             for tp, off, _ in todo])
@@ -359,6 +362,8 @@ class _Worker(threading.Thread):
                 self._call = None
             for pd in resp.partitions:
                 self._handle(pd, {tp.partition: (tp, off, ep) for tp, off, ep in todo})
+            if resp.throttle_ms:  # a consume quota of ours is in debt on this broker: wait
+                self._woken.wait(resp.throttle_ms / 1e3)
 
     def _handle(self, pd: broker_pb2.PartitionData, asked: dict) -> None:
         if pd.partition not in asked:
@@ -400,6 +405,9 @@ class _Worker(threading.Thread):
             sub.fail(tp, exc)
 
     def _call_failed(self, exc: errors.TubeqError, todo: list) -> None:
+        if isinstance(exc, errors.QuotaExceeded):  # refused until the debt is paid: wait
+            self._woken.wait(float(exc.details.get("retry_after_ms", 100)) / 1e3)
+            return
         event(log, "fetch.failed", logging.WARNING, broker=self.address, topic=self.topic,
               error=str(exc))
         if isinstance(exc, errors.UnknownTopic):

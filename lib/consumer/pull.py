@@ -88,7 +88,7 @@ class PullConsumer(ConsumerBase):
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
                          cfg.client_id, cfg.rpc_timeout_s, credentials, tls)
         self._auto_commit = cfg.enable_auto_commit
-        self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets)
+        self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets, lambda: self._group)
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000
         self._async: queue.Queue | None = None
         self._async_thread: threading.Thread | None = None

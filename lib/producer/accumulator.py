@@ -48,6 +48,7 @@ class Batch:
     size: int = 0
     sealed: bool = False  # sent at least once: no more appends, keeps its bytes and sequence
     attempts: int = 0
+    address: str = ""  # the broker of the last send
     first_sent: float = 0.0
     retry_at: float = 0.0
     payload: bytes = b""  # the assembled batch, built once and reused for retries

@@ -14,6 +14,11 @@ exponential backoff (``retry_backoff_s`` doubling, at most 1 s), invalidating th
 when the error says ``refresh_metadata``; after ``retries`` retries, or on any other error, the
 futures of the batch fail with the TubeqError. Nothing is dropped silently.
 
+Quotas: a response's ``throttle_ms`` pauses every send to that broker for that long (the
+broker's byte-rate quota of our principal is in debt, lib/auth/quotas.py); batches due meanwhile
+wait at the head of their partitions, and a ``send_sync`` waits in its caller's thread. A
+``QuotaExceeded`` refusal pauses the broker the same way and retries without using up a retry.
+
 Idempotence: a batch gets its producer id and base sequence once, on its first send, and keeps
 them for every retry, so the broker can acknowledge a retried batch instead of appending it
 twice. When a sequenced batch fails for good, the partition moves to a fresh producer id: the
@@ -32,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from lib.errors import TubeqError, Unavailable, UnknownTopic
+from lib.errors import QuotaExceeded, TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
 from lib.producer.accumulator import Accumulator, Batch
 from lib.proto import broker_pb2
@@ -93,6 +98,7 @@ class Sender(threading.Thread):
         self._pids: dict[TopicPartition, int] = {}
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = new_producer_id() if idempotent else -1
+        self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
         self._stopping = False
         self._counting = threading.Lock()  # send_now settles batches on callers' threads too
         self.records_acked = 0  # read racily by metrics()
@@ -142,10 +148,17 @@ class Sender(threading.Thread):
             if partition >= route.count or not route.address(partition):
                 raise Unavailable(f"no broker hosts {topic}/{partition} right now",
                                   topic=topic, partition=partition)
-            stub = self._stub(route.address(partition))
+            address = route.address(partition)
+            stub = self._stub(address)
         except TubeqError as exc:
             self._retry_or_fail(batch, exc)
             return
+        resume = self._paused.get(address, 0.0)
+        if resume > time.monotonic():  # throttled by a quota: wait at the partition's head
+            batch.attempts -= 1
+            self.acc.requeue(batch, resume)
+            return
+        batch.address = address
         if not batch.payload:
             self._seal(batch)
         call = stub.future(batch.payload, timeout=self.request_timeout_s,
@@ -165,6 +178,10 @@ class Sender(threading.Thread):
                 raise Unavailable(f"no broker hosts {topic}/{partition} right now",
                                   topic=topic, partition=partition)
             stub = self._stub(address)
+            batch.address = address
+            wait = self._paused.get(address, 0.0) - time.monotonic()
+            if wait > 0:  # throttled by a quota: the caller waits (it asked to)
+                time.sleep(wait)
             self._seal(batch)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
@@ -231,7 +248,15 @@ class Sender(threading.Thread):
             else:
                 self._retry_or_fail(batch, error)
 
+    def _pause(self, address: str, seconds: float) -> None:
+        """Send nothing to ``address`` for ``seconds`` (a quota's throttle)."""
+        until = time.monotonic() + seconds
+        if until > self._paused.get(address, 0.0):
+            self._paused[address] = until
+
     def _succeed(self, batch: Batch, response: broker_pb2.ProduceResponse) -> None:
+        if response.throttle_ms:
+            self._pause(batch.address, response.throttle_ms / 1e3)
         topic, partition = batch.tp
         base = response.base_offset
         if response.last_offset - base + 1 != len(batch):
@@ -249,6 +274,12 @@ class Sender(threading.Thread):
         if isinstance(error, UnknownTopic):
             topic = batch.tp.topic
             error = confirm_unknown(topic, error, lambda: self.routes.get(topic))
+        if isinstance(error, QuotaExceeded) and not self.acc.forced:
+            wait_s = max(0.001, float(error.details.get("retry_after_ms", 100)) / 1e3)
+            self._pause(batch.address, wait_s)
+            batch.attempts -= 1  # told when to come back: not a failure of the batch
+            self.acc.requeue(batch, time.monotonic() + wait_s)
+            return
         if error.retriable and batch.attempts <= self.retries and not self.acc.forced:
             backoff = min(MAX_BACKOFF_S, self.retry_backoff_s * (2 ** max(0, batch.attempts - 1)))
             event(log, "producer.retry", logging.INFO, topic=batch.tp.topic,

@@ -17,12 +17,14 @@ class ProduceRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("base_offset", "last_offset")
+    __slots__ = ("base_offset", "last_offset", "throttle_ms")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_MS_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     last_offset: int
-    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
+    throttle_ms: int
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
 
 class PartitionFetch(_message.Message):
     __slots__ = ("partition", "offset", "max_bytes")
@@ -35,18 +37,20 @@ class PartitionFetch(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes")
+    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes", "group")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
     max_wait_ms: int
     tags: _containers.RepeatedScalarFieldContainer[str]
     max_total_bytes: int
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ...) -> None: ...
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class PartitionData(_message.Message):
     __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message")
@@ -69,10 +73,12 @@ class PartitionData(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "throttle_ms")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_MS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionData]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ...) -> None: ...
+    throttle_ms: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
 
 class SubscribeStart(_message.Message):
     __slots__ = ("topic", "partitions", "tags", "group")

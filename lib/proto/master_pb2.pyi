@@ -44,7 +44,7 @@ class PartitionPlacement(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys", "acls")
+    __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys", "acls", "quotas", "ip_rules")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,13 +58,17 @@ class RegisterBrokerResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
     ACLS_FIELD_NUMBER: _ClassVar[int]
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    IP_RULES_FIELD_NUMBER: _ClassVar[int]
     term: int
     topics: _containers.MessageMap[str, TopicSettings]
     placements: _containers.RepeatedCompositeFieldContainer[PartitionPlacement]
     heartbeat_interval_ms: int
     signing_keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
     acls: _security_pb2.AclSet
-    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ...) -> None: ...
+    quotas: _security_pb2.QuotaSet
+    ip_rules: _security_pb2.IpRuleSet
+    def __init__(self, term: _Optional[int] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ..., quotas: _Optional[_Union[_security_pb2.QuotaSet, _Mapping]] = ..., ip_rules: _Optional[_Union[_security_pb2.IpRuleSet, _Mapping]] = ...) -> None: ...
 
 class SigningKey(_message.Message):
     __slots__ = ("key_id", "secret")
@@ -105,20 +109,24 @@ class DiskStatus(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals")
+    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals", "quota_version", "ip_version")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     ACL_VERSION_FIELD_NUMBER: _ClassVar[int]
     REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IP_VERSION_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
     disk: DiskStatus
     committed: _containers.RepeatedCompositeFieldContainer[GroupTopic]
     acl_version: int
     refusals: _containers.RepeatedCompositeFieldContainer[Refusal]
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ...) -> None: ...
+    quota_version: int
+    ip_version: int
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ..., quota_version: _Optional[int] = ..., ip_version: _Optional[int] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("principal", "method", "reason", "peer", "count", "first_ms")
@@ -145,7 +153,7 @@ class GroupTopic(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
-    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys", "acls")
+    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys", "acls", "quotas", "ip_rules")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +168,8 @@ class BrokerHeartbeatResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
     ACLS_FIELD_NUMBER: _ClassVar[int]
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    IP_RULES_FIELD_NUMBER: _ClassVar[int]
     term: int
     reregister: bool
     topics: _containers.MessageMap[str, TopicSettings]
@@ -167,7 +177,9 @@ class BrokerHeartbeatResponse(_message.Message):
     deleted: _containers.RepeatedCompositeFieldContainer[DeletedTopic]
     signing_keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
     acls: _security_pb2.AclSet
-    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ...) -> None: ...
+    quotas: _security_pb2.QuotaSet
+    ip_rules: _security_pb2.IpRuleSet
+    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ..., quotas: _Optional[_Union[_security_pb2.QuotaSet, _Mapping]] = ..., ip_rules: _Optional[_Union[_security_pb2.IpRuleSet, _Mapping]] = ...) -> None: ...
 
 class DeletedTopic(_message.Message):
     __slots__ = ("topic", "topic_id")

@@ -179,3 +179,67 @@ class AclSet(_message.Message):
     version: int
     entries: _containers.RepeatedCompositeFieldContainer[AclEntry]
     def __init__(self, version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+
+class QuotaEntry(_message.Message):
+    __slots__ = ("entity", "produce_bytes_per_s", "consume_bytes_per_s")
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    entity: str
+    produce_bytes_per_s: int
+    consume_bytes_per_s: int
+    def __init__(self, entity: _Optional[str] = ..., produce_bytes_per_s: _Optional[int] = ..., consume_bytes_per_s: _Optional[int] = ...) -> None: ...
+
+class ListQuotasRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QuotaSet(_message.Message):
+    __slots__ = ("version", "entries")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    entries: _containers.RepeatedCompositeFieldContainer[QuotaEntry]
+    def __init__(self, version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[QuotaEntry, _Mapping]]] = ...) -> None: ...
+
+class IpRule(_message.Message):
+    __slots__ = ("network", "effect", "scope", "name", "pattern")
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    network: str
+    effect: str
+    scope: str
+    name: str
+    pattern: str
+    def __init__(self, network: _Optional[str] = ..., effect: _Optional[str] = ..., scope: _Optional[str] = ..., name: _Optional[str] = ..., pattern: _Optional[str] = ...) -> None: ...
+
+class IpRuleRequest(_message.Message):
+    __slots__ = ("rule", "force")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    rule: IpRule
+    force: bool
+    def __init__(self, rule: _Optional[_Union[IpRule, _Mapping]] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class IpRuleChange(_message.Message):
+    __slots__ = ("changed", "version")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    version: int
+    def __init__(self, changed: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ListIpRulesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IpRuleSet(_message.Message):
+    __slots__ = ("version", "entries")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    entries: _containers.RepeatedCompositeFieldContainer[IpRule]
+    def __init__(self, version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[IpRule, _Mapping]]] = ...) -> None: ...

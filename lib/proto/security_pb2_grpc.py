@@ -99,6 +99,36 @@ class SecurityStub:
                 request_serializer=lib_dot_proto_dot_security__pb2.ListAclsRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_security__pb2.AclSet.FromString,
                 _registered_method=True)
+        self.SetQuota = channel.unary_unary(
+                '/tubeq.security.Security/SetQuota',
+                request_serializer=lib_dot_proto_dot_security__pb2.QuotaEntry.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.QuotaSet.FromString,
+                _registered_method=True)
+        self.RemoveQuota = channel.unary_unary(
+                '/tubeq.security.Security/RemoveQuota',
+                request_serializer=lib_dot_proto_dot_security__pb2.QuotaEntry.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.QuotaSet.FromString,
+                _registered_method=True)
+        self.ListQuotas = channel.unary_unary(
+                '/tubeq.security.Security/ListQuotas',
+                request_serializer=lib_dot_proto_dot_security__pb2.ListQuotasRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.QuotaSet.FromString,
+                _registered_method=True)
+        self.AddIpRule = channel.unary_unary(
+                '/tubeq.security.Security/AddIpRule',
+                request_serializer=lib_dot_proto_dot_security__pb2.IpRuleRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.IpRuleChange.FromString,
+                _registered_method=True)
+        self.RemoveIpRule = channel.unary_unary(
+                '/tubeq.security.Security/RemoveIpRule',
+                request_serializer=lib_dot_proto_dot_security__pb2.IpRuleRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.IpRuleChange.FromString,
+                _registered_method=True)
+        self.ListIpRules = channel.unary_unary(
+                '/tubeq.security.Security/ListIpRules',
+                request_serializer=lib_dot_proto_dot_security__pb2.ListIpRulesRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.IpRuleSet.FromString,
+                _registered_method=True)
 
 
 class SecurityServicer:
@@ -182,6 +212,43 @@ class SecurityServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQuota(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveQuota(self, request, context):
+        """by entity; the rates are ignored
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddIpRule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveIpRule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListIpRules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SecurityServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -249,6 +316,36 @@ def add_SecurityServicer_to_server(servicer, server):
                     servicer.ListAcls,
                     request_deserializer=lib_dot_proto_dot_security__pb2.ListAclsRequest.FromString,
                     response_serializer=lib_dot_proto_dot_security__pb2.AclSet.SerializeToString,
+            ),
+            'SetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQuota,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.QuotaEntry.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.QuotaSet.SerializeToString,
+            ),
+            'RemoveQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveQuota,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.QuotaEntry.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.QuotaSet.SerializeToString,
+            ),
+            'ListQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuotas,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.ListQuotasRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.QuotaSet.SerializeToString,
+            ),
+            'AddIpRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddIpRule,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.IpRuleRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.IpRuleChange.SerializeToString,
+            ),
+            'RemoveIpRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveIpRule,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.IpRuleRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.IpRuleChange.SerializeToString,
+            ),
+            'ListIpRules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIpRules,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.ListIpRulesRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.IpRuleSet.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -602,6 +699,168 @@ class Security:
             '/tubeq.security.Security/ListAcls',
             lib_dot_proto_dot_security__pb2.ListAclsRequest.SerializeToString,
             lib_dot_proto_dot_security__pb2.AclSet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/SetQuota',
+            lib_dot_proto_dot_security__pb2.QuotaEntry.SerializeToString,
+            lib_dot_proto_dot_security__pb2.QuotaSet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/RemoveQuota',
+            lib_dot_proto_dot_security__pb2.QuotaEntry.SerializeToString,
+            lib_dot_proto_dot_security__pb2.QuotaSet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/ListQuotas',
+            lib_dot_proto_dot_security__pb2.ListQuotasRequest.SerializeToString,
+            lib_dot_proto_dot_security__pb2.QuotaSet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddIpRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/AddIpRule',
+            lib_dot_proto_dot_security__pb2.IpRuleRequest.SerializeToString,
+            lib_dot_proto_dot_security__pb2.IpRuleChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveIpRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/RemoveIpRule',
+            lib_dot_proto_dot_security__pb2.IpRuleRequest.SerializeToString,
+            lib_dot_proto_dot_security__pb2.IpRuleChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIpRules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/ListIpRules',
+            lib_dot_proto_dot_security__pb2.ListIpRulesRequest.SerializeToString,
+            lib_dot_proto_dot_security__pb2.IpRuleSet.FromString,
             options,
             channel_credentials,
             insecure,

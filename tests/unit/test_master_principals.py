@@ -151,3 +151,50 @@ def test_acls_are_added_once_removed_versioned_and_survive_a_reopen(tmp_path):
         s.apply({"op": "add_acl", "time_ms": 6, "acl": {**alice, "operation": "write"}})
     assert s.principals.acls()[0] == 3 and len(s.principals.acls()[1]) == 1
     s.close()
+
+
+def test_quotas_are_set_replaced_removed_versioned_and_survive_a_reopen(tmp_path):
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    alice = {"entity": "user:alice", "produce_bytes_per_s": 1 << 20}
+    s.apply({"op": "set_quota", "time_ms": 1, "quota": alice})
+    s.apply({"op": "set_quota", "time_ms": 2, "quota": {**alice, "consume_bytes_per_s": 4096}})
+    s.apply({"op": "set_quota", "time_ms": 3,
+             "quota": {"entity": "group:*", "consume_bytes_per_s": 1 << 30}})
+    assert s.principals.acls()[0] == 0  # the ACLs keep their own version
+    s.close()
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    version, entries = s.principals.quotas()
+    assert version == 3 and [(q.entity, q.produce_bytes_per_s, q.consume_bytes_per_s)
+                             for q in entries] == [("group:*", 0, 1 << 30),
+                                                   ("user:alice", 1 << 20, 4096)]
+    s.apply({"op": "remove_quota", "time_ms": 4, "entity": "group:*"})
+    with pytest.raises(InvalidArgument, match="no quota for 'group:\\*'"):
+        s.apply({"op": "remove_quota", "time_ms": 5, "entity": "group:*"})
+    with pytest.raises(InvalidArgument, match="consume only"):
+        s.apply({"op": "set_quota", "time_ms": 6,
+                 "quota": {"entity": "group:g", "produce_bytes_per_s": 1 << 20}})
+    with pytest.raises(InvalidArgument, match="malformed quota"):
+        s.apply({"op": "set_quota", "time_ms": 7, "quota": {"entity": "user:a", "rate": 5}})
+    assert s.principals.quota_version == 4 and len(s.principals.quotas()[1]) == 1
+    s.close()
+
+
+def test_ip_rules_are_added_once_removed_versioned_and_survive_a_reopen(tmp_path):
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    allow = {"network": "10.0.0.0/8"}
+    deny = {"network": "10.9.0.0/16", "effect": "deny", "scope": "topic", "name": "payments"}
+    assert s.apply({"op": "add_ip_rule", "time_ms": 1, "rule": allow})["added"]
+    assert not s.apply({"op": "add_ip_rule", "time_ms": 2, "rule": allow})["added"]
+    s.apply({"op": "add_ip_rule", "time_ms": 3, "rule": deny})
+    s.close()
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    version, rules = s.principals.ip_rules()
+    assert version == 2 and [r.describe() for r in rules] == [
+        "allow 10.0.0.0/8 on the cluster", "deny 10.9.0.0/16 on topic payments"]
+    s.apply({"op": "remove_ip_rule", "time_ms": 4, "rule": allow})
+    with pytest.raises(InvalidArgument, match="no IP rule 'allow 10.0.0.0/8 on the cluster'"):
+        s.apply({"op": "remove_ip_rule", "time_ms": 5, "rule": allow})
+    with pytest.raises(InvalidArgument, match="not an IP address"):
+        s.apply({"op": "add_ip_rule", "time_ms": 6, "rule": {"network": "nowhere"}})
+    assert s.principals.ip_version == 3
+    s.close()
