@@ -20,12 +20,12 @@ from dataclasses import replace
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
 from lib.sink import SinkClient
-from spark_sink.options import WriteOptions
+from spark_sink.options import Connection, WriteOptions
 
 _lock = threading.Lock()
-_idle_consumers: dict[tuple[int, str, bool], list[PullConsumer]] = {}
+_idle_consumers: dict[tuple[int, Connection, bool], list[PullConsumer]] = {}
 _producers: dict[tuple[int, WriteOptions], Producer] = {}
-_sink_clients: dict[tuple[int, str, int], SinkClient] = {}
+_sink_clients: dict[tuple[int, Connection, int], SinkClient] = {}
 
 # Small prefetch: a task stops at its end offset, and what was fetched past it is thrown away.
 _CONSUMER = dict(enable_auto_commit=False, fetch_max_bytes=4 << 20, prefetch_max_bytes=8 << 20,
@@ -33,18 +33,18 @@ _CONSUMER = dict(enable_auto_commit=False, fetch_max_bytes=4 << 20, prefetch_max
 
 
 @contextmanager
-def consumer(masters: str, fail_on_data_loss: bool) -> Iterator[PullConsumer]:
+def consumer(conn: Connection, fail_on_data_loss: bool) -> Iterator[PullConsumer]:
     """A consumer with no group for this task, returned to the pool afterwards.
 
     Out of range is an error (``failOnDataLoss``) or a jump to the earliest offset.
     """
-    key = (os.getpid(), masters, fail_on_data_loss)
+    key = (os.getpid(), conn, fail_on_data_loss)
     with _lock:
         idle = _idle_consumers.get(key)
         c = idle.pop() if idle else None
     if c is None:
-        c = PullConsumer(masters, auto_offset_reset="error" if fail_on_data_loss
-                         else "earliest", **_CONSUMER)
+        c = PullConsumer(conn.masters, auto_offset_reset="error" if fail_on_data_loss
+                         else "earliest", **_CONSUMER, **conn.clients())
     ok = False
     try:
         yield c
@@ -64,20 +64,22 @@ def producer(opts: WriteOptions) -> Producer:
     with _lock:
         p = _producers.get(key)
         if p is None:
-            p = _producers[key] = Producer(opts.masters, linger_ms=opts.linger_ms,
+            p = _producers[key] = Producer(opts.conn.masters, linger_ms=opts.linger_ms,
                                            batch_bytes=opts.batch_bytes,
-                                           idempotent=opts.idempotent, client_id="tubeq-spark")
+                                           idempotent=opts.idempotent, client_id="tubeq-spark",
+                                           **opts.conn.clients())
         return p
 
 
-def sink_client(masters: str, batch_bytes: int) -> SinkClient:
+def sink_client(conn: Connection, batch_bytes: int) -> SinkClient:
     """The shared exactly-once sink client of this process (executor tasks and the driver's
     commits) for these masters."""
-    key = (os.getpid(), masters, batch_bytes)
+    key = (os.getpid(), conn, batch_bytes)
     with _lock:
         c = _sink_clients.get(key)
         if c is None:
-            c = _sink_clients[key] = SinkClient(masters, batch_bytes=batch_bytes)
+            c = _sink_clients[key] = SinkClient(conn.masters, batch_bytes=batch_bytes,
+                                                **conn.clients())
         return c
 
 

@@ -16,22 +16,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from lib.auth.client import Credentials
 from lib.errors import InvalidArgument
 from lib.names import check_name
+from lib.tls import Tls
 
 EARLIEST, LATEST = -2, -1
 
 # Either "earliest", "latest", or topic -> partition -> offset (offsets may be -2 / -1).
 OffsetSpec = str | dict[str, dict[int, int]]
 
-READ_OPTIONS = {"masters", "subscribe", "subscribepattern", "assign", "startingoffsets",
+# How to reach and log in to the cluster: every read and write takes them (spark_sink/options
+# Connection). Spark's spark.redaction.regex (default: secret|password|token|...) hides the
+# values of "password" and "token" in its UI and logs.
+CONNECTION_OPTIONS = {"masters", "user", "password", "token", "credentialsfile", "tlsca",
+                      "tlscert", "tlskey"}
+READ_OPTIONS = CONNECTION_OPTIONS | {"subscribe", "subscribepattern", "assign", "startingoffsets",
                 "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
                 "polltimeoutms", "maxoffsetspertrigger", "startingtimestamp",
                 "startingoffsetsbytimestamp", "groupid"}
-WRITE_OPTIONS = {"masters", "topic", "idempotent", "lingerms", "batchbytes", "sinkid",
+WRITE_OPTIONS = CONNECTION_OPTIONS | {"topic", "idempotent", "lingerms", "batchbytes", "sinkid",
                  "checkpointlocation"}
 # Kafka options that mean nothing here; refusing them beats silently ignoring them.
 NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "kafka.group.id": "groupId",
@@ -52,10 +59,47 @@ class OptionError(InvalidArgument):
 
 
 @dataclass(frozen=True)
+class Connection:
+    """Where the cluster is and how to log in, from the options; pickled into every task and
+    a key of the worker's client cache. Without credential options, the clients read the
+    environment as every tubeq client does (TUBEQ_USER / TUBEQ_API_KEY / TUBEQ_CREDENTIALS_FILE
+    / ~/.config/tubeq/credentials; TUBEQ_TLS_*). Secrets never show in a repr."""
+
+    masters: str
+    user: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    credentials_file: str = ""
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    def credentials(self) -> Credentials | None:
+        """The options' credentials (None: the environment's)."""
+        if self.credentials_file:
+            return Credentials.from_file(self.credentials_file)
+        if self.user:
+            return Credentials(self.user, self.password)
+        if self.token:
+            return Credentials(token=self.token)
+        return None
+
+    def tls(self) -> Tls | None:
+        """The options' TLS (None: the environment's, if any)."""
+        if not (self.tls_ca or self.tls_cert):
+            return None
+        return Tls(self.tls_ca or None, self.tls_cert or None, self.tls_key or None)
+
+    def clients(self) -> dict[str, Any]:
+        """The keyword arguments every tubeq client takes for these."""
+        return {"credentials": self.credentials(), "tls": self.tls()}
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """A batch read: which topics or partitions, which offsets, which tags."""
 
-    masters: str
+    conn: Connection
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -79,7 +123,7 @@ class ReadOptions:
 class WriteOptions:
     """A batch write: where to, and how the per-worker producer is set up."""
 
-    masters: str
+    conn: Connection
     topic: str | None = None
     idempotent: bool = True
     linger_ms: int = 5
@@ -108,7 +152,7 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         except re.error as exc:
             raise OptionError("subscribePattern", f"not a regular expression: {exc}") from None
     return ReadOptions(
-        masters=_masters(opts),
+        conn=_connection(opts),
         subscribe=_names("subscribe", opts.get("subscribe", "")),
         subscribe_pattern=pattern or None,
         assign=_assign(opts["assign"]) if opts.get("assign") else None,
@@ -137,7 +181,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     if topic is not None:
         _names("topic", topic)
     return WriteOptions(
-        masters=_masters(opts), topic=topic,
+        conn=_connection(opts), topic=topic,
         idempotent=_bool("idempotent", opts.get("idempotent", "true")),
         linger_ms=_int("lingerMs", opts.get("lingerms"), 0, 5),
         batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024),
@@ -157,6 +201,28 @@ def _lowered(options: Mapping[str, str], known: set[str]) -> dict[str, str]:
         if key not in known:
             raise OptionError(key, f"unknown option (known: {', '.join(sorted(known))})")
     return opts
+
+
+def _connection(opts: dict[str, str]) -> Connection:
+    """The cluster and the credentials: one way to log in at most, and whole pairs."""
+    logins = [name for key, name in (("user", "user"), ("token", "token"),
+                                     ("credentialsfile", "credentialsFile")) if opts.get(key)]
+    if len(logins) > 1:
+        raise OptionError(logins[1], f"cannot be combined with {logins[0]}: give one of user "
+                                     "(with password), token or credentialsFile")
+    if opts.get("user") and not opts.get("password"):
+        raise OptionError("password", "required with user")
+    if opts.get("password") and not opts.get("user"):
+        raise OptionError("user", "required with password")
+    if bool(opts.get("tlscert")) != bool(opts.get("tlskey")):
+        raise OptionError("tlsCert" if opts.get("tlskey") else "tlsKey",
+                          "tlsCert and tlsKey go together (a client certificate and its key)")
+    if opts.get("tlscert") and not opts.get("tlsca"):
+        raise OptionError("tlsCa", "required with tlsCert: the CA the servers' certificates "
+                                   "chain to")
+    return Connection(_masters(opts), opts.get("user", ""), opts.get("password", ""),
+                      opts.get("token", ""), opts.get("credentialsfile", ""),
+                      opts.get("tlsca", ""), opts.get("tlscert", ""), opts.get("tlskey", ""))
 
 
 def _masters(opts: dict[str, str]) -> str:

@@ -20,7 +20,14 @@ from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.errors import TubeqError, UnknownTopic
 from lib.types import TopicInfo, TopicPartition
-from spark_sink.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
+from spark_sink.options import (
+    EARLIEST,
+    LATEST,
+    Connection,
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+)
 
 OFFSETS_WAIT_S = 5.0
 
@@ -40,18 +47,18 @@ class OffsetRange:
 
 
 @contextmanager
-def admin_client(masters: str) -> Iterator[AdminClient]:
+def admin_client(conn: Connection) -> Iterator[AdminClient]:
     """An AdminClient for planning: a cluster that does not answer is reported against the
     ``masters`` option (catch UnknownTopic inside: it also asks for fresh metadata)."""
     try:
-        with AdminClient(masters) as admin:
+        with AdminClient(conn.masters, **conn.clients()) as admin:
             yield admin
     except (OptionError, UnknownTopic):
         raise
     except TubeqError as exc:
         if not (exc.retriable or exc.refresh_metadata):
             raise
-        raise OptionError("masters", f"no tubeq master answered at {masters}: "
+        raise OptionError("masters", f"no tubeq master answered at {conn.masters}: "
                                      f"{exc.message}") from exc
 
 
@@ -60,7 +67,7 @@ def plan_read(opts: ReadOptions) -> list[OffsetRange]:
     if opts.group_id:
         raise OptionError("groupId", "a batch read commits no progress: groupId is for "
                                      "spark.readStream")
-    with admin_client(opts.masters) as admin:
+    with admin_client(opts.conn) as admin:
         topics = describe_topics(admin, opts)
     ranges = offset_ranges(resolve_times(opts, topics), topics)
     return split_ranges(ranges, opts.min_partitions or 0)
@@ -139,7 +146,7 @@ def resolve_times(opts: ReadOptions, topics: dict[str, TopicInfo]) -> ReadOption
     else:
         times = dict.fromkeys(read, opts.starting_timestamp)
     spec: dict[str, dict[int, int]] = {}
-    for (t, p), offset in sorted(offsets_for_times(opts.masters, times).items()):
+    for (t, p), offset in sorted(offsets_for_times(opts.conn, times).items()):
         spec.setdefault(t, {})[p] = offset
     return replace(opts, starting_offsets=spec or "earliest")
 
@@ -150,7 +157,7 @@ def covered(opts: ReadOptions, topics: dict[str, TopicInfo]) -> set[tuple[str, i
             if opts.assign is None or p.partition in opts.assign.get(t, ())}
 
 
-def offsets_for_times(masters: str, times: dict[tuple[str, int], int],
+def offsets_for_times(conn: Connection, times: dict[tuple[str, int], int],
                       ) -> dict[tuple[str, int], int]:
     """The first offset at or after each partition's timestamp, else its latest offset."""
     if not times:
@@ -159,21 +166,23 @@ def offsets_for_times(masters: str, times: dict[tuple[str, int], int],
     for (t, p), ms in times.items():
         by_time.setdefault(ms, []).append(TopicPartition(t, p))
     # No group and nothing polled: assign + seek only set positions, no fetch starts.
-    with PullConsumer(masters, enable_auto_commit=False, client_id="tubeq-spark") as c:
+    with PullConsumer(conn.masters, enable_auto_commit=False, client_id="tubeq-spark",
+                      **conn.clients()) as c:
         c.assign([TopicPartition(t, p) for t, p in times])
         for ms, tps in by_time.items():
             c.seek_to_time(ms, *tps)
         return {(t, p): c.position(TopicPartition(t, p)) for t, p in times}
 
 
-def broker_latest(masters: str, tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def broker_latest(conn: Connection, tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """Each partition's latest offset as its own broker says it now; partitions whose broker
     does not answer are left out. (The masters' describe falls back to the last heartbeat's
     stats, up to a heartbeat old, for a broker that does not answer them.)"""
     if not tps:
         return {}
     try:
-        with PullConsumer(masters, enable_auto_commit=False, client_id="tubeq-spark") as c:
+        with PullConsumer(conn.masters, enable_auto_commit=False, client_id="tubeq-spark",
+                          **conn.clients()) as c:
             c.assign([TopicPartition(t, p) for t, p in tps])
             c.seek_to_end()
             return {(t, p): c.position(TopicPartition(t, p)) for t, p in tps}

@@ -20,6 +20,7 @@ import logging
 from lib.closing import Closeable
 from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
+from spark_sink.options import Connection
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,8 @@ Flat = dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
 class GroupProgress(Closeable):
     """Commits a query's finished offsets to ``group``; never raises from :meth:`commit`."""
 
-    def __init__(self, masters: str, group: str) -> None:
-        self.masters, self.group = masters, group
+    def __init__(self, conn: Connection, group: str) -> None:
+        self.conn, self.group = conn, group
         self._consumer: PullConsumer | None = None
         self._last: Flat = {}  # what was committed last (not again: triggers repeat it)
 
@@ -42,9 +43,9 @@ class GroupProgress(Closeable):
         # fail the query. The next commit tries again.
         try:
             if self._consumer is None:
-                self._consumer = PullConsumer(self.masters, group=self.group,
+                self._consumer = PullConsumer(self.conn.masters, group=self.group,
                                               enable_auto_commit=False,
-                                              client_id="tubeq-spark")
+                                              client_id="tubeq-spark", **self.conn.clients())
             self._consumer.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
             self._last = dict(offsets)
         except Exception as exc:

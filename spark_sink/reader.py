@@ -24,7 +24,7 @@ from lib.records import Record
 from lib.records.columns import FrameColumns
 from lib.types import TopicPartition
 from spark_sink import clients
-from spark_sink.options import ReadOptions
+from spark_sink.options import Connection, ReadOptions
 from spark_sink.plan import OffsetRange, plan_read
 
 
@@ -33,14 +33,14 @@ class RangePartition(InputPartition):
     """One task's work: a range of one topic partition and how to read it."""
 
     range: OffsetRange
-    masters: str
+    conn: Connection
     tags: tuple[str, ...]
     fail_on_data_loss: bool
     poll_timeout_ms: int
 
     @classmethod
     def of(cls, r: OffsetRange, o: ReadOptions) -> RangePartition:
-        return cls(r, o.masters, o.tags, o.fail_on_data_loss, o.poll_timeout_ms)
+        return cls(r, o.conn, o.tags, o.fail_on_data_loss, o.poll_timeout_ms)
 
 
 class TubeqReader(DataSourceReader):
@@ -130,7 +130,7 @@ def read_range(p: RangePartition) -> Iterator[FrameColumns]:
     r = p.range
     tp = TopicPartition(r.topic, r.partition)
     timeout = p.poll_timeout_ms / 1000
-    with clients.consumer(p.masters, p.fail_on_data_loss) as consumer:
+    with clients.consumer(p.conn, p.fail_on_data_loss) as consumer:
         consumer.assign([tp], tags=list(p.tags))
         consumer.seek(tp, r.start)
         last_progress, position = time.monotonic(), r.start

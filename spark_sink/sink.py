@@ -76,7 +76,7 @@ class TubeqStreamWriter(DataSourceStreamArrowWriter):
                                f"property {BATCH_ID_PROPERTY} in this task)")
         batch_id = int(raw)
         task_id = f"{ctx.partitionId()}.{ctx.attemptNumber()}.{ctx.taskAttemptId()}"
-        sinks = clients.sink_client(self.opts.masters, self.opts.batch_bytes)
+        sinks = clients.sink_client(self.opts.conn, self.opts.batch_bytes)
         staging = sinks.task(self.sink, batch_id, task_id)
         for n, batch in enumerate(iterator):
             seed = zlib.crc32(f"{self.sink}/{batch_id}/{ctx.partitionId()}/{n}".encode())
@@ -88,14 +88,14 @@ class TubeqStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         staged = [st for m in messages if isinstance(m, SinkMessage) for st in m.staged]
-        sinks = clients.sink_client(self.opts.masters, self.opts.batch_bytes)
+        sinks = clients.sink_client(self.opts.conn, self.opts.batch_bytes)
         appended = sinks.commit(self.sink, batchId, staged)
         log.info("tubeq sink %s committed batch %d: %d records (pid %d)", self.sink, batchId,
                  appended, os.getpid())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         staged = [st for m in messages if isinstance(m, SinkMessage) for st in m.staged]
-        clients.sink_client(self.opts.masters, self.opts.batch_bytes).abort(self.sink, batchId,
+        clients.sink_client(self.opts.conn, self.opts.batch_bytes).abort(self.sink, batchId,
                                                                             staged)
         log.warning("tubeq sink %s aborted batch %d: nothing of it is visible", self.sink,
                     batchId)

@@ -97,7 +97,7 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = {tp: first.get(tp, max(earliest, 0)) for tp, (earliest, _) in bounds.items()}
         # An end behind the query's position counts only once the broker itself says so:
         # for a broker that does not answer them, the masters report its last heartbeat's.
-        now = broker_latest(self.opts.masters, {tp for tp, (_, latest) in bounds.items()
+        now = broker_latest(self.opts.conn, {tp for tp, (_, latest) in bounds.items()
                                                 if 0 <= latest < begin[tp]})
         end = {tp: now[tp] if now.get(tp, begin[tp]) < begin[tp]
                else self._end(tp, begin[tp], latest) for tp, (_, latest) in bounds.items()}
@@ -156,7 +156,7 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.group_id is None:
             return
         if self._progress is None:
-            self._progress = GroupProgress(self.opts.masters, self.opts.group_id)
+            self._progress = GroupProgress(self.opts.conn, self.opts.group_id)
         self._progress.commit(_flat(done))
 
     def stop(self) -> None:
@@ -166,7 +166,7 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._progress = None
 
     def _describe(self) -> dict[str, TopicInfo]:
-        with admin_client(self.opts.masters) as admin:
+        with admin_client(self.opts.conn) as admin:
             return describe_topics(admin, self.opts)
 
     def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:

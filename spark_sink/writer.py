@@ -117,7 +117,7 @@ def _check_headers(kind: T.DataType) -> None:
 
 def check_topic(opts: WriteOptions) -> None:
     """The ``topic`` option names a topic that exists (tubeq never creates one on write)."""
-    with admin_client(opts.masters) as admin:
+    with admin_client(opts.conn) as admin:
         try:
             admin.describe_topic(opts.topic)
         except UnknownTopic:
