@@ -52,6 +52,7 @@ from lib.auth.server import (
     announce_auth_off,
     certificate_identities,
 )
+from lib.decoding import AioStrictDecoding
 from lib.errors import ConfigError
 from lib.logs import event
 from lib.proto import broker_pb2_grpc
@@ -127,7 +128,8 @@ class Broker:
     async def _serve(self) -> int:
         """Build, bind and start the aio server on the loop; returns the bound port."""
         cfg = self.config
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=self._auth())
+        server = grpc.aio.server(options=SERVER_OPTIONS,
+                                 interceptors=[AioStrictDecoding(), *self._auth()])
         broker_pb2_grpc.add_BrokerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         try:

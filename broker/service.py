@@ -37,7 +37,7 @@ from lib.errors import TubeqError
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
-from lib.wire_errors import MAX_MESSAGE_CHARS, clip, wire_form
+from lib.wire_errors import MAX_MESSAGE_CHARS, abort_with_async, clip
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -48,9 +48,7 @@ async def _fail(metrics: BrokerMetrics, method: str, context: grpc.aio.ServicerC
     """End the call with the status of ``exc`` (raises, as ``context.abort`` does)."""
     if isinstance(exc, TubeqError):
         metrics.errors.labels(method, exc.code).inc()
-        trailers, status, message = wire_form(exc)
-        context.set_trailing_metadata(trailers)
-        await context.abort(status, message)
+        await abort_with_async(context, exc)
     metrics.errors.labels(method, "INTERNAL").inc()
     log.error("request.internal_error", exc_info=exc,
               extra={"fields": {"method": method, "error": repr(exc)}})

@@ -110,6 +110,13 @@ def abort_with(context: grpc.ServicerContext, err: e.TubeqError) -> None:
     context.abort(status, message)
 
 
+async def abort_with_async(context: grpc.aio.ServicerContext, err: e.TubeqError) -> None:
+    """:func:`abort_with` for an asyncio server."""
+    trailers, status, message = wire_form(err)
+    context.set_trailing_metadata(trailers)
+    await context.abort(status, message)
+
+
 def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
     """Rebuild the server's exception from a failed call (transport errors become retriable)."""
     trailers = dict(rpc_error.trailing_metadata() or ())  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from lib.auth.refusals import LoginBackoff, RefusalLog
 from lib.auth.server import Authenticator, ServerAuth, announce_auth_off, certificate_identities
+from lib.decoding import StrictDecoding
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.process import free_ports
@@ -77,7 +78,8 @@ class Master:
         self.health = health.HealthServicer()
         self._server = grpc.server(futures.ThreadPoolExecutor(c.grpc_workers,
                                                               thread_name_prefix="master-rpc"),
-                                   options=SERVER_OPTIONS, interceptors=[self._auth()])
+                                   options=SERVER_OPTIONS,
+                                   interceptors=[StrictDecoding(), self._auth()])
         service.add_to(self._server, service.MasterService(
             c, self.state, self.registry, self.groups, self.routes, self.leadership,
             self.write))

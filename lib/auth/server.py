@@ -33,7 +33,7 @@ from lib.auth.refusals import RefusalLog
 from lib.auth.rules import RULES, Rule
 from lib.auth.tokens import verify
 from lib.errors import PermissionDenied, TubeqError, Unauthenticated, Unavailable
-from lib.wire_errors import abort_with, wire_form
+from lib.wire_errors import abort_with, abort_with_async
 
 log = logging.getLogger(__name__)
 AUTH_MODES = ("token", "none")
@@ -450,7 +450,7 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
             if rule.needs and request is not None:
                 access.enforce(rule, request)
         except PermissionDenied as err:  # reported by check()
-            await _abort_async(context, err)
+            await abort_with_async(context, err)
         return access if not public else OPEN
 
     async def _caller(self, identity: Identity | None, method: str, context) -> Identity:
@@ -458,13 +458,13 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
             return self.identity(identity, context)
         except Unauthenticated as err:
             self.refused("", method, err, context)
-            await _abort_async(context, err)
+            await abort_with_async(context, err)
             raise  # abort raises; this line is never reached
 
     def _refusing(self, refusal: _Refused, method: str):
         async def run(_requests, context):  # never iterated: see _unread
             self.refused(refusal.principal, method, refusal.error, context)
-            await _abort_async(context, refusal.error)
+            await abort_with_async(context, refusal.error)
         return run
 
 
@@ -498,9 +498,3 @@ def _unread(handler, behaviour):
                else grpc.stream_unary_rpc_method_handler)
     return factory(behaviour, request_deserializer=handler.request_deserializer,
                    response_serializer=handler.response_serializer)
-
-
-async def _abort_async(context, err: TubeqError) -> None:
-    trailers, status, message = wire_form(err)
-    context.set_trailing_metadata(trailers)
-    await context.abort(status, message)
