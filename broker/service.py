@@ -72,13 +72,29 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
-def _in_executor(rpc: str, plane: str, method: str) -> Callable[..., Any]:
+def _in_executor(rpc: str, plane: str, method: str,
+                 charged: Callable[[Any, Any], tuple[str, int]] | None = None
+                 ) -> Callable[..., Any]:
     """The handler of unary ``rpc``: check the topic name, run ``self.<plane>.<method>`` in
-    the executor, under :func:`_guarded`."""
+    the executor, under :func:`_guarded`. ``charged(request, response)``: (direction, bytes)
+    the call costs the caller's quota; its clients know no throttle field, so the broker
+    paces them itself, as it paces push streams: the answer waits out the throttle."""
     async def handler(self: BrokerService, request: Any, context: grpc.aio.ServicerContext
                       ) -> Any:
         check_name(request.topic)
-        return await self.run(getattr(getattr(self, plane), method), request)
+        quotas = self.quotas if charged is not None else None
+        if quotas is not None and quotas.active:
+            quotas.admit(charged(request, None)[0], current_access.get().quota_principal)
+        response = await self.run(getattr(getattr(self, plane), method), request)
+        if quotas is not None and quotas.active:
+            direction, size = charged(request, response)
+            wait_ms = quotas.charge(direction, current_access.get().quota_principal, "", size)
+            remaining = context.time_remaining()  # answer before the caller gives up
+            if remaining is not None:
+                wait_ms = min(wait_ms, max(0, int((remaining - 0.2) * 1000)))
+            if wait_ms:
+                await asyncio.sleep(wait_ms / 1000)
+        return response
 
     handler.__name__ = handler.__qualname__ = rpc
     return _guarded(handler)
@@ -111,11 +127,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     # the executor. Produce runs on the loop when it cannot block; Fetch waits on the loop
     # (its reads near the tail run inline).
     ListOffsets = _in_executor("ListOffsets", "data", "list_offsets")
-    QueryMessages = _in_executor("QueryMessages", "data", "query")
+    QueryMessages = _in_executor("QueryMessages", "data", "query", lambda request, response: (
+        "consume", len(response.frames) if response is not None else 0))
     CommitOffsets = _in_executor("CommitOffsets", "offsets", "commit")
     FetchOffsets = _in_executor("FetchOffsets", "offsets", "fetch")
     ResetOffsets = _in_executor("ResetOffsets", "offsets", "reset")
-    SinkStage = _in_executor("SinkStage", "sinks", "stage")
+    SinkStage = _in_executor("SinkStage", "sinks", "stage", lambda request, response: (
+        "produce", len(request.batch)))
 
     @_guarded
     async def Produce(self, request: pb.ProduceRequest, context):  # noqa: N802

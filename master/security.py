@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from itertools import pairwise
@@ -39,6 +38,7 @@ from lib.auth.addresses import AddressRules
 from lib.auth.refusals import LoginBackoff, RefusalLog
 from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, Unavailable
 from lib.logs import event
+from lib.private_files import write_private
 from lib.proto import security_pb2 as spb
 from lib.proto import security_pb2_grpc
 from master.brokers import wall_ms
@@ -72,9 +72,7 @@ def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir
     path = Path(data_dir) / ADMIN_PASSWORD_FILE
     if made:
         password = generate_password()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(password + "\n")
+        write_private(path, password + "\n")
     try:
         write({"op": "add_user", "time_ms": wall_ms(), "name": ADMIN, "roles": [ADMIN],
                "password": hash_password(password), "audit": _system("add_user", ADMIN)})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import os
-import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,10 +23,12 @@ import grpc
 
 from lib.auth.rules import PUBLIC_METHODS
 from lib.errors import InvalidArgument
+from lib.private_files import read_private, write_private
 from lib.tls import Tls
 
 AUTH_HEADER = "authorization"
 CREDENTIALS_FILE_ENV = "TUBEQ_CREDENTIALS_FILE"
+CLUSTER_SECRET_FILE_ENV = "TUBEQ_CLUSTER_SECRET_FILE"  # break glass: act as the cluster
 CLUSTER_UP_MARK = "# written by tubeq cluster up"  # such a file it may replace; no other
 CREDENTIAL_KEYS = ("user", "password", "api_key", "token")
 RENEW_AT = 0.8  # of a token's lifetime
@@ -44,15 +45,18 @@ def user_credentials_path(env: Mapping[str, str] | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Credentials:
-    """Who a client is: user + password, an API key, or a ready token."""
+    """Who a client is: user + password, an API key, or a ready token; or, to break glass, the
+    cluster secret brokers and masters present to each other (see :meth:`from_cluster_secret`)."""
 
     user: str = ""
     password: str = field(default="", repr=False)
     api_key: str = field(default="", repr=False)
     token: str = field(default="", repr=False)
+    cluster_secret: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        ways = [bool(self.user or self.password), bool(self.api_key), bool(self.token)]
+        ways = [bool(self.user or self.password), bool(self.api_key), bool(self.token),
+                bool(self.cluster_secret)]
         if sum(ways) != 1:
             raise InvalidArgument("credentials: give user and password, an API key, or a "
                                   "token (exactly one of them)")
@@ -69,6 +73,8 @@ class Credentials:
         api_key, token = env.get("TUBEQ_API_KEY", ""), env.get("TUBEQ_TOKEN", "")
         if user or password or api_key or token:
             return cls(user, password, api_key, token)
+        if env.get(CLUSTER_SECRET_FILE_ENV):
+            return cls.from_cluster_secret(env[CLUSTER_SECRET_FILE_ENV])
         path = env.get(CREDENTIALS_FILE_ENV, "")
         if path:
             return cls.from_file(path)
@@ -80,14 +86,7 @@ class Credentials:
         """From ``key = value`` lines (user, password, api_key or token; ``#`` comments). The
         file must be readable by its owner only, as ssh insists for its keys."""
         where = Path(path)
-        try:
-            mode = where.stat().st_mode
-            text = where.read_text()
-        except OSError as exc:
-            raise InvalidArgument(f"credentials file {where}: {exc.strerror}") from None
-        if mode & 0o077:
-            raise InvalidArgument(f"credentials file {where} is open to other users (mode "
-                                  f"{stat.S_IMODE(mode):o}): chmod 600 it")
+        text = read_private(where, "credentials file")
         values: dict[str, str] = {}
         for n, line in enumerate(text.splitlines(), 1):
             key, sep, value = line.partition("=")
@@ -100,15 +99,25 @@ class Credentials:
             values[key] = value.strip()
         return cls(**values)
 
+    @classmethod
+    def from_cluster_secret(cls, path: str | os.PathLike) -> Credentials:
+        """Break glass: act as the cluster itself, with the secret its brokers and masters
+        share (``<data-dir>/cluster-secret`` of ``cluster up``, or what TUBEQ_CLUSTER_SECRET
+        holds on a cluster host). It passes every ACL and IP rule, so an operator on a cluster
+        host can recover from an IP-list lockout or a lost admin password; whoever can read
+        the file could act as a broker anyway. The audit log records such calls as
+        ``cluster``."""
+        secret = read_private(path, "cluster secret file").strip()
+        if not secret:
+            raise InvalidArgument(f"cluster secret file {path} is empty")
+        return cls(cluster_secret=secret)
+
     def to_file(self, path: str | os.PathLike, comment: str = "") -> None:
         """Write these credentials where :meth:`from_file` reads them (0600, created anew)."""
         lines = [f"{k} = {v}" for k in CREDENTIAL_KEYS if (v := getattr(self, k))]
         if comment:
             lines.insert(0, comment)
-        Path(path).unlink(missing_ok=True)  # a new file gets 0600 whatever the old one had
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        write_private(path, "\n".join(lines) + "\n")
 
 
 class TokenSource:
@@ -119,8 +128,9 @@ class TokenSource:
         self.credentials = credentials
         self.masters, self.timeout, self.tls = masters, timeout, tls
         self._lock = threading.Lock()
-        self._header = f"Bearer {credentials.token}" if credentials.token else ""
-        self._renew_at = float("inf") if credentials.token else 0.0
+        self._header = (f"Cluster {credentials.cluster_secret}" if credentials.cluster_secret
+                        else f"Bearer {credentials.token}" if credentials.token else "")
+        self._renew_at = float("inf") if self._header else 0.0
 
     def header(self) -> str:
         with self._lock:
@@ -131,7 +141,7 @@ class TokenSource:
     def invalidate(self) -> None:
         """Log in again at the next call (the server refused the token)."""
         with self._lock:
-            if not self.credentials.token:
+            if not (self.credentials.token or self.credentials.cluster_secret):
                 self._renew_at = 0.0
 
     def _login(self) -> None:

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from lib.private_files import write_private
 
 CA_DAYS, CERT_DAYS = 3650, 825
 
@@ -28,30 +29,18 @@ class LocalPki:
     """The files of a local cluster's PKI, under one directory."""
 
     root: Path
+    ca: Path = field(init=False)
+    ca_key: Path = field(init=False)
+    server_cert: Path = field(init=False)
+    server_key: Path = field(init=False)
+    admin_cert: Path = field(init=False)
+    admin_key: Path = field(init=False)
 
-    @property
-    def ca(self) -> Path:
-        return self.root / "ca.pem"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.root / "ca.key"
-
-    @property
-    def server_cert(self) -> Path:
-        return self.root / "server.pem"
-
-    @property
-    def server_key(self) -> Path:
-        return self.root / "server.key"
-
-    @property
-    def admin_cert(self) -> Path:
-        return self.root / "admin.pem"
-
-    @property
-    def admin_key(self) -> Path:
-        return self.root / "admin.key"
+    def __post_init__(self) -> None:
+        files = {"ca": "ca.pem", "ca_key": "ca.key", "server_cert": "server.pem",
+                 "server_key": "server.key", "admin_cert": "admin.pem", "admin_key": "admin.key"}
+        for name, file in files.items():
+            object.__setattr__(self, name, self.root / file)
 
     def server_args(self, client_auth: bool = False) -> list[str]:
         """The options of ``python -m master`` / ``python -m broker`` that serve TLS with the
@@ -66,19 +55,19 @@ class LocalPki:
         hosts = sorted({"127.0.0.1", "localhost", *hosts})
         if not (self.ca.exists() and self.ca_key.exists()):
             cert, key = make_ca("tubeq local CA")
-            _write(self.ca_key, key, 0o600)
-            _write(self.ca, cert, 0o644)
+            write_private(self.ca_key, key, 0o600)
+            write_private(self.ca, cert, 0o644)
             for stale in (self.server_cert, self.admin_cert):
                 stale.unlink(missing_ok=True)
         ca_cert, ca_key = self.ca.read_bytes(), self.ca_key.read_bytes()
         if not self.server_cert.exists() or not _names_all(self.server_cert, hosts):
             cert, key = issue(ca_cert, ca_key, "tubeq server", hosts=hosts)
-            _write(self.server_key, key, 0o600)
-            _write(self.server_cert, cert, 0o644)
+            write_private(self.server_key, key, 0o600)
+            write_private(self.server_cert, cert, 0o644)
         if not self.admin_cert.exists():
             cert, key = issue(ca_cert, ca_key, "admin", roles=("admin",))
-            _write(self.admin_key, key, 0o600)
-            _write(self.admin_cert, cert, 0o644)
+            write_private(self.admin_key, key, 0o600)
+            write_private(self.admin_cert, cert, 0o644)
         return self
 
 
@@ -147,10 +136,3 @@ def _pem(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> tuple[bytes
                               serialization.NoEncryption()))
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """A new file with ``mode`` from its creation (a key is never readable by others, even
-    for a moment)."""
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)

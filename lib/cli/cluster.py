@@ -23,6 +23,7 @@ from lib.auth.client import CLUSTER_UP_MARK, Credentials, user_credentials_path
 from lib.auth.pki import LocalPki
 from lib.auth.server import CLUSTER_SECRET_ENV
 from lib.errors import TubeqError
+from lib.private_files import write_private
 from lib.process import clear_ready, free_ports, wait_ready
 from lib.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 
@@ -160,9 +161,7 @@ def secret_file(data_dir: Path, name: str) -> str:
     path = data_dir / name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32))
+        write_private(path, secrets.token_urlsafe(32))
     return path.read_text().strip()
 
 

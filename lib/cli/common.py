@@ -14,20 +14,30 @@ DEFAULT_CREDENTIALS = "tubeq-data/credentials"  # what cluster up writes, run fr
 DEFAULT_CLUSTER_JSON = "tubeq-data/cluster.json"  # a running cluster up's summary
 
 
-def use_credentials(user: str | None, credentials_file: str | None) -> None:
-    """Make ``--user`` / ``--credentials-file`` the process's client credentials. Every client
-    the command makes reads them from the environment (lib/auth/client.py), as it would
-    TUBEQ_USER/TUBEQ_PASSWORD or TUBEQ_CREDENTIALS_FILE given directly."""
-    from lib.auth.client import CREDENTIALS_FILE_ENV
+CLIENT_CREDENTIAL_ENV = ("TUBEQ_USER", "TUBEQ_PASSWORD", "TUBEQ_API_KEY", "TUBEQ_TOKEN",
+                         "TUBEQ_CREDENTIALS_FILE", "TUBEQ_CLUSTER_SECRET_FILE")
 
-    if user:
+
+def use_credentials(user: str | None, credentials_file: str | None,
+                    cluster_secret_file: str | None = None) -> None:
+    """Make ``--user`` / ``--credentials-file`` / ``--cluster-secret-file`` the process's
+    client credentials. Every client the command makes reads them from the environment
+    (lib/auth/client.py), as it would TUBEQ_USER/TUBEQ_PASSWORD or TUBEQ_CREDENTIALS_FILE
+    given directly."""
+    from lib.auth.client import CLUSTER_SECRET_FILE_ENV, CREDENTIALS_FILE_ENV, Credentials
+
+    if cluster_secret_file:  # break glass: nothing else may take precedence
+        Credentials.from_cluster_secret(cluster_secret_file)  # a bad file fails here, clearly
+        for var in CLIENT_CREDENTIAL_ENV:
+            os.environ.pop(var, None)
+        os.environ[CLUSTER_SECRET_FILE_ENV] = cluster_secret_file
+    elif user:
         password = os.environ.get("TUBEQ_PASSWORD") or click.prompt(
             f"password for {user}", hide_input=True, err=True)
         os.environ.update({"TUBEQ_USER": user, "TUBEQ_PASSWORD": password})
     elif credentials_file:
         os.environ[CREDENTIALS_FILE_ENV] = credentials_file
-    elif not any(os.environ.get(v) for v in ("TUBEQ_USER", "TUBEQ_PASSWORD", "TUBEQ_API_KEY",
-                                              "TUBEQ_TOKEN", CREDENTIALS_FILE_ENV)) \
+    elif not any(os.environ.get(v) for v in CLIENT_CREDENTIAL_ENV) \
             and os.path.exists(DEFAULT_CREDENTIALS):
         os.environ[CREDENTIALS_FILE_ENV] = DEFAULT_CREDENTIALS
 

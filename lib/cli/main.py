@@ -48,6 +48,12 @@ class TubeqGroup(click.Group):
               help="A 0600 file of user = / password = (or api_key = / token =) lines, like the "
                    "one cluster up writes (env TUBEQ_CREDENTIALS_FILE; default "
                    f"{DEFAULT_CREDENTIALS} if it exists).")
+@click.option("--cluster-secret-file", type=click.Path(dir_okay=False),
+              envvar="TUBEQ_CLUSTER_SECRET_FILE",
+              help="Break glass, on a cluster host: act as the cluster itself with the secret "
+                   "its brokers and masters share (cluster up's <data-dir>/cluster-secret). "
+                   "Passes every ACL and IP rule: to recover from an IP-list lockout or a lost "
+                   "admin password. Audited as 'cluster'.")
 @click.option("--tls-ca", type=click.Path(dir_okay=False), help="TLS: the CA (PEM) the "
               "servers' certificates chain to (env TUBEQ_TLS_CA; default: the one of a local "
               f"cluster up --tls, from {DEFAULT_CLUSTER_JSON}).")
@@ -57,11 +63,11 @@ class TubeqGroup(click.Group):
               help="Mutual TLS: the key of --tls-cert (PEM; env TUBEQ_TLS_KEY).")
 @click.pass_context
 def main(ctx: click.Context, masters: str, timeout: float, user: str | None,
-         credentials_file: str | None, tls_ca: str | None, tls_cert: str | None,
-         tls_key: str | None) -> None:
+         credentials_file: str | None, cluster_secret_file: str | None, tls_ca: str | None,
+         tls_cert: str | None, tls_key: str | None) -> None:
     """tubeq: a distributed message queue shaped like Apache TubeMQ."""
     ctx.obj = {"masters": masters, "timeout": timeout}
-    use_credentials(user, credentials_file)
+    use_credentials(user, credentials_file, cluster_secret_file)
     use_tls(tls_ca, tls_cert, tls_key)
 
 

@@ -164,6 +164,65 @@ def test_the_broker_paces_a_push_consumer_to_its_principal_quota(metered):
     assert QUOTA * 0.9 <= rate <= QUOTA * 1.1, rate
 
 
+def paced_rate(call) -> float:
+    """Bytes/s that back-to-back calls of ``call()`` (which returns its bytes) get through,
+    measured as the quota tests measure."""
+    done: list[tuple[float, int]] = []
+    start = time.monotonic()
+    while time.monotonic() - start < RUN_S:
+        nbytes = call()
+        done.append((time.monotonic() - start, nbytes))
+    return rate_between(done, SETTLE_S, RUN_S)
+
+
+@pytest.mark.parametrize("direction", ["produce", "consume"])
+def test_the_broker_paces_sink_staging_and_queries_that_know_no_throttle(metered, direction):
+    """SinkStage (the Spark sink) and QueryMessages answer with no throttle field: the broker
+    holds the answer until the caller's debt is paid, as it paces push streams."""
+    cluster, masters, root = metered
+    piece = encode_batch([Record(value=b"s" * 8192)] * 32)  # 256 KiB
+    if direction == "consume":
+        preload(masters, cluster.admin_credentials(), 24 << 20)
+    root.set_quota("user:alice", **{f"{direction}_bytes_per_s": QUOTA})
+    token = root.login(ALICE.user, ALICE.password).token
+    auth = (("authorization", f"Bearer {token}"),)
+    pieces = iter(range(1 << 30))
+    offsets = [0, 0]  # next offset per partition: queries take turns
+    with channel(cluster.broker_process(1).address, None) as ch:
+        stub = broker_pb2_grpc.BrokerStub(ch)
+
+        def stage() -> int:
+            stub.SinkStage(bpb.SinkStageRequest(
+                sink="paced", batch_id=1, task="t", piece=next(pieces), topic="metered",
+                partition=0, batch=piece), metadata=auth, timeout=10)
+            return len(piece)
+
+        def query() -> int:
+            partition = next(pieces) % 2
+            start = offsets[partition]
+            got = stub.QueryMessages(bpb.QueryMessagesRequest(
+                topic="metered", partition=partition, start_offset=start,
+                end_offset=start + 64, max_bytes=256 << 10), metadata=auth, timeout=10)
+            offsets[partition] = got.next_offset
+            return len(got.frames)
+
+        call = stage if direction == "produce" else query
+
+        def slowed() -> bool:  # False too while the broker lacks alice's ACLs
+            started = time.monotonic()
+            try:
+                call()
+            except grpc.RpcError:
+                return False
+            return time.monotonic() - started > 0.1
+
+        wait_for(slowed, 20, "the quota on the broker")
+        time.sleep(2)  # let the probe's debt be paid back
+        rate = paced_rate(call)
+    print(f"measured {rate / QUOTA:.3f} of the quota")
+    assert QUOTA * 0.9 <= rate <= QUOTA * 1.1, rate
+
+
 def test_a_client_ignoring_the_throttle_is_refused_naming_the_quota(metered):
     cluster, masters, root = metered
     root.set_quota("user:*", produce_bytes_per_s=64 << 10)

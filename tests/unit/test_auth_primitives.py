@@ -128,6 +128,28 @@ def test_a_credentials_file_is_read_only_when_private_and_well_formed(tmp_path):
         Credentials.from_file(tmp_path / "missing")
 
 
+def test_a_cluster_secret_file_breaks_glass_as_the_cluster(tmp_path):
+    from lib.auth.client import TokenSource
+    from lib.private_files import write_private
+
+    path = tmp_path / "cluster-secret"
+    path.write_text("old")
+    path.chmod(0o644)
+    write_private(path, "s3cret-of-the-cluster\n")  # replaced, not reopened: 0600 again
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    creds = Credentials.from_cluster_secret(path)
+    assert "s3cret" not in repr(creds)
+    assert TokenSource(creds, "127.0.0.1:9").header() == "Cluster s3cret-of-the-cluster"
+    assert Credentials.from_env({"TUBEQ_CLUSTER_SECRET_FILE": str(path)}) == creds
+    assert Credentials.from_env({"TUBEQ_CLUSTER_SECRET_FILE": str(path),
+                                 "TUBEQ_USER": "u", "TUBEQ_PASSWORD": "p"}).user == "u"
+    path.write_text("")
+    with pytest.raises(InvalidArgument, match="cluster secret file .* is empty"):
+        Credentials.from_cluster_secret(path)
+    with pytest.raises(InvalidArgument, match="exactly one"):
+        Credentials("admin", "a long enough password", cluster_secret="x")
+
+
 def test_the_users_credentials_file_is_the_last_resort_and_cluster_up_never_replaces_a_users_own(
         tmp_path, monkeypatch):
     from lib.auth.client import CLUSTER_UP_MARK, user_credentials_path
