@@ -82,13 +82,15 @@ def _in_executor(rpc: str, plane: str, method: str,
     async def handler(self: BrokerService, request: Any, context: grpc.aio.ServicerContext
                       ) -> Any:
         check_name(request.topic)
-        quotas = self.quotas if charged is not None else None
-        if quotas is not None and quotas.active:
-            quotas.admit(charged(request, None)[0], current_access.get().quota_principal)
+        quotas = self.quotas
+        metered = charged is not None and quotas.active
+        if metered:
+            principal = current_access.get().quota_principal
+            quotas.admit(charged(request, None)[0], principal)
         response = await self.run(getattr(getattr(self, plane), method), request)
-        if quotas is not None and quotas.active:
+        if metered:
             direction, size = charged(request, response)
-            wait_ms = quotas.charge(direction, current_access.get().quota_principal, "", size)
+            wait_ms = quotas.charge(direction, principal, "", size)
             remaining = context.time_remaining()  # answer before the caller gives up
             if remaining is not None:
                 wait_ms = min(wait_ms, max(0, int((remaining - 0.2) * 1000)))
@@ -141,15 +143,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         hop; else in the executor, with the batch already checked."""
         check_name(request.topic)
         quotas = self.quotas
-        if quotas.active:
-            quotas.admit("produce", current_access.get().quota_principal)
+        metered = quotas.active  # once: quotas may arrive while the call runs
+        if metered:
+            principal = current_access.get().quota_principal
+            quotas.admit("produce", principal)
         try:
             response = self.data.produce(request, wait=False)
         except WouldBlock as later:
             response = await self.run(self.data.produce, request, True, later.view)
-        if quotas.active:
-            response.throttle_ms = quotas.charge(
-                "produce", current_access.get().quota_principal, "", len(request.batch))
+        if metered:
+            response.throttle_ms = quotas.charge("produce", principal, "", len(request.batch))
         return response
 
     @_guarded
@@ -164,12 +167,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802
         check_name(request.topic)
         quotas = self.quotas
-        if quotas.active:
-            quotas.admit("consume", current_access.get().quota_principal, request.group)
+        metered = quotas.active
+        if metered:
+            principal = current_access.get().quota_principal
+            quotas.admit("consume", principal, request.group)
         response = await self.data.fetch(request, self.run)
-        if quotas.active:
+        if metered:
             response.throttle_ms = quotas.charge(
-                "consume", current_access.get().quota_principal, request.group,
+                "consume", principal, request.group,
                 sum(len(part.frames) for part in response.partitions))
         return response
 

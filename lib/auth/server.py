@@ -30,7 +30,7 @@ from lib.auth.acl import CLUSTER_NAME, Authorizer
 from lib.auth.addresses import AddressRules, peer_address
 from lib.auth.client import AUTH_HEADER
 from lib.auth.refusals import RefusalLog
-from lib.auth.rules import RULES, Rule
+from lib.auth.rules import PUBLIC, RULES, Rule
 from lib.auth.tokens import verify
 from lib.errors import PermissionDenied, TubeqError, Unauthenticated, Unavailable
 from lib.wire_errors import abort_with, abort_with_async
@@ -417,7 +417,7 @@ class AioServerAuth(grpc.aio.ServerInterceptor, _Gate):
             if not self.screens_public():
                 return handler
             return _rebuilt(handler, lambda behaviour: self._serving_as(
-                behaviour, ANONYMOUS, Rule("public"), method))
+                behaviour, ANONYMOUS, PUBLIC, method))
         if isinstance(decision, _Refused):
             return _unread(handler, self._refusing(decision, method))
         identity, rule = decision

@@ -11,7 +11,7 @@ from lib.auth.client import Credentials
 from lib.consumer.pull import PullConsumer
 from lib.errors import InvalidArgument, PermissionDenied
 from lib.producer.producer import Producer
-from tests.integration.test_consumer_common import wait_for
+from tests.integration.test_consumer_common import poll_until, wait_for
 
 ALICE = Credentials("alice", "alice-password-123")
 BOB = Credentials("bob", "bob-password-12345")
@@ -95,9 +95,7 @@ def test_a_role_with_prefix_acls_consumes_in_its_group(acl_cluster):
     with PullConsumer(masters, credentials=BOB, group="etl-1", auto_offset_reset="earliest",
                       enable_auto_commit=False) as consumer:
         consumer.subscribe("raw-clicks")
-        got: list[bytes] = []
-        wait_for(lambda: got.extend(r.value for r in consumer.poll(timeout=0.5))
-                 or len(got) >= 10, 30, "bob's records")
+        got = [r.value for r in poll_until(consumer, 10)]
         consumer.commit()
     assert sorted(got) == sorted(f"c{i}".encode() for i in range(10))
     root.add_acl("role:etl", "describe", "topic", "orders")  # may see it, not read it

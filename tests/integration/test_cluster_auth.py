@@ -12,7 +12,7 @@ from lib.errors import PermissionDenied, Unauthenticated
 from lib.producer.producer import Producer
 from lib.proto import broker_pb2, broker_pb2_grpc, master_pb2, master_pb2_grpc
 from lib.rpc import MasterClient, channel, invoke
-from tests.integration.test_consumer_common import wait_for
+from tests.integration.test_consumer_common import poll_until, wait_for
 
 SECRET = "test-cluster-secret-0123456789"
 
@@ -104,9 +104,7 @@ def test_brokers_check_tokens_and_masters_reach_them_with_the_cluster_secret(sec
     with PullConsumer(masters, credentials=admin, group="readers",
                       auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
         consumer.subscribe("guarded")
-        got: list[bytes] = []
-        wait_for(lambda: got.extend(r.value for r in consumer.poll(timeout=0.5))
-                 or len(got) >= 20, 30, "20 records through an authenticated broker")
+        got = [r.value for r in poll_until(consumer, 20)]
         consumer.commit()
     assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
 

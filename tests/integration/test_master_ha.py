@@ -26,7 +26,7 @@ from lib.proto import broker_pb2 as bpb
 from lib.records import Record, encode_batch
 from lib.rpc import invoke
 from tests.cluster import Cluster
-from tests.integration.test_consumer_common import wait_for
+from tests.integration.test_consumer_common import poll_until, wait_for
 
 FAILOVER_S = 15.0
 
@@ -351,12 +351,10 @@ def test_failover_keeps_permissions_working(ha):
             producer.send_sync("other", b"refused")
     for broker in ha.brokers.values():  # each broker checks the old token itself
         assert raw_produce(broker.address, "other", token) == grpc.StatusCode.PERMISSION_DENIED
-    got: list[bytes] = []
     with PullConsumer(masters, credentials=as_carol, group="perm-group",
                       auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
         consumer.subscribe("perm")
-        wait_for(lambda: got.extend(r.value for r in consumer.poll(timeout=0.5))
-                 or len(got) >= 11, 30, "carol's records through the new leader")
+        got = [r.value for r in poll_until(consumer, 11)]
         consumer.commit()
     assert sorted(got) == sorted([b"before", *values])
     with PullConsumer(masters, credentials=as_carol, group="perm-group",
