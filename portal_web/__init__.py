@@ -1,1 +1,11 @@
-"""The Flask operations portal: arrives after the "Cluster" issue."""
+"""The Flask operations portal: pages and a JSON API over the masters' management API.
+
+It talks to the cluster only through ``lib`` (an :class:`lib.admin.AdminClient` per logged-in
+user, holding that user's token), so every change it makes is checked and audited by the
+masters with the portal user as the principal. ``python -m portal_web`` serves it with a real
+WSGI server (cheroot), not Flask's development server.
+"""
+from portal_web.app import create_app
+from portal_web.config import PortalConfig
+
+__all__ = ["PortalConfig", "create_app"]

@@ -146,8 +146,10 @@ class ClusterPlan:
 
     def portal_child(self, masters: str) -> Child:
         d = self.data_dir / "portal"
+        tls = (["--tls-cert", str(self.pki.server_cert), "--tls-key", str(self.pki.server_key)]
+               if self.tls else [])
         return Child("portal", d, ["portal_web", "--data-dir", str(d), "--masters", masters,
-                                   "--host", self.host, "--port", str(self.portal_port)])
+                                   "--host", self.host, "--port", str(self.portal_port), *tls])
 
     @staticmethod
     def _port(base: int, i: int) -> int:
@@ -166,7 +168,7 @@ def secret_file(data_dir: Path, name: str) -> str:
 
 
 def portal_available() -> bool:
-    return (Path(__file__).resolve().parents[1] / "portal_web" / "__main__.py").exists()
+    return (Path(__file__).resolve().parents[2] / "portal_web" / "__main__.py").exists()
 
 
 def run_cluster(plan: ClusterPlan) -> None:
@@ -286,7 +288,9 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
     os.replace(tmp, plan.data_dir / "cluster.json")
     for c in children:
         extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
-        click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {c.info['address']}{extra}")
+        where = c.info.get("url") or c.info["address"]
+        click.echo(f"{c.name:<9} pid {c.info['pid']:<7} {where}{extra}")
+    portal = next((c.info["url"] for c in children if c.name == "portal"), "")
     exports = "".join(f"export {k}={v}\n" for k, v in plan.client_tls().items())
     click.echo(f"\nauth on: the admin's user and password are in {credentials} (0600)"
                + (f", and in {installed}, where clients look by default" if installed else "")
@@ -296,7 +300,9 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
                   if plan.tls else "")
                + f"\nexport TUBEQ_MASTERS={masters}\n"
                f"export TUBEQ_CREDENTIALS_FILE={credentials}\n{exports}"
-               f"logs and data under {plan.data_dir}; Ctrl-C stops the cluster")
+               + (f"portal: {portal} (log in as admin with the password in {credentials})\n"
+                  if portal else "")
+               + f"logs and data under {plan.data_dir}; Ctrl-C stops the cluster")
 
 
 def install_user_credentials(credentials: Path) -> Path | None:

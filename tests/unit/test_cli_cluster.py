@@ -47,3 +47,10 @@ def test_stopping_survives_a_closed_stderr_and_stops_every_child(tmp_path, monke
         if child.popen.poll() is None:
             child.popen.kill()
             child.popen.wait()
+
+
+def test_cluster_up_finds_the_portal_to_start():
+    """It once looked for portal_web/ under lib/ and silently started no portal."""
+    from lib.cli.cluster import portal_available
+
+    assert portal_available()

@@ -1,0 +1,88 @@
+"""The JSON API under /api/v1: everything the pages show and do (see openapi.py)."""
+from __future__ import annotations
+
+from flask import Blueprint, g, jsonify, request
+
+from portal_web import views
+from portal_web.context import client, portal
+from portal_web.errors import PortalError
+from portal_web.openapi import document
+
+bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+
+def _sizes() -> tuple[int, int]:
+    config = portal().config
+    return config.page_size, config.max_page_size
+
+
+def _body() -> dict:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise PortalError(400, "INVALID_ARGUMENT", "the request body must be a JSON object")
+    return body
+
+
+@bp.get("/openapi.json")
+def openapi():
+    return jsonify(document())
+
+
+@bp.get("/whoami")
+def whoami():
+    session = g.get("session")
+    if session is None:
+        return jsonify({"principal": None, "roles": None, "via": "api credential"})
+    return jsonify({"principal": session.user, "roles": list(session.roles),
+                    "via": "session", "csrf_token": session.csrf})
+
+
+@bp.get("/overview")
+def overview():
+    return jsonify(views.overview(portal().public, client()))
+
+
+@bp.get("/masters")
+def masters():
+    return jsonify(views.masters(portal().public))
+
+
+@bp.get("/brokers")
+def brokers():
+    return jsonify([views.plain(b) for b in client().list_brokers()])
+
+
+@bp.get("/topics")
+def topics():
+    return jsonify(views.topics(client(), request.args, *_sizes()))
+
+
+@bp.post("/topics")
+def topic_create():
+    return jsonify(views.create_topic(client(), _body())), 201
+
+
+@bp.get("/topics/<name>")
+def topic(name: str):
+    return jsonify(views.topic(client(), name))
+
+
+@bp.delete("/topics/<name>")
+def topic_delete(name: str):
+    views.delete_topic(client(), name, request.args.get("confirm", ""))
+    return "", 204
+
+
+@bp.get("/groups")
+def groups():
+    return jsonify(views.paginate(client().list_groups(), request.args, *_sizes()))
+
+
+@bp.get("/groups/<name>")
+def group(name: str):
+    return jsonify(views.group(client(), name))
+
+
+@bp.get("/audit")
+def audit():
+    return jsonify(views.audit(client(), request.args))

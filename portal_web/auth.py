@@ -1,0 +1,81 @@
+"""Logging in and out with the cluster's users (the masters check the password)."""
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from flask import Blueprint, g, jsonify, make_response, redirect, render_template, request, url_for
+
+from lib.errors import Unauthenticated
+from portal_web.context import SESSION_COOKIE, portal
+
+bp = Blueprint("auth", __name__)
+OPEN_ENDPOINTS = frozenset({"auth.login", "auth.login_submit", "auth.api_login", "api.openapi"})
+LOGIN_COOKIE = "tubeq_login"  # double-submit token of the login form (no session yet)
+
+
+def _cookie_flags() -> dict:
+    return {"httponly": True, "samesite": "Strict", "secure": portal().config.tls, "path": "/"}
+
+
+def _local(target: str | None) -> str:
+    """``target`` if it is a path on this site, else the dashboard (no open redirect)."""
+    if target and target.startswith("/") and not target.startswith(("//", "/\\")):
+        return target
+    return url_for("pages.dashboard")
+
+
+@bp.get("/login")
+def login():
+    token = secrets.token_urlsafe(24)
+    page = render_template("login.html", login_token=token, next=request.args.get("next", ""),
+                           error="")
+    response = make_response(page)
+    response.set_cookie(LOGIN_COOKIE, token, max_age=3600, **_cookie_flags())
+    return response
+
+
+@bp.post("/login")
+def login_submit():
+    sent, expected = request.form.get("login_token", ""), request.cookies.get(LOGIN_COOKIE, "")
+    user, password = request.form.get("user", ""), request.form.get("password", "")
+    target = request.form.get("next", "")
+    if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+        return _login_again("the login form expired: try again", target, 403)
+    try:
+        result = portal().public.login(user=user, password=password)
+    except Unauthenticated as err:
+        return _login_again(err.message, target, 401)
+    session = portal().sessions.open(result)
+    response = make_response(redirect(_local(target)))
+    response.set_cookie(SESSION_COOKIE, session.sid,
+                        max_age=int(portal().config.session_ttl_s), **_cookie_flags())
+    response.delete_cookie(LOGIN_COOKIE, path="/")
+    return response
+
+
+def _login_again(error: str, target: str, status: int):
+    token = secrets.token_urlsafe(24)
+    response = make_response(render_template("login.html", login_token=token, next=target,
+                                             error=error), status)
+    response.set_cookie(LOGIN_COOKIE, token, max_age=3600, **_cookie_flags())
+    return response
+
+
+@bp.post("/logout")
+def logout():
+    portal().sessions.close(g.session.sid)
+    response = redirect(url_for("auth.login"))
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+@bp.post("/api/v1/login")
+def api_login():
+    """A tubeq token for API calls (``Authorization: Bearer <token>``): no cookie is set."""
+    body = request.get_json(silent=True) or {}
+    result = portal().public.login(user=str(body.get("user", "")),
+                                   password=str(body.get("password", "")),
+                                   api_key=str(body.get("api_key", "")))
+    return jsonify({"token": result.token, "expires_ms": result.expires_ms,
+                    "principal": result.principal, "roles": list(result.roles)})

@@ -1,0 +1,68 @@
+"""The operations pages: server-rendered, usable without JavaScript."""
+from __future__ import annotations
+
+from flask import Blueprint, redirect, render_template, request, url_for
+
+from portal_web import views
+from portal_web.context import client, portal
+
+bp = Blueprint("pages", __name__)
+
+
+def _sizes() -> tuple[int, int]:
+    config = portal().config
+    return config.page_size, config.max_page_size
+
+
+@bp.get("/")
+def dashboard():
+    return render_template("dashboard.html", view=views.overview(portal().public, client()))
+
+
+@bp.get("/topics")
+def topics():
+    return render_template("topics.html", view=views.topics(client(), request.args, *_sizes()))
+
+
+@bp.get("/topics/new")
+def topic_new():
+    return render_template("topic_new.html", form={}, error="")
+
+
+@bp.post("/topics/new")
+def topic_create():
+    created = views.create_topic(client(), request.form)
+    return redirect(url_for("pages.topic", name=created["name"]))
+
+
+@bp.get("/topics/<name>")
+def topic(name: str):
+    return render_template("topic.html", topic=views.topic(client(), name))
+
+
+@bp.post("/topics/<name>/delete")
+def topic_delete(name: str):
+    views.delete_topic(client(), name, request.form.get("confirm", ""))
+    return redirect(url_for("pages.topics"))
+
+
+@bp.get("/brokers")
+def brokers():
+    return render_template("brokers.html", brokers=[views.plain(b)
+                                                    for b in client().list_brokers()])
+
+
+@bp.get("/groups")
+def groups():
+    return render_template("groups.html", view=views.paginate(client().list_groups(),
+                                                              request.args, *_sizes()))
+
+
+@bp.get("/groups/<name>")
+def group(name: str):
+    return render_template("group.html", group=views.group(client(), name))
+
+
+@bp.get("/audit")
+def audit():
+    return render_template("audit.html", view=views.audit(client(), request.args))

@@ -1,0 +1,150 @@
+"""The data behind the pages and the JSON API, as plain dicts: one function per thing shown or
+done, so a page and its API route cannot disagree. Input from forms and query strings is
+checked here, with errors that name the field and its limits."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from lib.admin import AdminClient
+from lib.errors import TubeqError
+from portal_web.errors import PortalError
+
+TOPIC_SORTS = ("name", "partitions", "durability", "created")
+TOPIC_SETTINGS = ("partitions", "stores", "retention_ms", "retention_bytes", "max_message_bytes")
+
+
+def plain(obj: Any) -> Any:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def integer(args: Mapping[str, Any], name: str, default: int | None, low: int,
+            high: int) -> int | None:
+    """``args[name]`` as an integer in [low, high]; ``default`` when absent or empty."""
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise PortalError(400, "INVALID_ARGUMENT",
+                          f"{name} must be an integer, got {str(raw)[:40]!r}") from None
+    if not low <= value <= high:
+        raise PortalError(400, "INVALID_ARGUMENT",
+                          f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def paginate(items: list, args: Mapping[str, Any], page_size: int, max_page_size: int) -> dict:
+    per_page = integer(args, "per_page", page_size, 1, max_page_size)
+    page = integer(args, "page", 1, 1, 1_000_000)
+    start = (page - 1) * per_page
+    return {"items": items[start:start + per_page], "total": len(items), "page": page,
+            "per_page": per_page, "pages": max(1, -(-len(items) // per_page))}
+
+
+def topics(client: AdminClient, args: Mapping[str, Any], page_size: int,
+           max_page_size: int) -> dict:
+    """Topics matching ``q`` (a substring of the name), sorted, one page of them."""
+    query = str(args.get("q", ""))[:249]
+    sort = str(args.get("sort", "name"))
+    if sort.lstrip("-") not in TOPIC_SORTS:
+        raise PortalError(400, "INVALID_ARGUMENT",
+                          f"sort must be one of {', '.join(TOPIC_SORTS)} (- for descending)")
+    rows = [_topic_row(t) for t in client.list_topics() if query in t.name]
+    key = {"name": "name", "partitions": "partition_count", "durability": "durability",
+           "created": "created_ms"}[sort.lstrip("-")]
+    rows.sort(key=lambda r: (r[key], r["name"]), reverse=sort.startswith("-"))
+    return {**paginate(rows, args, page_size, max_page_size), "q": query, "sort": sort}
+
+
+def _topic_row(topic) -> dict:
+    row = plain(topic)
+    row["messages"] = sum(max(0, p.latest - max(p.earliest, 0)) for p in topic.partitions
+                          if p.latest >= 0)
+    row["unavailable"] = sum(1 for p in topic.partitions if not p.available)
+    return row
+
+
+def topic(client: AdminClient, name: str) -> dict:
+    return _topic_row(client.describe_topic(name))
+
+
+def create_topic(client: AdminClient, form: Mapping[str, Any]) -> dict:
+    settings = {
+        "partitions": integer(form, "partitions", None, 1, 10_000),
+        "stores": integer(form, "stores", None, 1, 1_000),
+        "retention_ms": integer(form, "retention_ms", None, 0, 2**62),
+        "retention_bytes": integer(form, "retention_bytes", None, 0, 2**62),
+        "max_message_bytes": integer(form, "max_message_bytes", None, 1, 2**31 - 1),
+    }
+    durability = str(form.get("durability") or "") or None
+    created = client.create_topic(str(form.get("name", "")), durability=durability, **settings)
+    return _topic_row(created)
+
+
+def delete_topic(client: AdminClient, name: str, confirm: str) -> None:
+    """Deletes only when ``confirm`` repeats the topic's name (typed by the operator)."""
+    if confirm != name:
+        raise PortalError(400, "CONFIRMATION", f"type the topic's name ({name}) to delete it")
+    client.delete_topic(name)
+
+
+def masters(portal_client: AdminClient) -> list[dict]:
+    return [plain(m) for m in portal_client.master_status()]
+
+
+def overview(portal_client: AdminClient, client: AdminClient) -> dict:
+    """The dashboard: masters, brokers, counts and alerts; each part that fails says why and
+    the others still show (a slow or missing master costs its part, not the page)."""
+    out: dict[str, Any] = {"masters": masters(portal_client), "problems": []}
+    for part, fetch in (("brokers", lambda: [plain(b) for b in client.list_brokers()]),
+                        ("topics", lambda: [_topic_row(t) for t in client.list_topics()]),
+                        ("groups", client.list_groups)):
+        try:
+            out[part] = fetch()
+        except TubeqError as err:
+            out[part] = None
+            out["problems"].append(f"{part}: {err.message}")
+    out["alerts"] = alerts(out)
+    return out
+
+
+def alerts(view: Mapping[str, Any]) -> list[str]:
+    found = []
+    for m in view["masters"]:
+        if m["role"] == "unreachable":
+            found.append(f"master {m['address']} is unreachable: {m['error']}")
+        elif m["lag"] > 1000:
+            found.append(f"master {m['address']} lags {m['lag']} log entries behind")
+    if view["masters"] and not any(m["role"] == "leader" for m in view["masters"]):
+        found.append("no master is active (election in progress, or no quorum)")
+    for b in view.get("brokers") or ():
+        if not b["alive"]:
+            found.append(f"broker {b['broker_id']} ({b['address']}) is down")
+        elif b["disk_full"]:
+            found.append(f"broker {b['broker_id']} has a full disk: appends are refused")
+    for t in view.get("topics") or ():
+        if t["unavailable"]:
+            found.append(f"topic {t['name']}: {t['unavailable']} partition(s) unavailable")
+    return found
+
+
+def group(client: AdminClient, name: str) -> dict:
+    info = plain(client.describe_group(name))
+    info["lag"] = sum(max(0, p["lag"]) for p in info["partitions"])
+    return info
+
+
+def audit(client: AdminClient, args: Mapping[str, Any]) -> dict:
+    """Audit entries, newest first, filtered by principal, action, target (substrings) and
+    time (``since_ms``/``until_ms``)."""
+    limit = integer(args, "limit", 1000, 1, 10_000)
+    since = integer(args, "since_ms", 0, 0, 2**62)
+    until = integer(args, "until_ms", 2**62, 0, 2**62)
+    wanted = {k: str(args.get(k, ""))[:200] for k in ("principal", "action", "target")}
+    rows = [plain(e) for e in client.audit_log(limit)
+            if since <= e.time_ms <= until
+            and all(v in getattr(e, k) for k, v in wanted.items())]
+    return {"items": rows, "total": len(rows), **wanted}
