@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint bench-storage proto clean
+.PHONY: run test test-fast lint bench-storage proto clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,18 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/tubeq cluster up $(ARGS)
 
-test: $(STAMP)
+# The portal's browser tests need Debian's chromium and chromedriver: installed here when missing
+# and this is root with apt-get (elsewhere the tests say why they skip; under CI they fail).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium and chromium-driver for the portal's browser tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	else echo "no chromium: the portal's browser tests will skip (apt-get install chromium chromium-driver)"; fi
+
+test: $(STAMP) browser
 	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests
 	$(PY) -m pytest -q tests
 

@@ -2,7 +2,8 @@
 
 Public API::
 
-    from lib import Producer, PullConsumer, PushConsumer, AdminClient, Record, TopicPartition
+    from lib import Producer, PullConsumer, PushConsumer, AdminClient, MessageReader, Record, \
+        TopicPartition
 
 The names are imported lazily (PEP 562) so ``import lib.records`` on a broker does not pull in
 gRPC clients, and so each part imports even while another is missing.
@@ -18,6 +19,7 @@ _EXPORTS = {
     "PullConsumer": "lib.consumer.pull",
     "PushConsumer": "lib.consumer.push",
     "AdminClient": "lib.admin",
+    "MessageReader": "lib.consumer.reader",
     "Record": "lib.records",
     "RecordMetadata": "lib.types",
     "TopicPartition": "lib.types",

@@ -26,12 +26,14 @@ from lib.types import (
     GroupInfo,
     MasterStatus,
     MemberInfo,
+    OffsetMove,
     PartitionInfo,
     PartitionLag,
     TopicInfo,
 )
 
 PRINCIPAL_KEY = "tubeq-principal"
+MAX_BROKER_ID = 2**31 - 1  # int32 on the wire
 
 
 def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
@@ -57,17 +59,28 @@ def group_info(desc: admin_pb2.GroupDescription) -> GroupInfo:
     ]
     lags = [PartitionLag(p.topic, p.partition, p.committed, p.latest, p.lag, p.member_id)
             for p in sorted(desc.partitions, key=lambda p: (p.topic, p.partition))]
-    return GroupInfo(desc.group, desc.generation, members, lags)
+    moves = [OffsetMove(m.topic, m.partition, m.from_offset, m.to_offset) for m in desc.moves]
+    return GroupInfo(desc.group, desc.generation, members, lags, moves)
 
 
 def broker_info(info: master_pb2.BrokerInfo) -> BrokerInfo:
     """BrokerInfo message -> BrokerInfo (disk fields -1 until the broker reported them)."""
     if not info.HasField("disk"):
-        return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms)
+        return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
+                          draining=info.draining)
     d = info.disk
     return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
                       disk_full=d.full, disk_free_bytes=d.free_bytes,
-                      disk_reserve_bytes=d.reserve_bytes)
+                      disk_reserve_bytes=d.reserve_bytes, draining=info.draining)
+
+
+def check_broker_id(broker_id: int) -> int:
+    """``broker_id`` if it is a valid broker id (an integer in 0 .. 2**31 - 1)."""
+    if isinstance(broker_id, bool) or not isinstance(broker_id, int) \
+            or not 0 <= broker_id <= MAX_BROKER_ID:
+        raise InvalidArgument(f"broker_id must be an integer in 0..{MAX_BROKER_ID}, got "
+                              f"{broker_id!r:.40}")
+    return broker_id
 
 
 def settings_of(partitions: int | None = None, stores: int | None = None,
@@ -149,6 +162,21 @@ class AdminClient(SecurityCalls, Closeable):
         response = self._call("ListBrokers", admin_pb2.ListBrokersRequest())
         return sorted((broker_info(b) for b in response.brokers), key=lambda b: b.broker_id)
 
+    def drain_broker(self, broker_id: int) -> BrokerInfo:
+        """Place no new partitions on this broker (needs admin on the cluster). The partitions
+        it hosts stay there and keep serving. Idempotent; UnknownBroker if no broker with
+        this id ever registered. Returns the broker as it is now (``draining`` True)."""
+        return self._set_draining(broker_id, True)
+
+    def undrain_broker(self, broker_id: int) -> BrokerInfo:
+        """Let placement use this broker again (the reverse of :meth:`drain_broker`)."""
+        return self._set_draining(broker_id, False)
+
+    def _set_draining(self, broker_id: int, draining: bool) -> BrokerInfo:
+        request = admin_pb2.SetBrokerDrainingRequest(broker_id=check_broker_id(broker_id),
+                                                     draining=draining)
+        return broker_info(self._call("SetBrokerDraining", request).broker)
+
     def list_groups(self) -> list[str]:
         return sorted(self._call("ListGroups", admin_pb2.ListGroupsRequest()).groups)
 
@@ -160,9 +188,12 @@ class AdminClient(SecurityCalls, Closeable):
     def reset_group_offsets(self, group: str, topic: str, *, to_earliest: bool = False,
                             to_latest: bool = False, to_offset: int | None = None,
                             to_timestamp: int | None = None,
-                            partitions: Iterable[int] | None = None) -> GroupInfo:
+                            partitions: Iterable[int] | None = None,
+                            dry_run: bool = False) -> GroupInfo:
         """Move a group's committed offsets; give exactly one target. The group must have no
-        live members (GroupNotEmpty otherwise)."""
+        live members (GroupNotEmpty otherwise). ``moves`` of the answer says what moved; with
+        ``dry_run`` the master checks everything and answers only ``moves``, changing nothing
+        (a preview; not audited)."""
         targets = {"earliest": to_earliest or None, "latest": to_latest or None,
                    "offset": to_offset, "timestamp_ms": to_timestamp}
         chosen = {k: v for k, v in targets.items() if v is not None}
@@ -175,7 +206,7 @@ class AdminClient(SecurityCalls, Closeable):
             raise InvalidArgument(f"partitions must be integers >= 0, got {parts}")
         request = admin_pb2.ResetGroupOffsetsRequest(
             group=check_name(group, "group"), topic=check_name(topic), partitions=parts,
-            **chosen)
+            dry_run=bool(dry_run), **chosen)
         return group_info(self._call("ResetGroupOffsets", request))
 
     def audit_log(self, limit: int = 100) -> list[AuditEntry]:

@@ -116,6 +116,12 @@ class UnknownTopic(TubeqError):
     refresh_metadata = True
 
 
+class UnknownBroker(TubeqError):
+    """No broker with this id ever registered with the cluster (``broker_id`` names it)."""
+
+    code = "UNKNOWN_BROKER"
+
+
 class TopicExists(InvalidArgument):
     code = "TOPIC_EXISTS"
 
@@ -137,7 +143,8 @@ class NotLeader(TubeqError):
 
 
 class NotEnoughBrokers(TubeqError):
-    """No live broker can take the partitions (placement needs at least one)."""
+    """No live broker can take the partitions (placement needs at least one that is not
+    draining)."""
 
     code = "NOT_ENOUGH_BROKERS"
     retriable = True

@@ -73,7 +73,8 @@ class TopicInfo:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A registered broker and whether the master currently considers it alive."""
+    """A registered broker, whether the master currently considers it alive, and whether it
+    is draining."""
 
     broker_id: int
     address: str
@@ -84,6 +85,9 @@ class BrokerInfo:
     disk_full: bool = False
     disk_free_bytes: int = -1
     disk_reserve_bytes: int = -1
+    # Drained by an admin (AdminClient.drain_broker): no new partition is placed on it; the
+    # partitions it hosts stay there and keep serving.
+    draining: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,13 +113,25 @@ class PartitionLag:
 
 
 @dataclass(frozen=True)
+class OffsetMove:
+    """One partition's committed offset moved (or, in a dry run, to be moved) by a reset."""
+
+    topic: str
+    partition: int
+    from_offset: int  # -1: nothing was committed
+    to_offset: int
+
+
+@dataclass(frozen=True)
 class GroupInfo:
-    """A consumer group: its generation, members and per-partition lag."""
+    """A consumer group: its generation, members and per-partition lag, and after a reset the
+    moves it made (a dry run gives only the moves)."""
 
     group: str
     generation: int
     members: list[MemberInfo] = field(default_factory=list)
     partitions: list[PartitionLag] = field(default_factory=list)
+    moves: list[OffsetMove] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.Unavailable: grpc.StatusCode.UNAVAILABLE,
     e.RequestTimedOut: grpc.StatusCode.DEADLINE_EXCEEDED,
     e.UnknownTopic: grpc.StatusCode.NOT_FOUND,
+    e.UnknownBroker: grpc.StatusCode.NOT_FOUND,
     e.TopicExists: grpc.StatusCode.ALREADY_EXISTS,
     e.PrincipalExists: grpc.StatusCode.ALREADY_EXISTS,
     e.UnknownPrincipal: grpc.StatusCode.NOT_FOUND,

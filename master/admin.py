@@ -1,6 +1,7 @@
 """gRPC servicer of ``tubeq.admin.Admin``: topic and group administration, brokers, audit log.
 
-Thin: requests are checked and turned into calls of :class:`TopicOps` / :class:`GroupOps`;
+Thin: requests are checked and turned into calls of :class:`TopicOps` / :class:`GroupOps` /
+:class:`BrokerOps`;
 every change carries the caller (principal from metadata ``tubeq-principal``, gRPC peer) into
 its audit entry, written in the same state transaction as the change.
 """
@@ -14,7 +15,7 @@ import grpc
 from lib.auth.server import current_access
 from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc
-from lib.proto import master_pb2 as mpb
+from master.broker_ops import BrokerOps
 from master.brokers import BrokerRegistry
 from master.group_ops import GroupOps
 from master.guard import Leadership, any_master, audited, caller, guarded
@@ -27,10 +28,11 @@ MAX_AUDIT_LIMIT = 10_000
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, state: MetaState, registry: BrokerRegistry, topics: TopicOps,
-                 groups: GroupOps, leadership: Leadership,
+                 groups: GroupOps, brokers: BrokerOps, leadership: Leadership,
                  status: Callable[[], dict[str, Any]]) -> None:
         self.state, self.registry = state, registry
         self.topics, self.group_ops, self.leadership = topics, groups, leadership
+        self.brokers = brokers
         self.status = status
 
     @any_master
@@ -73,19 +75,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @guarded
     def ListBrokers(self, request, context):  # noqa: N802
-        live = {b: (addr, alive, hb, disk)
-                for b, addr, alive, hb, disk in self.registry.snapshot()}
-        out = []
-        for broker, address in sorted({**self.state.brokers(),
-                                       **{b: v[0] for b, v in live.items()}}.items()):
-            _, alive, hb, disk = live.get(broker, (address, False, 0, None))
-            info = mpb.BrokerInfo(broker_id=broker, address=address, alive=alive,
-                                  last_heartbeat_ms=hb)
-            if disk is not None:
-                info.disk.free_bytes, info.disk.reserve_bytes = disk.free_bytes, disk.reserve_bytes
-                info.disk.full = disk.full
-            out.append(info)
-        return apb.ListBrokersResponse(brokers=out)
+        return apb.ListBrokersResponse(brokers=self.brokers.list())
+
+    @guarded
+    def SetBrokerDraining(self, request, context):  # noqa: N802
+        info, changed = self.brokers.set_draining(request.broker_id, request.draining,
+                                                  caller(context))
+        audited("drain_broker" if request.draining else "undrain_broker",
+                broker_id=request.broker_id, changed=changed)
+        return apb.SetBrokerDrainingResponse(broker=info, changed=changed)
 
     @guarded
     def ListGroups(self, request, context):  # noqa: N802
@@ -98,7 +96,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @guarded
     def ResetGroupOffsets(self, request, context):  # noqa: N802
         result = self.group_ops.reset(request, self.group_ops.groups.epoch, caller(context))
-        audited("reset_group_offsets", group=request.group, topic=request.topic)
+        if not request.dry_run:
+            audited("reset_group_offsets", group=request.group, topic=request.topic)
         return result
 
     @guarded

@@ -89,7 +89,8 @@ class GroupOps:
 
     def reset(self, req: apb.ResetGroupOffsetsRequest, term: int,
               audit: dict[str, Any]) -> apb.GroupDescription:
-        """Move a group's committed offsets (only while it has no live member)."""
+        """Move a group's committed offsets (only while it has no live member). With
+        ``dry_run`` every check runs and the moves come back, but nothing changes."""
         group, topic = check_name(req.group, "group"), check_name(req.topic, "topic")
         record = self.state.topic(topic)
         if record is None:
@@ -103,13 +104,26 @@ class GroupOps:
                                 group=group)
         parts = self._partitions(record, list(req.partitions))
         targets = self._targets(record, parts, kind, getattr(req, kind))
+        moves = [apb.OffsetMove(topic=topic, partition=p, from_offset=was, to_offset=targets[p])
+                 for p, was in sorted(self._committed(record, group, parts).items())]
+        if req.dry_run:
+            return apb.GroupDescription(group=group, moves=moves)
         self._apply(record, group, targets, term)
         self.write({"op": "record_group", "time_ms": wall_ms(), "group": group,
                           "topics": [topic], "audit": {
                               **audit, "action": "reset_group_offsets", "target": group,
                               "details": json.dumps({"topic": topic, kind: getattr(req, kind),
                                                      "offsets": targets}, sort_keys=True)}})
-        return self.describe(group)
+        described = self.describe(group)
+        described.moves.extend(moves)
+        return described
+
+    def _committed(self, record: dict[str, Any], group: str, parts: list[int]) -> dict[int, int]:
+        """The group's committed offset of each partition (-1: none)."""
+        found = dict.fromkeys(parts, -1)
+        for broker, ps in self.routes.by_broker(record, parts).items():
+            found.update(self.calls.committed(self._address(broker), group, record["topic"], ps))
+        return found
 
     @staticmethod
     def _partitions(record: dict[str, Any], asked: list[int]) -> list[int]:

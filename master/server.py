@@ -30,6 +30,7 @@ from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
 from master import admin, security, service
 from master.broker_calls import BrokerCalls
+from master.broker_ops import BrokerOps
 from master.brokers import BrokerRegistry, wall_ms
 from master.config import MasterConfig
 from master.group_ops import GroupOps
@@ -75,6 +76,7 @@ class Master:
         topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
                              self.write)
         group_ops = GroupOps(self.state, self.groups, self.routes, self.calls, self.write)
+        broker_ops = BrokerOps(self.state, self.registry, self.write, topic_ops.placing)
         self.health = health.HealthServicer()
         self._server = grpc.server(futures.ThreadPoolExecutor(c.grpc_workers,
                                                               thread_name_prefix="master-rpc"),
@@ -84,7 +86,8 @@ class Master:
             c, self.state, self.registry, self.groups, self.routes, self.leadership,
             self.write))
         admin.add_to(self._server, admin.AdminService(
-            self.state, self.registry, topic_ops, group_ops, self.leadership, self.status))
+            self.state, self.registry, topic_ops, group_ops, broker_ops, self.leadership,
+            self.status))
         security.add_to(self._server, security.SecurityService(
             self.state, self.leadership, self.write, c.token_ttl_s,
             key_settle_ms=KEY_SETTLE_HEARTBEATS * c.broker_heartbeat_interval_ms,

@@ -7,9 +7,11 @@ state), so the "Master HA" issue can replicate the same commands through Raft an
 the same order on every master.
 
 Commands (``op``): ``lead`` (a new leadership: epoch + 1, the leader's node and address),
-``register_broker``, ``create_topic``, ``alter_topic``, ``delete_topic``, ``record_group``,
-``audit``, and the users, API keys and signing keys of ``master/principals.py``. Any command
-may carry an ``audit`` dict (principal, peer, action, target, details) written with it.
+``register_broker``, ``set_draining`` (an admin drains or undrains a broker: placement skips a
+draining one; the flag survives its re-registrations), ``create_topic``, ``alter_topic``,
+``delete_topic``, ``record_group``, ``audit``, and the users, API keys and signing keys of
+``master/principals.py``. Any command may carry an ``audit`` dict (principal, peer, action,
+target, details) written with it.
 
 Raft (``master/raft.py``) applies every committed command with its log index. The index is
 written in the same transaction as the change, and an index at or below it is skipped, so
@@ -37,6 +39,7 @@ from lib.errors import (
     StorageError,
     TopicExists,
     TubeqError,
+    UnknownBroker,
     UnknownTopic,
 )
 from master.principals import Principals
@@ -65,6 +68,7 @@ class MetaState:
         self._open()
         self._handlers: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
             "lead": self._lead, "register_broker": self._register_broker,
+            "set_draining": self._set_draining,
             "create_topic": self._create_topic, "alter_topic": self._alter_topic,
             "delete_topic": self._delete_topic, "record_group": self._record_group,
             "audit": lambda txn, cmd: None,
@@ -83,8 +87,10 @@ class MetaState:
         self._db = {name.decode(): self._env.open_db(name) for name in _DBS}
         self._topics: dict[str, dict[str, Any]] = self._read_all("topics")
         self._groups: dict[str, dict[str, Any]] = self._read_all("groups")
-        self._brokers: dict[int, str] = {int(k): v["address"]
-                                         for k, v in self._read_all("brokers").items()}
+        brokers = self._read_all("brokers")
+        self._brokers: dict[int, str] = {int(k): v["address"] for k, v in brokers.items()}
+        self._draining: frozenset[int] = frozenset(int(k) for k, v in brokers.items()
+                                                   if v.get("draining"))
         self._applied: dict[str, int] = self._meta("applied") or {"index": 0, "term": 0}
         self._leader: dict[str, Any] = self._meta("leader") or {}
         self._epoch = int(self._meta("epoch") or 0)
@@ -126,6 +132,10 @@ class MetaState:
     def brokers(self) -> dict[int, str]:
         """broker id -> last registered address, for every broker ever registered."""
         return dict(self._brokers)
+
+    def draining(self) -> frozenset[int]:
+        """Ids of the brokers an admin drained: no new partition goes there."""
+        return self._draining
 
     def tombstones(self) -> list[dict[str, Any]]:
         """Deleted topic incarnations, oldest first: {topic, topic_id, time_ms}."""
@@ -240,9 +250,27 @@ class MetaState:
     def _register_broker(self, ctx: Any, cmd: dict[str, Any]) -> None:
         txn, staged = ctx
         bid, address = int(cmd["broker_id"]), str(cmd["address"])
-        txn.put(str(bid).encode(), _dump({"address": address, "time_ms": cmd["time_ms"]}),
+        key = str(bid).encode()
+        raw = txn.get(key, db=self._db["brokers"])
+        old = {} if raw is None else _load(raw)  # keeps "draining" across a new address
+        txn.put(key, _dump({**old, "address": address, "time_ms": cmd["time_ms"]}),
                 db=self._db["brokers"])
         staged.append(lambda: self._brokers.__setitem__(bid, address))
+
+    def _set_draining(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        txn, staged = ctx
+        bid, draining = int(cmd["broker_id"]), bool(cmd["draining"])
+        key = str(bid).encode()
+        raw = txn.get(key, db=self._db["brokers"])
+        if raw is None:
+            raise UnknownBroker(f"unknown broker {bid}: no broker with this id ever registered",
+                                broker_id=bid)
+        old = _load(raw)
+        changed = bool(old.get("draining")) != draining
+        txn.put(key, _dump({**old, "draining": draining}), db=self._db["brokers"])
+        now = self._draining | {bid} if draining else self._draining - {bid}
+        staged.append(lambda: setattr(self, "_draining", now))
+        return {"broker_id": bid, "draining": draining, "changed": changed}
 
     def _create_topic(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         txn, staged = ctx

@@ -2,7 +2,9 @@
 
 Validation and placement happen here, against the live broker registry; the change itself is
 one state command (with its audit entry), so the same command can later go through Raft.
-A lock serialises "compute placement, then apply" so concurrent creates still spread evenly.
+A lock (``placing``) serialises "compute placement, then apply" so concurrent creates still
+spread evenly, and so a broker being drained (master/broker_ops.py) is never given a partition
+after its drain answered. Placement skips draining brokers (master/placement.py).
 """
 from __future__ import annotations
 
@@ -31,17 +33,17 @@ class TopicOps:
         self.config, self.state, self.registry = config, state, registry
         self.groups, self.routes, self.calls = groups, routes, calls
         self.write = write  # replicates a state command (Raft) and returns its result
-        self._lock = threading.Lock()
+        self.placing = threading.Lock()
 
     def create(self, name: str, pb: mpb.TopicSettings | None, audit: dict[str, Any],
                request_id: str = "") -> dict[str, Any]:
         check_name(name, "topic")
         wanted = settings.for_create(pb, self.config)
-        with self._lock:
+        with self.placing:
             known = self.state.topic(name)
             if request_id and known and known.get("request_id") == request_id:
                 return known  # a retry of a create that committed
-            places = placement.place(wanted["partitions"], self._load())
+            places = placement.place(wanted["partitions"], self._load(), self.state.draining())
             return self.write({
                 "op": "create_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
                 "placement": places, "max_topics": self.config.max_topics,
@@ -51,11 +53,12 @@ class TopicOps:
     def alter(self, name: str, pb: mpb.TopicSettings | None,
               audit: dict[str, Any]) -> dict[str, Any]:
         check_name(name, "topic")
-        with self._lock:
+        with self.placing:
             current = self._existing(name)
             wanted = settings.for_alter(current["settings"], pb, self.config)
             added = wanted["partitions"] - current["settings"]["partitions"]
-            places = current["placement"] + placement.place(added, self._load())
+            places = current["placement"] + placement.place(added, self._load(),
+                                                            self.state.draining())
             changes = {k: v for k, v in wanted.items() if current["settings"][k] != v}
             record = self.write({
                 "op": "alter_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
@@ -68,7 +71,7 @@ class TopicOps:
 
     def delete(self, name: str, audit: dict[str, Any]) -> None:
         check_name(name, "topic")
-        with self._lock:
+        with self.placing:
             old = self._existing(name)
             self.write({"op": "delete_topic", "time_ms": wall_ms(), "topic": name,
                               "audit": _audit(audit, "delete_topic", name,

@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir")
     parser.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
     parser.add_argument("--tls-key", help="PEM key of --tls-cert")
+    parser.add_argument("--monitor-credentials-file",
+                        help="the portal's own credentials for sampling the charts")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup("portal", "web", args.log_level)
@@ -31,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                 table = tomllib.load(f).get("portal", {})
         config = build(PortalConfig, table, masters=args.masters, host=args.host,
                        port=args.port, data_dir=args.data_dir, tls_cert=args.tls_cert,
-                       tls_key=args.tls_key)
+                       tls_key=args.tls_key,
+                       monitor_credentials_file=args.monitor_credentials_file)
     except (ConfigError, OSError, tomllib.TOMLDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

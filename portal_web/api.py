@@ -39,7 +39,8 @@ def whoami():
 
 @bp.get("/overview")
 def overview():
-    return jsonify(views.overview(portal().public, client()))
+    return jsonify({**views.overview(portal().public, client()),
+                    "rates": views.rates(portal().sampler)})
 
 
 @bp.get("/masters")
@@ -80,7 +81,14 @@ def groups():
 
 @bp.get("/groups/<name>")
 def group(name: str):
-    return jsonify(views.group(client(), name))
+    return jsonify({**views.group(client(), name),
+                    "lag_history": views.lag_history(portal().sampler, name)})
+
+
+@bp.post("/groups/<name>/reset")
+def group_reset(name: str):
+    body = _body()
+    return jsonify(views.reset_offsets(client(), name, body, bool(body.get("dry_run"))))
 
 
 @bp.get("/audit")

@@ -17,7 +17,8 @@ from flask import Flask, g, jsonify, redirect, render_template, request, url_for
 
 from lib.errors import TubeqError
 from lib.tls import Tls
-from portal_web import api, auth, pages
+from portal_web import api, auth, brokers, messages, pages, security, security_api
+from portal_web.charts import line_chart
 from portal_web.config import PortalConfig
 from portal_web.context import SESSION_COOKIE, ClientMaker, Portal, client_factory, portal
 from portal_web.errors import PortalError, as_json, describe
@@ -36,15 +37,18 @@ def create_app(config: PortalConfig | None = None,
     app = Flask(__name__)
     app.config.update(TESTING=testing, MAX_CONTENT_LENGTH=MAX_REQUEST_BYTES,
                       TEMPLATES_AUTO_RELOAD=False)
-    portal = Portal(config, make_client or client_factory(config, Tls.from_env()))
+    tls = Tls.from_env()
+    portal = Portal(config, make_client or client_factory(config, tls))
     app.extensions["tubeq"] = portal
-    for blueprint in (auth.bp, pages.bp, api.bp):
+    for blueprint in (auth.bp, pages.bp, api.bp, brokers.bp, security.bp, security_api.bp):
         app.register_blueprint(blueprint)
+    messages.init_app(app, config, tls)
     app.before_request(_identify)
     app.after_request(_headers)
     app.register_error_handler(Exception, _error)
     app.jinja_env.globals.update(csrf_token=lambda: g.session.csrf if g.get("session") else "",
-                                 query=_query)
+                                 query=_query, line_chart=line_chart,
+                                 unreachable_masters=_unreachable_masters)
     app.jinja_env.filters["ms_time"] = _ms_time
     return app
 
@@ -60,6 +64,14 @@ def _ms_time(ms: int) -> str:
     if not ms or ms <= 0:
         return ""
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _unreachable_masters() -> list[dict]:
+    """For the banner of every page; a portal that cannot even ask shows no banner."""
+    try:
+        return portal().unreachable_masters()
+    except TubeqError:
+        return []
 
 
 def wants_json() -> bool:

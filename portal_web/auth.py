@@ -25,9 +25,19 @@ def _local(target: str | None) -> str:
     return url_for("pages.dashboard")
 
 
+def _login_token() -> str:
+    """The browser's login token: kept while its cookie lives, so a second GET of /login (a
+    second tab, or a browser following a redirect for its favicon) does not invalidate the
+    form already on screen."""
+    held = request.cookies.get(LOGIN_COOKIE, "")
+    if len(held) == 32 and all(c.isalnum() or c in "-_" for c in held):
+        return held
+    return secrets.token_urlsafe(24)
+
+
 @bp.get("/login")
 def login():
-    token = secrets.token_urlsafe(24)
+    token = _login_token()
     page = render_template("login.html", login_token=token, next=request.args.get("next", ""),
                            error="")
     response = make_response(page)

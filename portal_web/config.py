@@ -22,6 +22,11 @@ class PortalConfig:
     threads: int = 16  # WSGI worker threads
     page_size: int = 100  # rows per page of long lists
     max_page_size: int = 1000
+    # the portal's own identity for the charts' sampler (a credentials file: user = ...,
+    # password = ...; describe on topics and groups is enough); "": no sampling, no charts
+    monitor_credentials_file: str = ""
+    sample_interval_s: float = 10.0
+    history_s: float = 3600.0  # how far back the charts go (kept in memory)
 
     def validate(self) -> None:
         require(1 <= self.port + 1 <= 65536, "PortalConfig.port must be 0..65535")
@@ -33,6 +38,10 @@ class PortalConfig:
         require(0.1 <= self.master_timeout_s <= 120,
                 "PortalConfig.master_timeout_s must be 0.1..120")
         require(1 <= self.threads <= 256, "PortalConfig.threads must be 1..256")
+        require(0.1 <= self.sample_interval_s <= 3600,
+                "PortalConfig.sample_interval_s must be 0.1..3600")
+        require(self.sample_interval_s <= self.history_s <= 7 * 86400,
+                "PortalConfig.history_s must be sample_interval_s..604800")
         require(1 <= self.page_size <= self.max_page_size <= 10_000,
                 "PortalConfig: need 1 <= page_size <= max_page_size <= 10000")
 

@@ -16,7 +16,8 @@ def _sizes() -> tuple[int, int]:
 
 @bp.get("/")
 def dashboard():
-    return render_template("dashboard.html", view=views.overview(portal().public, client()))
+    return render_template("dashboard.html", view=views.overview(portal().public, client()),
+                           rates=views.rates(portal().sampler))
 
 
 @bp.get("/topics")
@@ -60,7 +61,21 @@ def groups():
 
 @bp.get("/groups/<name>")
 def group(name: str):
-    return render_template("group.html", group=views.group(client(), name))
+    return render_template("group.html", group=views.group(client(), name),
+                           lag_history=views.lag_history(portal().sampler, name),
+                           sampling=views.rates(portal().sampler)["sampling"])
+
+
+@bp.post("/groups/<name>/reset/preview")
+def group_reset_preview(name: str):
+    return render_template("group_reset.html",
+                           reset=views.reset_offsets(client(), name, request.form, True))
+
+
+@bp.post("/groups/<name>/reset")
+def group_reset(name: str):
+    views.reset_offsets(client(), name, request.form, False)
+    return redirect(url_for("pages.group", name=name))
 
 
 @bp.get("/audit")

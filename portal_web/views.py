@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from lib.admin import AdminClient
 from lib.errors import TubeqError
 from portal_web.errors import PortalError
+from portal_web.sampler import Sampler
 
 TOPIC_SORTS = ("name", "partitions", "durability", "created")
 TOPIC_SETTINGS = ("partitions", "stores", "retention_ms", "retention_bytes", "max_message_bytes")
@@ -95,6 +97,18 @@ def masters(portal_client: AdminClient) -> list[dict]:
     return [plain(m) for m in portal_client.master_status()]
 
 
+def rates(sampler: Sampler | None) -> dict:
+    """Messages in and out per second over the sampled history (see sampler.py)."""
+    if sampler is None:
+        return {"sampling": "off: start the portal with --monitor-credentials-file",
+                "in": [], "out": []}
+    return {"sampling": sampler.error or "on", **sampler.rates()}
+
+
+def lag_history(sampler: Sampler | None, group: str) -> list[tuple[int, int]]:
+    return sampler.lag(group) if sampler is not None else []
+
+
 def overview(portal_client: AdminClient, client: AdminClient) -> dict:
     """The dashboard: masters, brokers, counts and alerts; each part that fails says why and
     the others still show (a slow or missing master costs its part, not the page)."""
@@ -125,6 +139,9 @@ def alerts(view: Mapping[str, Any]) -> list[str]:
             found.append(f"broker {b['broker_id']} ({b['address']}) is down")
         elif b["disk_full"]:
             found.append(f"broker {b['broker_id']} has a full disk: appends are refused")
+        if b.get("draining"):
+            found.append(f"broker {b['broker_id']} is draining (info): no new partitions are "
+                         "placed on it")
     for t in view.get("topics") or ():
         if t["unavailable"]:
             found.append(f"topic {t['name']}: {t['unavailable']} partition(s) unavailable")
@@ -135,6 +152,66 @@ def group(client: AdminClient, name: str) -> dict:
     info = plain(client.describe_group(name))
     info["lag"] = sum(max(0, p["lag"]) for p in info["partitions"])
     return info
+
+
+RESET_TARGETS = ("earliest", "latest", "offset", "time")
+
+
+def reset_offsets(client: AdminClient, name: str, form: Mapping[str, Any],
+                  dry_run: bool) -> dict:
+    """Move (or, with ``dry_run``, preview moving) a group's offsets of one topic to
+    ``to`` = earliest | latest | offset (``value``: the offset) | time (``value``: ms since
+    the epoch, or ``YYYY-MM-DDTHH:MM[:SS]`` in UTC); ``partitions``: comma-separated, empty
+    for all. The master computes and checks the moves either way, so a preview shows exactly
+    what the reset will do (or why it will be refused)."""
+    to = str(form.get("to", ""))
+    if to not in RESET_TARGETS:
+        raise PortalError(400, "INVALID_ARGUMENT",
+                          f"to must be one of {', '.join(RESET_TARGETS)}, got {to[:40]!r}")
+    target: dict[str, Any] = {"to_earliest": to == "earliest", "to_latest": to == "latest"}
+    if to == "offset":
+        target["to_offset"] = integer(form, "value", None, 0, 2**62)
+        if target["to_offset"] is None:
+            raise PortalError(400, "INVALID_ARGUMENT", "value: give the offset to reset to")
+    elif to == "time":
+        target["to_timestamp"] = time_ms(form, "value")
+    info = client.reset_group_offsets(name, str(form.get("topic", "")), dry_run=dry_run,
+                                      partitions=partition_list(form, "partitions"), **target)
+    moves = [{**plain(m), "delta": m.to_offset - max(m.from_offset, 0)} for m in info.moves]
+    return {"group": name, "topic": str(form.get("topic", "")), "to": to,
+            "value": str(form.get("value", "")), "partitions": str(form.get("partitions", "")),
+            "dry_run": dry_run, "moves": moves}
+
+
+def time_ms(form: Mapping[str, Any], name: str) -> int:
+    """A time field: ms since the epoch, or an ISO date-time (UTC unless it names a zone)."""
+    raw = str(form.get(name, "")).strip()
+    if raw.isdigit():
+        return integer(form, name, 0, 0, 2**62)
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise PortalError(400, "INVALID_ARGUMENT", f"{name} must be ms since the epoch or "
+                          f"YYYY-MM-DDTHH:MM[:SS] (UTC), got {raw[:40]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0, int(when.timestamp() * 1000))
+
+
+def partition_list(form: Mapping[str, Any], name: str) -> list[int] | None:
+    """Comma-separated partition numbers (or, from JSON, a list); None (all) when empty."""
+    given = form.get(name) or ""
+    raw = ",".join(map(str, given)) if isinstance(given, list) else str(given).strip()
+    if not raw:
+        return None
+    try:
+        parts = sorted({int(p) for p in raw.replace(" ", "").split(",") if p})
+    except ValueError:
+        raise PortalError(400, "INVALID_ARGUMENT", f"{name} must be partition numbers "
+                          f"separated by commas, got {raw[:40]!r}") from None
+    if any(p < 0 or p > 100_000 for p in parts):
+        raise PortalError(400, "INVALID_ARGUMENT", f"{name} must be between 0 and 100000")
+    return parts
 
 
 def audit(client: AdminClient, args: Mapping[str, Any]) -> dict:

@@ -134,11 +134,13 @@ def group_describe(ctx, name, as_json) -> None:
 @click.option("--to-offset", type=int)
 @click.option("--to-time", type=int, help="Timestamp in ms: first offset at or after it.")
 @click.option("--partition", "partitions", type=int, multiple=True, help="Default: all.")
+@click.option("--dry-run", is_flag=True, help="Show what would move; change nothing.")
 @json_option
 @click.pass_context
 def group_reset(ctx, name, topic_name, to_earliest, to_latest, to_offset, to_time, partitions,
-                as_json) -> None:
-    """Move a group's committed offsets (the group must have no live members)."""
+                dry_run, as_json) -> None:
+    """Move a group's committed offsets (the group must have no live members); the answer
+    lists every partition's move (--dry-run: only that, nothing changes)."""
     chosen = [x for x in (to_earliest or None, to_latest or None, to_offset, to_time)
               if x is not None]
     if len(chosen) != 1:
@@ -146,22 +148,23 @@ def group_reset(ctx, name, topic_name, to_earliest, to_latest, to_offset, to_tim
                                "--to-time")
     result = admin(ctx).reset_group_offsets(
         name, topic_name, to_earliest=to_earliest, to_latest=to_latest, to_offset=to_offset,
-        to_timestamp=to_time, partitions=list(partitions) or None)
+        to_timestamp=to_time, partitions=list(partitions) or None, dry_run=dry_run)
     emit(result, True)
 
 
 @click.group()
 def broker() -> None:
-    """Inspect brokers."""
+    """List brokers; drain a broker (no new partitions placed there) and undrain it."""
 
 
 @broker.command("list")
 @json_option
 @click.pass_context
 def broker_list(ctx, as_json) -> None:
-    """Registered brokers, whether they are alive, and their data dir's free space.
+    """Registered brokers, whether they are alive or draining, and their data dir's free space.
 
-    disk_full means the broker refuses appends with DISK_FULL until space is freed.
+    disk_full means the broker refuses appends with DISK_FULL until space is freed; draining
+    means no new partition is placed there (tubeq broker drain).
     """
     brokers = admin(ctx).list_brokers()
     emit(brokers, as_json,
@@ -172,6 +175,34 @@ def broker_list(ctx, as_json) -> None:
             click.echo(f"warning: broker {b.broker_id} ({b.address}) is refusing appends: disk "
                        f"full ({b.disk_free_bytes} bytes free, reserve {b.disk_reserve_bytes})",
                        err=True)
+
+
+broker_id_argument = click.argument("broker_id", type=click.IntRange(0, 2**31 - 1))
+
+
+@broker.command("drain")
+@broker_id_argument
+@json_option
+@click.pass_context
+def broker_drain(ctx, broker_id, as_json) -> None:
+    """Place no new partitions on broker BROKER_ID (needs admin on the cluster).
+
+    The partitions it hosts stay there and keep serving: moving them off comes with
+    replication. Draining a draining broker changes nothing.
+    """
+    emit(admin(ctx).drain_broker(broker_id), as_json, lambda b: click.echo(
+        f"broker {b.broker_id} ({b.address}) is draining: new partitions go to other brokers; "
+        "the ones it hosts stay"))
+
+
+@broker.command("undrain")
+@broker_id_argument
+@json_option
+@click.pass_context
+def broker_undrain(ctx, broker_id, as_json) -> None:
+    """Let placement use broker BROKER_ID again (needs admin on the cluster)."""
+    emit(admin(ctx).undrain_broker(broker_id), as_json, lambda b: click.echo(
+        f"broker {b.broker_id} ({b.address}) takes new partitions again"))
 
 
 @click.group()

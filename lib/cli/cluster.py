@@ -149,7 +149,9 @@ class ClusterPlan:
         tls = (["--tls-cert", str(self.pki.server_cert), "--tls-key", str(self.pki.server_key)]
                if self.tls else [])
         return Child("portal", d, ["portal_web", "--data-dir", str(d), "--masters", masters,
-                                   "--host", self.host, "--port", str(self.portal_port), *tls])
+                                   "--host", self.host, "--port", str(self.portal_port),
+                                   "--monitor-credentials-file", str(self.credentials_file()),
+                                   *tls])
 
     @staticmethod
     def _port(base: int, i: int) -> int:

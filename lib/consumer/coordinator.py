@@ -74,7 +74,7 @@ class OffsetClient:
             for c in resp.offsets:
                 if c.offset >= 0 and c.partition in parts:
                     out[TopicPartition(topic, c.partition)] = c.offset
-        self._per_broker(tps, call)
+        self.per_broker(tps, call)
         return out
 
     def commit(self, group: str, offsets: dict[TopicPartition, int],
@@ -86,7 +86,7 @@ class OffsetClient:
             req = broker_pb2.CommitOffsetsRequest(group=group, topic=topic, member_id=identity[0],
                                                   generation=identity[1], offsets=items)
             invoke(stub.CommitOffsets, req, self.timeout)
-        self._per_broker(offsets, call)
+        self.per_broker(offsets, call)
 
     def list_offsets(self, tps: Iterable[TopicPartition], timestamp_ms: int = -1,
                      ) -> dict[TopicPartition, broker_pb2.PartitionOffsets]:
@@ -98,7 +98,7 @@ class OffsetClient:
                                                 timestamp_ms=timestamp_ms)
             for po in invoke(stub.ListOffsets, req, self.timeout).partitions:
                 out[TopicPartition(topic, po.partition)] = po
-        self._per_broker(tps, call)
+        self.per_broker(tps, call)
         return out
 
     def resolve(self, sub: SubscriptionState, tps: Iterable[TopicPartition], group: str | None,
@@ -129,8 +129,8 @@ class OffsetClient:
             else:
                 sub.seek(tp, po.earliest if policy == "earliest" else po.latest)
 
-    def _per_broker(self, tps: Iterable[TopicPartition],
-                    call: Callable[[Any, str, list[int]], None]) -> None:
+    def per_broker(self, tps: Iterable[TopicPartition],
+                   call: Callable[[Any, str, list[int]], None]) -> None:
         """Run ``call(stub, topic, partitions)`` per (broker, topic), retrying stale routes."""
         todo = list(dict.fromkeys(tps))
         deadline = time.monotonic() + self.timeout

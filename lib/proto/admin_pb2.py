@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from lib.proto import master_pb2 as lib_dot_proto_dot_master__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15lib/proto/admin.proto\x12\x0btubeq.admin\x1a\x16lib/proto/master.proto\"f\n\x12\x43reateTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12-\n\x08settings\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"Q\n\x11\x41lterTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12-\n\x08settings\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"#\n\x12\x44\x65leteTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"%\n\x14\x44\x65scribeTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x82\x01\n\x14PartitionDescription\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\x12\x10\n\x08\x65\x61rliest\x18\x05 \x01(\x03\x12\x0e\n\x06latest\x18\x06 \x01(\x03\"\x9b\x01\n\x10TopicDescription\x12\r\n\x05topic\x18\x01 \x01(\t\x12-\n\x08settings\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\x12\x35\n\npartitions\x18\x03 \x03(\x0b\x32!.tubeq.admin.PartitionDescription\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\"\x13\n\x11ListTopicsRequest\"C\n\x12ListTopicsResponse\x12-\n\x06topics\x18\x01 \x03(\x0b\x32\x1d.tubeq.admin.TopicDescription\"\x14\n\x12ListBrokersRequest\"@\n\x13ListBrokersResponse\x12)\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x18.tubeq.master.BrokerInfo\"\x13\n\x11ListGroupsRequest\"$\n\x12ListGroupsResponse\x12\x0e\n\x06groups\x18\x01 \x03(\t\"%\n\x14\x44\x65scribeGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\x85\x01\n\x11MemberDescription\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x02 \x01(\t\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\"s\n\x0cPartitionLag\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tcommitted\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x0b\n\x03lag\x18\x05 \x01(\x03\x12\x11\n\tmember_id\x18\x06 \x01(\t\"\x95\x01\n\x10GroupDescription\x12\r\n\x05group\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12/\n\x07members\x18\x03 \x03(\x0b\x32\x1e.tubeq.admin.MemberDescription\x12-\n\npartitions\x18\x04 \x03(\x0b\x32\x19.tubeq.admin.PartitionLag\"\xa6\x01\n\x18ResetGroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\x08\x65\x61rliest\x18\x03 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x04 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x05 \x01(\x03H\x00\x12\x16\n\x0ctimestamp_ms\x18\x06 \x01(\x03H\x00\x12\x12\n\npartitions\x18\x07 \x03(\rB\x08\n\x06target\" \n\x0f\x41uditLogRequest\x12\r\n\x05limit\x18\x01 \x01(\r\"o\n\nAuditEntry\x12\x0f\n\x07time_ms\x18\x01 \x01(\x03\x12\x11\n\tprincipal\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\"<\n\x10\x41uditLogResponse\x12(\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x17.tubeq.admin.AuditEntry\"\x15\n\x13MasterStatusRequest\"\xda\x01\n\x14MasterStatusResponse\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x11\n\traft_node\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x0c\n\x04term\x18\x05 \x01(\x04\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x04\x12\x15\n\rapplied_index\x18\x08 \x01(\x04\x12\x13\n\x0blog_entries\x18\t \x01(\x04\x12\x12\n\nhas_quorum\x18\n \x01(\x08\x12\r\n\x05peers\x18\x0b \x03(\t2\x84\x07\n\x05\x41\x64min\x12M\n\x0b\x43reateTopic\x12\x1f.tubeq.admin.CreateTopicRequest\x1a\x1d.tubeq.admin.TopicDescription\x12K\n\nAlterTopic\x12\x1e.tubeq.admin.AlterTopicRequest\x1a\x1d.tubeq.admin.TopicDescription\x12P\n\x0b\x44\x65leteTopic\x12\x1f.tubeq.admin.DeleteTopicRequest\x1a .tubeq.admin.DeleteTopicResponse\x12Q\n\rDescribeTopic\x12!.tubeq.admin.DescribeTopicRequest\x1a\x1d.tubeq.admin.TopicDescription\x12M\n\nListTopics\x12\x1e.tubeq.admin.ListTopicsRequest\x1a\x1f.tubeq.admin.ListTopicsResponse\x12P\n\x0bListBrokers\x12\x1f.tubeq.admin.ListBrokersRequest\x1a .tubeq.admin.ListBrokersResponse\x12M\n\nListGroups\x12\x1e.tubeq.admin.ListGroupsRequest\x1a\x1f.tubeq.admin.ListGroupsResponse\x12Q\n\rDescribeGroup\x12!.tubeq.admin.DescribeGroupRequest\x1a\x1d.tubeq.admin.GroupDescription\x12Y\n\x11ResetGroupOffsets\x12%.tubeq.admin.ResetGroupOffsetsRequest\x1a\x1d.tubeq.admin.GroupDescription\x12G\n\x08\x41uditLog\x12\x1c.tubeq.admin.AuditLogRequest\x1a\x1d.tubeq.admin.AuditLogResponse\x12S\n\x0cMasterStatus\x12 .tubeq.admin.MasterStatusRequest\x1a!.tubeq.admin.MasterStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15lib/proto/admin.proto\x12\x0btubeq.admin\x1a\x16lib/proto/master.proto\"f\n\x12\x43reateTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12-\n\x08settings\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"Q\n\x11\x41lterTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12-\n\x08settings\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"#\n\x12\x44\x65leteTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"%\n\x14\x44\x65scribeTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x82\x01\n\x14PartitionDescription\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\x12\x10\n\x08\x65\x61rliest\x18\x05 \x01(\x03\x12\x0e\n\x06latest\x18\x06 \x01(\x03\"\x9b\x01\n\x10TopicDescription\x12\r\n\x05topic\x18\x01 \x01(\t\x12-\n\x08settings\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\x12\x35\n\npartitions\x18\x03 \x03(\x0b\x32!.tubeq.admin.PartitionDescription\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\"\x13\n\x11ListTopicsRequest\"C\n\x12ListTopicsResponse\x12-\n\x06topics\x18\x01 \x03(\x0b\x32\x1d.tubeq.admin.TopicDescription\"\x14\n\x12ListBrokersRequest\"@\n\x13ListBrokersResponse\x12)\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x18.tubeq.master.BrokerInfo\"?\n\x18SetBrokerDrainingRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x10\n\x08\x64raining\x18\x02 \x01(\x08\"V\n\x19SetBrokerDrainingResponse\x12(\n\x06\x62roker\x18\x01 \x01(\x0b\x32\x18.tubeq.master.BrokerInfo\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\"\x13\n\x11ListGroupsRequest\"$\n\x12ListGroupsResponse\x12\x0e\n\x06groups\x18\x01 \x03(\t\"%\n\x14\x44\x65scribeGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\x85\x01\n\x11MemberDescription\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x02 \x01(\t\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\"s\n\x0cPartitionLag\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tcommitted\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x0b\n\x03lag\x18\x05 \x01(\x03\x12\x11\n\tmember_id\x18\x06 \x01(\t\"\xbd\x01\n\x10GroupDescription\x12\r\n\x05group\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12/\n\x07members\x18\x03 \x03(\x0b\x32\x1e.tubeq.admin.MemberDescription\x12-\n\npartitions\x18\x04 \x03(\x0b\x32\x19.tubeq.admin.PartitionLag\x12&\n\x05moves\x18\x05 \x03(\x0b\x32\x17.tubeq.admin.OffsetMove\"V\n\nOffsetMove\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x11\n\tto_offset\x18\x04 \x01(\x03\"\xb7\x01\n\x18ResetGroupOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\x08\x65\x61rliest\x18\x03 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x04 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x05 \x01(\x03H\x00\x12\x16\n\x0ctimestamp_ms\x18\x06 \x01(\x03H\x00\x12\x12\n\npartitions\x18\x07 \x03(\r\x12\x0f\n\x07\x64ry_run\x18\x08 \x01(\x08\x42\x08\n\x06target\" \n\x0f\x41uditLogRequest\x12\r\n\x05limit\x18\x01 \x01(\r\"o\n\nAuditEntry\x12\x0f\n\x07time_ms\x18\x01 \x01(\x03\x12\x11\n\tprincipal\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\"<\n\x10\x41uditLogResponse\x12(\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x17.tubeq.admin.AuditEntry\"\x15\n\x13MasterStatusRequest\"\xda\x01\n\x14MasterStatusResponse\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x11\n\traft_node\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x0c\n\x04term\x18\x05 \x01(\x04\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x04\x12\x15\n\rapplied_index\x18\x08 \x01(\x04\x12\x13\n\x0blog_entries\x18\t \x01(\x04\x12\x12\n\nhas_quorum\x18\n \x01(\x08\x12\r\n\x05peers\x18\x0b \x03(\t2\xe8\x07\n\x05\x41\x64min\x12M\n\x0b\x43reateTopic\x12\x1f.tubeq.admin.CreateTopicRequest\x1a\x1d.tubeq.admin.TopicDescription\x12K\n\nAlterTopic\x12\x1e.tubeq.admin.AlterTopicRequest\x1a\x1d.tubeq.admin.TopicDescription\x12P\n\x0b\x44\x65leteTopic\x12\x1f.tubeq.admin.DeleteTopicRequest\x1a .tubeq.admin.DeleteTopicResponse\x12Q\n\rDescribeTopic\x12!.tubeq.admin.DescribeTopicRequest\x1a\x1d.tubeq.admin.TopicDescription\x12M\n\nListTopics\x12\x1e.tubeq.admin.ListTopicsRequest\x1a\x1f.tubeq.admin.ListTopicsResponse\x12P\n\x0bListBrokers\x12\x1f.tubeq.admin.ListBrokersRequest\x1a .tubeq.admin.ListBrokersResponse\x12\x62\n\x11SetBrokerDraining\x12%.tubeq.admin.SetBrokerDrainingRequest\x1a&.tubeq.admin.SetBrokerDrainingResponse\x12M\n\nListGroups\x12\x1e.tubeq.admin.ListGroupsRequest\x1a\x1f.tubeq.admin.ListGroupsResponse\x12Q\n\rDescribeGroup\x12!.tubeq.admin.DescribeGroupRequest\x1a\x1d.tubeq.admin.GroupDescription\x12Y\n\x11ResetGroupOffsets\x12%.tubeq.admin.ResetGroupOffsetsRequest\x1a\x1d.tubeq.admin.GroupDescription\x12G\n\x08\x41uditLog\x12\x1c.tubeq.admin.AuditLogRequest\x1a\x1d.tubeq.admin.AuditLogResponse\x12S\n\x0cMasterStatus\x12 .tubeq.admin.MasterStatusRequest\x1a!.tubeq.admin.MasterStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,30 +54,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTBROKERSREQUEST']._serialized_end=749
   _globals['_LISTBROKERSRESPONSE']._serialized_start=751
   _globals['_LISTBROKERSRESPONSE']._serialized_end=815
-  _globals['_LISTGROUPSREQUEST']._serialized_start=817
-  _globals['_LISTGROUPSREQUEST']._serialized_end=836
-  _globals['_LISTGROUPSRESPONSE']._serialized_start=838
-  _globals['_LISTGROUPSRESPONSE']._serialized_end=874
-  _globals['_DESCRIBEGROUPREQUEST']._serialized_start=876
-  _globals['_DESCRIBEGROUPREQUEST']._serialized_end=913
-  _globals['_MEMBERDESCRIPTION']._serialized_start=916
-  _globals['_MEMBERDESCRIPTION']._serialized_end=1049
-  _globals['_PARTITIONLAG']._serialized_start=1051
-  _globals['_PARTITIONLAG']._serialized_end=1166
-  _globals['_GROUPDESCRIPTION']._serialized_start=1169
-  _globals['_GROUPDESCRIPTION']._serialized_end=1318
-  _globals['_RESETGROUPOFFSETSREQUEST']._serialized_start=1321
-  _globals['_RESETGROUPOFFSETSREQUEST']._serialized_end=1487
-  _globals['_AUDITLOGREQUEST']._serialized_start=1489
-  _globals['_AUDITLOGREQUEST']._serialized_end=1521
-  _globals['_AUDITENTRY']._serialized_start=1523
-  _globals['_AUDITENTRY']._serialized_end=1634
-  _globals['_AUDITLOGRESPONSE']._serialized_start=1636
-  _globals['_AUDITLOGRESPONSE']._serialized_end=1696
-  _globals['_MASTERSTATUSREQUEST']._serialized_start=1698
-  _globals['_MASTERSTATUSREQUEST']._serialized_end=1719
-  _globals['_MASTERSTATUSRESPONSE']._serialized_start=1722
-  _globals['_MASTERSTATUSRESPONSE']._serialized_end=1940
-  _globals['_ADMIN']._serialized_start=1943
-  _globals['_ADMIN']._serialized_end=2843
+  _globals['_SETBROKERDRAININGREQUEST']._serialized_start=817
+  _globals['_SETBROKERDRAININGREQUEST']._serialized_end=880
+  _globals['_SETBROKERDRAININGRESPONSE']._serialized_start=882
+  _globals['_SETBROKERDRAININGRESPONSE']._serialized_end=968
+  _globals['_LISTGROUPSREQUEST']._serialized_start=970
+  _globals['_LISTGROUPSREQUEST']._serialized_end=989
+  _globals['_LISTGROUPSRESPONSE']._serialized_start=991
+  _globals['_LISTGROUPSRESPONSE']._serialized_end=1027
+  _globals['_DESCRIBEGROUPREQUEST']._serialized_start=1029
+  _globals['_DESCRIBEGROUPREQUEST']._serialized_end=1066
+  _globals['_MEMBERDESCRIPTION']._serialized_start=1069
+  _globals['_MEMBERDESCRIPTION']._serialized_end=1202
+  _globals['_PARTITIONLAG']._serialized_start=1204
+  _globals['_PARTITIONLAG']._serialized_end=1319
+  _globals['_GROUPDESCRIPTION']._serialized_start=1322
+  _globals['_GROUPDESCRIPTION']._serialized_end=1511
+  _globals['_OFFSETMOVE']._serialized_start=1513
+  _globals['_OFFSETMOVE']._serialized_end=1599
+  _globals['_RESETGROUPOFFSETSREQUEST']._serialized_start=1602
+  _globals['_RESETGROUPOFFSETSREQUEST']._serialized_end=1785
+  _globals['_AUDITLOGREQUEST']._serialized_start=1787
+  _globals['_AUDITLOGREQUEST']._serialized_end=1819
+  _globals['_AUDITENTRY']._serialized_start=1821
+  _globals['_AUDITENTRY']._serialized_end=1932
+  _globals['_AUDITLOGRESPONSE']._serialized_start=1934
+  _globals['_AUDITLOGRESPONSE']._serialized_end=1994
+  _globals['_MASTERSTATUSREQUEST']._serialized_start=1996
+  _globals['_MASTERSTATUSREQUEST']._serialized_end=2017
+  _globals['_MASTERSTATUSRESPONSE']._serialized_start=2020
+  _globals['_MASTERSTATUSRESPONSE']._serialized_end=2238
+  _globals['_ADMIN']._serialized_start=2241
+  _globals['_ADMIN']._serialized_end=3241
 # @@protoc_insertion_point(module_scope)

@@ -89,6 +89,22 @@ class ListBrokersResponse(_message.Message):
     brokers: _containers.RepeatedCompositeFieldContainer[_master_pb2.BrokerInfo]
     def __init__(self, brokers: _Optional[_Iterable[_Union[_master_pb2.BrokerInfo, _Mapping]]] = ...) -> None: ...
 
+class SetBrokerDrainingRequest(_message.Message):
+    __slots__ = ("broker_id", "draining")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    draining: bool
+    def __init__(self, broker_id: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
+
+class SetBrokerDrainingResponse(_message.Message):
+    __slots__ = ("broker", "changed")
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    broker: _master_pb2.BrokerInfo
+    changed: bool
+    def __init__(self, broker: _Optional[_Union[_master_pb2.BrokerInfo, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
+
 class ListGroupsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -134,19 +150,33 @@ class PartitionLag(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., latest: _Optional[int] = ..., lag: _Optional[int] = ..., member_id: _Optional[str] = ...) -> None: ...
 
 class GroupDescription(_message.Message):
-    __slots__ = ("group", "generation", "members", "partitions")
+    __slots__ = ("group", "generation", "members", "partitions", "moves")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
     group: str
     generation: int
     members: _containers.RepeatedCompositeFieldContainer[MemberDescription]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
-    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ...) -> None: ...
+    moves: _containers.RepeatedCompositeFieldContainer[OffsetMove]
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., moves: _Optional[_Iterable[_Union[OffsetMove, _Mapping]]] = ...) -> None: ...
+
+class OffsetMove(_message.Message):
+    __slots__ = ("topic", "partition", "from_offset", "to_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
 
 class ResetGroupOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "earliest", "latest", "offset", "timestamp_ms", "partitions")
+    __slots__ = ("group", "topic", "earliest", "latest", "offset", "timestamp_ms", "partitions", "dry_run")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +184,7 @@ class ResetGroupOffsetsRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     earliest: bool
@@ -161,7 +192,8 @@ class ResetGroupOffsetsRequest(_message.Message):
     offset: int
     timestamp_ms: int
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class AuditLogRequest(_message.Message):
     __slots__ = ("limit",)

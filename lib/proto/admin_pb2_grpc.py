@@ -64,6 +64,11 @@ class AdminStub:
                 request_serializer=lib_dot_proto_dot_admin__pb2.ListBrokersRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_admin__pb2.ListBrokersResponse.FromString,
                 _registered_method=True)
+        self.SetBrokerDraining = channel.unary_unary(
+                '/tubeq.admin.Admin/SetBrokerDraining',
+                request_serializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingResponse.FromString,
+                _registered_method=True)
         self.ListGroups = channel.unary_unary(
                 '/tubeq.admin.Admin/ListGroups',
                 request_serializer=lib_dot_proto_dot_admin__pb2.ListGroupsRequest.SerializeToString,
@@ -126,6 +131,14 @@ class AdminServicer:
 
     def ListBrokers(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetBrokerDraining(self, request, context):
+        """Drain a broker (draining = true: no new partition is placed on it) or undrain it.
+        Idempotent; the partitions it hosts stay where they are.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -193,6 +206,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListBrokers,
                     request_deserializer=lib_dot_proto_dot_admin__pb2.ListBrokersRequest.FromString,
                     response_serializer=lib_dot_proto_dot_admin__pb2.ListBrokersResponse.SerializeToString,
+            ),
+            'SetBrokerDraining': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetBrokerDraining,
+                    request_deserializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingResponse.SerializeToString,
             ),
             'ListGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGroups,
@@ -382,6 +400,33 @@ class Admin:
             '/tubeq.admin.Admin/ListBrokers',
             lib_dot_proto_dot_admin__pb2.ListBrokersRequest.SerializeToString,
             lib_dot_proto_dot_admin__pb2.ListBrokersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetBrokerDraining(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.admin.Admin/SetBrokerDraining',
+            lib_dot_proto_dot_admin__pb2.SetBrokerDrainingRequest.SerializeToString,
+            lib_dot_proto_dot_admin__pb2.SetBrokerDrainingResponse.FromString,
             options,
             channel_credentials,
             insecure,

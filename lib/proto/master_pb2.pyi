@@ -190,18 +190,20 @@ class DeletedTopic(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk")
+    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk", "draining")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     alive: bool
     last_heartbeat_ms: int
     disk: DiskStatus
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ...) -> None: ...
+    draining: bool
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class PartitionRoute(_message.Message):
     __slots__ = ("partition", "broker_id", "address", "available")

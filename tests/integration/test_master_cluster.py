@@ -67,10 +67,17 @@ def test_describe_lag_and_every_kind_of_reset(env):
         reset(admin, earliest=True)
     invoke(master.LeaveGroup, mpb.LeaveGroupRequest(group="g", member_id=member.member_id), 5)
 
-    reset(admin, latest=True)
+    preview = reset(admin, latest=True, dry_run=True)
+    assert [(m.partition, m.from_offset, m.to_offset) for m in preview.moves] == [
+        (0, 4, 10), (1, -1, 5)]
+    assert lags(admin) == {0: (4, 10, 6), 1: (-1, 5, 5)}, "a dry run changes nothing"
+    moved = reset(admin, latest=True)
+    assert [(m.from_offset, m.to_offset) for m in moved.moves] == [(4, 10), (-1, 5)]
     assert lags(admin) == {0: (10, 10, 0), 1: (5, 5, 0)}
     reset(admin, earliest=True)
     assert lags(admin) == {0: (0, 10, 10), 1: (0, 5, 5)}
+    with pytest.raises(errors.OffsetOutOfRange):
+        reset(admin, offset=11, dry_run=True)
     reset(admin, offset=7, partitions=[0])
     assert lags(admin) == {0: (7, 10, 3), 1: (0, 5, 5)}
     reset(admin, timestamp_ms=1005)
@@ -83,7 +90,7 @@ def test_describe_lag_and_every_kind_of_reset(env):
 
     entries = invoke(admin.AuditLog, apb.AuditLogRequest(limit=100), 5).entries
     resets = [json.loads(e.details) for e in entries if e.action == "reset_group_offsets"]
-    assert len(resets) == 4 and resets[-1]["offsets"] == {"0": 5, "1": 0}
+    assert len(resets) == 4 and resets[-1]["offsets"] == {"0": 5, "1": 0}  # no dry run
 
 
 def test_deleted_topic_data_is_dropped_by_brokers_and_recreated_topic_starts_empty(env):

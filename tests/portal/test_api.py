@@ -156,3 +156,16 @@ def test_the_openapi_document_and_the_routes_agree(app):
             routed |= {(path, m) for m in rule.methods - {"HEAD", "OPTIONS"}}
     assert documented == routed
     assert spec["openapi"].startswith("3.1")
+
+
+def test_a_second_login_page_keeps_the_first_forms_token(app, cluster):
+    """A browser that loads /login again (a second tab, or a redirect followed for its
+    favicon) must not invalidate the form already on screen."""
+    client = app.test_client()
+    first = re.search(r'name="login_token" value="([^"]+)"', client.get("/login").text)
+    second = re.search(r'name="login_token" value="([^"]+)"', client.get("/login").text)
+    assert first.group(1) == second.group(1)
+    creds = cluster.admin_credentials()
+    done = client.post("/login", data={"user": creds.user, "password": creds.password,
+                                       "login_token": first.group(1)})
+    assert done.status_code == 302 and done.headers["Location"] == "/"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib.errors import InvalidArgument, NotLeader, TopicExists, UnknownTopic
+from lib.errors import InvalidArgument, NotLeader, TopicExists, UnknownBroker, UnknownTopic
 from master.state import MetaState
 
 SETTINGS = {"partitions": 2, "stores": 1, "durability": "async", "retention_ms": 1000,
@@ -126,3 +126,39 @@ def test_commands_of_a_deposed_leadership_are_refused_everywhere(tmp_path):
     assert s.topic("late") is None and s.epoch == 2 and s.applied_index == 4
     assert create(s, "now", epoch=2)["topic"] == "now"
     s.close()
+
+
+def drain(state, broker_id, draining=True, **extra):
+    return state.apply({"op": "set_draining", "time_ms": 5, "broker_id": broker_id,
+                        "draining": draining, **extra})
+
+
+def test_a_drained_broker_stays_drained_across_registrations_reopen_and_snapshots(tmp_path):
+    s = MetaState(tmp_path / "m")
+    s.apply({"op": "register_broker", "time_ms": 1, "broker_id": 1, "address": "h:1"})
+    s.apply({"op": "register_broker", "time_ms": 1, "broker_id": 2, "address": "h:2"})
+    assert s.draining() == frozenset()
+    assert drain(s, 1) == {"broker_id": 1, "draining": True, "changed": True}
+    assert drain(s, 1)["changed"] is False  # idempotent
+    s.apply({"op": "register_broker", "time_ms": 6, "broker_id": 1, "address": "h:9"})
+    assert s.draining() == {1} and s.brokers() == {1: "h:9", 2: "h:2"}
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert s.draining() == {1}
+    snapshot = tmp_path / "snapshot.mdb"
+    with open(snapshot, "wb") as f:
+        s.copy_to(f.fileno())
+    s.close()
+    other = MetaState(tmp_path / "other")
+    other.restore_from(snapshot)
+    assert other.draining() == {1} and other.brokers()[1] == "h:9"
+    assert drain(other, 1, False)["changed"] is True and other.draining() == frozenset()
+    other.close()
+
+
+def test_draining_an_unknown_broker_is_unknown_broker_and_changes_nothing(state):
+    with pytest.raises(UnknownBroker, match="unknown broker 4") as err:
+        drain(state, 4, audit={"principal": "a", "peer": "", "action": "drain_broker",
+                               "target": "broker 4", "details": "{}"})
+    assert err.value.broker_id == 4
+    assert state.draining() == frozenset() and state.brokers() == {} and state.audit(5) == []

@@ -1,0 +1,174 @@
+"""The message browser's data, as plain dicts (the page and the API show the same): a bounded
+scan of what a request asks for (portal_web/message_query.py), and the records as shown
+(portal_web/render.py).
+
+The scan is bounded: at most ``limit`` records shown (at most :data:`MAX_RECORDS`), at most
+``scan_bytes`` of frames read (at most :data:`MAX_SCAN_BYTES`) and :data:`MAX_SCAN_OFFSETS`
+offsets examined, split evenly between the partitions; the answer says what stopped it and
+where "next" continues. Records are read as the caller (their :class:`MessageReader`), so the
+brokers check the caller's ACLs (``consume`` on the topic).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lib.consumer.reader import MessageReader, OffsetBounds
+from lib.records import Record
+from portal_web.errors import PortalError
+from portal_web.message_query import (
+    MAX_OFFSET,
+    MAX_RECORDS,
+    MAX_SCAN_BYTES,
+    MAX_SCAN_OFFSETS,
+    Filters,
+    Plan,
+    parse_time,
+    plan,
+)
+from portal_web.render import shown
+from portal_web.views import integer
+
+CHUNK_BYTES = 1 << 20  # frame bytes per QueryMessages call
+KEY_PREVIEW, HEADER_PREVIEW = 512, 256
+
+
+@dataclass
+class PartitionScan:
+    start: int
+    pos: int  # everything in [start, pos) was examined
+    nbytes: int = 0
+    stopped: str = "end"  # end, limit, bytes, offsets
+    matches: deque[Record] = field(default_factory=deque)
+
+
+# ------------------------------------------------------------------ the scan
+
+
+def scan_partition(reader: MessageReader, topic: str, partition: int, start: int, end: int,
+                   filt: Filters, want: int, max_bytes: int, max_offsets: int,
+                   newest: bool = False) -> PartitionScan:
+    """Read [start, end) forward until ``want`` matches, ``end``, or a budget runs out; with
+    ``newest``, read on to ``end`` (or the budget) keeping the last ``want`` matches."""
+    s = PartitionScan(start, start)
+    if newest:
+        s.matches = deque(maxlen=want)
+        want = MAX_OFFSET
+    while s.pos < end:
+        if s.nbytes >= max_bytes:
+            s.stopped = "bytes"
+            break
+        if s.pos - start >= max_offsets:
+            s.stopped = "offsets"
+            break
+        got = reader.read(topic, partition, s.pos, min(end, start + max_offsets),
+                          max(1, min(CHUNK_BYTES, max_bytes - s.nbytes)))
+        s.nbytes += got.nbytes
+        for r in got.records:
+            if filt.matches(r):
+                s.matches.append(r)
+                if len(s.matches) >= want:
+                    s.pos, s.stopped = r.offset + 1, "limit"
+                    return s
+        if got.next_offset <= s.pos:
+            break  # nothing more to read (the partition ends before ``end``)
+        s.pos = got.next_offset
+    return s
+
+
+def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
+    """Scan every range of ``made`` and show the first ``limit`` matches: by offset within a
+    partition, by time across partitions (newest first in newest mode)."""
+    n = max(1, len(made.ranges))
+    scans = {p: scan_partition(reader, made.topic, p, start, end, made.filters, made.limit,
+                               max(1, made.scan_bytes // n), max(1, MAX_SCAN_OFFSETS // n),
+                               made.newest_first)
+             for p, (start, end) in made.ranges.items() if start < end}
+    # A merge of each partition's matches in offset order (by their heads' timestamps), not a
+    # sort: what a page shows of a partition is then a prefix (newest first: a suffix) of its
+    # matches even where timestamps go backwards, so "next" never shows a record twice.
+    runs = [list(reversed(s.matches)) if made.newest_first else list(s.matches)
+            for s in scans.values()]
+    matches = list(heapq.merge(*runs, key=lambda r: (r.timestamp, r.partition),
+                               reverse=made.newest_first))
+    shown_records, rest = matches[:made.limit], matches[made.limit:]
+    cursors = {}
+    for p, s in scans.items():
+        # Newest first: what did not fit is older than what is shown; "next" goes on from
+        # where the scan stopped. Otherwise from the first match not shown.
+        resume = s.pos if made.newest_first else \
+            min((r.offset for r in rest if r.partition == p), default=s.pos)
+        if resume < made.ranges[p][1]:
+            cursors[p] = resume
+    reasons = {s.stopped for p, s in scans.items() if p in cursors and s.stopped != "end"}
+    if rest:
+        reasons.add("limit")
+    return {
+        "records": [record_view(r, made.fmt) for r in shown_records],
+        "scan": {"partitions": len(made.ranges), "offsets": sum(s.pos - s.start
+                                                                for s in scans.values()),
+                 "bytes": sum(s.nbytes for s in scans.values()), "matched": len(matches),
+                 "shown": len(shown_records), "stopped": sorted(reasons)},
+        "next": ",".join(f"{p}:{off}" for p, off in sorted(cursors.items())) or None,
+        "ranges": {str(p): list(r) for p, r in sorted(made.ranges.items())},
+    }
+
+
+def summary(view: Mapping[str, Any], made: Plan) -> str:
+    s = view["scan"]
+    text = (f"Scanned {s['offsets']} offsets ({s['bytes']} bytes) in {s['partitions']} "
+            f"partition(s); {s['matched']} matched, showing {s['shown']}.")
+    if not view["next"]:
+        return text + " That is everything in the range."
+    why = {"limit": f"the limit of {made.limit} records per page (at most {MAX_RECORDS})",
+           "bytes": f"the scan limit of {made.scan_bytes} bytes per request (at most "
+                    f"{MAX_SCAN_BYTES})",
+           "offsets": f"the scan limit of {MAX_SCAN_OFFSETS} offsets per request"}
+    stops = "; ".join(why[r] for r in s["stopped"] if r in why) or "the end of a read"
+    return f"{text} Stopped at {stops}: refine the filters or page on with next."
+
+
+def record_view(r: Record, fmt: str) -> dict[str, Any]:
+    return {"partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+            "tag": r.tag, "key": shown(r.key, fmt, KEY_PREVIEW), "value": shown(r.value, fmt),
+            "headers": [{"name": k, "value": shown(v, fmt, HEADER_PREVIEW)}
+                        for k, v in sorted(r.headers.items())]}
+
+
+# ------------------------------------------------------------------ what the routes call
+
+
+def partitions_view(bounds: dict[int, OffsetBounds]) -> list[dict[str, int]]:
+    return [{"partition": b.partition, "earliest": b.earliest, "latest": b.latest,
+             "messages": max(0, b.latest - b.earliest)} for b in bounds.values()]
+
+
+def messages(reader: MessageReader, topic: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The browser: the topic's partitions, the records a request asks for, and how the scan
+    went (see the module docstring)."""
+    time_ms = parse_time(str(args["time"])) if args.get("mode") == "time" and \
+        args.get("time") else None
+    bounds = reader.offsets(topic, timestamp_ms=time_ms)
+    made = plan(topic, args, bounds)
+    view = scan(reader, made)
+    view.update(topic=topic, partitions=partitions_view(bounds), time_ms=time_ms,
+                limits={"max_records": MAX_RECORDS, "max_scan_bytes": MAX_SCAN_BYTES,
+                        "max_scan_offsets": MAX_SCAN_OFFSETS})
+    view["scan"]["message"] = summary(view, made)
+    return view
+
+
+def raw(reader: MessageReader, topic: str, partition: str, offset: str) -> bytes:
+    """The value of one message, byte for byte; 404 where the offset holds none."""
+    count = reader.partitions(topic)
+    where = {"partition": partition, "offset": offset}
+    p = integer(where, "partition", None, 0, count - 1)
+    off = integer(where, "offset", None, 0, MAX_OFFSET - 1)
+    got = reader.read(topic, p, off, off + 1)
+    if not got.records or got.records[0].offset != off:
+        raise PortalError(404, "NO_MESSAGE", f"{topic}[{p}] has no message at offset {off} "
+                          f"(offsets {got.earliest}..{got.latest - 1} are stored)")
+    return got.records[0].value

@@ -1,0 +1,283 @@
+"""The portal in a real headless Chromium, served by its own process over a real cluster: an
+operator logs in, creates a topic with the form, sees what a producer wrote, watches a group
+consume to lag 0, resets it with a preview and sees the lag again, finds the changes in the
+audit log; a viewer gets no buttons; a forged cross-page POST is refused. Every page visited
+is saved as a screenshot (see browser.screenshots_dir)."""
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lib import Producer, PullConsumer
+from lib.admin import AdminClient
+from lib.errors import UnknownTopic
+from tests.cluster import ServerProcess
+from tests.integration.test_consumer_common import poll_until, wait_for
+from tests.portal.browser import screenshots_dir, start_browser, stop_browser
+from tests.portal.conftest import VIEWER
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def portal_url(cluster, tmp_path_factory):
+    data = tmp_path_factory.mktemp("portal-served")
+    cluster.admin_credentials().to_file(data / "monitor-credentials")
+    (data / "portal.toml").write_text("[portal]\nsample_interval_s = 1.0\n")
+    proc = ServerProcess("portal_web", data, [
+        "--data-dir", str(data), "--masters", cluster.master_addresses, "--host", "127.0.0.1",
+        "--port", "0", "--config", str(data / "portal.toml"),
+        "--monitor-credentials-file", str(data / "monitor-credentials")])
+    proc.start()
+    try:
+        yield proc.info["url"]
+    finally:
+        assert proc.stop() == 0, proc.log_tail()
+
+
+@pytest.fixture(scope="module")
+def chrome(tmp_path_factory):
+    browser = start_browser(tmp_path_factory.mktemp("chromium") / "profile")
+    try:
+        yield browser
+    finally:
+        stop_browser(browser)
+
+
+class Page:
+    """The browser as a test drives it: by element ids, saving a screenshot of each page."""
+
+    def __init__(self, browser, url: str) -> None:
+        self.browser, self.url = browser, url
+
+    def go(self, path: str, shot: str | None = None) -> Page:
+        self.browser.get(self.url + path)
+        return self.shot(shot)
+
+    def shot(self, name: str | None) -> Page:
+        if name:
+            self.browser.save_screenshot(str(screenshots_dir() / f"{name}.png"))
+        return self
+
+    def el(self, css: str):
+        from selenium.webdriver.common.by import By
+
+        return self.browser.find_element(By.CSS_SELECTOR, css)
+
+    def has(self, css: str) -> bool:
+        from selenium.webdriver.common.by import By
+
+        return bool(self.browser.find_elements(By.CSS_SELECTOR, css))
+
+    def fill(self, **fields: str) -> Page:
+        for name, value in fields.items():
+            box = self.el(f"[name='{name}']")
+            if box.tag_name == "select":
+                from selenium.webdriver.support.select import Select
+
+                Select(box).select_by_value(value)
+            else:
+                box.clear()
+                box.send_keys(value)
+        return self
+
+    def click(self, css: str, shot: str | None = None) -> Page:
+        """Click what loads a new page, and wait until it has replaced this one."""
+        from selenium.common.exceptions import WebDriverException
+        from selenium.webdriver.support.wait import WebDriverWait
+
+        old = self.el("html")
+        self.el(css).click()
+
+        def replaced(_browser) -> bool:
+            try:
+                old.is_enabled()
+                return False
+            except WebDriverException:  # stale, or "does not belong to the document"
+                return True
+
+        wait = WebDriverWait(self.browser, 20)
+        wait.until(replaced)
+        wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+        return self.shot(shot)
+
+    def text(self, css: str) -> str:
+        return self.el(css).text
+
+    def log_in(self, user: str, password: str, shot: str | None = None) -> Page:
+        self.browser.delete_all_cookies()
+        self.go("/login", shot).fill(user=user, password=password)
+        return self.click("#login")
+
+
+@pytest.fixture
+def page(chrome, portal_url):
+    chrome.delete_all_cookies()
+    return Page(chrome, portal_url)
+
+
+@pytest.fixture
+def admin_page(page, cluster):
+    creds = cluster.admin_credentials()
+    page.log_in(creds.user, creds.password, shot="login")
+    assert page.text("h1") == "Dashboard", page.text("main")
+    return page
+
+
+def _hosted(cluster, topic: str) -> bool:
+    with AdminClient(cluster.master_addresses) as admin:
+        return all(p.available and p.latest >= 0 for p in admin.describe_topic(topic).partitions)
+
+
+def test_an_operator_creates_a_topic_and_sees_what_was_produced(admin_page, cluster):
+    page = admin_page.shot("dashboard")
+    assert page.has("#masters") or "leader" in page.text("main")
+    page.go("/topics").click("#new-topic", shot="topic-new")
+    page.fill(name="orders", partitions="3", durability="sync").click("#create")
+    assert page.text("#topic-name") == "orders"
+    wait_for(lambda: _hosted(cluster, "orders"), 15, "orders to be hosted")
+    with Producer(cluster.master_addresses) as producer:
+        for i in range(30):
+            producer.send("orders", f'{{"order": {i}}}'.encode(), key=f"customer-{i % 3}".encode(),
+                          tag="paid" if i % 2 else "new")
+        producer.flush()
+    page.go("/topics/orders", shot="topic")
+    assert page.text("#messages") == "30"
+    rows = page.browser.find_elements("css selector", "#partitions tr")[1:]
+    assert len(rows) == 3 and all("yes" in r.text for r in rows)
+    page.click("a[href='/topics/orders/messages']")
+    page.fill(key="customer-1", tag="paid").click("#go", shot="messages")
+    found = page.browser.find_elements("css selector", "#messages tr.message")
+    assert len(found) == 5, page.text("main")  # i % 3 == 1 and i % 2 == 1 of 0..29
+    for row in found:
+        assert "customer-1" in row.find_element("css selector", ".key").text
+        assert '"order"' in row.find_element("css selector", ".value").text
+        assert "paid" in row.text
+    page.go("/topics?q=ord", shot="topics")
+    assert "orders" in page.text("#topics")
+    wait_for(lambda: page.go("/").has("#rates-chart polyline"), 20, "the rates chart")
+    page.shot("dashboard-rates")
+
+
+def test_a_group_consumes_to_lag_zero_and_a_previewed_reset_brings_the_lag_back(
+        admin_page, cluster):
+    with AdminClient(cluster.master_addresses) as admin:
+        admin.create_topic("events", partitions=2)
+    wait_for(lambda: _hosted(cluster, "events"), 15, "events to be hosted")
+    with Producer(cluster.master_addresses) as producer:
+        for i in range(20):
+            producer.send("events", f"e{i}".encode(), partition=i % 2)
+        producer.flush()
+    with PullConsumer(cluster.master_addresses, group="auditors",
+                      auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["events"])
+        assert len(poll_until(consumer, 20)) == 20
+        consumer.commit()
+    page = admin_page.go("/groups", shot="groups")
+    page.click("a[href='/groups/auditors']", shot="group")
+    assert page.text("#lag") == "0"
+
+    page.fill(topic="events", to="earliest").click("#preview-reset", shot="group-reset-preview")
+    moves = [r.text.split() for r in page.browser.find_elements("css selector", "#moves tr")[1:]]
+    assert moves == [["0", "10", "0", "-10"], ["1", "10", "0", "-10"]]
+    page.go("/groups/auditors")
+    assert page.text("#lag") == "0", "a preview changes nothing"
+
+    page.fill(topic="events", to="earliest").click("#preview-reset")
+    page.click("#confirm", shot="group-after-reset")
+    assert page.text("h1") == "Group auditors" and page.text("#lag") == "20"
+
+    page.go("/audit?action=reset_group_offsets", shot="audit")
+    audit = page.text("main")
+    assert "auditors" in audit and "admin" in audit
+    page.go("/audit?action=create_topic")
+    assert "orders" in page.text("main") or "events" in page.text("main")
+
+
+def test_an_admin_drains_and_undrains_a_broker(admin_page):
+    page = admin_page.go("/brokers/1", shot="broker")
+    assert page.text("#placement").startswith("open")
+    page.click("#drain-1 button", shot="broker-draining")
+    try:
+        assert page.text("#placement").startswith("draining")
+    finally:
+        page.go("/brokers/1").click("#undrain-1 button")
+    assert page.text("#placement").startswith("open")
+
+
+def test_an_admin_adds_a_user_who_can_then_log_in(admin_page):
+    page = admin_page.go("/security/users", shot="security-users")
+    page.fill(name="browser-made", password="made-in-a-browser-1",
+              password_again="made-in-a-browser-1")
+    page.click("#add", shot="security-user-added")
+    assert "browser-made" in page.go("/security/users").text("#users")
+    for path, name in (("/security/acls", "security-acls"),
+                       ("/security/api-keys", "security-api-keys")):
+        page.go(path, shot=name)
+    page.log_in("browser-made", "made-in-a-browser-1")
+    assert page.text("h1") == "Dashboard"
+    assert not page.has("a[href='/security']"), "no security pages for a non-admin"
+
+
+def test_the_other_pages_render(admin_page):
+    for path, name in (("/brokers", "brokers"), ("/topics/no-such-topic", "error-404")):
+        admin_page.go(path, shot=name)
+    assert "no-such-topic" in admin_page.text("main")
+    admin_page.go("/brokers")
+    assert "127.0.0.1" in admin_page.text("main")
+
+
+def test_a_viewer_sees_no_buttons(page, cluster):
+    page.log_in(*VIEWER)
+    assert page.text("h1") == "Dashboard"
+    page.go("/topics", shot="viewer-topics")
+    assert not page.has("#new-topic")
+    with AdminClient(cluster.master_addresses) as admin:
+        if "viewed" not in [t.name for t in admin.list_topics()]:
+            admin.create_topic("viewed", partitions=1)
+    page.go("/topics/viewed", shot="viewer-topic")
+    assert page.text("#topic-name") == "viewed" and not page.has("#delete-topic")
+    page.go("/groups/auditors")
+    assert not page.has("#reset-offsets")
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    """Another site's page with a form aimed at the portal (no CSRF token: it cannot know it)."""
+
+    target = ""
+
+    def do_GET(self):  # noqa: N802
+        body = (f'<html><body><form method="post" action="{self.target}/topics/new">'
+                '<input name="name" value="forged-topic"><input name="partitions" value="1">'
+                '<button id="go" type="submit">Win a prize</button></form></body></html>')
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hostile_site(portal_url):
+    handler = type("Hostile", (_Hostile,), {"target": portal_url})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_a_forged_post_from_another_page_is_refused(admin_page, hostile_site, cluster):
+    admin_page.browser.get(hostile_site)
+    admin_page.click("#go", shot="forged-post-refused")
+    assert "CSRF" in admin_page.text("main")
+    with AdminClient(cluster.master_addresses) as admin, pytest.raises(UnknownTopic):
+        admin.describe_topic("forged-topic")
