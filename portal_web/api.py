@@ -39,7 +39,7 @@ def whoami():
 
 @bp.get("/overview")
 def overview():
-    return jsonify({**views.overview(portal().public, client()),
+    return jsonify({**views.overview(portal().public, client(), portal().sampler),
                     "rates": views.rates(portal().sampler)})
 
 
@@ -65,7 +65,12 @@ def topic_create():
 
 @bp.get("/topics/<name>")
 def topic(name: str):
-    return jsonify(views.topic(client(), name))
+    return jsonify(views.topic(client(), name, portal().sampler))
+
+
+@bp.patch("/topics/<name>")
+def topic_alter(name: str):
+    return jsonify(views.alter_topic(client(), name, _body()))
 
 
 @bp.delete("/topics/<name>")

@@ -11,16 +11,17 @@ from flask import Blueprint, jsonify, redirect, render_template, request, url_fo
 
 from lib.admin import AdminClient
 from lib.errors import PermissionDenied, UnknownBroker
-from portal_web.context import client
+from portal_web.context import client, portal
 from portal_web.errors import PortalError
+from portal_web.sampler import Sampler
 from portal_web.views import plain
 
 bp = Blueprint("brokers", __name__)
 
 
-def broker(admin: AdminClient, broker_id: int) -> dict:
-    """One broker as listed, with the partitions it hosts (of the topics the caller may see)
-    and their totals."""
+def broker(admin: AdminClient, broker_id: int, sampler: Sampler | None = None) -> dict:
+    """One broker as listed, with the partitions it hosts (of the topics the caller may see),
+    their totals and (when sampled) the messages per second into them."""
     found = [b for b in admin.list_brokers() if b.broker_id == broker_id]
     if not found:
         raise UnknownBroker(f"unknown broker {broker_id}: no broker with this id ever "
@@ -30,7 +31,15 @@ def broker(admin: AdminClient, broker_id: int) -> dict:
     return {**plain(found[0]), "partitions": hosted, "partition_count": len(hosted),
             "topic_count": len({p["topic"] for p in hosted}),
             "messages": sum(max(0, p["latest"] - max(p["earliest"], 0)) for p in hosted
-                            if p["latest"] >= 0)}
+                            if p["latest"] >= 0),
+            "rate": _rate(sampler, hosted)}
+
+
+def _rate(sampler: Sampler | None, hosted: list[dict]) -> float | None:
+    if sampler is None:
+        return None
+    rates = sampler.partition_rates()
+    return sum(rates.get((p["topic"], p["partition"]), 0.0) for p in hosted)
 
 
 def set_draining(admin: AdminClient, broker_id: int, draining: bool) -> dict:
@@ -48,7 +57,7 @@ def set_draining(admin: AdminClient, broker_id: int, draining: bool) -> dict:
 
 @bp.get("/brokers/<int:broker_id>")
 def page(broker_id: int):
-    return render_template("broker.html", broker=broker(client(), broker_id))
+    return render_template("broker.html", broker=broker(client(), broker_id, portal().sampler))
 
 
 @bp.post("/brokers/<int:broker_id>/drain")
@@ -74,7 +83,7 @@ def _back(broker_id: int):
 
 @bp.get("/api/v1/brokers/<int:broker_id>")
 def api_broker(broker_id: int):
-    return jsonify(broker(client(), broker_id))
+    return jsonify(broker(client(), broker_id, portal().sampler))
 
 
 @bp.post("/api/v1/brokers/<int:broker_id>/drain")

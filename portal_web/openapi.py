@@ -97,6 +97,9 @@ ROUTES: list[tuple[str, str, str, list, dict | None, str]] = [
     ("/topics", "post", "Create a topic (unset settings take the master's defaults)", [],
      TOPIC_BODY, "201"),
     ("/topics/{name}", "get", "A topic with its partitions", NAME, None, "200"),
+    ("/topics/{name}", "patch", "Change a topic's settings (partitions only grow; unset "
+     "settings keep theirs)", NAME, {k: v for k, v in TOPIC_BODY.items() if k != "required"},
+     "200"),
     ("/topics/{name}", "delete", "Delete a topic: confirm must repeat its name",
      [*NAME, {"name": "confirm", "in": "query", "required": True,
               "schema": {"type": "string"}}], None, "204"),

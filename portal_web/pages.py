@@ -16,7 +16,8 @@ def _sizes() -> tuple[int, int]:
 
 @bp.get("/")
 def dashboard():
-    return render_template("dashboard.html", view=views.overview(portal().public, client()),
+    return render_template("dashboard.html", view=views.overview(portal().public, client(),
+                                                                 portal().sampler),
                            rates=views.rates(portal().sampler))
 
 
@@ -38,7 +39,13 @@ def topic_create():
 
 @bp.get("/topics/<name>")
 def topic(name: str):
-    return render_template("topic.html", topic=views.topic(client(), name))
+    return render_template("topic.html", topic=views.topic(client(), name, portal().sampler))
+
+
+@bp.post("/topics/<name>/alter")
+def topic_alter(name: str):
+    views.alter_topic(client(), name, request.form)
+    return redirect(url_for("pages.topic", name=name))
 
 
 @bp.post("/topics/<name>/delete")

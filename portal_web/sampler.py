@@ -8,7 +8,8 @@ off and the charts say so. What is sampled:
 - messages in: the sum of every partition's latest offset (its rise is what was produced);
 - messages out: the sum of every group's committed offsets (its rise is what groups consumed
   and committed; a consumer that never commits does not show);
-- each group's total lag.
+- each group's total lag;
+- each partition's latest offset at the last two samples (its rate now).
 
 Counters that fall (a topic deleted, offsets reset) count as 0 for that interval.
 """
@@ -35,6 +36,9 @@ class Sampler:
         self.size = max(2, int(history_s / interval_s) + 1)
         self.totals: deque[tuple[int, int, int]] = deque(maxlen=self.size)  # (ms, in, out)
         self.lags: dict[str, deque[tuple[int, int]]] = {}
+        # (ms, {(topic, partition): (broker, latest)}) of the last two samples
+        self.partitions: deque[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = \
+            deque(maxlen=2)
         self.error = ""
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -54,8 +58,9 @@ class Sampler:
         """One tick; a failure is kept (shown beside the charts) and the next tick retries."""
         try:
             now = int(self.clock() * 1000)
-            produced = sum(max(0, p.latest) for t in self.client.list_topics()
-                           for p in t.partitions)
+            latest = {(t.name, p.partition): (p.broker_id, p.latest)
+                      for t in self.client.list_topics() for p in t.partitions}
+            produced = sum(max(0, offset) for _, offset in latest.values())
             consumed, lags = 0, {}
             for name in self.client.list_groups()[:MAX_SAMPLED_GROUPS]:
                 info = self.client.describe_group(name)
@@ -68,6 +73,7 @@ class Sampler:
         with self._lock:
             self.error = ""
             self.totals.append((now, produced, consumed))
+            self.partitions.append((now, latest))
             for name, lag in lags.items():
                 self.lags.setdefault(name, deque(maxlen=self.size)).append((now, lag))
             for gone in set(self.lags) - set(lags):
@@ -83,6 +89,24 @@ class Sampler:
             rates["in"].append((t1, max(0, in1 - in0) / seconds))
             rates["out"].append((t1, max(0, out1 - out0) / seconds))
         return rates
+
+    def partition_rates(self) -> dict[tuple[str, int], float]:
+        """Messages per second into each partition between the last two samples."""
+        with self._lock:
+            if len(self.partitions) < 2:
+                return {}
+            (t0, before), (t1, after) = self.partitions
+        seconds = max(1e-3, (t1 - t0) / 1000)
+        return {tp: max(0, offset - before.get(tp, (0, offset))[1]) / seconds
+                for tp, (_, offset) in after.items()}
+
+    def growing_lags(self, samples: int) -> list[str]:
+        """Groups whose lag rose at each of the last ``samples`` samples."""
+        with self._lock:
+            series = {name: [lag for _, lag in ring][-samples - 1:]
+                      for name, ring in self.lags.items()}
+        return sorted(name for name, lags in series.items() if len(lags) > samples
+                      and all(b > a for a, b in zip(lags, lags[1:], strict=False)))
 
     def lag(self, group: str) -> list[tuple[int, int]]:
         with self._lock:

@@ -69,8 +69,28 @@ def _topic_row(topic) -> dict:
     return row
 
 
-def topic(client: AdminClient, name: str) -> dict:
-    return _topic_row(client.describe_topic(name))
+def topic(client: AdminClient, name: str, sampler: Sampler | None = None) -> dict:
+    """A topic with its partitions, each with its rate in msgs/s now (None: not sampled)."""
+    row = _topic_row(client.describe_topic(name))
+    rates = sampler.partition_rates() if sampler is not None else {}
+    for p in row["partitions"]:
+        p["rate"] = rates.get((name, p["partition"]))
+    return row
+
+
+def alter_topic(client: AdminClient, name: str, form: Mapping[str, Any]) -> dict:
+    """Change the settings given (empty fields keep theirs); partitions can only grow."""
+    settings = {
+        "partitions": integer(form, "partitions", None, 1, 10_000),
+        "retention_ms": integer(form, "retention_ms", None, 0, 2**62),
+        "retention_bytes": integer(form, "retention_bytes", None, 0, 2**62),
+        "max_message_bytes": integer(form, "max_message_bytes", None, 1, 2**31 - 1),
+    }
+    durability = str(form.get("durability") or "") or None
+    if durability is None and all(v is None for v in settings.values()):
+        raise PortalError(400, "INVALID_ARGUMENT", "nothing to change: give partitions, "
+                          "durability, retention_ms, retention_bytes or max_message_bytes")
+    return _topic_row(client.alter_topic(name, durability=durability, **settings))
 
 
 def create_topic(client: AdminClient, form: Mapping[str, Any]) -> dict:
@@ -109,7 +129,11 @@ def lag_history(sampler: Sampler | None, group: str) -> list[tuple[int, int]]:
     return sampler.lag(group) if sampler is not None else []
 
 
-def overview(portal_client: AdminClient, client: AdminClient) -> dict:
+GROWING_LAG_SAMPLES = 6  # a group whose lag rose at each of this many samples is an alert
+
+
+def overview(portal_client: AdminClient, client: AdminClient,
+             sampler: Sampler | None = None) -> dict:
     """The dashboard: masters, brokers, counts and alerts; each part that fails says why and
     the others still show (a slow or missing master costs its part, not the page)."""
     out: dict[str, Any] = {"masters": masters(portal_client), "problems": []}
@@ -122,6 +146,12 @@ def overview(portal_client: AdminClient, client: AdminClient) -> dict:
             out[part] = None
             out["problems"].append(f"{part}: {err.message}")
     out["alerts"] = alerts(out)
+    if sampler is not None and out["groups"]:
+        visible = set(out["groups"])  # the sampler sees all groups; the caller, theirs
+        out["alerts"] += [
+            f"group {name}: its lag grew at each of the last {GROWING_LAG_SAMPLES} samples "
+            f"(now {sampler.lag(name)[-1][1]})"
+            for name in sampler.growing_lags(GROWING_LAG_SAMPLES) if name in visible]
     return out
 
 

@@ -169,3 +169,26 @@ def test_a_second_login_page_keeps_the_first_forms_token(app, cluster):
     done = client.post("/login", data={"user": creds.user, "password": creds.password,
                                        "login_token": first.group(1)})
     assert done.status_code == 302 and done.headers["Location"] == "/"
+
+
+def test_a_topic_is_altered_by_form_and_api(admin_client):
+    csrf = csrf_of(admin_client)
+    assert admin_client.post("/api/v1/topics", json={"name": "alterable", "partitions": 1},
+                             headers={"X-CSRF-Token": csrf}).status_code == 201
+    grown = admin_client.patch("/api/v1/topics/alterable", headers={"X-CSRF-Token": csrf},
+                               json={"partitions": 2, "retention_ms": 60000})
+    assert grown.status_code == 200, grown.json
+    assert grown.json["partition_count"] == 2 and grown.json["retention_ms"] == 60000
+    empty = admin_client.patch("/api/v1/topics/alterable", headers={"X-CSRF-Token": csrf},
+                               json={})
+    assert empty.status_code == 400 and "nothing to change" in empty.json["error"]["message"]
+    shrink = admin_client.patch("/api/v1/topics/alterable", headers={"X-CSRF-Token": csrf},
+                                json={"partitions": 1})
+    assert shrink.status_code == 400 and "partition" in shrink.json["error"]["message"]
+    form = admin_client.post("/topics/alterable/alter", data={
+        "csrf_token": csrf, "partitions": "", "max_message_bytes": "2048"})
+    assert form.status_code == 302
+    after = admin_client.get("/api/v1/topics/alterable").json
+    assert after["max_message_bytes"] == 2048 and after["partition_count"] == 2
+    unforged = admin_client.post("/topics/alterable/alter", data={"partitions": "3"})
+    assert unforged.status_code == 403

@@ -89,3 +89,32 @@ def test_every_page_names_a_master_that_does_not_answer(cluster):
             assert f"Master {dead} is unreachable" in page.text, path
     finally:
         app.extensions["tubeq"].close()
+
+
+def test_a_growing_lag_is_an_alert_and_rates_show_per_partition_and_broker(sampled_app,
+                                                                          cluster):
+    client = _admin(sampled_app, cluster)
+    csrf = {"X-CSRF-Token": client.get("/api/v1/whoami").json["csrf_token"]}
+    assert client.post("/api/v1/topics", json={"name": "piling", "partitions": 1},
+                       headers=csrf).status_code == 201
+    wait_for(lambda: client.get("/api/v1/topics/piling").json["partitions"][0]["latest"]
+             >= 0, 10, "piling to be hosted")
+    assert client.post("/api/v1/groups/idlers/reset", headers=csrf,
+                       json={"topic": "piling", "to": "earliest"}).status_code == 200
+
+    def alerted() -> bool:
+        producer.send("piling", b"more")
+        producer.flush()
+        return any("group idlers: its lag grew" in a
+                   for a in client.get("/api/v1/overview").json["alerts"])
+
+    def rates_shown() -> bool:
+        producer.send("piling", b"more")
+        producer.flush()
+        topic = client.get("/api/v1/topics/piling").json["partitions"][0]["rate"]
+        return topic > 0 and client.get("/api/v1/brokers/1").json["rate"] > 0
+
+    with Producer(cluster.master_addresses) as producer:
+        wait_for(alerted, 30, "the growing-lag alert", interval=0.05)
+        wait_for(rates_shown, 10, "a partition's and its broker's rate above 0")
+    assert "group idlers: its lag grew" in client.get("/").text
