@@ -186,11 +186,12 @@ class MasterLink:
         for topic, p, store in self.topics.snapshot():
             try:
                 earliest, latest = store.earliest(p), store.latest(p)
+                disk_bytes = store.disk_bytes(p)
             except TubeqError:
                 continue  # the store is being reopened or closed: report it next time
             c = self.metrics.partition(topic, p)
             out.append(mpb.PartitionStats(
                 topic=topic, partition=p, earliest=earliest, latest=latest,
                 bytes_in=c.bytes_in, messages_in=c.messages_in, bytes_out=c.bytes_out,
-                messages_out=c.messages_out))
+                messages_out=c.messages_out, disk_bytes=disk_bytes))
         return out

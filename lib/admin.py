@@ -46,7 +46,7 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
         retention_bytes=s.retention_bytes, max_message_bytes=s.max_message_bytes,
         topic_id=s.topic_id, created_ms=desc.created_ms,
         partitions=[PartitionInfo(p.partition, p.broker_id, p.address, p.available,
-                                  p.earliest, p.latest) for p in parts],
+                                  p.earliest, p.latest, p.disk_bytes) for p in parts],
     )
 
 

@@ -45,7 +45,11 @@ class BulkMetadata:
 
 @dataclass(frozen=True)
 class PartitionInfo:
-    """One partition of a topic: its broker and offsets (-1 when the broker did not report)."""
+    """One partition of a topic: its broker and offsets (-1 when the broker did not report).
+
+    ``disk_bytes``: its flushed records in the shared data log plus its index, as of the
+    broker's last heartbeat (a few seconds old; what is still in the memory cache is not
+    counted)."""
 
     partition: int
     broker_id: int
@@ -53,6 +57,7 @@ class PartitionInfo:
     available: bool
     earliest: int = -1
     latest: int = -1
+    disk_bytes: int = -1
 
 
 @dataclass(frozen=True)

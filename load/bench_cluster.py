@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from lib.cli.bench import ceilings
+from load import stop_on_sigterm
 
 TARGETS = {  # msgs/s at least, except the latency (ms at most)
     "produce_1KiB_msgs_per_s": 150_000,
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="multiplies every message count (0.1 for a quick look)")
     p.add_argument("--rounds", type=int, default=1, help="runs per case; the best counts")
     args = p.parse_args(argv)
+    stop_on_sigterm()
     if args.scale <= 0 or args.rounds < 1:
         p.error("--scale must be > 0 and --rounds >= 1")
     print(json.dumps(run(args.scale, args.rounds), indent=2))

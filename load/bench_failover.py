@@ -23,6 +23,7 @@ from pathlib import Path
 from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
+from load import stop_on_sigterm
 
 
 class Pulse:
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m load.bench_failover", description=__doc__)
     p.add_argument("--tries", type=int, default=10)
     args = p.parse_args(argv)
+    stop_on_sigterm()
     print(json.dumps(run(args.tries), indent=2))
     return 0
 

@@ -36,6 +36,7 @@ import grpc
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
 from lib.rpc import CHANNEL_OPTIONS
+from load import stop_on_sigterm
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_POLL_MS = 30_000
@@ -371,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fetches, args.streams, args.sends, args.budget_s = 200, 200, 50, 30.0
     if min(args.fetches, args.streams) < 0 or args.sends < 1 or args.budget_s <= 0:
         p.error("--fetches/--streams must be >= 0, --sends >= 1, --budget-s > 0")
+    stop_on_sigterm()
     print(json.dumps(run(args.fetches, args.streams, args.sends, args.budget_s), indent=2))
     return 0
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.cli.bench import render
+from load import stop_on_sigterm
 
 PAGE_TARGET_MS = 300.0
 BROWSE_TARGET_MS = 500.0
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=20, help="rounds over every page")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     args = p.parse_args(argv)
+    stop_on_sigterm()
     if args.topics < 1 or args.groups < 1 or args.big_gb <= 0 or args.repeats < 1:
         p.error("--topics, --groups, --repeats must be >= 1 and --big-gb > 0")
     result = run(args.topics, args.groups, args.big_gb, args.repeats)

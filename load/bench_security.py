@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lib.cli.bench import ensure_topic, render, run_consume, run_produce
+from load import stop_on_sigterm
 
 if TYPE_CHECKING:
     from lib.auth.client import Credentials
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="runs per setup; the median counts")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     args = p.parse_args(argv)
+    stop_on_sigterm()
     if args.count < 1 or args.size < 1 or args.rounds < 1:
         p.error("--count, --size and --rounds must be >= 1")
     result = run(args.count, args.size, args.rounds)

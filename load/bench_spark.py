@@ -19,12 +19,13 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from load import stop_on_sigterm
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC_PARTITIONS = 4
@@ -152,10 +153,6 @@ def run(rows: int, size: int) -> dict[str, Any]:
     return result
 
 
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # unwinds through run()'s finally: everything is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m load.bench_spark", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -165,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rows < 1 or args.size < 1:
         p.error("--rows and --size must be >= 1")
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    stop_on_sigterm()
     text = json.dumps(run(args.rows, args.size), indent=2)
     print(text)
     if args.out is not None:

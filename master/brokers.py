@@ -33,6 +33,7 @@ class PartitionStat:
     messages_in: int = 0
     bytes_out: int = 0
     messages_out: int = 0
+    disk_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -85,10 +85,13 @@ class TopicOps:
         offsets = self._live_offsets(record) if live else {}
         parts = []
         for route in self.routes.partitions(record):
-            earliest, latest = offsets.get(route.partition) or self._stat(record, route)
+            stat = self.registry.stat(route.broker_id, record["topic"], route.partition)
+            earliest, latest = offsets.get(route.partition) or (
+                (-1, -1) if stat is None else (stat.earliest, stat.latest))
             parts.append(apb.PartitionDescription(
                 partition=route.partition, broker_id=route.broker_id, address=route.address,
-                available=route.available, earliest=earliest, latest=latest))
+                available=route.available, earliest=earliest, latest=latest,
+                disk_bytes=-1 if stat is None else stat.disk_bytes))
         return apb.TopicDescription(
             topic=name, settings=settings.to_pb(record["settings"], record["topic_id"]),
             partitions=parts, created_ms=record["created_ms"])
@@ -105,10 +108,6 @@ class TopicOps:
             if isinstance(result, dict):
                 out.update({p: (po.earliest, po.latest) for p, po in result.items()})
         return out
-
-    def _stat(self, record: dict[str, Any], route: mpb.PartitionRoute) -> tuple[int, int]:
-        stat = self.registry.stat(route.broker_id, record["topic"], route.partition)
-        return (-1, -1) if stat is None else (stat.earliest, stat.latest)
 
     def _existing(self, name: str) -> dict[str, Any]:
         record = self.state.topic(name)

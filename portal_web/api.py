@@ -4,23 +4,10 @@ from __future__ import annotations
 from flask import Blueprint, g, jsonify, request
 
 from portal_web import views
-from portal_web.context import client, portal
-from portal_web.errors import PortalError
+from portal_web.context import client, json_body, page_sizes, portal
 from portal_web.openapi import document
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
-
-
-def _sizes() -> tuple[int, int]:
-    config = portal().config
-    return config.page_size, config.max_page_size
-
-
-def _body() -> dict:
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise PortalError(400, "INVALID_ARGUMENT", "the request body must be a JSON object")
-    return body
 
 
 @bp.get("/openapi.json")
@@ -55,12 +42,12 @@ def brokers():
 
 @bp.get("/topics")
 def topics():
-    return jsonify(views.topics(client(), request.args, *_sizes()))
+    return jsonify(views.topics(client(), request.args, *page_sizes()))
 
 
 @bp.post("/topics")
 def topic_create():
-    return jsonify(views.create_topic(client(), _body())), 201
+    return jsonify(views.create_topic(client(), json_body())), 201
 
 
 @bp.get("/topics/<name>")
@@ -70,7 +57,7 @@ def topic(name: str):
 
 @bp.patch("/topics/<name>")
 def topic_alter(name: str):
-    return jsonify(views.alter_topic(client(), name, _body()))
+    return jsonify(views.alter_topic(client(), name, json_body()))
 
 
 @bp.delete("/topics/<name>")
@@ -81,7 +68,7 @@ def topic_delete(name: str):
 
 @bp.get("/groups")
 def groups():
-    return jsonify(views.paginate(client().list_groups(), request.args, *_sizes()))
+    return jsonify(views.paginate(client().list_groups(), request.args, *page_sizes()))
 
 
 @bp.get("/groups/<name>")
@@ -92,7 +79,7 @@ def group(name: str):
 
 @bp.post("/groups/<name>/reset")
 def group_reset(name: str):
-    body = _body()
+    body = json_body()
     return jsonify(views.reset_offsets(client(), name, body, bool(body.get("dry_run"))))
 
 

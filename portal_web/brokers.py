@@ -32,6 +32,7 @@ def broker(admin: AdminClient, broker_id: int, sampler: Sampler | None = None) -
             "topic_count": len({p["topic"] for p in hosted}),
             "messages": sum(max(0, p["latest"] - max(p["earliest"], 0)) for p in hosted
                             if p["latest"] >= 0),
+            "disk_bytes": sum(max(0, p["disk_bytes"]) for p in hosted),
             "rate": _rate(sampler, hosted)}
 
 

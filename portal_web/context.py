@@ -11,6 +11,7 @@ from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from lib.tls import Tls
 from portal_web.config import PortalConfig
+from portal_web.errors import PortalError
 from portal_web.sampler import Sampler
 from portal_web.sessions import ApiClients, SessionStore, credentials_of
 
@@ -73,6 +74,20 @@ def portal() -> Portal:
 def client() -> AdminClient:
     """The caller's own client (their session's or their API credential's)."""
     return g.client
+
+
+def page_sizes() -> tuple[int, int]:
+    """The default page size and its cap, for views.paginate."""
+    config = portal().config
+    return config.page_size, config.max_page_size
+
+
+def json_body() -> dict:
+    """The request's JSON object; anything else (no body, a list, bad JSON) is a 400."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise PortalError(400, "INVALID_ARGUMENT", "the request body must be a JSON object")
+    return body
 
 
 def credentials() -> Credentials:

@@ -31,7 +31,7 @@ from lib.producer.producer import Producer
 from lib.tls import Tls
 from portal_web import browse, message_query
 from portal_web.config import PortalConfig
-from portal_web.context import client, credentials
+from portal_web.context import client, credentials, json_body
 from portal_web.errors import PortalError, describe
 from portal_web.render import FORMATS
 from portal_web.views import integer
@@ -170,10 +170,7 @@ def browse_api(name: str):
 
 @api.post("/topics/<name>/messages")
 def produce_api(name: str):
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise PortalError(400, "INVALID_ARGUMENT", "the request body must be a JSON object")
-    return jsonify(produce(name, body)), 201
+    return jsonify(produce(name, json_body())), 201
 
 
 @api.get("/topics/<name>/messages/<partition>/<offset>/raw")

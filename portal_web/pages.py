@@ -4,14 +4,9 @@ from __future__ import annotations
 from flask import Blueprint, redirect, render_template, request, url_for
 
 from portal_web import views
-from portal_web.context import client, portal
+from portal_web.context import client, page_sizes, portal
 
 bp = Blueprint("pages", __name__)
-
-
-def _sizes() -> tuple[int, int]:
-    config = portal().config
-    return config.page_size, config.max_page_size
 
 
 @bp.get("/")
@@ -23,7 +18,7 @@ def dashboard():
 
 @bp.get("/topics")
 def topics():
-    return render_template("topics.html", view=views.topics(client(), request.args, *_sizes()))
+    return render_template("topics.html", view=views.topics(client(), request.args, *page_sizes()))
 
 
 @bp.get("/topics/new")
@@ -63,7 +58,7 @@ def brokers():
 @bp.get("/groups")
 def groups():
     return render_template("groups.html", view=views.paginate(client().list_groups(),
-                                                              request.args, *_sizes()))
+                                                              request.args, *page_sizes()))
 
 
 @bp.get("/groups/<name>")

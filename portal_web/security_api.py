@@ -6,19 +6,11 @@ from flask import Blueprint, jsonify, request
 
 from portal_web import security_limits as limits
 from portal_web import security_views as sv
-from portal_web.context import client, portal
-from portal_web.errors import PortalError
+from portal_web.context import client, json_body, portal
 from portal_web.security import admins_only, forget_keys, me
 
 bp = Blueprint("security_api", __name__, url_prefix="/api/v1/security")
 bp.before_request(admins_only)
-
-
-def _body() -> dict:
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise PortalError(400, "INVALID_ARGUMENT", "the request body must be a JSON object")
-    return body
 
 
 @bp.get("/users")
@@ -28,7 +20,7 @@ def users():
 
 @bp.post("/users")
 def user_add():
-    return jsonify(sv.add_user(client(), _body())), 201
+    return jsonify(sv.add_user(client(), json_body())), 201
 
 
 @bp.get("/users/<name>")
@@ -38,12 +30,12 @@ def user(name: str):
 
 @bp.put("/users/<name>/roles")
 def user_roles(name: str):
-    return jsonify(sv.set_roles(client(), name, _body().get("roles")))
+    return jsonify(sv.set_roles(client(), name, json_body().get("roles")))
 
 
 @bp.put("/users/<name>/password")
 def user_password(name: str):
-    sv.set_password(client(), name, _body())
+    sv.set_password(client(), name, json_body())
     return "", 204
 
 
@@ -61,7 +53,7 @@ def api_keys():
 
 @bp.post("/api-keys")
 def api_key_create():
-    return jsonify(sv.create_api_key(client(), _body())), 201
+    return jsonify(sv.create_api_key(client(), json_body())), 201
 
 
 @bp.delete("/api-keys/<key_id>")
@@ -78,7 +70,7 @@ def acls():
 
 @bp.post("/acls")
 def acl_add():
-    made = sv.add_acl(client(), _body())
+    made = sv.add_acl(client(), json_body())
     return jsonify(made), 201 if made["added"] else 200
 
 
@@ -95,7 +87,7 @@ def quotas():
 
 @bp.put("/quotas/<entity>")
 def quota_set(entity: str):
-    return jsonify(limits.set_quota(client(), entity, _body()))
+    return jsonify(limits.set_quota(client(), entity, json_body()))
 
 
 @bp.delete("/quotas/<entity>")
@@ -111,7 +103,7 @@ def ip_rules():
 
 @bp.post("/ip-rules")
 def ip_rule_add():
-    made = limits.add_ip_rule(client(), _body())
+    made = limits.add_ip_rule(client(), json_body())
     return jsonify(made), 201 if made["added"] else 200
 
 

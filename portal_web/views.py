@@ -66,6 +66,7 @@ def _topic_row(topic) -> dict:
     row["messages"] = sum(max(0, p.latest - max(p.earliest, 0)) for p in topic.partitions
                           if p.latest >= 0)
     row["unavailable"] = sum(1 for p in topic.partitions if not p.available)
+    row["disk_bytes"] = sum(max(0, p.disk_bytes) for p in topic.partitions)
     return row
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DISK_FULL_RETRY_S = 0.5  # a flusher on a full disk tries again this often
 DISK_FULL_CLOSE_S = 3.0  # close() on a full disk retries this long, then logs what is lost
+MAX_IDLE_S = 3600.0  # an idle flusher wakes at least this often (bounds Condition.wait)
 
 
 class Flusher:
@@ -48,6 +49,7 @@ class Flusher:
         self.io_lock = threading.Lock()  # file structure changes: writes and retention
         self._unsynced = policy.synced_now()
         self._last_checkpoint = self.clock()
+        self._checkpointed = -1  # data log end at the last checkpoint: unchanged, none is due
         self._last_retention = self.clock()  # first check one interval after open
         self._disk_full_since = 0.0
         self._written: CacheBlock | None = None  # the block being flushed, once in the files
@@ -92,13 +94,35 @@ class Flusher:
         to write (None: nothing), whether the store closes and whether a waiter wants a sync."""
         s, cache = self.store, self.store._cache
         with s._cond:
-            s._cond.wait_for(self._due, timeout=self.policy.wait_s(cache.active, self._unsynced))
+            self._sleep()
             closing = s._closing
             waited_for = closing or s._sync_target > cache.active.base_pos
             if cache.flushing is None and self.policy.write_due(cache.active, waited_for):
                 cache.swap()
                 s._cond.notify_all()
             return cache.flushing, closing, s._sync_target > s._synced_pos
+
+    def _sleep(self) -> None:
+        """Wait (holding the store's condition) until something is due or its time comes. A
+        notify recomputes the time: the first append into an empty block shortens it from
+        the next housekeeping to the block's flush interval."""
+        s = self.store
+        while not self._due():
+            timeout = self.policy.wait_s(s._cache.active, self._unsynced, self._housekeeping_s())
+            if timeout <= 0 or not s._cond.wait(timeout):
+                return  # a time-based deadline (block age, fsync, housekeeping) has come
+
+    def _housekeeping_s(self) -> float:
+        """Seconds to the next retention check or, when a new synced position awaits one, the
+        next checkpoint: an idle store sleeps this long (a broker holds thousands of them).
+        Unsynced bytes wait for their fsync, whose own timer wakes the flusher."""
+        s, cfg, now = self.store, self.store.config, self.clock()
+        wait = min(self._last_retention + cfg.retention_check_interval_ms / 1e3 - now,
+                   MAX_IDLE_S)
+        if (s._synced_pos != self._checkpointed and not self._unsynced.bytes
+                and s._cache.flushing is None):
+            wait = min(wait, self._last_checkpoint + cfg.checkpoint_interval_ms / 1e3 - now)
+        return max(wait, 0.0)
 
     def _due(self) -> bool:
         s = self.store
@@ -155,13 +179,16 @@ class Flusher:
         with s._cond:
             if self._unsynced.bytes or s._cache.flushing is not None:
                 return  # only a fully synced, fully indexed position may be checkpointed
+            if s._synced_pos == self._checkpointed and not force:
+                self._last_checkpoint = self.clock()
+                return  # nothing was written since: the file on disk says it all
             position = s._synced_pos
             next_offsets = {p: part.flushed for p, part in s._parts.items()}
             parts = list(s._parts.values())  # add_partition may insert while we sync
         for part in parts:
             part.index.sync()
         write_checkpoint(s.dir, Checkpoint(position, next_offsets))
-        self._last_checkpoint = self.clock()
+        self._last_checkpoint, self._checkpointed = self.clock(), position
 
     def _maybe_retention(self) -> None:
         interval = self.store.config.retention_check_interval_ms / 1e3

@@ -34,6 +34,9 @@ class IndexLog(SegmentedLog):
         self.dir = directory
         self.max_entries = max_entries
         self._list = SegmentList(directory, SUFFIX, _entries_in)
+        # Record bytes summed per segment as base -> (first, last, total): a sealed segment is
+        # read once, the active one only past what was summed before (see record_bytes).
+        self._tally: dict[int, tuple[int, int, int]] = {}
 
     def append(self, entries: np.ndarray) -> None:
         """Write entries at the end (rolling segments at ``max_entries``).
@@ -75,11 +78,35 @@ class IndexLog(SegmentedLog):
             return np.empty(0, INDEX_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def record_bytes(self, first: int, last: int) -> int:
+        """Bytes the records of offsets [first, last) take in the data log.
+
+        Asked every heartbeat for every partition, so each segment's sum is remembered and
+        only entries appended since are read.
+        """
+        total = 0
+        for seg in self._list.segs:
+            lo, hi = max(first, seg.base), min(last, seg.end)
+            if lo >= hi:
+                continue
+            was_lo, was_hi, summed = self._tally.get(seg.base, (lo, lo, 0))
+            if was_lo != lo or was_hi > hi:
+                was_hi, summed = lo, 0
+            if hi > was_hi:
+                summed += int(self.read(was_hi, hi)["size"].sum(dtype=np.uint64))
+            self._tally[seg.base] = (lo, hi, summed)
+            total += summed
+        live = {seg.base for seg in self._list.segs}
+        for base in [b for b in self._tally if b not in live]:
+            del self._tally[base]
+        return total
+
     def last_entry(self) -> np.ndarray | None:
         return self.read(self.end - 1, self.end)[0] if self.end > self.start else None
 
     def truncate(self, end: int) -> None:
         """Drop every entry at offset >= end (recovery); whole later segments are removed."""
+        self._tally.clear()
         segs = self._list
         while segs.segs and segs.segs[-1].base >= end:
             segs.drop_newest()
@@ -127,6 +154,7 @@ class IndexLog(SegmentedLog):
 
     def reset(self, base: int) -> None:
         """Forget every entry and continue at ``base`` (recovery found no valid entry)."""
+        self._tally.clear()
         while self._list.segs:
             self._list.drop_newest()
         self._list.empty_end = base

@@ -173,6 +173,7 @@ class Store(Closeable):
             self._unwritten += cost
             base = part.next
             block = self._cache.active
+            first_in_block = block.fill == 0
             header = chunk_header(partition, view.count, base, len(view.frames))
             entries = np.empty(view.count, INDEX_DTYPE)
             entries["pos"] = frame_starts(view.sizes) + (block.end_pos + CHUNK.size)
@@ -181,8 +182,8 @@ class Store(Closeable):
             entries["ts"] = view.timestamps
             block.add(partition, base, header, view.frames, entries)
             part.next = base + view.count
-            if self._policy.block_full(block):
-                self._cond.notify_all()
+            if first_in_block or self._policy.block_full(block):
+                self._cond.notify_all()  # the flusher sleeps until a block needs it
             if cfg.durability == "sync":
                 self._wait_synced(block.end_pos)
         return base, base + view.count - 1
@@ -260,6 +261,15 @@ class Store(Closeable):
         written by an earlier process."""
         with self._cond:
             return self._readable_partition(partition).opened
+
+    def disk_bytes(self, partition: int) -> int:
+        """Bytes of this partition in the files: its flushed records in the shared data log
+        plus its index (records still in the memory cache are not counted)."""
+        with self._cond:
+            part = self._readable_partition(partition)
+            earliest, flushed = part.earliest, part.flushed
+            index_bytes = (part.index.end - part.index.start) * ENTRY
+        return part.index.record_bytes(earliest, flushed) + index_bytes
 
     def offset_for_time(self, partition: int, timestamp_ms: int) -> int:
         """First offset whose timestamp is >= ``timestamp_ms`` (latest if none)."""

@@ -84,12 +84,13 @@ class SyncPolicy:
                 or unsynced.bytes >= self.fsync_every_bytes
                 or age_ms >= self.fsync_interval_ms)
 
-    def wait_s(self, active: CacheBlock, unsynced: Unsynced) -> float:
-        """How long the idle flusher may sleep: until the active block or the unsynced bytes
-        fall due, and at most half the shorter interval (checkpoints and retention are checked
-        on every wake-up). Counts and bytes need no timer: appenders notify."""
+    def wait_s(self, active: CacheBlock, unsynced: Unsynced, idle_s: float) -> float:
+        """How long the flusher may sleep: until the active block or the unsynced bytes fall
+        due, else ``idle_s`` (the flusher's next checkpoint or retention check). Counts and
+        bytes need no timer: appenders notify when a block fills and when an empty one gets
+        its first message, so an idle store costs no wake-ups."""
         now = self.clock()
-        wait = min(self.block_interval_ms, self.fsync_interval_ms) / 2e3
+        wait = idle_s
         if active.fill:
             wait = min(wait, active.created + self.block_interval_ms / 1e3 - now)
         if unsynced.bytes:

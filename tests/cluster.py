@@ -53,9 +53,11 @@ class ServerProcess:
         log.close()
         try:
             self.info = wait_ready(self.data_dir, self.pid, timeout, alive=self.alive)
-        except (TimeoutError, RuntimeError) as exc:
+        except BaseException as exc:  # also SIGTERM/Ctrl-C meanwhile: no child left behind
             self.stop()
-            raise RuntimeError(f"{exc}\n--- log ---\n{self.log_tail()}") from exc
+            if isinstance(exc, TimeoutError | RuntimeError):
+                raise RuntimeError(f"{exc}\n--- log ---\n{self.log_tail()}") from exc
+            raise
         return self
 
     def signal(self, sig: int) -> None:

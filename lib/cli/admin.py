@@ -30,7 +30,8 @@ def _topic_table(info) -> None:
     for key, value in d.items():
         click.echo(f"{key:<18} {value}")
     print_rows(parts, [c for c in ("partition", "broker_id", "address", "available",
-                                   "earliest", "latest") if not parts or c in parts[0]])
+                                   "earliest", "latest", "disk_bytes")
+                            if not parts or c in parts[0]])
 
 
 @click.group()

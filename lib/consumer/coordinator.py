@@ -320,7 +320,7 @@ class Coordinator:
             self._interval = state.heartbeat_interval_ms / 1000
         new = {TopicPartition(a.topic, p) for a in state.assignments for p in a.partitions}
         current = self.sub.assignment()
-        if (state.generation, state.member_id) == self.identity and new == current:
+        if (state.member_id, state.generation) == self.identity and new == current:
             return None
         self._revoke(current - new)
         added, _ = self.sub.assign(new)
@@ -335,7 +335,7 @@ class Coordinator:
             if self._stop.wait(self._handoff_s()):
                 return None  # closing: the positions are not needed any more
             fresh = self._heartbeat()
-            if (fresh.generation, fresh.member_id) != self.identity:
+            if (fresh.member_id, fresh.generation) != self.identity:
                 return fresh
         self._claim(new, set(self.sub.missing_positions()) & new)
         try:

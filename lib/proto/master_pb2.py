@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from lib.proto import security_pb2 as lib_dot_proto_dot_security__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\x1a\x18lib/proto/security.proto\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\xb6\x03\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x12.\n\x0csigning_keys\x18\x05 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x06 \x01(\x0b\x32\x16.tubeq.security.AclSet\x12(\n\x06quotas\x18\x07 \x01(\x0b\x32\x18.tubeq.security.QuotaSet\x12+\n\x08ip_rules\x18\x08 \x01(\x0b\x32\x19.tubeq.security.IpRuleSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\",\n\nSigningKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\x0c\"\xa4\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\"E\n\nDiskStatus\x12\x12\n\nfree_bytes\x18\x01 \x01(\x04\x12\x15\n\rreserve_bytes\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"\x96\x02\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\x12&\n\x04\x64isk\x18\x03 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12+\n\tcommitted\x18\x04 \x03(\x0b\x32\x18.tubeq.master.GroupTopic\x12\x13\n\x0b\x61\x63l_version\x18\x05 \x01(\x03\x12\'\n\x08refusals\x18\x06 \x03(\x0b\x32\x15.tubeq.master.Refusal\x12\x15\n\rquota_version\x18\x07 \x01(\x03\x12\x12\n\nip_version\x18\x08 \x01(\x03\"k\n\x07Refusal\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0c\n\x04peer\x18\x04 \x01(\t\x12\r\n\x05\x63ount\x18\x05 \x01(\r\x12\x10\n\x08\x66irst_ms\x18\x06 \x01(\x03\"*\n\nGroupTopic\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"\xda\x03\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x12.\n\x0csigning_keys\x18\x06 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x07 \x01(\x0b\x32\x16.tubeq.security.AclSet\x12(\n\x06quotas\x18\x08 \x01(\x0b\x32\x18.tubeq.security.QuotaSet\x12+\n\x08ip_rules\x18\t \x01(\x0b\x32\x19.tubeq.security.IpRuleSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"\x94\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12&\n\x04\x64isk\x18\x05 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12\x10\n\x08\x64raining\x18\x06 \x01(\x08\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"\x9e\x01\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\x12\'\n\x05owned\x18\x06 \x03(\x0b\x32\x18.tubeq.master.Assignment\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16lib/proto/master.proto\x12\x0ctubeq.master\x1a\x18lib/proto/security.proto\";\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xa3\x01\n\rTopicSettings\x12\x12\n\npartitions\x18\x01 \x01(\r\x12\x0e\n\x06stores\x18\x02 \x01(\r\x12\x12\n\ndurability\x18\x03 \x01(\t\x12\x14\n\x0cretention_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretention_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\r\x12\x10\n\x08topic_id\x18\x07 \x01(\x04\"I\n\x12PartitionPlacement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x11\n\tbroker_id\x18\x03 \x01(\x05\"\xb6\x03\n\x16RegisterBrokerResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12@\n\x06topics\x18\x02 \x03(\x0b\x32\x30.tubeq.master.RegisterBrokerResponse.TopicsEntry\x12\x34\n\nplacements\x18\x03 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12\x1d\n\x15heartbeat_interval_ms\x18\x04 \x01(\r\x12.\n\x0csigning_keys\x18\x05 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x06 \x01(\x0b\x32\x16.tubeq.security.AclSet\x12(\n\x06quotas\x18\x07 \x01(\x0b\x32\x18.tubeq.security.QuotaSet\x12+\n\x08ip_rules\x18\x08 \x01(\x0b\x32\x19.tubeq.security.IpRuleSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\",\n\nSigningKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\x0c\"\xb8\x01\n\x0ePartitionStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x03 \x01(\x03\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x05 \x01(\x04\x12\x13\n\x0bmessages_in\x18\x06 \x01(\x04\x12\x11\n\tbytes_out\x18\x07 \x01(\x04\x12\x14\n\x0cmessages_out\x18\x08 \x01(\x04\x12\x12\n\ndisk_bytes\x18\t \x01(\x04\"E\n\nDiskStatus\x12\x12\n\nfree_bytes\x18\x01 \x01(\x04\x12\x15\n\rreserve_bytes\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"\x96\x02\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12+\n\x05stats\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionStats\x12&\n\x04\x64isk\x18\x03 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12+\n\tcommitted\x18\x04 \x03(\x0b\x32\x18.tubeq.master.GroupTopic\x12\x13\n\x0b\x61\x63l_version\x18\x05 \x01(\x03\x12\'\n\x08refusals\x18\x06 \x03(\x0b\x32\x15.tubeq.master.Refusal\x12\x15\n\rquota_version\x18\x07 \x01(\x03\x12\x12\n\nip_version\x18\x08 \x01(\x03\"k\n\x07Refusal\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0c\n\x04peer\x18\x04 \x01(\t\x12\r\n\x05\x63ount\x18\x05 \x01(\r\x12\x10\n\x08\x66irst_ms\x18\x06 \x01(\x03\"*\n\nGroupTopic\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"\xda\x03\n\x17\x42rokerHeartbeatResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x12\n\nreregister\x18\x02 \x01(\x08\x12\x41\n\x06topics\x18\x03 \x03(\x0b\x32\x31.tubeq.master.BrokerHeartbeatResponse.TopicsEntry\x12\x34\n\nplacements\x18\x04 \x03(\x0b\x32 .tubeq.master.PartitionPlacement\x12+\n\x07\x64\x65leted\x18\x05 \x03(\x0b\x32\x1a.tubeq.master.DeletedTopic\x12.\n\x0csigning_keys\x18\x06 \x03(\x0b\x32\x18.tubeq.master.SigningKey\x12$\n\x04\x61\x63ls\x18\x07 \x01(\x0b\x32\x16.tubeq.security.AclSet\x12(\n\x06quotas\x18\x08 \x01(\x0b\x32\x18.tubeq.security.QuotaSet\x12+\n\x08ip_rules\x18\t \x01(\x0b\x32\x19.tubeq.security.IpRuleSet\x1aJ\n\x0bTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings:\x02\x38\x01\"/\n\x0c\x44\x65letedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\"\x94\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12&\n\x04\x64isk\x18\x05 \x01(\x0b\x32\x18.tubeq.master.DiskStatus\x12\x10\n\x08\x64raining\x18\x06 \x01(\x08\"Z\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x11\n\tavailable\x18\x04 \x01(\x08\"|\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.tubeq.master.PartitionRoute\x12-\n\x08settings\x18\x03 \x01(\x0b\x32\x1b.tubeq.master.TopicSettings\"\"\n\x10GetRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"=\n\x11GetRoutesResponse\x12(\n\x06routes\x18\x01 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\"/\n\nAssignment\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"\x9e\x01\n\x10JoinGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\r\x12\'\n\x05owned\x18\x06 \x03(\x0b\x32\x18.tubeq.master.Assignment\"M\n\x15GroupHeartbeatRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xab\x01\n\nGroupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.tubeq.master.Assignment\x12(\n\x06routes\x18\x04 \x03(\x0b\x32\x18.tubeq.master.TopicRoute\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\r\"5\n\x11LeaveGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x14\n\x12LeaveGroupResponse2\xfc\x03\n\x06Master\x12[\n\x0eRegisterBroker\x12#.tubeq.master.RegisterBrokerRequest\x1a$.tubeq.master.RegisterBrokerResponse\x12^\n\x0f\x42rokerHeartbeat\x12$.tubeq.master.BrokerHeartbeatRequest\x1a%.tubeq.master.BrokerHeartbeatResponse\x12L\n\tGetRoutes\x12\x1e.tubeq.master.GetRoutesRequest\x1a\x1f.tubeq.master.GetRoutesResponse\x12\x45\n\tJoinGroup\x12\x1e.tubeq.master.JoinGroupRequest\x1a\x18.tubeq.master.GroupState\x12O\n\x0eGroupHeartbeat\x12#.tubeq.master.GroupHeartbeatRequest\x1a\x18.tubeq.master.GroupState\x12O\n\nLeaveGroup\x12\x1f.tubeq.master.LeaveGroupRequest\x1a .tubeq.master.LeaveGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,43 +49,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIGNINGKEY']._serialized_start=809
   _globals['_SIGNINGKEY']._serialized_end=853
   _globals['_PARTITIONSTATS']._serialized_start=856
-  _globals['_PARTITIONSTATS']._serialized_end=1020
-  _globals['_DISKSTATUS']._serialized_start=1022
-  _globals['_DISKSTATUS']._serialized_end=1091
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=1094
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=1372
-  _globals['_REFUSAL']._serialized_start=1374
-  _globals['_REFUSAL']._serialized_end=1481
-  _globals['_GROUPTOPIC']._serialized_start=1483
-  _globals['_GROUPTOPIC']._serialized_end=1525
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=1528
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=2002
+  _globals['_PARTITIONSTATS']._serialized_end=1040
+  _globals['_DISKSTATUS']._serialized_start=1042
+  _globals['_DISKSTATUS']._serialized_end=1111
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=1114
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=1392
+  _globals['_REFUSAL']._serialized_start=1394
+  _globals['_REFUSAL']._serialized_end=1501
+  _globals['_GROUPTOPIC']._serialized_start=1503
+  _globals['_GROUPTOPIC']._serialized_end=1545
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=1548
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=2022
   _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_start=733
   _globals['_BROKERHEARTBEATRESPONSE_TOPICSENTRY']._serialized_end=807
-  _globals['_DELETEDTOPIC']._serialized_start=2004
-  _globals['_DELETEDTOPIC']._serialized_end=2051
-  _globals['_BROKERINFO']._serialized_start=2054
-  _globals['_BROKERINFO']._serialized_end=2202
-  _globals['_PARTITIONROUTE']._serialized_start=2204
-  _globals['_PARTITIONROUTE']._serialized_end=2294
-  _globals['_TOPICROUTE']._serialized_start=2296
-  _globals['_TOPICROUTE']._serialized_end=2420
-  _globals['_GETROUTESREQUEST']._serialized_start=2422
-  _globals['_GETROUTESREQUEST']._serialized_end=2456
-  _globals['_GETROUTESRESPONSE']._serialized_start=2458
-  _globals['_GETROUTESRESPONSE']._serialized_end=2519
-  _globals['_ASSIGNMENT']._serialized_start=2521
-  _globals['_ASSIGNMENT']._serialized_end=2568
-  _globals['_JOINGROUPREQUEST']._serialized_start=2571
-  _globals['_JOINGROUPREQUEST']._serialized_end=2729
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=2731
-  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=2808
-  _globals['_GROUPSTATE']._serialized_start=2811
-  _globals['_GROUPSTATE']._serialized_end=2982
-  _globals['_LEAVEGROUPREQUEST']._serialized_start=2984
-  _globals['_LEAVEGROUPREQUEST']._serialized_end=3037
-  _globals['_LEAVEGROUPRESPONSE']._serialized_start=3039
-  _globals['_LEAVEGROUPRESPONSE']._serialized_end=3059
-  _globals['_MASTER']._serialized_start=3062
-  _globals['_MASTER']._serialized_end=3570
+  _globals['_DELETEDTOPIC']._serialized_start=2024
+  _globals['_DELETEDTOPIC']._serialized_end=2071
+  _globals['_BROKERINFO']._serialized_start=2074
+  _globals['_BROKERINFO']._serialized_end=2222
+  _globals['_PARTITIONROUTE']._serialized_start=2224
+  _globals['_PARTITIONROUTE']._serialized_end=2314
+  _globals['_TOPICROUTE']._serialized_start=2316
+  _globals['_TOPICROUTE']._serialized_end=2440
+  _globals['_GETROUTESREQUEST']._serialized_start=2442
+  _globals['_GETROUTESREQUEST']._serialized_end=2476
+  _globals['_GETROUTESRESPONSE']._serialized_start=2478
+  _globals['_GETROUTESRESPONSE']._serialized_end=2539
+  _globals['_ASSIGNMENT']._serialized_start=2541
+  _globals['_ASSIGNMENT']._serialized_end=2588
+  _globals['_JOINGROUPREQUEST']._serialized_start=2591
+  _globals['_JOINGROUPREQUEST']._serialized_end=2749
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_start=2751
+  _globals['_GROUPHEARTBEATREQUEST']._serialized_end=2828
+  _globals['_GROUPSTATE']._serialized_start=2831
+  _globals['_GROUPSTATE']._serialized_end=3002
+  _globals['_LEAVEGROUPREQUEST']._serialized_start=3004
+  _globals['_LEAVEGROUPREQUEST']._serialized_end=3057
+  _globals['_LEAVEGROUPRESPONSE']._serialized_start=3059
+  _globals['_LEAVEGROUPRESPONSE']._serialized_end=3079
+  _globals['_MASTER']._serialized_start=3082
+  _globals['_MASTER']._serialized_end=3590
 # @@protoc_insertion_point(module_scope)

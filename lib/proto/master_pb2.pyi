@@ -79,7 +79,7 @@ class SigningKey(_message.Message):
     def __init__(self, key_id: _Optional[str] = ..., secret: _Optional[bytes] = ...) -> None: ...
 
 class PartitionStats(_message.Message):
-    __slots__ = ("topic", "partition", "earliest", "latest", "bytes_in", "messages_in", "bytes_out", "messages_out")
+    __slots__ = ("topic", "partition", "earliest", "latest", "bytes_in", "messages_in", "bytes_out", "messages_out", "disk_bytes")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class PartitionStats(_message.Message):
     MESSAGES_IN_FIELD_NUMBER: _ClassVar[int]
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_OUT_FIELD_NUMBER: _ClassVar[int]
+    DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     earliest: int
@@ -96,7 +97,8 @@ class PartitionStats(_message.Message):
     messages_in: int
     bytes_out: int
     messages_out: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ...) -> None: ...
+    disk_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
 
 class DiskStatus(_message.Message):
     __slots__ = ("free_bytes", "reserve_bytes", "full")

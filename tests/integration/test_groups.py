@@ -288,3 +288,24 @@ def test_a_manual_assignment_commit_makes_describe_group_list_its_topic(cluster,
         assert sorted((r.topic, r.partition, r.committed, r.lag) for r in rows) == \
             [("manual", 0, 4, 6), ("manual", 1, 10, 0)]
         assert "g-manual" in admin.list_groups()
+
+
+def test_heartbeats_without_a_change_do_not_reassign(cluster, feeder):
+    """A heartbeat answering the same member, generation and partitions is no rebalance: no
+    on_assign call, no claim of the offsets again (it used to do both at every heartbeat)."""
+    feeder.create_topic("steady", 2)
+    calls: list[set] = []
+
+    class Counting(PullConsumer):
+        def on_assign(self, tps):
+            calls.append(set(tps))
+            super().on_assign(tps)
+
+    with Counting(cluster.master_addresses, group="g-steady", auto_offset_reset="earliest",
+                  session_timeout_ms=SESSION_MS) as consumer:
+        consumer.subscribe(["steady"])
+        wait_for(lambda: consumer.poll(timeout=0.2) is not None and calls, 20, "the assignment")
+        deadline = time.monotonic() + 3 * SESSION_MS / 1000 / 3 + 0.5  # three heartbeats
+        while time.monotonic() < deadline:
+            consumer.poll(timeout=0.2)
+    assert calls == [{TopicPartition("steady", 0), TopicPartition("steady", 1)}]

@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+from openapi_spec_validator import validate
+from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
+
+from lib import Producer
+from lib.admin import AdminClient
+from tests.integration.test_consumer_common import wait_for
 from tests.portal.conftest import csrf_of, log_in
 
 
@@ -156,6 +163,15 @@ def test_the_openapi_document_and_the_routes_agree(app):
             routed |= {(path, m) for m in rule.methods - {"HEAD", "OPTIONS"}}
     assert documented == routed
     assert spec["openapi"].startswith("3.1")
+    validate(spec)  # raises, naming the place, if the document breaks OpenAPI 3.1
+
+
+def test_the_spec_validator_catches_a_broken_document(app):
+    """The check above can fail: a path parameter that no operation declares is refused."""
+    spec = app.test_client().get("/api/v1/openapi.json").json
+    spec["paths"]["/nowhere/{thing}"] = {"get": {"responses": {"200": {"description": "ok"}}}}
+    with pytest.raises(OpenAPIValidationError):
+        validate(spec)
 
 
 def test_a_second_login_page_keeps_the_first_forms_token(app, cluster):
@@ -192,3 +208,28 @@ def test_a_topic_is_altered_by_form_and_api(admin_client):
     assert after["max_message_bytes"] == 2048 and after["partition_count"] == 2
     unforged = admin_client.post("/topics/alterable/alter", data={"partitions": "3"})
     assert unforged.status_code == 403
+
+
+def test_bytes_on_disk_per_partition_on_the_topic_and_broker_pages(admin_client, cluster):
+    """Records of a sync topic are in the files when acknowledged; the broker reports each
+    partition's bytes (records plus index) in its next heartbeat."""
+    with AdminClient(cluster.master_addresses, credentials=cluster.admin_credentials()) as root:
+        root.create_topic("on-disk", partitions=2, durability="sync")
+    value = b"v" * 1000
+    with Producer(cluster.master_addresses, linger_ms=0) as producer:
+        for _ in range(50):
+            producer.send_sync("on-disk", value, partition=0, timeout=30)
+
+    def partitions():
+        return admin_client.get("/api/v1/topics/on-disk").json["partitions"]
+    wait_for(lambda: partitions()[0]["disk_bytes"] >= 50 * (len(value) + 24), 20,
+             "partition 0's bytes on disk in a heartbeat")
+    p0, p1 = partitions()
+    assert p0["disk_bytes"] < 50 * (len(value) + 200)  # the frames' overhead is small
+    assert p1["disk_bytes"] == 0  # nothing written there
+    page = admin_client.get("/topics/on-disk").text
+    assert f'data-bytes="{p0["disk_bytes"]}"' in page and 'id="disk-bytes"' in page
+    broker = admin_client.get(f"/api/v1/brokers/{p0['broker_id']}").json
+    hosted = {(p["topic"], p["partition"]): p["disk_bytes"] for p in broker["partitions"]}
+    assert hosted[("on-disk", 0)] == p0["disk_bytes"]
+    assert broker["disk_bytes"] >= p0["disk_bytes"]

@@ -119,6 +119,18 @@ def check_partitions(store: Store, written: dict[int, list[bytes]], earliest: di
         assert store.offset_for_time(p, 0) == earliest[p], f"{case} p{p}"
 
 
+def check_disk_bytes(store: Store, case: str = "") -> None:
+    """A partition's disk bytes are its records' frames (as read back) plus its index files."""
+    store.flush()
+    for p in PARTS:
+        frames, offset = 0, store.earliest(p)
+        while offset < store.latest(p):
+            res = store.read(p, offset, 2000)
+            frames, offset = frames + len(res.frames), res.next_offset
+        index = sum(f.stat().st_size for f in (store.dir / f"p{p}").glob("*.idx"))
+        assert store.disk_bytes(p) == frames + index, f"{case} p{p}"
+
+
 def check_index_segments(root: Path, before: dict[int, list[str]], earliest: dict[int, int],
                          case: str = "") -> None:
     """Exactly the index segments holding only offsets below earliest are gone."""
@@ -144,6 +156,7 @@ def reopen_checks(root: Path, cfg: StoreConfig, written: dict[int, list[bytes]],
             assert s.append(p, encode_batch([Record(v) for v in vals])) == (len(written[p]),) * 2
             written[p] += vals
         check_partitions(s, written, earliest, "append after reopen")
+        check_disk_bytes(s, "append after reopen")
     with Store(root, TOPIC, STORE_ID, PARTS, cfg) as s:
         check_partitions(s, written, earliest, "reopen after append")
 
@@ -177,12 +190,14 @@ def test_retention_by_size_deletes_oldest_segments_and_moves_earliest_up(tmp_pat
     earliest = expected_earliest(tmp_path, kept, latest)
     assert all(earliest[p] > 0 for p in PARTS)
     assert earliest[EARLY_ONLY] == latest[EARLY_ONLY] > 0  # all its data was in old segments
+    check_disk_bytes(s, "before retention")
 
     assert s.enforce_retention() == doomed
     assert [p.name for p in data_segments(tmp_path)] == [p.name for p in segs[doomed:]]
     assert s.stats()["data_bytes"] == total <= limit
     check_partitions(s, written, earliest, "after retention")
     check_index_segments(tmp_path, idx, earliest, "after retention")
+    check_disk_bytes(s, "after retention")
     assert s.enforce_retention() == 0  # nothing more to do
     s.close()
     reopen_checks(tmp_path, cfg, written, earliest)

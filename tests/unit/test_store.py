@@ -1,7 +1,10 @@
 """Store behaviour through its public API, on real files in a temp dir."""
 from __future__ import annotations
 
+import os
 import threading
+import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from lib.errors import (
 )
 from lib.records import decode_frames
 from storage.config import StoreConfig
+from storage.recovery import CHECKPOINT
 from storage.store import Store
 from tests.helpers import batch_of, read_all, values
 
@@ -189,3 +193,41 @@ def test_config_rejects_unknown_keys_and_bad_combinations():
     with pytest.raises(ConfigError, match="durability"):
         build(StoreConfig, {"durability": "sometimes"})
     assert np.int64(build(StoreConfig).max_message_bytes) == 1 << 20
+
+
+def _wakeups(store: Store) -> int:
+    """Times the store's flusher thread went to sleep and was woken (Linux /proc)."""
+    status = f"/proc/self/task/{store._flusher._thread.native_id}/status"
+    with open(status) as f:
+        return next(int(line.split()[1]) for line in f
+                    if line.startswith("voluntary_ctxt_switches"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_an_idle_store_neither_wakes_nor_rewrites_its_checkpoint(tmp_path):
+    """A broker holds thousands of stores: one that nobody writes must cost no wake-ups and
+    no fsyncs (it used to wake every 100 ms and rewrite its checkpoint every second)."""
+    cfg = replace(SMALL, checkpoint_interval_ms=20, retention_check_interval_ms=60_000)
+    with Store(tmp_path, "idle", 0, [0], cfg) as s:
+        s.append(0, batch_of(values("a", 5)))
+        s.flush()
+        checkpoint = tmp_path / "idle" / "0" / CHECKPOINT
+        wait_until(lambda: checkpoint.exists(), "the first checkpoint")
+        time.sleep(0.2)  # the flusher settles after its last checkpoint
+        before, stat = _wakeups(s), checkpoint.stat()
+        time.sleep(1.0)
+        assert _wakeups(s) - before <= 2
+        again = checkpoint.stat()
+        assert (again.st_ino, again.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+        s.append(0, batch_of(values("b", 5)))  # a write wakes it: a block due, a checkpoint
+        wait_until(lambda: s.stats()["partitions"][0]["flushed"] == 10,
+                   "the block written after its flush interval (20 ms)", timeout=1.0)
+        wait_until(lambda: checkpoint.stat().st_ino != stat.st_ino, "a checkpoint after a write")
+        assert s.read(0, 5).offsets.tolist()[:5] == [5, 6, 7, 8, 9]
+
+
+def wait_until(cond, what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
