@@ -15,6 +15,7 @@ import click
 from lib.cli import admin as cli_admin
 from lib.cli import bench as cli_bench
 from lib.cli import data as cli_data
+from lib.cli import load as cli_load
 from lib.cli import security as cli_security
 from lib.cli import spark as cli_spark
 from lib.cli.common import (
@@ -109,5 +110,5 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
                             tls_client_auth))
 
 
-for _module in (cli_admin, cli_data, cli_bench, cli_spark, cli_security):
+for _module in (cli_admin, cli_data, cli_bench, cli_spark, cli_security, cli_load):
     _module.register(main)

@@ -1,0 +1,106 @@
+"""``tubeq load run`` / ``tubeq load ui``: Locust load tests (load/run.py). Locust and gevent
+are imported only in the Locust process, so ``tubeq --help`` stays fast."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+LOCUST_OPTIONS = [  # the locustfile's own options, passed through as given
+    ("--message-bytes", int, "Bytes per message (at least 28: the loss-accounting stamp)."),
+    ("--batch", int, "Messages per producer task (one Locust request per acknowledged batch)."),
+    ("--linger-ms", int, "Producer linger_ms."),
+    ("--rate", float, "Messages/s per producer user (default: as fast as it goes)."),
+    ("--keys", int, "Distinct keys cycled through (default: none)."),
+    ("--tag", str, "Tag every message."),
+]
+
+
+def _plan_options(fn):
+    for flag, kind, text in reversed(LOCUST_OPTIONS):
+        fn = click.option(flag, type=kind, help=text)(fn)
+    for decorator in reversed([
+        click.option("--scenario", type=click.Choice(["produce", "consume", "mixed", "portal"]),
+                     default="mixed", show_default=True),
+        click.option("--users", default=10, show_default=True, help="Locust users."),
+        click.option("--spawn-rate", default=5.0, show_default=True, help="Users started/s."),
+        click.option("--topic", default="load", show_default=True,
+                     help="Topic written and read (made if missing)."),
+        click.option("--partitions", default=6, show_default=True,
+                     help="Partitions of the topic if it is made."),
+        click.option("--durability", type=click.Choice(["sync", "async"]), default="sync",
+                     show_default=True, help="Durability of the topic if it is made."),
+        click.option("--sync-sends", is_flag=True, help="send_sync one message at a time."),
+        click.option("--workers", default=0, show_default=True,
+                     help="Local Locust worker processes under one Locust master (0: one "
+                          "process)."),
+        click.option("--portal-url", default="", help="The portal (portal scenario)."),
+        click.option("--out", type=click.Path(path_type=Path), default=Path("load-runs"),
+                     show_default=True, help="Each run gets a folder in here."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
+def _plan(ctx: click.Context, duration: str, kw: dict):
+    from load.run import LoadPlan
+
+    passthrough: list[str] = []
+    for flag, _kind, _text in LOCUST_OPTIONS:
+        value = kw.pop(flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            passthrough += [flag, str(value)]
+    if kw.pop("sync_sends"):
+        passthrough.append("--sync-sends")
+    plan = LoadPlan(masters=ctx.obj["masters"], duration=duration, options=tuple(passthrough),
+                    **kw)
+    try:
+        plan.validate()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return plan
+
+
+@click.group()
+def load() -> None:
+    """Locust load tests of the cluster and the portal, with loss accounting."""
+
+
+@load.command("run")
+@_plan_options
+@click.option("--duration", default="1m", show_default=True,
+              help="How long: 20s, 10m, 1h30m (Locust's --run-time).")
+@click.pass_context
+def load_run(ctx: click.Context, duration: str, **kw) -> None:
+    """Run a scenario headless; prints the run folder (summary.json, report.html, CSVs)."""
+    import json
+
+    from load.run import run
+
+    summary, folder = run(_plan(ctx, duration, kw))
+    accounting = summary["accounting"]
+    total = summary["locust"].get("Aggregated", {})
+    click.echo(json.dumps({k: accounting[k] for k in (
+        "produced", "acknowledged", "consumed", "lost", "duplicated", "out_of_order")}))
+    click.echo(f"locust: {total.get('requests', 0)} requests, {total.get('failures', 0)} "
+               f"failures, p99 {total.get('p99_ms', 0)} ms; "
+               f"{summary['acknowledged_per_s']} msgs/s acknowledged")
+    for failure in accounting["failures"]:
+        click.echo(f"FAILED: {failure}", err=True)
+    click.echo(f"run folder: {folder}")
+    if not summary["ok"]:
+        raise SystemExit(1)
+
+
+@load.command("ui")
+@_plan_options
+@click.pass_context
+def load_ui(ctx: click.Context, **kw) -> None:
+    """Locust's web UI on http://127.0.0.1:8089 with the scenario's users (Ctrl-C stops)."""
+    from load.run import ui
+
+    raise SystemExit(ui(_plan(ctx, "0s", kw)))
+
+
+def register(main: click.Group) -> None:
+    main.add_command(load)

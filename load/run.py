@@ -1,0 +1,187 @@
+"""``tubeq load run`` / ``tubeq load ui``: Locust over load/locustfile.py with a scenario, then
+the loss accounting of load/ledger.py.
+
+A run makes the topic if it is missing, runs ``locust --headless`` (``--workers N``: N local
+worker processes under one Locust master, the distributed mode), writes Locust's CSV and HTML
+report into the run folder, reads the topic back, and writes ``summary.json``: Locust's
+figures per request name, messages acknowledged per second, and what was produced,
+acknowledged, consumed, lost, duplicated and out of order. The run fails (exit 1) when Locust
+saw a failure or a guarantee of the README was broken.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lib.admin import AdminClient
+from lib.errors import TopicExists
+from load.ledger import log_reader, verify
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCUSTFILE = ROOT / "load" / "locustfile.py"
+
+# user class -> weight, or a fixed count (a number of such users before the weighted ones)
+SCENARIOS: dict[str, dict[str, dict[str, int]]] = {
+    "produce": {"ProducerUser": {"weight": 1}},
+    "consume": {"ProducerUser": {"fixed_count": 1}, "PullConsumerUser": {"weight": 1}},
+    "mixed": {"ProducerUser": {"weight": 2}, "PullConsumerUser": {"weight": 2},
+              "PushConsumerUser": {"weight": 1}},
+    "portal": {"ProducerUser": {"fixed_count": 1}, "PortalUser": {"weight": 1}},
+}
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """One load run; ``options`` are the locustfile's own (``--message-bytes``, ``--rate``,
+    ...), passed through as they are."""
+
+    scenario: str
+    masters: str
+    users: int = 10
+    spawn_rate: float = 5.0
+    duration: str = "1m"
+    topic: str = "load"
+    partitions: int = 6
+    durability: str = "sync"
+    workers: int = 0
+    portal_url: str = ""
+    out: Path = Path("load-runs")
+    options: tuple[str, ...] = field(default_factory=tuple)
+
+    def validate(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}: one of "
+                             f"{', '.join(SCENARIOS)}")
+        if self.scenario == "portal" and not self.portal_url:
+            raise ValueError("the portal scenario needs --portal-url (make run prints it)")
+        if self.users < 1 or self.spawn_rate <= 0 or self.workers < 0:
+            raise ValueError("--users must be >= 1, --spawn-rate > 0 and --workers >= 0")
+        if self.durability not in ("sync", "async"):
+            raise ValueError("--durability must be sync or async")
+
+
+def locust_command(plan: LoadPlan, folder: Path, headless: bool = True) -> list[str]:
+    users = SCENARIOS[plan.scenario]
+    config = [{"user_class_name": name, **attrs} for name, attrs in users.items()]
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE),
+           "--tubeq-masters", plan.masters, "--tubeq-topic", plan.topic,
+           "--ledger-dir", str(folder / "ledger"), "-u", str(plan.users),
+           "-r", str(plan.spawn_rate), "--config-users", json.dumps(config),
+           "--host", plan.portal_url or "http://127.0.0.1:8080", *plan.options, *users]
+    if plan.workers:
+        cmd += ["--processes", str(plan.workers)]
+    if headless:
+        cmd += ["--headless", "-t", plan.duration, "--stop-timeout", "10", "--only-summary",
+                "--csv", str(folder / "locust"), "--html", str(folder / "report.html"),
+                "--json-file", str(folder / "locust_final")]
+    else:
+        cmd += ["--web-host", "127.0.0.1"]
+    return cmd
+
+
+def ensure_topic(plan: LoadPlan) -> None:
+    with AdminClient(plan.masters) as admin:
+        try:
+            admin.create_topic(plan.topic, partitions=plan.partitions,
+                               durability=plan.durability)
+        except TopicExists:
+            pass
+        deadline = time.monotonic() + 30
+        while not all(p.available and p.latest >= 0
+                      for p in admin.describe_topic(plan.topic).partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {plan.topic} has partitions not available after 30 s")
+            time.sleep(0.2)
+
+
+def new_folder(out: Path, scenario: str) -> Path:
+    folder = out / f"{time.strftime('%Y%m%d-%H%M%S')}-{scenario}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = out / f"{time.strftime('%Y%m%d-%H%M%S')}-{scenario}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def locust_stats(folder: Path) -> dict[str, dict[str, float]]:
+    """Locust's final figures per request name and "Aggregated", from its ``--json-file``
+    (written after the last user stopped; its CSV is written a moment before and can miss
+    the requests that finished while users stopped)."""
+    path = folder / "locust_final.json"
+    if not path.exists():
+        return {}
+    entries = json.loads(path.read_text())
+    out = {e["name"]: _figures([e]) for e in entries}
+    if entries:
+        out["Aggregated"] = _figures(entries)
+    return out
+
+
+def _figures(entries: list[dict[str, Any]]) -> dict[str, float]:
+    """Counts, rate, p50/p99/max (ms) and mean size of Locust stats entries taken together
+    (their ``response_times`` are histograms: rounded ms -> count)."""
+    histogram: dict[int, int] = {}
+    for e in entries:
+        for ms, count in e["response_times"].items():
+            histogram[int(float(ms))] = histogram.get(int(float(ms)), 0) + count
+    requests = sum(e["num_requests"] for e in entries)
+    span = max(e["last_request_timestamp"] or 0 for e in entries) - \
+        min(e["start_time"] for e in entries)
+    return {"requests": requests, "failures": sum(e["num_failures"] for e in entries),
+            "rps": round(requests / span, 2) if span > 0 else 0.0,
+            "p50_ms": _percentile(histogram, 0.50), "p99_ms": _percentile(histogram, 0.99),
+            "max_ms": round(max(e["max_response_time"] or 0 for e in entries), 1),
+            "avg_bytes": round(sum(e["total_content_length"] for e in entries)
+                               / max(requests, 1), 1)}
+
+
+def _percentile(histogram: dict[int, int], q: float) -> float:
+    total = sum(histogram.values())
+    seen = 0
+    for ms in sorted(histogram):
+        seen += histogram[ms]
+        if seen >= q * total:
+            return float(ms)
+    return 0.0
+
+
+def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
+    """Run the scenario; returns the summary and the folder holding it and the reports."""
+    plan.validate()
+    ensure_topic(plan)
+    folder = new_folder(plan.out, plan.scenario)
+    started = time.monotonic()
+    locust = subprocess.run(locust_command(plan, folder), cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=(folder / "locust.log").open("wb"), stderr=subprocess.STDOUT)
+    elapsed = time.monotonic() - started
+    stats = locust_stats(folder)
+    accounting = verify(folder / "ledger", log_reader(plan.masters),
+                        sync_topics={plan.topic} if plan.durability == "sync" else set())
+    failures = stats.get("Aggregated", {}).get("failures", 0)
+    summary = {
+        "scenario": plan.scenario, "users": plan.users, "workers": plan.workers,
+        "duration": plan.duration, "elapsed_s": round(elapsed, 1), "topic": plan.topic,
+        "durability": plan.durability, "locust_exit_code": locust.returncode,
+        "acknowledged_per_s": round(accounting["acknowledged"] / max(elapsed, 1e-9), 1),
+        "locust": stats, "accounting": accounting,
+        "ok": accounting["ok"] and failures == 0 and locust.returncode == 0,
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary, folder
+
+
+def ui(plan: LoadPlan) -> int:
+    """Locust's web UI on 127.0.0.1:8089 with the scenario's users; Ctrl-C stops it."""
+    plan.validate()
+    ensure_topic(plan)
+    folder = new_folder(plan.out, f"{plan.scenario}-ui")
+    return subprocess.call(locust_command(plan, folder, headless=False), cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})

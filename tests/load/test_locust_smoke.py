@@ -1,0 +1,108 @@
+"""The Locust load tests run against a real cluster (1 master, 1 broker, the portal): short
+runs of the mixed scenario (one Locust process, then 2 local workers under a Locust master)
+and of the portal scenario, each with zero Locust failures and zero acknowledged messages lost,
+and Locust's request counts agreeing with the loss accounting. Keeps the Locust files
+working; the figures are not timed."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from load.run import LoadPlan, run
+from tests.cluster import Cluster, ServerProcess
+
+# Not imported here: importing locust monkey-patches the whole process with gevent.
+if importlib.util.find_spec("locust") is None and not os.environ.get("CI"):
+    pytest.skip("Locust is a dev dependency: make test installs it", allow_module_level=True)
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+OPTIONS = ("--rate", "400", "--message-bytes", "200", "--batch", "50")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    made = Cluster(tmp_path_factory.mktemp("load-cluster"))
+    try:
+        made.start(brokers=1)
+        yield made
+    finally:
+        made.stop_all()
+
+
+@pytest.fixture(scope="module")
+def portal(cluster, tmp_path_factory):
+    data = tmp_path_factory.mktemp("load-portal")
+    server = ServerProcess("portal_web", data, ["--data-dir", str(data), "--masters",
+                                                cluster.master_addresses, "--host",
+                                                "127.0.0.1", "--port", "0"])
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def _check(summary: dict) -> dict:
+    accounting = summary["accounting"]
+    assert summary["locust_exit_code"] == 0, summary
+    assert accounting["failures"] == [] and accounting["lost"] == 0, accounting
+    assert accounting["acknowledged"] > 0 and accounting["out_of_order"] == 0
+    assert summary["ok"]
+    return accounting
+
+
+def test_mixed_scenario_loses_nothing_and_locust_counts_what_was_acknowledged(cluster,
+                                                                              tmp_path):
+    summary, folder = run(LoadPlan(scenario="mixed", masters=cluster.master_addresses,
+                                   users=4, spawn_rate=4, duration="10s", topic="smoke",
+                                   partitions=3, out=tmp_path, options=OPTIONS))
+    accounting = _check(summary)
+    sends = summary["locust"]["send x50"]
+    assert sends["failures"] == 0 and sends["requests"] * 50 == accounting["acknowledged"]
+    assert set(accounting["consumers"]) == {"load/smoke", "load-push/smoke"}
+    for group in accounting["consumers"].values():
+        assert group["consumed"] > 0
+    assert summary["locust"]["push e2e"]["requests"] == \
+        accounting["consumers"]["load-push/smoke"]["consumed"] + \
+        accounting["consumers"]["load-push/smoke"]["redelivered"]
+    for name in ("summary.json", "report.html", "locust_stats.csv"):
+        assert (folder / name).exists(), name
+
+
+def test_two_local_workers_under_a_locust_master(cluster, tmp_path):
+    summary, folder = run(LoadPlan(scenario="produce", masters=cluster.master_addresses,
+                                   users=2, spawn_rate=2, duration="8s", topic="smoke-workers",
+                                   partitions=2, workers=2, out=tmp_path, options=OPTIONS))
+    _check(summary)
+    assert len(list((folder / "ledger").glob("ledger-*.npz"))) == 2  # one per worker
+
+
+def test_portal_scenario_logs_in_and_reads_pages(cluster, portal, tmp_path):
+    summary, _folder = run(LoadPlan(scenario="portal", masters=cluster.master_addresses,
+                                    users=3, spawn_rate=3, duration="8s", topic="smoke-portal",
+                                    partitions=1, portal_url=portal.info["url"], out=tmp_path,
+                                    options=OPTIONS))
+    _check(summary)
+    pages = {name: figures for name, figures in summary["locust"].items()
+             if name.startswith("/")}
+    assert "/login" in pages and "/ (dashboard)" in pages
+    assert all(figures["failures"] == 0 for figures in pages.values()), pages
+
+
+def test_the_cli_runs_a_scenario_and_refuses_bad_options(cluster, tmp_path):
+    cli = [sys.executable, "-m", "lib.cli", "--masters", cluster.master_addresses, "load", "run"]
+    done = subprocess.run([*cli, "--scenario", "produce", "--users", "1", "--duration", "4s",
+                           "--topic", "smoke-cli", "--rate", "200", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert '"lost": 0' in done.stdout and "run folder: " in done.stdout
+    folder = Path(done.stdout.split("run folder: ")[1].strip())
+    assert json.loads((folder / "summary.json").read_text())["ok"]
+    bad = subprocess.run([*cli, "--scenario", "portal", "--duration", "4s"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "needs --portal-url" in bad.stderr
