@@ -28,7 +28,7 @@ browser:
 
 test: $(STAMP) browser
 	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests/unit

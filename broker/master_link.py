@@ -187,8 +187,8 @@ class MasterLink:
             try:
                 earliest, latest = store.earliest(p), store.latest(p)
                 disk_bytes = store.disk_bytes(p)
-            except TubeqError:
-                continue  # the store is being reopened or closed: report it next time
+            except (TubeqError, OSError):
+                continue  # the store is being reopened, closed or trimmed: report it next time
             c = self.metrics.partition(topic, p)
             out.append(mpb.PartitionStats(
                 topic=topic, partition=p, earliest=earliest, latest=latest,

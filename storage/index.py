@@ -13,7 +13,7 @@ import numpy as np
 
 from lib.errors import CorruptRecord, OffsetOutOfRange
 from storage.fsutil import fsync_dir
-from storage.segments import SegmentedLog, SegmentList, pwrite_all
+from storage.segments import Segment, SegmentedLog, SegmentList, pwrite_all
 
 INDEX_DTYPE = np.dtype([("pos", "<u8"), ("size", "<u4"), ("tag", "<u4"), ("ts", "<i8")])
 ENTRY = INDEX_DTYPE.itemsize  # 24
@@ -67,11 +67,7 @@ class IndexLog(SegmentedLog):
             seg = segs[i]
             stop = min(last, seg.end)
             if stop > first:
-                want = (stop - first) * ENTRY
-                raw = os.pread(seg.fd, want, (first - seg.base) * ENTRY)
-                if len(raw) != want:
-                    raise CorruptRecord(f"index {seg.path} is shorter than its entry count")
-                parts.append(np.frombuffer(raw, INDEX_DTYPE))
+                parts.append(_read_segment(seg, first, stop))
                 first = stop
             i += 1
         if not parts:
@@ -82,7 +78,9 @@ class IndexLog(SegmentedLog):
         """Bytes the records of offsets [first, last) take in the data log.
 
         Asked every heartbeat for every partition, so each segment's sum is remembered and
-        only entries appended since are read.
+        only entries appended since are read. Called outside the store's lock: retention may
+        drop the segments it iterates over, whose files stay open until the next drop, so each
+        is read through its own descriptor rather than looked up again.
         """
         total = 0
         for seg in self._list.segs:
@@ -93,7 +91,7 @@ class IndexLog(SegmentedLog):
             if was_lo != lo or was_hi > hi:
                 was_hi, summed = lo, 0
             if hi > was_hi:
-                summed += int(self.read(was_hi, hi)["size"].sum(dtype=np.uint64))
+                summed += int(_read_segment(seg, was_hi, hi)["size"].sum(dtype=np.uint64))
             self._tally[seg.base] = (lo, hi, summed)
             total += summed
         live = {seg.base for seg in self._list.segs}
@@ -171,6 +169,15 @@ class IndexLog(SegmentedLog):
     def sync(self) -> None:
         for seg in self._list.segs[-2:]:  # older segments were synced when they rolled
             os.fsync(seg.fd)
+
+
+def _read_segment(seg: Segment, first: int, stop: int) -> np.ndarray:
+    """Entries [first, stop) of one segment (the caller keeps them inside it)."""
+    want = (stop - first) * ENTRY
+    raw = os.pread(seg.fd, want, (first - seg.base) * ENTRY)
+    if len(raw) != want:
+        raise CorruptRecord(f"index {seg.path} is shorter than its entry count")
+    return np.frombuffer(raw, INDEX_DTYPE)
 
 
 def _entries_in(path: Path) -> int:
