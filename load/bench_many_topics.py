@@ -1,0 +1,163 @@
+"""Produce throughput with 1, 100 and 1,000 topics on one broker, with its RSS and open files.
+
+    .venv/bin/python -m load.bench_many_topics [--topics 1,100,1000] [--messages 300000]
+    .venv/bin/python -m load.bench_many_topics --quick
+
+Many topics is TubeMQ's strength over Kafka: the partitions of a store share one data log, so
+a topic costs the broker an index file and a little memory, not a file handle per segment per
+partition. Starts 1 master and 1 broker as real processes on 127.0.0.1 (``tests/cluster.py``),
+then for each topic count (created as it goes, 1 partition each, async durability) sends
+``--messages`` records of ``--size`` bytes from one producer, ``--run`` records to a topic
+before moving to the next, round robin over every topic, as many producers each writing their
+own topic would. Each phase reports msgs/s, the broker's CPU seconds, RSS and open file
+descriptors after it, and every phase's throughput as a ratio to the first (one topic) in the
+same run. Prints one JSON object; every process is stopped by PID at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from load import stop_on_sigterm
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPIC = "many-{:05d}"
+
+
+def process_figures(pid: int) -> dict[str, float]:
+    """RSS (MiB), open descriptors and CPU seconds (user + system) of a process."""
+    with open(f"/proc/{pid}/status") as f:
+        rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {"rss_mib": round(rss_kib / 1024, 1), "open_fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2)}
+
+
+def create_topics(admin, have: int, want: int) -> float:
+    """Topics ``have`` .. ``want`` - 1 (1 partition each); returns the seconds it took."""
+    started = time.monotonic()
+    for i in range(have, want):
+        admin.create_topic(TOPIC.format(i), partitions=1, durability="async")
+    return round(time.monotonic() - started, 1)
+
+
+def wait_served(producer, topics: int, timeout: float = 120.0) -> None:
+    """Until the broker accepts a record for every topic (it learns of new topics at its next
+    heartbeat); these warm-up records are not timed."""
+    from lib.errors import TubeqError
+
+    deadline = time.monotonic() + timeout
+    for i in range(topics):
+        while True:
+            try:
+                producer.send_sync(TOPIC.format(i), b"warm-up", timeout=10)
+                break
+            except TubeqError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[str, Any]:
+    """Send ``messages`` records, ``run`` at a time to each topic in turn; msgs/s to the last
+    acknowledgement."""
+    value = os.urandom(size)
+    names = [TOPIC.format(i) for i in range(topics)]
+    send = producer.send
+    failed_before = producer.metrics()["records_failed"]
+    started = time.perf_counter()
+    sent, turn = 0, 0
+    while sent < messages:
+        topic = names[turn % topics]
+        n = min(run, messages - sent)
+        for _ in range(n):
+            send(topic, value)
+        sent, turn = sent + n, turn + 1
+    producer.flush()
+    elapsed = time.perf_counter() - started
+    return {"messages": messages, "seconds": round(elapsed, 2),
+            "msgs_per_s": round(messages / elapsed),
+            "MBps": round(messages * size / elapsed / 2**20, 1),
+            "failures": producer.metrics()["records_failed"] - failed_before}
+
+
+def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from lib.admin import AdminClient
+    from lib.producer.producer import Producer
+    from tests.cluster import Cluster  # the same process handling the tests use
+
+    root = Path(tempfile.mkdtemp(prefix="tubeq-bench-topics-"))
+    cluster = Cluster(root / "c")
+    phases = []
+    try:
+        cluster.start(brokers=1)
+        cluster.use_admin_env()  # auth is on: clients log in as the admin
+        broker = cluster.brokers[1]
+        idle = process_figures(broker.pid)
+        have = 0
+        with AdminClient(cluster.master_addresses) as admin, \
+                Producer(cluster.master_addresses) as producer:
+            for count in counts:
+                created_s = create_topics(admin, have, count)
+                have = max(have, count)
+                wait_served(producer, count)
+                before = process_figures(broker.pid)
+                result = produce(producer, count, messages, size, min(run_len, messages))
+                after = process_figures(broker.pid)
+                phases.append({
+                    "topics": count, **result, "create_topics_s": created_s,
+                    "broker_cpu_s": round(after["cpu_s"] - before["cpu_s"], 2),
+                    "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],
+                    "data_files": sum(1 for _ in (broker.data_dir).rglob("*.log")),
+                    "index_files": sum(1 for _ in (broker.data_dir).rglob("*.idx"))})
+    finally:
+        cluster.stop_all()
+    first = phases[0]["msgs_per_s"] if phases else 0
+    for phase in phases:
+        phase["vs_first"] = round(phase["msgs_per_s"] / first, 2) if first else None
+    return {
+        "setup": f"1 master, 1 broker, {os.cpu_count()} CPUs; one producer process sending "
+                 f"{messages} records of {size} B per phase, {run_len} to a topic then the next; "
+                 "async topics of 1 partition",
+        "broker_idle": idle,
+        "phases": phases,
+        "within_10pct_of_first": all((p["vs_first"] or 0) >= 0.9 for p in phases),
+        "failures": sum(p["failures"] for p in phases),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m load.bench_many_topics", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topics", default="1,100,1000", help="topic counts, ascending")
+    p.add_argument("--messages", type=int, default=300_000, help="records sent per phase")
+    p.add_argument("--size", type=int, default=1024, help="bytes per record")
+    p.add_argument("--run", type=int, default=500, help="records sent to a topic in a row")
+    p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.topics, args.messages = "1,5", 5_000
+    try:
+        counts = [int(x) for x in args.topics.split(",")]
+    except ValueError:
+        p.error(f"--topics takes counts separated by commas, got {args.topics!r}")
+    if not counts or min(counts) < 1 or counts != sorted(counts):
+        p.error("--topics must be ascending counts >= 1")
+    if args.messages < 1 or args.size < 1 or args.run < 1:
+        p.error("--messages, --size and --run must be >= 1")
+    stop_on_sigterm()
+    print(json.dumps(run(counts, args.messages, args.size, args.run), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

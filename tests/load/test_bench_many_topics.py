@@ -1,0 +1,31 @@
+"""load/bench_many_topics runs end to end (real master and broker processes) and prints one
+well-formed JSON object. Throughput is not asserted: benchmarks are not timed tests."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_quick_run_reports_every_topic_count_with_the_broker_figures():
+    proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [p["topics"] for p in out["phases"]] == [1, 5]
+    assert out["failures"] == 0
+    for phase in out["phases"]:
+        assert phase["messages"] == 5000 and phase["failures"] == 0, phase
+        assert phase["msgs_per_s"] > 0 and phase["broker_rss_mib"] > 0, phase
+    # Five topics of one partition each: the broker holds at least their five index files.
+    assert out["phases"][1]["broker_open_fds"] >= out["phases"][0]["broker_open_fds"] + 4
+    assert out["phases"][0]["vs_first"] == 1.0
+
+
+def test_bad_topic_counts_are_refused_with_the_rule():
+    proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--topics", "100,1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--topics must be ascending counts >= 1" in proc.stderr
