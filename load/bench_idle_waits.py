@@ -36,7 +36,7 @@ import grpc
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
 from lib.rpc import CHANNEL_OPTIONS
-from load import stop_on_sigterm
+from load import stop_on_sigterm, wait_served
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_POLL_MS = 30_000
@@ -317,17 +317,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def _warm_up(producer, topic: str, timeout: float = 30.0) -> None:
     """Acknowledged sends (a new topic is served after the broker's next heartbeat), then a
     few more so the first timed sends find warm connections."""
-    from lib.errors import TubeqError
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            producer.send_sync(topic, b"warm-up", timeout=10)
-            break
-        except TubeqError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    wait_served(producer, [topic], timeout)
     for _ in range(20):
         producer.send_sync(topic, b"warm-up", timeout=10)
 

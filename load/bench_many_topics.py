@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from load import stop_on_sigterm
+from load import stop_on_sigterm, wait_served
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "many-{:05d}"
@@ -47,23 +47,6 @@ def create_topics(admin, have: int, want: int) -> float:
     for i in range(have, want):
         admin.create_topic(TOPIC.format(i), partitions=1, durability="async")
     return round(time.monotonic() - started, 1)
-
-
-def wait_served(producer, topics: int, timeout: float = 120.0) -> None:
-    """Until the broker accepts a record for every topic (it learns of new topics at its next
-    heartbeat); these warm-up records are not timed."""
-    from lib.errors import TubeqError
-
-    deadline = time.monotonic() + timeout
-    for i in range(topics):
-        while True:
-            try:
-                producer.send_sync(TOPIC.format(i), b"warm-up", timeout=10)
-                break
-            except TubeqError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
 
 
 def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[str, Any]:
@@ -109,7 +92,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
             for count in counts:
                 created_s = create_topics(admin, have, count)
                 have = max(have, count)
-                wait_served(producer, count)
+                wait_served(producer, [TOPIC.format(i) for i in range(count)])
                 before = process_figures(broker.pid)
                 result = produce(producer, count, messages, size, min(run_len, messages))
                 after = process_figures(broker.pid)
