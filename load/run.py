@@ -15,12 +15,13 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from lib.admin import AdminClient
 from lib.errors import TopicExists
+from load.chaos import TARGETS, Chaos, LocalCluster
 from load.ledger import log_reader, verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,9 @@ class LoadPlan:
     portal_url: str = ""
     out: Path = Path("load-runs")
     options: tuple[str, ...] = field(default_factory=tuple)
+    chaos_s: float = 0.0  # > 0: a cluster of the run's own, a fault every chaos_s seconds
+    chaos_targets: tuple[str, ...] = TARGETS
+    chaos_faults: int = 0  # at most this many faults (0: one every chaos_s to the end)
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -64,6 +68,11 @@ class LoadPlan:
             raise ValueError("--users must be >= 1, --spawn-rate > 0 and --workers >= 0")
         if self.durability not in ("sync", "async"):
             raise ValueError("--durability must be sync or async")
+        if self.chaos_s < 0 or self.chaos_faults < 0:
+            raise ValueError("--chaos must be a positive interval, --chaos-faults >= 0")
+        if self.chaos_s and self.scenario == "portal":
+            raise ValueError("--chaos runs a cluster of its own, without a portal: choose "
+                             "the produce, consume or mixed scenario")
 
 
 def locust_command(plan: LoadPlan, folder: Path, headless: bool = True) -> list[str]:
@@ -153,18 +162,39 @@ def _percentile(histogram: dict[int, int], q: float) -> float:
 
 
 def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
-    """Run the scenario; returns the summary and the folder holding it and the reports."""
+    """Run the scenario; returns the summary and the folder holding it and the reports. With
+    ``chaos_s`` the run starts its own cluster and injects faults (load/chaos.py)."""
     plan.validate()
-    ensure_topic(plan)
-    folder = new_folder(plan.out, plan.scenario)
+    if not plan.chaos_s:
+        ensure_topic(plan)
+        return _run(plan, new_folder(plan.out, plan.scenario), None)
+    folder = new_folder(plan.out, f"{plan.scenario}-chaos")
+    with LocalCluster(logs_to=folder / "cluster-logs") as local:
+        plan = replace(plan, masters=local.masters)
+        ensure_topic(plan)
+        chaos = Chaos(local, plan.chaos_s, plan.topic, plan.chaos_targets,
+                      plan.chaos_faults)
+        return _run(plan, folder, chaos)
+
+
+def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None) -> tuple[dict[str, Any], Path]:
     started = time.monotonic()
-    locust = subprocess.run(locust_command(plan, folder), cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=(folder / "locust.log").open("wb"), stderr=subprocess.STDOUT)
+    if chaos is not None:
+        chaos.start()
+    try:
+        locust = subprocess.run(locust_command(plan, folder), cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=(folder / "locust.log").open("wb"),
+                                stderr=subprocess.STDOUT)
+    finally:
+        faults = chaos.stop() if chaos is not None else []
     elapsed = time.monotonic() - started
     stats = locust_stats(folder)
     accounting = verify(folder / "ledger", log_reader(plan.masters),
-                        sync_topics={plan.topic} if plan.durability == "sync" else set())
+                        sync_topics={plan.topic} if plan.durability == "sync" else set(),
+                        loss_allowed=bool(faults))
+    unrecovered = [f"{f['target']} (killed at {f['at_s']} s): {f['error']}"
+                   for f in faults if f["error"]]
     failures = stats.get("Aggregated", {}).get("failures", 0)
     summary = {
         "scenario": plan.scenario, "users": plan.users, "workers": plan.workers,
@@ -172,7 +202,10 @@ def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
         "durability": plan.durability, "locust_exit_code": locust.returncode,
         "acknowledged_per_s": round(accounting["acknowledged"] / max(elapsed, 1e-9), 1),
         "locust": stats, "accounting": accounting,
-        "ok": accounting["ok"] and failures == 0 and locust.returncode == 0,
+        "chaos": {"interval_s": plan.chaos_s, "targets": list(plan.chaos_targets),
+                  "faults": faults, "unrecovered": unrecovered} if chaos else None,
+        "ok": (accounting["ok"] and failures == 0 and locust.returncode == 0
+               and not unrecovered),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary, folder

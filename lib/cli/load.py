@@ -37,6 +37,14 @@ def _plan_options(fn):
         click.option("--portal-url", default="", help="The portal (portal scenario)."),
         click.option("--out", type=click.Path(path_type=Path), default=Path("load-runs"),
                      show_default=True, help="Each run gets a folder in here."),
+        click.option("--chaos", default="", metavar="INTERVAL",
+                     help="Start a cluster of the run's own (3 masters, 2 brokers; --masters "
+                          "is not used) and SIGKILL and restart one of its processes every "
+                          "INTERVAL (30s, 2m)."),
+        click.option("--chaos-targets", default="broker,master,consumer", show_default=True,
+                     help="What --chaos kills, in turn."),
+        click.option("--chaos-faults", default=0, show_default=True,
+                     help="Stop injecting after this many faults (0: to the end)."),
     ]):
         fn = decorator(fn)
     return fn
@@ -52,9 +60,14 @@ def _plan(ctx: click.Context, duration: str, kw: dict):
             passthrough += [flag, str(value)]
     if kw.pop("sync_sends"):
         passthrough.append("--sync-sends")
-    plan = LoadPlan(masters=ctx.obj["masters"], duration=duration, options=tuple(passthrough),
-                    **kw)
+    from load.chaos import parse_interval, parse_targets
+
+    chaos, targets = kw.pop("chaos"), kw.pop("chaos_targets")
     try:
+        if chaos:
+            kw["chaos_s"], kw["chaos_targets"] = parse_interval(chaos), parse_targets(targets)
+        plan = LoadPlan(masters=ctx.obj["masters"], duration=duration,
+                        options=tuple(passthrough), **kw)
         plan.validate()
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
@@ -85,6 +98,11 @@ def load_run(ctx: click.Context, duration: str, **kw) -> None:
     click.echo(f"locust: {total.get('requests', 0)} requests, {total.get('failures', 0)} "
                f"failures, p99 {total.get('p99_ms', 0)} ms; "
                f"{summary['acknowledged_per_s']} msgs/s acknowledged")
+    for fault in (summary["chaos"] or {}).get("faults", []):
+        after = (f"recovered in {fault['recovered_s']} s" if fault["recovered_s"] is not None
+                 else f"NOT RECOVERED: {fault['error']}")
+        click.echo(f"fault: {fault['target']} (pid {fault['pid']}) killed at "
+                   f"{fault['at_s']} s, {after}")
     for failure in accounting["failures"]:
         click.echo(f"FAILED: {failure}", err=True)
     click.echo(f"run folder: {folder}")
@@ -99,6 +117,8 @@ def load_ui(ctx: click.Context, **kw) -> None:
     """Locust's web UI on http://127.0.0.1:8089 with the scenario's users (Ctrl-C stops)."""
     from load.run import ui
 
+    if kw.get("chaos"):
+        raise click.BadParameter("--chaos works with `tubeq load run` only", param_hint="--chaos")
     raise SystemExit(ui(_plan(ctx, "0s", kw)))
 
 

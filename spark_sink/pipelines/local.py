@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lib.process import terminate
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -64,11 +66,5 @@ def local_spark(master: str = "local[2]", app_name: str = "tubeq-pipeline",
 
 def stop_jvm(jvm: subprocess.Popen | None, timeout: float = 20.0) -> None:
     """SIGTERM (Spark's shutdown hooks delete its temp dirs), then SIGKILL after ``timeout``."""
-    if jvm is None or jvm.poll() is not None:
-        return
-    jvm.terminate()
-    try:
-        jvm.wait(timeout)
-    except subprocess.TimeoutExpired:
-        jvm.kill()
-        jvm.wait(10)
+    if jvm is not None:
+        terminate(jvm, timeout)

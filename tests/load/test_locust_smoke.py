@@ -106,3 +106,36 @@ def test_the_cli_runs_a_scenario_and_refuses_bad_options(cluster, tmp_path):
     bad = subprocess.run([*cli, "--scenario", "portal", "--duration", "4s"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "needs --portal-url" in bad.stderr
+
+
+def test_chaos_kills_and_restarts_a_broker_and_a_consumer_and_nothing_is_lost(tmp_path):
+    """--chaos: the run's own cluster, one broker SIGKILL then one chaos consumer SIGKILL,
+    each restarted; zero Locust failures and zero acknowledged messages lost (sync topic), and
+    the summary says when each fault happened and how long recovery took."""
+    summary, folder = run(LoadPlan(scenario="mixed", masters="", users=4, spawn_rate=4,
+                                   duration="26s", topic="smoke-chaos", partitions=4,
+                                   out=tmp_path, options=OPTIONS, chaos_s=7, chaos_faults=2,
+                                   chaos_targets=("broker", "consumer")))
+    _check(summary)
+    assert summary["locust"]["Aggregated"]["failures"] == 0
+    faults = summary["chaos"]["faults"]
+    assert [f["target"].split()[0] for f in faults] == ["broker", "consumer"], faults
+    for fault in faults:
+        assert fault["error"] == "" and 0 < fault["recovered_s"] < 60, fault
+        with pytest.raises(ProcessLookupError):
+            os.kill(fault["pid"], 0)  # the killed process is gone
+    logs = {p.name for p in (folder / "cluster-logs").iterdir()}
+    assert {"master0.log", "broker1.log", "broker2.log", "chaos-consumers.log"} <= logs
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--chaos", "soon"], "--chaos takes an interval"),
+    (["--chaos", "10s", "--chaos-targets", "broker,disk"], "--chaos-targets takes"),
+    (["--chaos", "10s", "--scenario", "portal", "--portal-url", "http://x"],
+     "cluster of its own"),
+])
+def test_the_cli_refuses_bad_chaos_options(args, message):
+    done = subprocess.run([sys.executable, "-m", "lib.cli", "--masters", "127.0.0.1:1", "load",
+                           "run", "--duration", "4s", *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lib.admin import AdminClient
+from lib.process import terminate
 from tests.cluster import Cluster
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra (pyspark)")
@@ -55,12 +56,7 @@ def spark() -> Iterator:
     finally:
         session.stop()
         if jvm is not None:  # the JVM would exit with this process anyway; end it by PID now
-            jvm.terminate()
-            try:
-                jvm.wait(20)
-            except subprocess.TimeoutExpired:
-                jvm.kill()
-                jvm.wait(10)
+            terminate(jvm, 20)
         SparkContext._gateway = None
         SparkContext._jvm = None
         for k, v in saved.items():
