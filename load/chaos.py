@@ -46,6 +46,11 @@ RECOVERY_TIMEOUT_S = 60.0
 MASTERS, BROKERS = 3, 2
 
 
+def more_faults_wanted(made: int, limit: int) -> bool:
+    """Another fault is due unless ``limit`` (0: none) faults were made."""
+    return not limit or made < limit
+
+
 def parse_interval(text: str) -> float:
     """``"30"``, ``"30s"``, ``"2m"`` -> seconds; ValueError naming the option."""
     value = text.strip().lower()
@@ -172,7 +177,8 @@ class Chaos:
     def _run(self) -> None:
         brokers = itertools.cycle(sorted(self.local.cluster.brokers))
         for target in itertools.cycle(self.targets):
-            if self._stop.wait(self.interval_s) or len(self.faults) == self.max_faults:
+            if self._stop.wait(self.interval_s) or \
+                    not more_faults_wanted(len(self.faults), self.max_faults):
                 return
             if target == "broker":
                 self._broker_fault(next(brokers))

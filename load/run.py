@@ -15,14 +15,18 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from lib.admin import AdminClient
+from lib.cli.common import DEFAULT_CLUSTER_JSON
 from lib.errors import TopicExists
+from lib.process import terminate
 from load.chaos import TARGETS, Chaos, LocalCluster
 from load.ledger import log_reader, verify
+from load.soak import Sampler, Watched, cluster_processes, local_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "load" / "locustfile.py"
@@ -35,6 +39,7 @@ SCENARIOS: dict[str, dict[str, dict[str, int]]] = {
               "PushConsumerUser": {"weight": 1}},
     "portal": {"ProducerUser": {"fixed_count": 1}, "PortalUser": {"weight": 1}},
 }
+SCENARIOS["soak"] = SCENARIOS["mixed"]  # held for long, with every process sampled
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class LoadPlan:
     chaos_s: float = 0.0  # > 0: a cluster of the run's own, a fault every chaos_s seconds
     chaos_targets: tuple[str, ...] = TARGETS
     chaos_faults: int = 0  # at most this many faults (0: one every chaos_s to the end)
+    cluster_json: Path = Path(DEFAULT_CLUSTER_JSON)  # soak: the servers to sample
+    sample_every_s: float = 5.0  # soak
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -68,6 +75,8 @@ class LoadPlan:
             raise ValueError("--users must be >= 1, --spawn-rate > 0 and --workers >= 0")
         if self.durability not in ("sync", "async"):
             raise ValueError("--durability must be sync or async")
+        if self.sample_every_s <= 0:
+            raise ValueError("--sample-every must be > 0 seconds")
         if self.chaos_s < 0 or self.chaos_faults < 0:
             raise ValueError("--chaos must be a positive interval, --chaos-faults >= 0")
         if self.chaos_s and self.scenario == "portal":
@@ -166,29 +175,41 @@ def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
     ``chaos_s`` the run starts its own cluster and injects faults (load/chaos.py)."""
     plan.validate()
     if not plan.chaos_s:
+        servers = cluster_processes(plan.cluster_json) if plan.scenario == "soak" else []
         ensure_topic(plan)
-        return _run(plan, new_folder(plan.out, plan.scenario), None)
+        return _run(plan, new_folder(plan.out, plan.scenario), None, lambda: servers)
     folder = new_folder(plan.out, f"{plan.scenario}-chaos")
     with LocalCluster(logs_to=folder / "cluster-logs") as local:
         plan = replace(plan, masters=local.masters)
         ensure_topic(plan)
         chaos = Chaos(local, plan.chaos_s, plan.topic, plan.chaos_targets,
                       plan.chaos_faults)
-        return _run(plan, folder, chaos)
+        return _run(plan, folder, chaos, lambda: local_processes(local.cluster))
 
 
-def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None) -> tuple[dict[str, Any], Path]:
+def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None,
+         servers: Callable[[], list[Watched]]) -> tuple[dict[str, Any], Path]:
     started = time.monotonic()
     if chaos is not None:
         chaos.start()
+    locust = subprocess.Popen(locust_command(plan, folder), cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=(folder / "locust.log").open("wb"),
+                              stderr=subprocess.STDOUT)
+    sampler = None
+    if plan.scenario == "soak":
+        sampler = Sampler(lambda: [*servers(), Watched("locust", locust.pid)],
+                          plan.sample_every_s)
+        sampler.start()
     try:
-        locust = subprocess.run(locust_command(plan, folder), cwd=ROOT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                stdout=(folder / "locust.log").open("wb"),
-                                stderr=subprocess.STDOUT)
+        locust.wait()
     finally:
+        terminate(locust)  # only if interrupted: Locust ends by itself at --run-time
         faults = chaos.stop() if chaos is not None else []
+        if sampler is not None:
+            sampler.stop()
     elapsed = time.monotonic() - started
+    soak = sampler.report(folder) if sampler is not None else None
     stats = locust_stats(folder)
     accounting = verify(folder / "ledger", log_reader(plan.masters),
                         sync_topics={plan.topic} if plan.durability == "sync" else set(),
@@ -204,8 +225,9 @@ def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None) -> tuple[dict[str, A
         "locust": stats, "accounting": accounting,
         "chaos": {"interval_s": plan.chaos_s, "targets": list(plan.chaos_targets),
                   "faults": faults, "unrecovered": unrecovered} if chaos else None,
+        "soak": soak,
         "ok": (accounting["ok"] and failures == 0 and locust.returncode == 0
-               and not unrecovered),
+               and not unrecovered and (soak is None or soak["flat_memory"])),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary, folder

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from lib.cli.common import DEFAULT_CLUSTER_JSON
+
 LOCUST_OPTIONS = [  # the locustfile's own options, passed through as given
     ("--message-bytes", int, "Bytes per message (at least 28: the loss-accounting stamp)."),
     ("--batch", int, "Messages per producer task (one Locust request per acknowledged batch)."),
@@ -20,8 +22,8 @@ def _plan_options(fn):
     for flag, kind, text in reversed(LOCUST_OPTIONS):
         fn = click.option(flag, type=kind, help=text)(fn)
     for decorator in reversed([
-        click.option("--scenario", type=click.Choice(["produce", "consume", "mixed", "portal"]),
-                     default="mixed", show_default=True),
+        click.option("--scenario", default="mixed", show_default=True,
+                     type=click.Choice(["produce", "consume", "mixed", "portal", "soak"])),
         click.option("--users", default=10, show_default=True, help="Locust users."),
         click.option("--spawn-rate", default=5.0, show_default=True, help="Users started/s."),
         click.option("--topic", default="load", show_default=True,
@@ -37,6 +39,12 @@ def _plan_options(fn):
         click.option("--portal-url", default="", help="The portal (portal scenario)."),
         click.option("--out", type=click.Path(path_type=Path), default=Path("load-runs"),
                      show_default=True, help="Each run gets a folder in here."),
+        click.option("--cluster-json", type=click.Path(path_type=Path),
+                     default=Path(DEFAULT_CLUSTER_JSON), show_default=True,
+                     help="soak: the cluster whose processes are sampled (`tubeq cluster up` "
+                          "writes it; with --chaos the run's own cluster is sampled)."),
+        click.option("--sample-every", "sample_every_s", default=5.0, show_default=True,
+                     help="soak: seconds between samples of every process."),
         click.option("--chaos", default="", metavar="INTERVAL",
                      help="Start a cluster of the run's own (3 masters, 2 brokers; --masters "
                           "is not used) and SIGKILL and restart one of its processes every "
@@ -90,7 +98,10 @@ def load_run(ctx: click.Context, duration: str, **kw) -> None:
 
     from load.run import run
 
-    summary, folder = run(_plan(ctx, duration, kw))
+    try:
+        summary, folder = run(_plan(ctx, duration, kw))
+    except ValueError as exc:  # e.g. a soak with no cluster.json to find the processes in
+        raise click.ClickException(str(exc)) from None
     accounting = summary["accounting"]
     total = summary["locust"].get("Aggregated", {})
     click.echo(json.dumps({k: accounting[k] for k in (
@@ -103,8 +114,15 @@ def load_run(ctx: click.Context, duration: str, **kw) -> None:
                  else f"NOT RECOVERED: {fault['error']}")
         click.echo(f"fault: {fault['target']} (pid {fault['pid']}) killed at "
                    f"{fault['at_s']} s, {after}")
+    for name, p in ((summary["soak"] or {}).get("processes") or {}).items():
+        click.echo(f"soak: {name:<9} RSS {p['rss_baseline_mib']} -> {p['rss_end_mib']} MiB "
+                   f"({p['rss_growth']:+.1%}), fds {p['open_fds_baseline']} -> "
+                   f"{p['open_fds_end']}, disk {p['disk_end_mib']} MiB")
     for failure in accounting["failures"]:
         click.echo(f"FAILED: {failure}", err=True)
+    if summary["soak"] and not summary["soak"]["flat_memory"]:
+        click.echo("FAILED: a process's RSS grew more than "
+                   f"{summary['soak']['rss_growth_limit']:.0%} (see soak.html)", err=True)
     click.echo(f"run folder: {folder}")
     if not summary["ok"]:
         raise SystemExit(1)

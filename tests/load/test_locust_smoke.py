@@ -5,6 +5,7 @@ and Locust's request counts agreeing with the loss accounting. Keeps the Locust 
 working; the figures are not timed."""
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -139,3 +140,41 @@ def test_the_cli_refuses_bad_chaos_options(args, message):
                            "run", "--duration", "4s", *args],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_soak_samples_every_server_and_charts_them(cluster, tmp_path):
+    """--scenario soak samples the processes cluster.json names (here the fixture's master
+    and broker) and the Locust process, writes soak.csv and soak.html, and judges memory from
+    the samples it wrote."""
+    servers = {proc.data_dir.name: {"pid": proc.pid, "address": proc.address}
+               for proc in cluster.all_processes()}
+    cluster_json = cluster.root / "cluster.json"
+    cluster_json.write_text(json.dumps({**servers, "masters": cluster.master_addresses}))
+    summary, folder = run(LoadPlan(scenario="soak", masters=cluster.master_addresses, users=3,
+                                   spawn_rate=3, duration="9s", topic="smoke-soak",
+                                   partitions=2, out=tmp_path, options=OPTIONS,
+                                   cluster_json=cluster_json, sample_every_s=1.0))
+    assert summary["accounting"]["ok"] and summary["accounting"]["lost"] == 0
+    soak = summary["soak"]
+    assert set(soak["processes"]) == {*servers, "locust"}
+    with (folder / "soak.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    for name, figures in soak["processes"].items():
+        mine = [r for r in rows if r["process"] == name]
+        assert figures["samples"] == len(mine) >= 5, (name, figures)
+        assert figures["rss_end_mib"] == float(mine[-1]["rss_mib"]) > 0
+        grew = figures["rss_end_mib"] / figures["rss_baseline_mib"] - 1
+        assert figures["rss_flat"] == (grew <= soak["rss_growth_limit"])
+    assert soak["processes"]["broker1"]["disk_end_mib"] > 0  # the data dir is measured
+    assert summary["ok"] == (soak["flat_memory"] and summary["locust_exit_code"] == 0)
+    page = (folder / "soak.html").read_text()
+    assert page.count("<svg") == 4 and "broker1" in page
+
+
+def test_soak_without_a_cluster_to_sample_says_where_it_looked(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lib.cli", "--masters", "127.0.0.1:1", "load",
+                           "run", "--scenario", "soak", "--duration", "4s", "--cluster-json",
+                           str(tmp_path / "nope.json")],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 1 and "nope.json" in done.stderr, done.stderr
+    assert "cannot read the cluster's processes" in done.stderr
