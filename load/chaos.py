@@ -166,7 +166,8 @@ class Chaos:
     def stop(self) -> list[dict[str, Any]]:
         """Stop injecting (a fault under way finishes its recovery); returns the faults."""
         self._stop.set()
-        self._thread.join(RECOVERY_TIMEOUT_S + 30)
+        if self._thread.ident is not None:  # start() may have failed before it
+            self._thread.join(RECOVERY_TIMEOUT_S + 30)
         for client in (self._producer, self._admin):
             if client is not None:
                 client.close()
@@ -180,12 +181,16 @@ class Chaos:
             if self._stop.wait(self.interval_s) or \
                     not more_faults_wanted(len(self.faults), self.max_faults):
                 return
-            if target == "broker":
-                self._broker_fault(next(brokers))
-            elif target == "master":
-                self._master_fault()
-            else:
-                self._consumer_fault(len(self.faults) % CONSUMERS)
+            try:
+                if target == "broker":
+                    self._broker_fault(next(brokers))
+                elif target == "master":
+                    self._master_fault()
+                else:
+                    self._consumer_fault(len(self.faults) % CONSUMERS)
+            except Exception as exc:  # noqa: BLE001 - reported; the run fails on it
+                self.faults.append(Fault(target, 0, time.monotonic() - self._started,
+                                         error=f"could not inject: {exc!r}"))
 
     def _broker_fault(self, broker_id: int) -> None:
         cluster = self.local.cluster

@@ -190,21 +190,23 @@ def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
 def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None,
          servers: Callable[[], list[Watched]]) -> tuple[dict[str, Any], Path]:
     started = time.monotonic()
-    if chaos is not None:
-        chaos.start()
-    locust = subprocess.Popen(locust_command(plan, folder), cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)},
-                              stdout=(folder / "locust.log").open("wb"),
-                              stderr=subprocess.STDOUT)
-    sampler = None
-    if plan.scenario == "soak":
-        sampler = Sampler(lambda: [*servers(), Watched("locust", locust.pid)],
-                          plan.sample_every_s)
-        sampler.start()
+    locust = sampler = None
     try:
+        if chaos is not None:
+            chaos.start()
+        with (folder / "locust.log").open("wb") as log:  # the child keeps its own copy
+            locust = subprocess.Popen(locust_command(plan, folder), cwd=ROOT,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                      stdout=log, stderr=subprocess.STDOUT)
+        if plan.scenario == "soak":
+            pid = locust.pid
+            sampler = Sampler(lambda: [*servers(), Watched("locust", pid)],
+                              plan.sample_every_s)
+            sampler.start()
         locust.wait()
     finally:
-        terminate(locust)  # only if interrupted: Locust ends by itself at --run-time
+        if locust is not None:
+            terminate(locust)  # only if interrupted: Locust ends by itself at --run-time
         faults = chaos.stop() if chaos is not None else []
         if sampler is not None:
             sampler.stop()
