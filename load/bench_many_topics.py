@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from load import stop_on_sigterm, wait_served
+from load.soak import Watched, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "many-{:05d}"
@@ -32,13 +33,11 @@ TOPIC = "many-{:05d}"
 
 def process_figures(pid: int) -> dict[str, float]:
     """RSS (MiB), open descriptors and CPU seconds (user + system) of a process."""
-    with open(f"/proc/{pid}/status") as f:
-        rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return {"rss_mib": round(rss_kib / 1024, 1), "open_fds": len(os.listdir(f"/proc/{pid}/fd")),
-            "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2)}
+    figures = sample(Watched("broker", pid))  # no data dir: the phases count files instead
+    if figures is None:
+        raise RuntimeError(f"process {pid} is gone")
+    figures.pop("disk_mib")
+    return figures
 
 
 def create_topics(admin, have: int, want: int) -> float:
