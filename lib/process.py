@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -73,3 +74,35 @@ def terminate(proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
             proc.kill()
             proc.wait(10)
     return proc.returncode
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from Linux's ``/proc``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def end_group(pgid: int, timeout: float) -> bool:
+    """Wait until no process of group ``pgid`` is left, SIGKILLing the rest at ``timeout``;
+    True when they ended by themselves. A parent can exit before the children it forked
+    (Locust's ``--processes`` workers), whose last writes are then still under way."""
+    deadline = time.monotonic() + timeout
+    while group_pids(pgid):
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return False
+        time.sleep(0.1)
+    return True

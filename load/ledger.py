@@ -127,14 +127,16 @@ class Ledger:
         """Write ``ledger-<pid>-<random>.npz`` into ``folder``; returns its path."""
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"ledger-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
-        with self._lock:
+        part = path.with_name(path.name + ".part")  # renamed when whole: readers glob *.npz
+        with self._lock, part.open("wb") as out:
             columns = {f"acked_{k}": v.copy() for k, v in self.acked.arrays().items()}
             columns.update({f"received_{k}": v.copy()
                             for k, v in self.received.arrays().items()})
-            np.savez(path, topics=np.array(self.topics, dtype=object),
+            np.savez(out, topics=np.array(self.topics, dtype=object),
                      streams=np.array(self.streams, dtype=object),
                      producers=np.array(self.producers, dtype=object),
                      counts=np.array([self.sent, self.failed], np.int64), **columns)
+        os.replace(part, path)
         return path
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc.experimental.gevent as grpc_gevent
 from locust import User, constant, constant_throughput, events, task
+from locust.runners import WorkerRunner
 
 from lib import Producer, PullConsumer, PushConsumer
 from load.ledger import STAMP_BYTES, Ledger, stamp
@@ -50,6 +51,15 @@ def _options(parser) -> None:
                        help="messages/s per producer user (0: as fast as it goes)")
     group.add_argument("--ledger-dir", default="",
                        help="folder for loss accounting (tubeq load run sets it)")
+
+
+@events.init.add_listener
+def _one_json_file(environment, **_kw) -> None:
+    """Locust forks its ``--processes`` workers with the master's ``--json-file`` option, and
+    each writes its own (empty: a worker hands its figures to the master) over the master's
+    when it quits, often last. Only the master writes it."""
+    if isinstance(environment.runner, WorkerRunner) and environment.parsed_options:
+        environment.parsed_options.json_file = None
 
 
 @events.test_stop.add_listener

@@ -23,13 +23,14 @@ from typing import Any
 from lib.admin import AdminClient
 from lib.cli.common import DEFAULT_CLUSTER_JSON
 from lib.errors import TopicExists
-from lib.process import terminate
+from lib.process import end_group, group_pids, terminate
 from load.chaos import TARGETS, Chaos, LocalCluster
 from load.ledger import log_reader, verify
 from load.soak import Sampler, Watched, cluster_processes, local_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "load" / "locustfile.py"
+LEDGER_SAVE_S = 600.0  # a worker's ledger of tens of millions of records takes a while
 
 # user class -> weight, or a fixed count (a number of such users before the weighted ones)
 SCENARIOS: dict[str, dict[str, dict[str, int]]] = {
@@ -143,7 +144,7 @@ def locust_stats(folder: Path) -> dict[str, dict[str, float]]:
 
 
 def _figures(entries: list[dict[str, Any]]) -> dict[str, float]:
-    """Counts, rate, p50/p99/max (ms) and mean size of Locust stats entries taken together
+    """Counts, rate, mean/p50/p99/max (ms) and mean size of Locust stats entries taken together
     (their ``response_times`` are histograms: rounded ms -> count)."""
     histogram: dict[int, int] = {}
     for e in entries:
@@ -154,6 +155,8 @@ def _figures(entries: list[dict[str, Any]]) -> dict[str, float]:
         min(e["start_time"] for e in entries)
     return {"requests": requests, "failures": sum(e["num_failures"] for e in entries),
             "rps": round(requests / span, 2) if span > 0 else 0.0,
+            "avg_ms": round(sum(e["total_response_time"] for e in entries)
+                            / max(requests, 1), 3),
             "p50_ms": _percentile(histogram, 0.50), "p99_ms": _percentile(histogram, 0.99),
             "max_ms": round(max(e["max_response_time"] or 0 for e in entries), 1),
             "avg_bytes": round(sum(e["total_content_length"] for e in entries)
@@ -187,6 +190,12 @@ def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
         return _run(plan, folder, chaos, lambda: local_processes(local.cluster))
 
 
+def locust_processes(pgid: int) -> list[Watched]:
+    """Locust's master and its workers, charted beside the servers but not judged."""
+    return [Watched("locust" if pid == pgid else f"locust-worker-{pid}", pid, judged=False)
+            for pid in sorted(group_pids(pgid))]
+
+
 def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None,
          servers: Callable[[], list[Watched]]) -> tuple[dict[str, Any], Path]:
     started = time.monotonic()
@@ -195,18 +204,22 @@ def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None,
         if chaos is not None:
             chaos.start()
         with (folder / "locust.log").open("wb") as log:  # the child keeps its own copy
+            # A session of its own: its --processes workers share its group, and outlive it
             locust = subprocess.Popen(locust_command(plan, folder), cwd=ROOT,
                                       env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                      stdout=log, stderr=subprocess.STDOUT)
+                                      stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
         if plan.scenario == "soak":
-            pid = locust.pid
-            sampler = Sampler(lambda: [*servers(), Watched("locust", pid)],
+            sampler = Sampler(lambda: [*servers(), *locust_processes(locust.pid)],
                               plan.sample_every_s)
             sampler.start()
         locust.wait()
+        # Forked workers still save their ledgers after the Locust master has exited.
+        end_group(locust.pid, LEDGER_SAVE_S)
     finally:
         if locust is not None:
             terminate(locust)  # only if interrupted: Locust ends by itself at --run-time
+            end_group(locust.pid, 15)
         faults = chaos.stop() if chaos is not None else []
         if sampler is not None:
             sampler.stop()

@@ -33,9 +33,10 @@ LATENCY_SAMPLE = 16  # one ack latency per this many records at full speed
 def percentiles_ms(latencies_s: list[float] | np.ndarray) -> dict[str, float]:
     arr = np.asarray(latencies_s, dtype=np.float64) * 1000
     if len(arr) == 0:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+        return {"mean_ms": 0.0, "p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
     p50, p95, p99 = np.percentile(arr, [50, 95, 99])
-    return {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2),
+    return {"mean_ms": round(float(arr.mean()), 3), "p50_ms": round(float(p50), 2),
+            "p95_ms": round(float(p95), 2),
             "p99_ms": round(float(p99), 2), "max_ms": round(float(arr.max()), 2)}
 
 

@@ -117,7 +117,8 @@ def load_run(ctx: click.Context, duration: str, **kw) -> None:
     for name, p in ((summary["soak"] or {}).get("processes") or {}).items():
         click.echo(f"soak: {name:<9} RSS {p['rss_baseline_mib']} -> {p['rss_end_mib']} MiB "
                    f"({p['rss_growth']:+.1%}), fds {p['open_fds_baseline']} -> "
-                   f"{p['open_fds_end']}, disk {p['disk_end_mib']} MiB")
+                   f"{p['open_fds_end']}, disk {p['disk_end_mib']} MiB"
+                   f"{'' if p['judged'] else ' (load generator, not judged)'}")
     for failure in accounting["failures"]:
         click.echo(f"FAILED: {failure}", err=True)
     if summary["soak"] and not summary["soak"]["flat_memory"]:

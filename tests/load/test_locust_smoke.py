@@ -79,8 +79,12 @@ def test_two_local_workers_under_a_locust_master(cluster, tmp_path):
     summary, folder = run(LoadPlan(scenario="produce", masters=cluster.master_addresses,
                                    users=2, spawn_rate=2, duration="8s", topic="smoke-workers",
                                    partitions=2, workers=2, out=tmp_path, options=OPTIONS))
-    _check(summary)
+    accounting = _check(summary)
     assert len(list((folder / "ledger").glob("ledger-*.npz"))) == 2  # one per worker
+    # Locust's figures are the master's, whatever order the workers quit in: forked workers
+    # once wrote their own empty --json-file over the master's.
+    sends = summary["locust"]["send x50"]
+    assert sends["requests"] * 50 == accounting["acknowledged"], (sends, accounting)
 
 
 def test_portal_scenario_logs_in_and_reads_pages(cluster, portal, tmp_path):

@@ -42,3 +42,15 @@ def test_samples_this_process_and_none_for_a_gone_one(tmp_path):
 def test_chart_page_escapes_names():
     page = chart_page(_rows("<b>x</b>", [1, 2]))
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+def test_the_load_generator_is_charted_but_not_judged(tmp_path):
+    me = os.getpid()
+    sampler = Sampler(lambda: [Watched("broker1", me), Watched("locust", me, judged=False)],
+                      every_s=1)
+    sampler.sample_once()  # learns which names are not judged
+    sampler.rows = _rows("broker1", [100, 100, 101]) + _rows("locust", [10, 50, 90])
+    report = sampler.report(tmp_path)
+    locust = report["processes"]["locust"]
+    assert not locust["judged"] and not locust["rss_flat"]  # its ledger grows by design
+    assert report["processes"]["broker1"]["judged"] and report["flat_memory"]
