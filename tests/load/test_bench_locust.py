@@ -21,10 +21,12 @@ def test_locust_and_tubeq_bench_report_the_same_rate_and_sync_latency():
     [round_] = out["rounds"]
     steady, sync = round_["steady"], round_["send_sync"]
     assert steady["bench_failures"] == 0 and steady["locust_failures"] == 0, steady
-    # Both hold the offered 1,000 msgs/s, and Locust's own figure says so.
+    # Both hold the offered 1,000 msgs/s, and Locust's own figure says so. Locust's rate is its
+    # requests over the span from the first start to the last end, a little short of the run:
+    # ~60 requests in 6 s read up to ~10 % high (at 20 s it reads 1.00).
     assert 800 <= steady["bench_msgs_per_s"] <= 1100, steady
-    assert 800 <= steady["locust_msgs_per_s"] <= 1100, steady
-    assert steady["locust_acknowledged"] >= 4 * 1000, steady
+    assert 800 <= steady["locust_msgs_per_s"] <= 1300, steady
+    assert 4 * 1000 <= steady["locust_acknowledged"] <= 7 * 1000, steady
     assert 0 < sync["bench_mean_ms"] and 0 < sync["locust_mean_ms"], sync
     assert sync["locust_calls"] > 100, sync
     assert out["locust_vs_bench"]["msgs_per_s_at_rate"] == steady["ratio"]
