@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def run(masters: str | None, rate: int, seconds: int, size: int, rounds: int) ->
     finally:
         if cluster is not None:
             cluster.stop_all()
+        shutil.rmtree(root, ignore_errors=True)  # the cluster's data, the Locust run folders
     return {
         "setup": f"{'own 1 master, 1 broker' if cluster else masters}; async topics; "
                  f"{size} B values; Locust: {USERS} producer users x {BATCH} per request "
