@@ -25,6 +25,7 @@ from broker.config import topic_store_config
 from lib.errors import PartitionNotHosted, UnknownPartition, UnknownTopic
 from lib.logs import event
 from lib.names import check_name
+from storage.checkpoints import CHECKPOINTS, CheckpointFile
 from storage.config import StoreConfig
 from storage.fsutil import atomic_write, inside
 from storage.space import SpaceGuard
@@ -152,6 +153,10 @@ class TopicManager:
         self.defaults = defaults or StoreConfig()
         # One free-space guard for every store: they share the data dir's filesystem.
         self.space = SpaceGuard(self.root, self.defaults.disk_reserve_bytes)
+        # One checkpoint file for every store, written at most once per interval
+        # (storage/checkpoints.py: a file per store made 1,000 topics fsync-bound).
+        self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,
+                                          self.defaults.checkpoint_interval_ms / 1e3)
         self._lock = threading.RLock()  # apply() is serialised; lookups take it briefly
         self._topics: dict[str, _Topic] = {}
         self._closed = False
@@ -258,7 +263,10 @@ class TopicManager:
             store = t.stores.get(sid)
             if store is None:
                 parts = [q for q in hosted if q % stores == sid]
-                t.stores[sid] = Store(self.root, t.name, sid, parts, t.config, self.space)
+                slot = self.checkpoints.slot(t.name, t.spec.topic_id, sid,
+                                             inside(self.root, t.name, str(sid)))
+                t.stores[sid] = Store(self.root, t.name, sid, parts, t.config, self.space,
+                                      checkpoint=slot)
             elif p not in store.partitions:
                 store.add_partition(p)
 
@@ -288,6 +296,7 @@ class TopicManager:
             return
         if d.is_dir() and _read_topic_id(d) in (topic_id, None) and name not in self._topics:
             shutil.rmtree(d, ignore_errors=True)
+            self.checkpoints.drop_topic(name, topic_id)
             self._dropped.append(name)
             event(log, "topic.deleted", topic=name, topic_id=topic_id)
 
@@ -297,6 +306,7 @@ class TopicManager:
         old = _read_topic_id(d) if d.is_dir() else None
         if d.is_dir() and old is not None and old != topic_id:
             shutil.rmtree(d)
+            self.checkpoints.drop_topic(name, old)
             self._dropped.append(name)
             event(log, "topic.stale_data_dropped", topic=name, old_id=old, topic_id=topic_id)
         d.mkdir(parents=True, exist_ok=True)
@@ -320,6 +330,7 @@ class TopicManager:
                     store.close()
                 except Exception as exc:  # noqa: BLE001 - close the others anyway
                     event(log, "store.close_failed", logging.ERROR, topic=t.name, error=repr(exc))
+        self.checkpoints.close()  # after the stores: their last checkpoints go in too
 
 
 def _read_topic_id(d: Path) -> int | None:

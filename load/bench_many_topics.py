@@ -1,6 +1,6 @@
 """Produce throughput with 1, 100 and 1,000 topics on one broker, with its RSS and open files.
 
-    .venv/bin/python -m load.bench_many_topics [--topics 1,100,1000] [--messages 300000]
+    .venv/bin/python -m load.bench_many_topics [--topics 1,100,1000] [--messages 600000]
     .venv/bin/python -m load.bench_many_topics --quick
 
 Many topics is TubeMQ's strength over Kafka: the partitions of a store share one data log, so
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -103,6 +104,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                     "index_files": sum(1 for _ in (broker.data_dir).rglob("*.idx"))})
     finally:
         cluster.stop_all()
+        shutil.rmtree(root, ignore_errors=True)  # 1,000 topics' files
     first = phases[0]["msgs_per_s"] if phases else 0
     for phase in phases:
         phase["vs_first"] = round(phase["msgs_per_s"] / first, 2) if first else None
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m load.bench_many_topics", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--topics", default="1,100,1000", help="topic counts, ascending")
-    p.add_argument("--messages", type=int, default=300_000, help="records sent per phase")
+    p.add_argument("--messages", type=int, default=600_000, help="records sent per phase")
     p.add_argument("--size", type=int, default=1024, help="bytes per record")
     p.add_argument("--run", type=int, default=500, help="records sent to a topic in a row")
     p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")

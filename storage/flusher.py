@@ -3,10 +3,11 @@
 Each round it waits until something is due (:class:`~storage.sync_policy.SyncPolicy` says when),
 swaps the active cache block out, writes it (data log first, then each partition's index), fsyncs
 the data log when the policy says so, saves a checkpoint every ``checkpoint_interval_ms`` and
-applies retention every ``retention_check_interval_ms``. It is the store's other half: it works on
-the store's state (cache pair, partition counters, sync target, disk-full and failure flags)
-under the store's lock, and does its I/O outside it, holding ``io_lock`` so that retention called
-from outside never runs beside a write.
+applies retention every ``retention_check_interval_ms``. The checkpoint goes where the store
+keeps it: its own file, or a broker's shared one (storage/checkpoints.py). The flusher is the
+store's other half: it works on the store's state (cache pair, partition counters, sync target,
+disk-full and failure flags) under the store's lock, and does its I/O outside it, holding
+``io_lock`` so that retention called from outside never runs beside a write.
 
 A full disk is a condition, not a failure. If a write or fsync fails with ENOSPC/EDQUOT (space
 was admitted by the :class:`~storage.space.SpaceGuard`, but another process took it), the
@@ -26,7 +27,7 @@ from lib.errors import DiskFull, StorageError
 from lib.logs import event
 from storage.cache import CacheBlock
 from storage.index import ENTRY
-from storage.recovery import Checkpoint, write_checkpoint
+from storage.recovery import Checkpoint
 from storage.retention import segments_to_delete
 from storage.space import is_disk_full
 from storage.sync_policy import SyncPolicy
@@ -187,7 +188,7 @@ class Flusher:
             parts = list(s._parts.values())  # add_partition may insert while we sync
         for part in parts:
             part.index.sync()
-        write_checkpoint(s.dir, Checkpoint(position, next_offsets))
+        s._checkpoint.save(Checkpoint(position, next_offsets))
         self._last_checkpoint, self._checkpointed = self.clock(), position
 
     def _maybe_retention(self) -> None:

@@ -34,10 +34,31 @@ class Checkpoint:
     position: int
     next_offsets: dict[int, int]
 
+    def as_json(self) -> dict:
+        return {"position": self.position,
+                "next": {str(p): n for p, n in self.next_offsets.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Checkpoint:
+        return cls(int(data["position"]), {int(p): int(n) for p, n in data["next"].items()})
+
     def dump(self) -> bytes:
-        body = json.dumps({"position": self.position,
-                           "next": {str(p): n for p, n in self.next_offsets.items()}})
-        return json.dumps({"crc": zlib.crc32(body.encode()), "body": body}).encode()
+        return seal(self.as_json())
+
+
+def seal(obj: object) -> bytes:
+    """``obj`` as JSON with a CRC of its text: a torn or flipped file reads as damaged."""
+    body = json.dumps(obj, separators=(",", ":"))
+    return json.dumps({"crc": zlib.crc32(body.encode()), "body": body}).encode()
+
+
+def unseal(raw: bytes) -> object:
+    """What :func:`seal` sealed; ValueError (or KeyError/TypeError) when it is damaged."""
+    outer = json.loads(raw)
+    body = outer["body"]
+    if zlib.crc32(body.encode()) != outer["crc"]:
+        raise ValueError("checksum mismatch")
+    return json.loads(body)
 
 
 def write_checkpoint(store_dir: Path, cp: Checkpoint) -> None:
@@ -46,19 +67,15 @@ def write_checkpoint(store_dir: Path, cp: Checkpoint) -> None:
 
 def read_checkpoint(store_dir: Path) -> Checkpoint | None:
     try:
-        outer = json.loads((store_dir / CHECKPOINT).read_bytes())
-        body = outer["body"]
-        if zlib.crc32(body.encode()) != outer["crc"]:
-            return None
-        data = json.loads(body)
-        return Checkpoint(int(data["position"]), {int(p): int(n) for p, n in data["next"].items()})
-    except (OSError, ValueError, KeyError, TypeError):
+        return Checkpoint.from_json(unseal((store_dir / CHECKPOINT).read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog]) -> None:
-    """Make ``indexes`` agree with the valid chunks of ``data`` (cutting bad tails)."""
-    cp = read_checkpoint(store_dir)
+def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog],
+            cp: Checkpoint | None) -> None:
+    """Make ``indexes`` agree with the valid chunks of ``data`` (cutting bad tails), scanning
+    only after checkpoint ``cp`` when the files agree with it (storage/checkpoints.py)."""
     for index in indexes.values():
         index.sanitize_tail(data.end)
     start = _scan_start(cp, data, indexes)

@@ -48,6 +48,7 @@ from lib.errors import (
 from lib.names import check_name
 from lib.records import BatchView, frame_starts, parse_batch, tag_hash
 from storage.cache import CachePair, read_span
+from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.datalog import CHUNK, DataLog, chunk_header
 from storage.flusher import Flusher
@@ -91,10 +92,13 @@ class Store(Closeable):
 
     def __init__(self, root: str | Path, topic: str, store_id: int, partitions: Iterable[int],
                  config: StoreConfig | None = None, space: SpaceGuard | None = None, *,
+                 checkpoint: CheckpointSlot | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        """``space`` is shared by the stores of one data dir (a broker passes one); without
-        it the store guards its own directory with ``config.disk_reserve_bytes``."""
+        """``space`` and ``checkpoint`` are shared by the stores of one data dir (a broker
+        passes them: one free-space guard, one checkpoint file); without them the store
+        guards its own directory with ``config.disk_reserve_bytes`` and keeps its own
+        ``checkpoint.json``."""
         self.config = cfg = config or StoreConfig()
         self.topic = check_name(topic)
         self.store_id = store_id
@@ -102,7 +106,8 @@ class Store(Closeable):
         self.dir.mkdir(parents=True, exist_ok=True)
         self._data = DataLog(self.dir / "data", cfg.segment_bytes)
         indexes = {p: self._open_index(p) for p in sorted(set(partitions))}
-        recover(self.dir, self._data, indexes)
+        self._checkpoint = checkpoint or OwnCheckpoint(self.dir)
+        recover(self.dir, self._data, indexes, self._checkpoint.read())
         self._parts = {p: _Partition(index) for p, index in indexes.items()}
         self._refresh_earliest()
         self._name = f"{self.topic}/{self.store_id}"

@@ -3,6 +3,7 @@ well-formed JSON object. Throughput is not asserted: benchmarks are not timed te
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_quick_run_reports_every_topic_count_with_the_broker_figures():
+def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert [p["topics"] for p in out["phases"]] == [1, 5]
@@ -23,6 +25,7 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures():
     # Five topics of one partition each: the broker holds at least their five index files.
     assert out["phases"][1]["broker_open_fds"] >= out["phases"][0]["broker_open_fds"] + 4
     assert out["phases"][0]["vs_first"] == 1.0
+    assert not list(tmp_path.iterdir())  # the cluster's files are gone with it
 
 
 def test_bad_topic_counts_are_refused_with_the_rule():

@@ -1,0 +1,167 @@
+"""Where a store keeps its checkpoint: a file of its own, or one file for a whole data dir.
+
+A checkpoint is written only after the data and index bytes it describes were fsynced
+(storage/flusher.py), and recovery trusts it to skip scanning them (storage/recovery.py).
+
+A store on its own (tools, tests) keeps ``checkpoint.json`` in its directory
+(:class:`OwnCheckpoint`). A broker hosts thousands of stores, and one file per store cost
+each store that took records a file rewrite (temp file, fsync, rename, directory fsync) every
+``checkpoint_interval_ms``: at 1,000 busy topics that was thousands of fsyncs a second and most
+of what separated 1,000 topics from one. So the stores of a broker share one
+:class:`CheckpointFile`, as Kafka's brokers share ``recovery-point-offset-checkpoint``: a store
+hands its checkpoint over in memory, and one thread writes the whole file at most once per
+interval. A crash loses at most the last interval's hand-overs, which costs recovery a longer
+scan, never data: an older checkpoint is always a valid one.
+
+Entries are keyed by topic, topic id and store id, so a topic deleted and created again under
+the same name never meets its predecessor's checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from lib.errors import StorageError
+from lib.logs import event
+from storage.fsutil import atomic_write
+from storage.recovery import Checkpoint, read_checkpoint, seal, unseal, write_checkpoint
+
+log = logging.getLogger(__name__)
+CHECKPOINTS = "store-checkpoints.json"
+FORMAT_VERSION = 1
+
+
+class OwnCheckpoint:
+    """``checkpoint.json`` in the store's own directory, written at once on save."""
+
+    def __init__(self, store_dir: Path) -> None:
+        self.store_dir = store_dir
+
+    def read(self) -> Checkpoint | None:
+        return read_checkpoint(self.store_dir)
+
+    def save(self, cp: Checkpoint) -> None:
+        write_checkpoint(self.store_dir, cp)
+
+
+class CheckpointSlot:
+    """One store's entry in a shared :class:`CheckpointFile`."""
+
+    def __init__(self, owner: CheckpointFile, key: str, legacy_dir: Path) -> None:
+        self.owner, self.key, self.legacy_dir = owner, key, legacy_dir
+
+    def read(self) -> Checkpoint | None:
+        """The shared entry, else the store's own file of an older broker version."""
+        return self.owner.get(self.key) or read_checkpoint(self.legacy_dir)
+
+    def save(self, cp: Checkpoint) -> None:
+        self.owner.put(self.key, cp)
+
+
+class CheckpointFile:
+    """The checkpoints of every store of a data dir in one file (module docstring).
+
+    ``put`` only records; a writer thread writes the file when something changed, at most
+    once per ``interval_s``, and sleeps without a timeout when nothing did (an idle broker
+    costs no wake-ups). ``close`` writes what is left.
+    """
+
+    def __init__(self, path: Path, interval_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.interval_s, self.clock = path, interval_s, clock
+        self._entries: dict[str, Checkpoint] = load(path)
+        self._cond = threading.Condition()
+        self._dirty = self._closing = False
+        self._last_write = -interval_s
+        self.writes = 0  # files written: tests and metrics see the coalescing
+        self._thread = threading.Thread(target=self._run, daemon=True, name="checkpoints")
+        self._thread.start()
+
+    def slot(self, topic: str, topic_id: int, store_id: int, store_dir: Path) -> CheckpointSlot:
+        return CheckpointSlot(self, entry_key(topic, topic_id, store_id), store_dir)
+
+    def get(self, key: str) -> Checkpoint | None:
+        with self._cond:
+            return self._entries.get(key)
+
+    def put(self, key: str, cp: Checkpoint) -> None:
+        with self._cond:
+            self._entries[key] = cp
+            self._dirty = True
+            self._cond.notify()
+
+    def drop_topic(self, topic: str, topic_id: int) -> None:
+        """Forget every store of one incarnation of a topic (its files are being deleted)."""
+        prefix = entry_key(topic, topic_id, 0).rsplit("/", 1)[0] + "/"
+        with self._cond:
+            doomed = [k for k in self._entries if k.startswith(prefix)]
+            for k in doomed:
+                del self._entries[k]
+            if doomed:
+                self._dirty = True
+                self._cond.notify()
+
+    def close(self) -> None:
+        """Write what changed since the last write, then stop the writer."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._dirty or self._closing):
+                    self._cond.wait()
+                wait = self._last_write + self.interval_s - self.clock()
+                if wait > 0 and not self._closing:
+                    self._cond.wait(wait)  # gather the puts of one interval into one write
+                    continue
+                if not self._dirty:
+                    return  # closing, and the file already says everything
+                body, self._dirty = dump(self._entries), False
+            self._write(body)
+            with self._cond:
+                if self._closing and not self._dirty:
+                    return
+
+    def _write(self, body: bytes) -> None:
+        try:
+            atomic_write(self.path, body)
+            self.writes += 1
+        except StorageError as exc:  # an old checkpoint is still a valid one: retry later
+            event(log, "store.checkpoint_write_failed", logging.ERROR, path=str(self.path),
+                  error=exc.message)
+            with self._cond:
+                self._dirty = True
+                if self._closing:
+                    self._dirty = False  # nothing more to try: the next open scans further
+        self._last_write = self.clock()
+
+
+def entry_key(topic: str, topic_id: int, store_id: int) -> str:
+    return f"{topic}#{int(topic_id)}/{int(store_id)}"
+
+
+def dump(entries: dict[str, Checkpoint]) -> bytes:
+    return seal({"version": FORMAT_VERSION,
+                 "stores": {k: cp.as_json() for k, cp in entries.items()}})
+
+
+def load(path: Path) -> dict[str, Checkpoint]:
+    """The entries of ``path``; none when it is missing, damaged or of another version (every
+    store then scans its whole data log, which is slow but exact)."""
+    try:
+        data = unseal(path.read_bytes())
+        if data["version"] != FORMAT_VERSION:
+            raise ValueError(f"version {data['version']!r}")
+        return {str(k): Checkpoint.from_json(v) for k, v in data["stores"].items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        event(log, "store.checkpoints_unreadable", logging.WARNING, path=str(path),
+              error=repr(exc))
+        return {}
