@@ -58,8 +58,10 @@ def fresh_buffer(capacity: int, busy: bool) -> np.ndarray:
     if busy:
         return np.empty(capacity, np.uint8)
     m = mmap.mmap(-1, capacity)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux; elsewhere small pages are the default
+    try:
         m.madvise(mmap.MADV_NOHUGEPAGE)
+    except (AttributeError, OSError):  # not Linux, or a kernel without huge pages: none to avoid
+        pass
     return np.frombuffer(m, np.uint8)  # the array keeps the mapping alive, then unmaps it
 
 

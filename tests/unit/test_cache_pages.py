@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from storage.cache import CachePair
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not Path("/sys/kernel/mm/transparent_hugepage").exists(),
+    reason="reads /proc/self/smaps; page advice needs a kernel with transparent huge pages")
 MiB = 1 << 20
 
 
