@@ -154,7 +154,7 @@ class TopicManager:
         # One free-space guard for every store: they share the data dir's filesystem.
         self.space = SpaceGuard(self.root, self.defaults.disk_reserve_bytes)
         # One checkpoint file for every store, written at most once per interval
-        # (storage/checkpoints.py: a file per store made 1,000 topics fsync-bound).
+        # (storage/checkpoints.py: not a file rewrite per busy store per interval).
         self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,
                                           self.defaults.checkpoint_interval_ms / 1e3)
         self._lock = threading.RLock()  # apply() is serialised; lookups take it briefly

@@ -6,12 +6,12 @@ A checkpoint is written only after the data and index bytes it describes were fs
 A store on its own (tools, tests) keeps ``checkpoint.json`` in its directory
 (:class:`OwnCheckpoint`). A broker hosts thousands of stores, and one file per store cost
 each store that took records a file rewrite (temp file, fsync, rename, directory fsync) every
-``checkpoint_interval_ms``: at 1,000 busy topics that was thousands of fsyncs a second and most
-of what separated 1,000 topics from one. So the stores of a broker share one
-:class:`CheckpointFile`, as Kafka's brokers share ``recovery-point-offset-checkpoint``: a store
-hands its checkpoint over in memory, and one thread writes the whole file at most once per
-interval. A crash loses at most the last interval's hand-overs, which costs recovery a longer
-scan, never data: an older checkpoint is always a valid one.
+``checkpoint_interval_ms``: at 1,000 busy topics, hundreds of file rewrites a second. So the
+stores of a broker share one :class:`CheckpointFile`, as Kafka's brokers share
+``recovery-point-offset-checkpoint``: a store hands its checkpoint over in memory, and one
+thread writes the whole file at most once per interval. A crash loses at most the last
+interval's hand-overs, which costs recovery a longer scan, never data: an older checkpoint is
+always a valid one.
 
 Entries are keyed by topic, topic id and store id, so a topic deleted and created again under
 the same name never meets its predecessor's checkpoint.
