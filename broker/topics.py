@@ -241,17 +241,30 @@ class TopicManager:
             self._delete(name, t.spec.topic_id)  # re-created: the old incarnation is gone
             t = None
         if t is None:
-            if not hosted:
-                return  # nothing of it lives here: no directory, no stores
-            self._claim_dir(name, spec.topic_id)
-            t = _Topic(name, spec, self._config_for(spec))
-            self._topics[name] = t
-            event(log, "topic.opened", topic=name, topic_id=spec.topic_id)
-        elif t.spec.store_settings() != spec.store_settings():
+            if hosted:  # else nothing of it lives here: no directory, no stores
+                self._open_new(name, spec, hosted)
+            return
+        if t.spec.store_settings() != spec.store_settings():
             self._reopen(t, spec)
         t.spec = spec
         self._open_stores(t, hosted)
         t.hosted = hosted
+
+    def _open_new(self, name: str, spec: TopicSpec, hosted: frozenset[int]) -> None:
+        """Open a new topic's stores, then publish it: lookups take no lock, and a topic they
+        could see before its stores open would answer PartitionNotHosted for partitions the
+        master says are here (clients would refresh routes that are not stale)."""
+        self._claim_dir(name, spec.topic_id)
+        t = _Topic(name, spec, self._config_for(spec))
+        try:
+            self._open_stores(t, hosted)
+        except BaseException:
+            for store in t.stores.values():
+                store.close()
+            raise
+        t.hosted = hosted
+        self._topics[name] = t
+        event(log, "topic.opened", topic=name, topic_id=spec.topic_id)
 
     def _config_for(self, spec: TopicSpec) -> StoreConfig:
         return topic_store_config(self.defaults, *spec.store_settings())

@@ -16,6 +16,7 @@ from lib.producer.producer import Producer
 from lib.proto import broker_pb2, broker_pb2_grpc
 from lib.records import FLAG_VALUE_ZLIB, Record, decode_frames
 from lib.rpc import channel, invoke
+from lib.wire_errors import error_class
 
 
 def create(cluster, topic: str, **settings):
@@ -36,7 +37,9 @@ def fetch_partition(masters: str, address: str, topic: str, partition: int) -> l
                 broker_pb2.PartitionFetch(partition=partition, offset=offset,
                                           max_bytes=1 << 20)], max_wait_ms=0)
             (data,) = invoke(stub.Fetch, req, 10).partitions
-            assert not data.error_code, data.error_message
+            if data.error_code:  # the typed error, so callers can wait out a stale route
+                raise error_class(data.error_code)(data.error_message, topic=topic,
+                                                   partition=partition)
             offsets = np.frombuffer(data.offsets, "<i8")
             out += decode_frames(data.frames, offsets, partition, topic)
             if data.next_offset >= data.latest or not len(offsets):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from lib.admin import AdminClient
-from lib.errors import UnknownTopic
+from lib.errors import PartitionNotHosted, UnknownTopic
 from lib.producer.producer import Producer
 from spark_sink.options import OptionError
 from tests.integration.test_producer_cluster import fetch_partition
@@ -27,8 +27,9 @@ def produce(masters: str, topic: str, n: int, first: int = 0) -> list[bytes]:
 
 
 def topic_values(masters: str, topic: str) -> list[bytes]:
-    """Every value of ``topic``, read straight from its brokers (a broker learns a new topic
-    at its next heartbeat: until then it says UnknownTopic, and this asks again)."""
+    """Every value of ``topic``, read straight from its brokers (a broker learns a new topic,
+    or a partition moved to it, at its next heartbeat: until then it says UnknownTopic or
+    PartitionNotHosted, and this asks the master again)."""
     deadline = time.monotonic() + 30
     while True:
         with AdminClient(masters) as admin:
@@ -36,7 +37,7 @@ def topic_values(masters: str, topic: str) -> list[bytes]:
         try:
             return [r.value for p in info.partitions
                     for r in fetch_partition(masters, p.address, topic, p.partition)]
-        except UnknownTopic:
+        except (UnknownTopic, PartitionNotHosted):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)

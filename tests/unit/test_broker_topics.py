@@ -43,6 +43,50 @@ def test_lookup_errors_name_the_problem(tm):
         tm.store_for("../etc", 0)
 
 
+def test_a_new_topic_is_unknown_to_lookups_until_its_stores_are_open(tm, monkeypatch):
+    """A lookup racing the first apply (lookups take no lock) must say UnknownTopic, not
+    PartitionNotHosted for a partition the master placed here (CI caught that once)."""
+    import broker.topics as topics
+
+    seen = []
+
+    class Watched(topics.Store):
+        def __init__(self, *args, **kwargs):
+            try:
+                tm.store_for("t", 0)
+            except Exception as exc:  # noqa: BLE001 - the type is the assertion
+                seen.append(type(exc))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(topics, "Store", Watched)
+    tm.apply({"t": TopicSpec(partitions=2, stores=2, topic_id=1)}, [("t", 0), ("t", 1)])
+    assert seen == [UnknownTopic, UnknownTopic]
+    assert tm.hosted("t") == [0, 1]
+
+
+def test_a_store_that_fails_to_open_leaves_the_topic_unknown_and_the_others_closed(
+        tm, monkeypatch):
+    import broker.topics as topics
+
+    opened = []
+
+    class Failing(topics.Store):
+        def __init__(self, root, name, sid, *args, **kwargs):
+            if sid == 1:
+                raise OSError("disk says no")
+            super().__init__(root, name, sid, *args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(topics, "Store", Failing)
+    tm.apply({"t": TopicSpec(partitions=2, stores=2, topic_id=1)}, [("t", 0), ("t", 1)])
+    with pytest.raises(UnknownTopic):
+        tm.store_for("t", 0)
+    assert len(opened) == 1 and opened[0]._closed
+    monkeypatch.undo()
+    tm.apply({"t": TopicSpec(partitions=2, stores=2, topic_id=1)}, [("t", 0), ("t", 1)])
+    assert tm.hosted("t") == [0, 1]  # the next heartbeat opens it
+
+
 def test_growing_topic_adds_partitions_and_keeps_data(tm):
     tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
     tm.store_for("t", 0).append(0, batch_of([b"a", b"b"]))
