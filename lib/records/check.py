@@ -27,7 +27,7 @@ from lib.records.layout import (
     MAGIC,
     MAX_HEADERS,
     MAX_RECORDS_PER_BATCH,
-    VERSION,
+    READ_VERSIONS,
     frame_headers,
     frame_starts,
     gather_u16,
@@ -74,7 +74,8 @@ def parse_batch(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
 ) -> BatchView:
-    """Validate a batch with one CRC call and whole-array checks; never loops per record.
+    """Validate a batch with one CRC call over its header and columns, and whole-array checks
+    of its frames (each with its own CRC); never loops per record in Python.
 
     Raises CorruptRecord (structure or CRC), BatchTooLarge or RecordTooLarge, each naming the
     problem and the limit.
@@ -92,11 +93,12 @@ def parse_batch(
     )
     if magic != MAGIC:
         raise CorruptRecord(f"bad batch magic {bytes(magic)!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise CorruptRecord(f"unsupported batch version {version}, this build reads {VERSION}")
+    if version not in READ_VERSIONS:
+        raise CorruptRecord(f"unsupported batch version {version}, this build reads "
+                            f"{', '.join(map(str, READ_VERSIONS))}")
     if length != len(buf):
         raise CorruptRecord(f"batch length field says {length} bytes, got {len(buf)}")
-    if batch_crc(buf) != crc:
+    if batch_crc(buf, version) != crc:
         raise CorruptRecord("batch CRC mismatch: corrupted in transit or built wrongly")
     return _columns(buf, count, pid, epoch, base_seq, max_message_bytes)
 

@@ -14,6 +14,8 @@ from lib.records.layout import (
     _I64,
     _U32,
     BATCH_HEADER,
+    COLUMN_BYTES_PER_RECORD,
+    COUNT_AT,
     CRC_AT,
     CRC_END,
     FRAME_DTYPE,
@@ -139,15 +141,19 @@ def batch_head(
     header = bytearray(BATCH_HEADER.pack(
         MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + len(frames), 0, n, producer_id,
         producer_epoch, 0, base_sequence, 0))
-    crc = zlib.crc32(frames, zlib.crc32(columns, zlib.crc32(
-        header[CRC_END:], zlib.crc32(header[:CRC_AT]))))
+    crc = zlib.crc32(columns, zlib.crc32(header[CRC_END:], zlib.crc32(header[:CRC_AT])))
     struct.pack_into("<I", header, CRC_AT, crc)
     return bytes(header) + columns
 
 
-def batch_crc(buf: memoryview) -> int:
-    """CRC-32 of every byte of the batch except the crc field itself."""
-    return zlib.crc32(buf[CRC_END:], zlib.crc32(buf[:CRC_AT]))
+def batch_crc(buf: memoryview, version: int = VERSION) -> int:
+    """CRC-32 of the batch's header (but the crc field) and columns; version 1 batches also
+    covered their frames (layout.py: why no longer)."""
+    end = len(buf)
+    if version != 1 and len(buf) >= COUNT_AT + 4:
+        count = int.from_bytes(buf[COUNT_AT:COUNT_AT + 4], "little")
+        end = min(end, HEADER_SIZE + COLUMN_BYTES_PER_RECORD * count)
+    return zlib.crc32(buf[CRC_END:end], zlib.crc32(buf[:CRC_AT]))
 
 
 def headers_of(mapping: Mapping[str, bytes] | None) -> dict[str, bytes]:

@@ -10,10 +10,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"TQRB"
-VERSION = 1
+VERSION = 2  # written by this build
+# v2's batch crc covers the header and the columns; the frames are covered by their own CRCs,
+# which every reader checks (the broker on append). v1's also covered the frames: every frame
+# byte was CRC'd twice on each side, 0.4 us per KiB each time. Both are read.
+READ_VERSIONS = (1, 2)
 BATCH_HEADER = struct.Struct("<4sBBHII" "IqhhiI")
 HEADER_SIZE = BATCH_HEADER.size  # 40: keeps the i64 column 8-byte aligned
-CRC_AT, CRC_END = 12, 16  # the batch crc covers every byte but [CRC_AT:CRC_END]
+CRC_AT, CRC_END = 12, 16  # the batch crc covers [:CRC_AT] and [CRC_END:frames] (v1: to the end)
+COUNT_AT = 16
 COLUMN_BYTES_PER_RECORD = 16
 
 FRAME_HEAD = struct.Struct("<II")

@@ -120,6 +120,47 @@ def test_batch_with_lying_size_column_is_rejected_even_with_valid_crc():
         parse_batch(bytes(batch))
 
 
+def as_version_1(batch: bytes) -> bytes:
+    """The same batch as an older producer built it: version 1, its crc over the frames too."""
+    old = bytearray(batch)
+    old[4] = 1
+    struct.pack_into("<I", old, 12, zlib.crc32(old[16:], zlib.crc32(old[:12])))
+    return bytes(old)
+
+
+def test_a_version_1_batch_from_an_older_producer_is_still_read():
+    records = sample_records()
+    view = parse_batch(as_version_1(encode_batch(records)))
+    assert [r.value for r in decode_frames(view.frames, range(4), 0)] == \
+        [r.value for r in records]
+
+
+def test_a_version_1_batch_with_a_damaged_frame_fails_its_batch_crc():
+    batch = bytearray(as_version_1(encode_batch(sample_records())))
+    batch[-1] ^= 1
+    with pytest.raises(CorruptRecord, match="batch CRC"):
+        parse_batch(bytes(batch))
+
+
+def test_the_batch_crc_covers_the_columns_and_each_frame_crc_its_frame():
+    batch = encode_batch(sample_records())
+    column = bytearray(batch)
+    column[HEADER_SIZE + 4 * 4 + 1] ^= 1  # a tag-hash column byte
+    with pytest.raises(CorruptRecord, match="batch CRC"):
+        parse_batch(bytes(column))
+    frame = bytearray(batch)
+    frame[-1] ^= 1  # the last value byte: not under the batch crc, under its frame's
+    with pytest.raises(CorruptRecord, match="frame 3 of the batch.*CRC|CRC.*frame 3"):
+        parse_batch(bytes(frame))
+
+
+def test_a_batch_of_an_unknown_version_names_the_versions_read():
+    batch = bytearray(encode_batch([Record(b"v")]))
+    batch[4] = 9
+    with pytest.raises(CorruptRecord, match="version 9, this build reads 1, 2"):
+        parse_batch(bytes(batch))
+
+
 def test_frame_shorter_than_header_is_rejected():
     with pytest.raises(CorruptRecord):
         decode_frame(b"\x00" * (FRAME_HEADER_SIZE - 1))
