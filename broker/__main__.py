@@ -15,6 +15,7 @@ from broker.server import Broker
 from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
+from lib.memory import keep_freed_memory
 from lib.process import write_ready
 from lib.tls import add_server_args, server_overrides
 
@@ -40,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup("broker", args.broker_id if args.broker_id is not None else "?", args.log_level)
+    keep_freed_memory()  # requests and cache blocks reuse pages (lib/memory.py)
     try:
         config = load(args.config, data_dir=args.data_dir, broker_id=args.broker_id,
                       masters=args.masters, host=args.host, port=args.port,

@@ -16,6 +16,7 @@ from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
 from lib.consumer.subscription import SubscriptionState, topic_names
 from lib.logs import event
+from lib.memory import keep_freed_memory
 from lib.names import check_name
 from lib.routes import RouteCache
 from lib.rpc import MasterClient, client_pool
@@ -41,6 +42,7 @@ class ConsumerBase(Closeable):
                  session_timeout_ms: int, client_id: str, rpc_timeout_s: float,
                  credentials: Credentials | None = None, tls: Tls | None = None) -> None:
         masters = masters if isinstance(masters, str) else list(masters)
+        keep_freed_memory()  # fetch responses reuse pages (lib/memory.py)
         self._pool = client_pool(masters, credentials, rpc_timeout_s, tls)
         self._masters = MasterClient(masters, self._pool, timeout=rpc_timeout_s)
         self._sub = SubscriptionState(reset)

@@ -80,7 +80,7 @@ class Accumulator:
         self.linger_s = linger_s
         self.max_block_s = max_block_s
         # append() takes the raw lock (cheaper than entering the Condition); both are one lock.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # never re-entered; cheaper to take than an RLock
         self.cond = threading.Condition(self._lock)
         self._queues: dict[TopicPartition, deque[Batch]] = {}
         self._in_flight: set[TopicPartition] = set()

@@ -35,6 +35,7 @@ from lib.errors import (
     Unavailable,
     UnknownPartition,
 )
+from lib.memory import keep_freed_memory
 from lib.names import check_name
 from lib.producer.accumulator import Accumulator
 from lib.producer.bulk import BulkFuture, bulk_values, groups, take
@@ -104,6 +105,7 @@ class Producer(Closeable):
         environment's TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN) log in;
         ``tls`` (else TUBEQ_TLS_CA ...) reaches TLS ports."""
         self.config = cfg = settle(ProducerConfig, config, settings)
+        keep_freed_memory()  # batches reuse pages instead of faulting fresh ones (lib/memory.py)
         client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
         timeout_s = cfg.request_timeout_ms / 1000
         self._pool = client_pool(masters, credentials, timeout_s, tls)

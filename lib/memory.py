@@ -1,0 +1,55 @@
+"""Keep freed heap memory for reuse instead of handing it back to the kernel at once.
+
+Why: the data plane allocates big short-lived buffers at a steady pace (a producer's 512 KiB
+batch and its request, a broker's incoming Produce request, a consumer's fetch response). With
+glibc's defaults a buffer above the mmap threshold (128 KiB, adaptive) gets a mapping of its own,
+unmapped when freed, and a heap whose free top passes the trim threshold is shrunk: either way
+the next buffer is written into pages the process has never touched, and the kernel faults and
+zeroes each one. On the VMs this project is measured on, that first touch costs about as much
+as the rest of the work: a producer's batching of 1 KiB records took 0.44 page faults per record,
+and keeping the memory took that path from 3.1 to 2.1 µs per record. Measured end to end
+(``tubeq bench``, 1 broker, this setting off and on for every process, 3 interleaved rounds,
+medians): produce 1 KiB 1.14x, consume 1 KiB 1.13x, consume 100 B 1.30x, produce 100 B 1.01x.
+
+What it costs: up to ``keep_bytes`` of freed memory per malloc arena stays in the process (its
+RSS shows its peak, not its current use). Set ``TUBEQ_KEEP_FREED_MEMORY=0`` to leave the
+allocator alone (for example when another library tunes it). Only glibc has ``mallopt``;
+elsewhere this does nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+M_MMAP_THRESHOLD = -3
+KEEP_BYTES = 64 << 20
+MMAP_ABOVE = 32 << 20  # glibc's own ceiling for its adaptive threshold (64-bit)
+ENV = "TUBEQ_KEEP_FREED_MEMORY"
+
+_lock = threading.Lock()
+_done: bool | None = None
+
+
+def keep_freed_memory(keep_bytes: int = KEEP_BYTES, mmap_above: int = MMAP_ABOVE) -> bool:
+    """Tune this process's allocator once (later calls return the first answer): buffers up
+    to ``mmap_above`` come from the heap, and up to ``keep_bytes`` of free heap is kept.
+    Returns whether the allocator took the settings."""
+    global _done
+    with _lock:
+        if _done is None:
+            _done = os.environ.get(ENV, "1").strip() not in ("0", "false", "no") and \
+                _mallopt(M_MMAP_THRESHOLD, mmap_above) and _mallopt(M_TRIM_THRESHOLD, keep_bytes)
+        return _done
+
+
+def _mallopt(param: int, value: int) -> bool:
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):  # no libc by that name, or not glibc
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return mallopt(param, value) == 1
