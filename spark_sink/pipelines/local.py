@@ -20,6 +20,28 @@ from typing import Any
 from lib.process import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
+GATEWAY_TRIES = 3
+
+
+def get_or_create(builder: Any) -> Any:
+    """``builder.getOrCreate()``, tried again when Spark's JVM dies before it starts.
+
+    Why: pyspark forks (with a ``preexec_fn``) to exec spark-submit, and grpcio >= 1.81 runs its
+    fork handlers in that child; with gRPC busy in this process, the child's new poller thread
+    can meet the descriptors the child is closing and the child dies (grpc/grpc#43055: 6 of 300
+    such forks here). pyspark then says JAVA_GATEWAY_EXITED; a second fork nearly always gets
+    through. Turning gRPC's fork support off process-wide would cure it, but would hang a
+    process forked after using gRPC (Locust's ``--processes`` workers)."""
+    from pyspark.errors import PySparkRuntimeError
+
+    for attempt in range(1, GATEWAY_TRIES + 1):
+        try:
+            return builder.getOrCreate()
+        except PySparkRuntimeError as exc:
+            if exc.getErrorClass() != "JAVA_GATEWAY_EXITED" or attempt == GATEWAY_TRIES:
+                raise
+            print(f"Spark's JVM exited before it started (try {attempt} of {GATEWAY_TRIES}): "
+                  "starting it again", file=sys.stderr)
 
 
 def spark_env() -> dict[str, str]:
@@ -50,7 +72,7 @@ def local_spark(master: str = "local[2]", app_name: str = "tubeq-pipeline",
                    .config("spark.driver.bindAddress", "127.0.0.1"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = get_or_create(builder)
     jvm: subprocess.Popen | None = getattr(SparkContext._gateway, "proc", None)
     try:
         session.sparkContext.setLogLevel("ERROR")

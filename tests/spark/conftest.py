@@ -20,6 +20,7 @@ import pytest
 
 from lib.admin import AdminClient
 from lib.process import terminate
+from spark_sink.pipelines.local import get_or_create
 from tests.cluster import Cluster
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra (pyspark)")
@@ -43,13 +44,13 @@ def spark() -> Iterator:
 
     saved = {k: os.environ.get(k) for k in SPARK_ENV}
     os.environ.update(SPARK_ENV)
-    session = (SparkSession.builder.master("local[2]").appName("tubeq-spark-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+    session = get_or_create(  # CI once lost the first JVM to grpc/grpc#43055 (see there)
+        SparkSession.builder.master("local[2]").appName("tubeq-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.python.worker.reuse", "true"))
     jvm: subprocess.Popen | None = getattr(SparkContext._gateway, "proc", None)
     try:
         yield session
