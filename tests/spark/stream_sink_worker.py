@@ -12,13 +12,15 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_sink.pipelines.local import get_or_create
+
 
 def main(masters: str, source: str, target: str, checkpoint: str, per_trigger: str) -> None:
-    spark = (SparkSession.builder.master("local[2]").appName("tubeq-sink-worker")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    spark = get_or_create(SparkSession.builder.master("local[2]").appName("tubeq-sink-worker")
+                          .config("spark.ui.enabled", "false")
+                          .config("spark.sql.shuffle.partitions", "2")
+                          .config("spark.driver.host", "127.0.0.1")
+                          .config("spark.driver.bindAddress", "127.0.0.1"))
     rows = (spark.readStream.format("tubeq").option("masters", masters)
             .option("subscribe", source).option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", per_trigger).load())
