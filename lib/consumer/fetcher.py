@@ -34,8 +34,7 @@ from lib.consumer.subscription import SubscriptionState
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_span
-from lib.records.columns import FrameColumns, checked_columns, walk_sizes
-from lib.records.decode import undecodable
+from lib.records.columns import FrameColumns, checked_run
 from lib.routes import confirm_unknown
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
@@ -193,21 +192,28 @@ class Fetcher:
         return out
 
     def _take_columns(self, c: Completed, want: int) -> FrameColumns | None:
-        """Check up to ``want`` frames of ``c`` and take them; None if ``c`` was dropped (a bad
-        frame fails the partition, named by offset, as :meth:`_take` does)."""
+        """Check up to ``want`` frames of ``c`` and take them (no decoding); None if ``c`` was
+        dropped."""
+        return self._take_run(c, want, checked_run)
+
+    def _take(self, c: Completed, want: int) -> list[Record] | None:
+        """Decode up to ``want`` records of ``c``; None if ``c`` was dropped."""
+        return self._take_run(c, want, decode_span)
+
+    def _take_run(self, c: Completed, want: int,
+                  decode: Callable[[bytes, list[int], int, int, str], tuple[T, int]]) -> T | None:
+        """Take up to ``want`` frames of ``c`` through ``decode`` (which checks every frame
+        and returns what it made and the end byte) and move the partition's position past
+        them; None if ``c`` was dropped: a bad frame fails the partition (poll raises it,
+        naming the offset; a corrupt frame is never delivered), and data that does not line
+        up with the position is refetched."""
         sub, tp, end = self.sub, c.tp, min(len(c.offsets), c.index + want)
-        mv = memoryview(c.frames)
         try:
-            stop = len(mv) if end == len(c.offsets) else \
-                c.pos + sum(walk_sizes(mv[c.pos:], end - c.index))
-            cols = checked_columns(tp.topic, tp.partition, mv[c.pos:stop],
-                                   np.array(c.offsets[c.index:end], np.int64))
+            got, stop = decode(c.frames, c.offsets[c.index:end], c.pos, tp.partition, tp.topic)
+            if end == len(c.offsets) and stop != len(c.frames):
+                raise errors.CorruptRecord(f"{len(c.frames) - stop} frame bytes past the last "
+                                           f"offset of {tp.topic}[{tp.partition}]")
         except errors.CorruptRecord as exc:
-            try:  # the record decoder names the offset of the first bad frame
-                decode_span(c.frames, c.offsets[c.index:end], c.pos, tp.partition, tp.topic)
-                exc = undecodable(tp.topic, tp.partition, c.offsets[c.index], exc)
-            except errors.CorruptRecord as precise:
-                exc = precise
             sub.fail(tp, exc)
             self._release(c)
             return None
@@ -217,28 +223,7 @@ class Fetcher:
             self._release(c)
             return None
         c.index, c.pos, c.expected = end, stop, new_pos
-        return cols
-
-    def _take(self, c: Completed, want: int) -> list[Record] | None:
-        """Decode up to ``want`` records of ``c``; None if ``c`` was dropped."""
-        sub, end = self.sub, min(len(c.offsets), c.index + want)
-        try:
-            records, pos = decode_span(c.frames, c.offsets[c.index:end], c.pos, c.tp.partition,
-                                       c.tp.topic)
-            if end == len(c.offsets) and pos != len(c.frames):
-                raise errors.CorruptRecord(f"{len(c.frames) - pos} frame bytes past the last "
-                                           f"offset of {c.tp.topic}[{c.tp.partition}]")
-        except errors.CorruptRecord as exc:
-            sub.fail(c.tp, exc)  # poll raises it; a corrupt frame is never delivered
-            self._release(c)
-            return None
-        new_pos = records[-1].offset + 1 if end < len(c.offsets) else c.next_offset
-        if not sub.advance(c.tp, c.epoch, c.expected, new_pos):
-            sub.invalidate(c.tp)  # does not line up: the worker refetches
-            self._release(c)
-            return None
-        c.index, c.pos, c.expected = end, pos, new_pos
-        return records
+        return got
 
     def wait(self, timeout: float) -> None:
         """Block until a worker appends a fetch (or ``timeout``)."""

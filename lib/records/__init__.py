@@ -2,7 +2,9 @@
 
 ``layout.py`` the format (sizes, flags, limits, :class:`Record`), ``encode.py`` frames and
 batches, ``check.py`` the broker's and recovery's checks (batch CRC, frame structure and
-CRCs), ``decode.py`` frames back into records. Import from ``lib.records``.
+CRCs), ``decode.py`` frames back into records, ``columns.py`` fetched runs as columns
+(checked as the broker checks them, records built over whole arrays). Import from
+``lib.records``.
 
 Batch layout (little-endian)::
 
@@ -13,8 +15,10 @@ Batch layout (little-endian)::
     times    i64[count]   timestamps (ms)    -- whole arrays, never per record
     frames   sum(sizes) bytes
 
-``crc`` is one CRC-32 over every other byte of the batch: the broker checks a batch with one
-call. Each frame is self-describing so a store can be rebuilt from its data log alone::
+``crc`` (version 2) is one CRC-32 over the header and the columns; every frame carries its own
+CRC over its bytes, which every reader checks (version 1's batch CRC also covered the frames,
+so each frame byte was CRC'd twice). Each frame is self-describing so a store can be rebuilt
+from its data log alone::
 
     length u32 | crc u32 | flags u8 | attrs u8 | timestamp i64 | tag_len u16 | key_len i32
     | header_count u16 | value_len u32 | tag | key | headers (name_len u16, value_len u32,
@@ -32,6 +36,7 @@ from lib.records.check import (
     frame_sizes,
     parse_batch,
 )
+from lib.records.columns import FrameColumns
 from lib.records.decode import (
     decode_frame,
     decode_frames,
@@ -115,6 +120,7 @@ __all__ = [
     "decode_frame",
     "decode_frames",
     "decode_records",
+    "FrameColumns",
     "decode_span",
     "encode_batch",
     "encode_frame",

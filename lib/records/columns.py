@@ -12,24 +12,27 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
+from itertools import repeat
 
 import numpy as np
 
 from lib.errors import CorruptRecord
 from lib.records.check import frame_columns
-from lib.records.decode import decode_frames
+from lib.records.decode import decode_frame, decode_span, undecodable
 from lib.records.layout import (
     _U8,
     _U32,
     FLAG_VALUE_ZLIB,
     FRAME_HEADER_SIZE,
+    NO_HEADERS,
     Record,
     frame_headers,
     frame_starts,
 )
 
 _LENGTH = struct.Struct("<I")
+_new_record = partial(tuple.__new__, Record)  # C-level: no Python frame per record
 
 
 @dataclass(frozen=True)
@@ -93,14 +96,49 @@ class FrameColumns:
         out.__dict__.update(sizes=sizes, starts=self.starts[:n], head=self.head[:n])
         return out
 
-    def records(self) -> list[Record]:
-        """Every frame decoded into a Record (headers, inflated values): the slow path."""
-        return decode_frames(self.frames, self.offsets, self.partition, self.topic)
+    def records(self, source: bytes | None = None, base: int = 0) -> list[Record]:
+        """Every frame as a Record: fields sliced and records built by C-level maps over the
+        columns (no Python bytecode per plain record); records with headers or compressed
+        values are decoded one by one. ``source``/``base``: ``frames`` lies in ``source`` at
+        ``base`` (values are sliced from it without copying the run first)."""
+        src = bytes(self.frames) if source is None else source
+        head, n = self.head, len(self)
+        starts = self.starts + base
+        ends = starts + self.sizes
+        values = _slices(src, ends - head["value_len"].astype(np.int64), ends)
+        field_at = starts + FRAME_HEADER_SIZE
+        tag_lens = head["tag_len"].astype(np.int64)
+        tags: list | repeat = repeat(None, n)
+        if tag_lens.any():
+            tags = list(map(str, _slices(src, field_at, field_at + tag_lens),
+                            repeat("utf-8"), repeat("replace")))
+            for i in np.flatnonzero(tag_lens == 0).tolist():
+                tags[i] = None
+        key_lens = head["key_len"].astype(np.int64)
+        keys: list | repeat = repeat(None, n)
+        if (key_lens >= 0).any():
+            key_at = field_at + tag_lens
+            keys = _slices(src, key_at, key_at + np.maximum(key_lens, 0))
+            for i in np.flatnonzero(key_lens < 0).tolist():
+                keys[i] = None
+        out = list(map(_new_record, zip(
+            values, keys, tags, repeat(NO_HEADERS, n), head["ts"].tolist(),
+            self.offsets.tolist(), repeat(self.partition, n), head["flags"].tolist(),
+            repeat(self.topic, n), strict=True)))
+        odd = head["header_count"] | (head["flags"] & FLAG_VALUE_ZLIB)
+        for i in np.flatnonzero(odd).tolist():
+            out[i] = decode_frame(memoryview(src)[int(starts[i]):int(ends[i])])._replace(
+                offset=out[i].offset, partition=self.partition, topic=self.topic)
+        return out
 
     def gather(self, starts: np.ndarray, ends: np.ndarray) -> bytes:
         """The byte ranges joined, one C-level map over slices (no Python per record)."""
         view = self.frames
         return b"".join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+
+
+def _slices(src: bytes, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    return list(map(src.__getitem__, map(slice, starts.tolist(), ends.tolist())))
 
 
 def walk_sizes(frames: memoryview, count: int = -1) -> list[int]:
@@ -120,11 +158,32 @@ def walk_sizes(frames: memoryview, count: int = -1) -> list[int]:
 
 
 def checked_columns(topic: str, partition: int, frames: memoryview,
-                    offsets: np.ndarray) -> FrameColumns:
+                    offsets: np.ndarray, sizes: list[int] | None = None) -> FrameColumns:
     """Check a run of fetched frames as the broker checks a batch (CorruptRecord if any frame
-    is bad) and wrap them; the run must hold exactly ``len(offsets)`` frames."""
+    is bad) and wrap them; the run must hold exactly ``len(offsets)`` frames. ``sizes``: the
+    frames' sizes when the caller has walked them already."""
     cols = FrameColumns(topic, partition, frames, np.asarray(offsets, np.int64))
+    if sizes is not None:
+        cols.__dict__["sizes"] = np.array(sizes, _U32)
     if len(cols.sizes) != len(cols.offsets):
         raise CorruptRecord(f"{len(cols.sizes)} fetched frames for {len(cols.offsets)} offsets")
     frame_columns(frames, cols.sizes)
     return cols
+
+
+def checked_run(frames: bytes, offsets: list[int], pos: int, partition: int,
+                topic: str) -> tuple[FrameColumns, int]:
+    """The ``len(offsets)`` frames of a fetch that start at byte ``pos``, checked: (columns,
+    end byte). A bad frame raises CorruptRecord naming its topic, partition and offset."""
+    mv = memoryview(frames)
+    try:
+        sizes = walk_sizes(mv[pos:], len(offsets))
+        if len(sizes) != len(offsets):
+            raise CorruptRecord(f"{len(sizes)} fetched frames for {len(offsets)} offsets")
+        stop = pos + sum(sizes)
+        return checked_columns(topic, partition, mv[pos:stop], offsets, sizes), stop
+    except CorruptRecord as exc:
+        # The record decoder names the offset of the first bad frame; where it finds none
+        # (a fault only the whole-run check sees), the run's first offset is named.
+        decode_span(frames, offsets, pos, partition, topic)
+        raise undecodable(topic, partition, offsets[0], exc) from exc

@@ -16,6 +16,7 @@ from lib.records.layout import (
     FRAME_HEADER_SIZE,
     FRAME_TAIL,
     HEADER_ENTRY,
+    NO_HEADERS,
     Record,
 )
 
@@ -38,7 +39,7 @@ def decode_frame(frame: bytes | memoryview) -> Record:
     if key_len >= 0:
         key = bytes(mv[pos:pos + key_len])
         pos += key_len
-    headers: dict[str, bytes] = {}
+    headers: dict[str, bytes] = {} if n_headers else NO_HEADERS  # type: ignore[assignment]
     for _ in range(n_headers):
         if pos + HEADER_ENTRY.size > length:
             raise CorruptRecord("frame headers run past the end of the frame")
@@ -79,10 +80,8 @@ def decode_frames(data: bytes | memoryview, offsets: Sequence[int] | np.ndarray 
     if offsets is not None:
         if len(offsets) != len(records):
             raise CorruptRecord(f"{len(records)} frames but {len(offsets)} offsets")
-        for rec, off in zip(records, offsets, strict=True):
-            rec.offset = int(off)
-            rec.partition = partition
-            rec.topic = topic
+        return [rec._replace(offset=int(off), partition=partition, topic=topic)
+                for rec, off in zip(records, offsets, strict=True)]
     return records
 
 
@@ -108,7 +107,7 @@ def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, top
     """
     mv = memoryview(frames)
     n = len(mv)
-    unpack, crc32 = _FRAME.unpack_from, zlib.crc32
+    unpack, crc32, new = _FRAME.unpack_from, zlib.crc32, tuple.__new__
     out: list[Record] = []
     append = out.append
     off = offsets[0] if offsets else -1
@@ -120,9 +119,14 @@ def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, top
             end = pos + length
             if length < FRAME_HEADER_SIZE or end > n:
                 raise CorruptRecord(f"fetched frame at byte {pos} has length {length}")
-            if n_headers or flags & FLAG_VALUE_ZLIB:
-                rec = decode_frame(mv[pos:end])
-                rec.offset, rec.partition, rec.topic = off, partition, topic
+            if not (n_headers or flags or tag_len) and key_len < 0:  # the commonest frame
+                if crc32(mv[pos + 8:end]) != crc:
+                    raise CorruptRecord("frame CRC mismatch")
+                rec = new(Record, (frames[pos + FRAME_HEADER_SIZE:end], None, None, NO_HEADERS,
+                                   ts, off, partition, 0, topic))
+            elif n_headers or flags & FLAG_VALUE_ZLIB:
+                rec = decode_frame(mv[pos:end])._replace(offset=off, partition=partition,
+                                                          topic=topic)
             else:
                 if crc32(mv[pos + 8:end]) != crc:
                     raise CorruptRecord("frame CRC mismatch")
@@ -132,7 +136,8 @@ def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, top
                 key = None
                 if key_len >= 0:
                     key, p = frames[p:p + key_len], p + key_len
-                rec = Record(frames[p:end], key, tag, {}, ts, off, partition, flags, topic)
+                rec = new(Record, (frames[p:end], key, tag, NO_HEADERS, ts, off, partition,
+                                   flags, topic))
             append(rec)
             if sizes is not None:
                 sizes.append(length)

@@ -141,7 +141,8 @@ def mutated_frames(draw) -> list[bytes]:
         tag=st.none() | st.text("abc", min_size=1, max_size=4),
         headers=st.dictionaries(st.text("xy", min_size=1, max_size=3), st.binary(max_size=5),
                                 max_size=3),
-        timestamp=st.integers(-2**40, 2**40)), min_size=1, max_size=6))
+        timestamp=st.integers(-2**40, 2**40), offset=st.just(-1), partition=st.just(-1),
+        flags=st.just(0), topic=st.just("")), min_size=1, max_size=6))
     frames = [bytearray(encode_frame(r)) for r in records]
     for _ in range(draw(st.integers(0, 4))):
         i = draw(st.integers(0, len(frames) - 1))
