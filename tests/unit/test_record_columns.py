@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lib.errors import CorruptRecord
-from lib.records import FLAG_VALUE_ZLIB, Record, encode_frame
+from lib.records import FLAG_VALUE_ZLIB, Record, decode_span, encode_frame
 from lib.records.columns import checked_columns, walk_sizes
 
 PLAIN = [Record(b"v0"), Record(b"", key=b""), Record(b"v2" * 300, key=b"k2", tag="red"),
@@ -45,6 +45,33 @@ def test_headers_or_compressed_values_are_not_plain_and_decode_per_record():
     assert not cols.plain
     assert [(r.value, r.headers) for r in cols.records()] == [(b"a", {"h": b"1"}),
                                                               (b"z" * 500, {})]
+
+
+def test_column_records_equal_the_record_decoder_on_every_kind_of_frame():
+    """FrameColumns.records() (built over whole arrays) and decode_span (frame by frame, the
+    poll path) must agree field for field, whatever mix of frames a run holds."""
+    mixed = [*PLAIN, Record(b"h", key=b"k", tag="x", headers={"a": b"1", "b": b""}),
+             Record(zlib.compress(b"q" * 200), tag="z", flags=FLAG_VALUE_ZLIB),
+             Record(b"last")]
+    frames, offsets = run(mixed)
+    by_columns = checked_columns("topic", 7, frames, offsets).records()
+    by_frames, end = decode_span(bytes(frames), offsets.tolist(), 0, 7, "topic")
+    assert end == len(frames)
+    assert by_columns == by_frames
+    assert [(r.value, r.key, r.tag, dict(r.headers)) for r in by_columns] == \
+        [(zlib.decompress(r.value) if r.flags else r.value, r.key, r.tag, dict(r.headers))
+         for r in mixed]
+    assert {(r.topic, r.partition) for r in by_columns} == {("topic", 7)}
+
+
+def test_a_decoded_record_is_immutable_and_its_empty_headers_are_read_only():
+    frames, offsets = run([Record(b"v")])
+    rec = decode_span(bytes(frames), offsets.tolist(), 0, 0, "t")[0][0]
+    with pytest.raises(AttributeError):
+        rec.offset = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        rec.headers["h"] = b"x"  # type: ignore[index]
+    assert rec._replace(offset=5).offset == 5 and rec.offset == 100
 
 
 def test_first_keeps_a_prefix_and_what_is_known_of_it():
