@@ -120,6 +120,9 @@ class Producer(Closeable):
                               client_id=client_id)
         self._zlib = cfg.compression == "zlib"
         self._named: set[str] = set()
+        self._batch_bytes = cfg.batch_bytes
+        # topic -> [partition, max frame bytes, open batch]: send()'s plain values (_stick)
+        self._sticky: dict[str, list] = {}
         self._closed = False
         self._sent = 0  # racy across threads on purpose: it only paces GIL yields
         self._sender.start()
@@ -136,18 +139,19 @@ class Producer(Closeable):
         full for max_block_ms; ClientClosed after close().
         """
         if (key is None and partition is None and tag is None and headers is None
-                and timestamp is None and value.__class__ is bytes and topic in self._named
-                and not self._zlib and not self._closed):
-            # The commonest record, inline and lean (no frame object, no per-record
-            # TopicPartition, no call per check): ~10% off send(); the rest, and every error,
-            # goes through _encode.
-            route = self._routes.get(topic)
-            size = len(value) + FRAME_HEADER_SIZE
-            if size > route.max_message_bytes or not route.available:
-                return self._send_checked(topic, value, key, tag, headers, partition, timestamp)
-            ts = time.time_ns() // 1_000_000
-            p = self._partitioner.partition(topic, None, route.count, route.available, size)
-            future = self._acc.add(route.tps[p], plain_frame(value, None, ts), size, 0, ts)
+                and timestamp is None and value.__class__ is bytes and not self._zlib):
+            # The commonest record, lean: no frame encoded here (its batch is encoded whole
+            # when sealed, Batch.encode), no route lookup while the topic's sticky batch has
+            # room; every other record, and every error, goes through _send_checked.
+            sticky = self._sticky.get(topic)
+            if sticky is None or len(value) + FRAME_HEADER_SIZE > sticky[1] or \
+                    sticky[2] is not None and sticky[2].size + len(value) > self._batch_bytes:
+                sticky = self._stick(topic, value)
+                if sticky is None:
+                    return self._send_checked(topic, value, key, tag, headers, partition,
+                                              timestamp)
+            future, sticky[2] = self._acc.add_value(sticky[2], sticky[0], value,
+                                                    time.time_ns() // 1_000_000)
         else:
             return self._send_checked(topic, value, key, tag, headers, partition, timestamp)
         self._sent += 1
@@ -157,6 +161,20 @@ class Producer(Closeable):
             # batch per partition; yielding every 256 records (about 1 ms) bounds that wait.
             time.sleep(0)
         return future
+
+    def _stick(self, topic: str, value: bytes) -> list | None:
+        """The topic's next sticky partition for plain values: [partition, max frame bytes,
+        open batch (None: the accumulator opens one)]; None when the record needs the checked
+        path (closed, unknown or unavailable topic, too large)."""
+        if self._closed or topic not in self._named:
+            return None
+        route = self._routes.get(topic)
+        if not route.available or len(value) + FRAME_HEADER_SIZE > route.max_message_bytes:
+            return None
+        p = self._partitioner.partition(topic, None, route.count, route.available,
+                                        self._batch_bytes)  # a whole turn: the next partition
+        sticky = self._sticky[topic] = [route.tps[p], route.max_message_bytes, None]
+        return sticky
 
     def _send_checked(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
                       headers: Mapping[str, bytes] | None, partition: int | None,

@@ -204,6 +204,7 @@ class Sender(threading.Thread):
             seq = self._sequences.get(batch.tp, 0)
             self._sequences[batch.tp] = (seq + len(batch)) & 0x7FFFFFFF
         batch.producer_id, batch.base_sequence = pid, seq
+        batch.encode()
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
                           producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
                           base_sequence=seq)

@@ -175,11 +175,13 @@ class EncodedRun:
     tag_hashes: np.ndarray | None  # u32 per frame, None: no record has a tag
 
 
-def encode_columns(values: Sequence[bytes], timestamp: int,
+def encode_columns(values: Sequence[bytes], timestamp: int | np.ndarray,
                    keys: Sequence[bytes] | None = None,
                    tags: Sequence[str] | None = None) -> EncodedRun:
-    """Frames for many records without headers in one pass over columns (the bulk producer).
-    ``keys`` (bytes each) and ``tags`` (str each, "" for none) are per record when given.
+    """Frames for many records without headers in one pass over columns (the bulk producer,
+    and ``Producer.send``'s plain records when their batch is sealed). ``timestamp`` is one
+    for all or an int64 array, one per record; ``keys`` (bytes each) and ``tags`` (str each,
+    "" for none) are per record when given.
 
     Byte for byte what :func:`encode_frame` builds per record, with no Python bytecode per
     record: the 30-byte frame headers are one numpy structured array; the CRCs are C-level
@@ -217,8 +219,13 @@ def encode_columns(values: Sequence[bytes], timestamp: int,
     sizes = FRAME_HEADER_SIZE + head["tag_len"].astype(np.int64) + np.maximum(key_lens, 0) \
         + vlen
     head["length"] = sizes
-    head["crc"] = _frame_crcs(head, columns, (vlen << 35) | ((key_lens + 1) << 9)
-                              | head["tag_len"])
+    shape = (vlen << 35) | ((key_lens + 1) << 9) | head["tag_len"]
+    if isinstance(timestamp, np.ndarray) and n and timestamp.min() != timestamp.max():
+        # Tails differ by timestamp too: number each (shape, timestamp) pair.
+        _, shape_id = np.unique(shape, return_inverse=True)
+        _, ts_id = np.unique(timestamp, return_inverse=True)
+        shape = shape_id.ravel() * (int(ts_id.max()) + 1) + ts_id.ravel()
+    head["crc"] = _frame_crcs(head, columns, shape)
     widths = [head["tag_len"]] if tags is not None else []
     widths += [key_lens] if keys is not None else []
     return EncodedRun(_lay_out(head, columns, [*widths, vlen]), sizes.astype(_U32),
@@ -273,7 +280,8 @@ def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.n
 def _frame_crcs(head: np.ndarray, columns: list[Sequence[bytes]], shape: np.ndarray
                 ) -> np.ndarray:
     """Each frame's CRC: crc32 over its tail (header bytes 8..30), then its columns' bytes.
-    ``shape`` is equal exactly where two tails are (their only varying fields: lengths)."""
+    ``shape`` is equal exactly where two tails are (their varying fields: the lengths and
+    the timestamp)."""
     _kinds, first, inverse = np.unique(shape, return_index=True, return_inverse=True)
     tails = head.view(np.uint8).reshape(len(head), FRAME_HEADER_SIZE)[first, 8:]
     running: Iterable[int] = np.fromiter(map(_crc32, tails), np.int64, len(first))[

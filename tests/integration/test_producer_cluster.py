@@ -90,6 +90,32 @@ def test_async_sends_are_all_acknowledged_after_flush_and_spread_without_keys(cl
     assert stored == dict(enumerate(counts.tolist()))
 
 
+def test_plain_and_other_records_sent_to_one_partition_are_stored_in_send_order(cluster):
+    """send() keeps plain values unencoded until their batch is sealed, in batches of their
+    own: a keyed, tagged or partition-pinned record between them must still land between."""
+    create(cluster, "mixed", partitions=1)
+    sent = []
+    with Producer(cluster.master_addresses, linger_ms=50, batch_bytes=2048) as producer:
+        for i in range(600):
+            value = b"%d" % i
+            kind = i % 7
+            if kind == 3:
+                producer.send("mixed", value, key=b"k")
+            elif kind == 5:
+                producer.send("mixed", value, tag="t")
+            elif kind == 6:
+                producer.send("mixed", value, partition=0)
+            else:
+                producer.send("mixed", value)
+            sent.append(value)
+        producer.flush(timeout=30)
+        assert producer.metrics()["records_acked"] == 600
+    stored = fetch_topic(cluster, "mixed")[0]
+    assert [r.value for r in stored] == sent
+    assert [r.offset for r in stored] == list(range(600))
+    assert [r.tag for r in stored][5::7] == ["t"] * len(sent[5::7])
+
+
 def test_send_sync_returns_metadata_and_tag_headers_and_zlib_values_round_trip(cluster):
     create(cluster, "rich", partitions=1)
     value = b"compress me " * 200

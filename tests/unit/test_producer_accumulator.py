@@ -199,6 +199,54 @@ def test_plain_appends_are_the_codec_frames_and_mixed_batches_keep_tag_columns_a
     assert len(produce_request(A0, head, batch.buf)) > len(head) + len(batch.buf)
 
 
+def test_plain_values_are_encoded_when_sealed_byte_for_byte_as_send_encodes_them():
+    from lib.records import Record, batch_head, encode_frame, parse_batch
+
+    acc = _acc(batch_bytes=10_000, linger_s=0)
+    values = [b"a", b"", b"c" * 300]
+    batch = None
+    for i, value in enumerate(values):
+        future, batch = acc.add_value(batch, A0, value, 1000 + i)  # timestamps differ
+    (drained,), _ = _drain(acc)
+    assert drained is batch and drained.values == values and len(drained) == 3
+    assert drained.frames() == [encode_frame(Record(v, timestamp=1000 + i))
+                                for i, v in enumerate(values)]
+    head = batch_head(drained.buf, drained.sizes, None, drained.timestamps)
+    assert parse_batch(head + bytes(drained.buf)).timestamps.tolist() == [1000, 1001, 1002]
+    assert future._index == 2
+
+
+def test_a_record_of_the_other_kind_opens_a_batch_behind_and_the_first_takes_no_more():
+    acc = _acc(batch_bytes=10_000, linger_s=60)
+    _, plain = acc.add_value(None, A0, b"p1", 1)
+    _add(acc, A0)  # an encoded frame: may not join the plain batch (nor go ahead of it)
+    _, again = acc.add_value(plain, A0, b"p2", 2)
+    assert plain.sealed and again is not plain and again.values == [b"p2"]
+    with acc.cond:
+        acc.flushing = 1
+    order = []
+    while True:
+        ready, _ = _drain(acc)
+        if not ready:
+            break
+        (batch,) = ready
+        order.append(batch.values if batch.values is not None else len(batch))
+        acc.release(batch)
+    assert order == [[b"p1"], 1, [b"p2"]]
+
+
+def test_plain_values_respect_the_batch_size_the_buffer_and_close():
+    acc = _acc(batch_bytes=40, buffer_bytes=100, linger_s=60, max_block_s=0.05)
+    _, first = acc.add_value(None, A0, b"x" * 5, 1)  # 35 bytes framed
+    _, second = acc.add_value(first, A0, b"x" * 5, 1)  # would make 70 > 40: a new batch
+    assert second is not first and first.sealed
+    with pytest.raises(RequestTimedOut):
+        acc.add_value(second, A0, b"x" * 40, 1)  # 70 + 70 > the 100-byte buffer
+    acc.closed = True
+    with pytest.raises(ClientClosed):
+        acc.add_value(second, A0, b"x", 1)
+
+
 @pytest.mark.parametrize("topic, partition, frames_len", [
     ("a", 0, 0), ("orders", 1, 300), ("t" * 200, 70_000, 5 << 20)])
 def test_hand_built_produce_requests_parse_as_the_protobuf_message(topic, partition,
