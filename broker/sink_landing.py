@@ -14,13 +14,13 @@ interrupted commit, over what was appended since its intent: it loops per record
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from lib.errors import OffsetOutOfRange
 from lib.records import BatchView, frame_sizes
+from lib.records.layout import crc32
 from storage.store import Store
 
 SCAN_BYTES = 4 << 20  # read per step while looking for a batch
@@ -38,8 +38,8 @@ class BatchMark:
     @classmethod
     def of(cls, view: BatchView) -> BatchMark:
         first = int(view.sizes[0])
-        return cls(view.count, len(view.frames), zlib.crc32(view.frames),
-                   zlib.crc32(view.frames[:first]))
+        return cls(view.count, len(view.frames), crc32(view.frames),
+                   crc32(view.frames[:first]))
 
     def as_list(self) -> list[int]:
         return [self.count, self.nbytes, self.crc, self.first_crc]
@@ -74,7 +74,7 @@ def _find(store: Store, partition: int, pos: int, end: int, mark: BatchMark) -> 
         bounds = np.concatenate(([0], np.cumsum(frame_sizes(frames))))
         for i, offset in enumerate(got.offsets.tolist()):
             first = frames[int(bounds[i]):int(bounds[i + 1])]
-            if zlib.crc32(first) == mark.first_crc and _matches(store, partition, offset, mark):
+            if crc32(first) == mark.first_crc and _matches(store, partition, offset, mark):
                 return offset
         pos = got.next_offset
     return None
@@ -89,7 +89,7 @@ def _matches(store: Store, partition: int, offset: int, mark: BatchMark) -> bool
         if not len(got) or int(got.offsets[0]) != pos or \
                 int(got.offsets[-1]) != pos + len(got) - 1:
             return False  # a hole or a filtered gap: not one contiguous run
-        crc = zlib.crc32(got.frames, crc)
+        crc = crc32(got.frames, crc)
         nbytes += len(got.frames)
         pos += len(got)
     return pos == end and nbytes == mark.nbytes and crc == mark.crc

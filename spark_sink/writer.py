@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -29,6 +28,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from lib.errors import Unavailable, UnknownTopic
 from lib.producer.bulk import bulk_values
+from lib.records.layout import crc32
 from lib.routes import RouteCache, TopicRoutes
 from spark_sink import clients
 from spark_sink.options import OptionError, WriteOptions
@@ -177,7 +177,7 @@ def _place(parts: np.ndarray, mine: np.ndarray, keys: list[bytes] | None,
     keyed = todo & ~keyless
     if keyed.any():
         picked = _pick(keys, np.flatnonzero(keyed))
-        parts[keyed] = np.fromiter(map(zlib.crc32, picked), np.int64, len(picked)) % route.count
+        parts[keyed] = np.fromiter(map(crc32, picked), np.int64, len(picked)) % route.count
     loose = todo & keyless
     if loose.any():
         if seed is not None:

@@ -16,13 +16,14 @@ partition, so keyless throughput does not drop as partitions are added.
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Sequence
+
+from lib.records.layout import crc32
 
 
 def key_partition(key: bytes, partitions: int) -> int:
     """The stable partition of ``key`` among ``partitions`` partitions."""
-    return zlib.crc32(key) % partitions
+    return crc32(key) % partitions
 
 
 class Partitioner:
@@ -38,7 +39,7 @@ class Partitioner:
         """Pick the partition of one record of ``topic`` (``partitions`` in total) of
         ``size`` bytes."""
         if key is not None:
-            return zlib.crc32(key) % partitions
+            return crc32(key) % partitions
         turn = self._turns.get(topic)
         if turn is None:
             with self._lock:

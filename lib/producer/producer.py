@@ -52,6 +52,7 @@ from lib.records import (
     plain_frame,
     tag_hash,
 )
+from lib.records.layout import crc32
 from lib.routes import RouteCache, TopicRoutes
 from lib.rpc import MasterClient, client_pool
 from lib.tls import Tls
@@ -296,7 +297,7 @@ class Producer(Closeable):
             if not route.count:
                 raise Unavailable(f"topic {route.topic} has no partitions placed yet",
                                   topic=route.topic)
-            return np.fromiter(map(zlib.crc32, keys), np.int64, n) % route.count
+            return np.fromiter(map(crc32, keys), np.int64, n) % route.count
         size = sum(map(len, values))
         return np.full(n, self._choose(route, None, partition, size), np.int64)
 

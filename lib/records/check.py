@@ -28,6 +28,7 @@ from lib.records.layout import (
     MAX_HEADERS,
     MAX_RECORDS_PER_BATCH,
     READ_VERSIONS,
+    crc32,
     frame_headers,
     frame_starts,
     gather_u16,
@@ -204,14 +205,14 @@ def _few_columns(frames: memoryview, sizes: list[int]) -> tuple[np.ndarray, np.n
             _FRAME.unpack_from(frames, start)
         bad = _first_fault(frames, start, end, length, flags, tag_len, key_len, n_headers,
                            value_len)
-        if bad is None and zlib.crc32(frames[start + 8:end]) != crc:
+        if bad is None and crc32(frames[start + 8:end]) != crc:
             bad = "its CRC does not match its bytes"
         if bad is not None:
             raise CorruptRecord(f"frame {i} of the batch is malformed: {bad}")
         if flags & FLAG_VALUE_ZLIB:
             _inflates(frames[end - value_len:end], i)
         tag_at = start + FRAME_HEADER_SIZE
-        hashes.append(max(zlib.crc32(frames[tag_at:tag_at + tag_len]), 1) if tag_len else 0)
+        hashes.append(max(crc32(frames[tag_at:tag_at + tag_len]), 1) if tag_len else 0)
         times.append(ts)
         start = end
     return np.array(hashes, _U32), np.array(times, _I64)

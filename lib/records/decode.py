@@ -18,6 +18,7 @@ from lib.records.layout import (
     HEADER_ENTRY,
     NO_HEADERS,
     Record,
+    crc32,
 )
 
 
@@ -29,7 +30,7 @@ def decode_frame(frame: bytes | memoryview) -> Record:
     length, crc = FRAME_HEAD.unpack_from(mv)
     if length != len(mv):
         raise CorruptRecord(f"frame length field says {length}, frame has {len(mv)} bytes")
-    if zlib.crc32(mv[8:]) != crc:
+    if crc32(mv[8:]) != crc:
         raise CorruptRecord("frame CRC mismatch")
     flags, _a, ts, tag_len, key_len, n_headers, value_len = FRAME_TAIL.unpack_from(mv, 8)
     pos = FRAME_HEADER_SIZE
@@ -107,7 +108,7 @@ def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, top
     """
     mv = memoryview(frames)
     n = len(mv)
-    unpack, crc32, new = _FRAME.unpack_from, zlib.crc32, tuple.__new__
+    unpack, new = _FRAME.unpack_from, tuple.__new__
     out: list[Record] = []
     append = out.append
     off = offsets[0] if offsets else -1

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from lib.records.layout import (
     _crc32,
     _pack_head,
     _pack_tail,
+    crc32,
     tag_hash,
 )
 
@@ -55,7 +55,7 @@ def encode_frame(record: Record) -> bytes:
         len(record.headers), len(record.value),
     )
     body = b"".join(parts)
-    return FRAME_HEAD.pack(len(body) + 8, zlib.crc32(body)) + body
+    return FRAME_HEAD.pack(len(body) + 8, crc32(body)) + body
 
 
 def plain_frame(value: bytes, key: bytes | None, timestamp: int, flags: int = 0
@@ -141,7 +141,7 @@ def batch_head(
     header = bytearray(BATCH_HEADER.pack(
         MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + len(frames), 0, n, producer_id,
         producer_epoch, 0, base_sequence, 0))
-    crc = zlib.crc32(columns, zlib.crc32(header[CRC_END:], zlib.crc32(header[:CRC_AT])))
+    crc = crc32(columns, crc32(header[CRC_END:], crc32(header[:CRC_AT])))
     struct.pack_into("<I", header, CRC_AT, crc)
     return bytes(header) + columns
 
@@ -153,7 +153,7 @@ def batch_crc(buf: memoryview, version: int = VERSION) -> int:
     if version != 1 and len(buf) >= COUNT_AT + 4:
         count = int.from_bytes(buf[COUNT_AT:COUNT_AT + 4], "little")
         end = min(end, HEADER_SIZE + COLUMN_BYTES_PER_RECORD * count)
-    return zlib.crc32(buf[CRC_END:end], zlib.crc32(buf[:CRC_AT]))
+    return crc32(buf[CRC_END:end], crc32(buf[:CRC_AT]))
 
 
 def headers_of(mapping: Mapping[str, bytes] | None) -> dict[str, bytes]:

@@ -4,12 +4,16 @@ every user of the format reads it from here."""
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
+
+try:  # ISA-L's CRC-32 is zlib's, bit for bit, 3-5x faster (pyproject.toml says why)
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - a platform without isal wheels: same values, slower
+    from zlib import crc32
 
 MAGIC = b"TQRB"
 VERSION = 2  # written by this build
@@ -45,7 +49,7 @@ MAX_RECORDS_PER_BATCH = 1 << 20
 
 _U8 = np.dtype(np.uint8)
 _FRAME = struct.Struct("<IIBBqHiHI")  # FRAME_HEAD + FRAME_TAIL, read in one call
-_pack_head, _pack_tail, _crc32 = FRAME_HEAD.pack, FRAME_TAIL.pack, zlib.crc32
+_pack_head, _pack_tail, _crc32 = FRAME_HEAD.pack, FRAME_TAIL.pack, crc32
 _U16 = np.dtype("<u2")
 _U32 = np.dtype("<u4")
 _I64 = np.dtype("<i8")
@@ -78,7 +82,7 @@ def tag_hash(tag: str | bytes | None) -> int:
     if not tag:
         return 0
     raw = tag.encode() if isinstance(tag, str) else tag
-    return zlib.crc32(raw) or 1
+    return crc32(raw) or 1
 
 
 def frame_starts(sizes: np.ndarray) -> np.ndarray:
@@ -109,6 +113,6 @@ def frame_headers(u8: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def range_crcs(data: bytes | memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """CRC-32 of each byte range, in one C-level pass (map over slices, no Python loop)."""
     view = memoryview(data)
-    return np.fromiter(map(zlib.crc32, map(view.__getitem__,
+    return np.fromiter(map(crc32, map(view.__getitem__,
                                            map(slice, starts.tolist(), ends.tolist()))),
                        _U32, len(starts))
