@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from lib import errors
-from lib.auth.client import ClientAuth, Credentials, TokenSource, auth_for
+from lib.auth.client import AUTH_HEADER, ClientAuth, Credentials, TokenSource, auth_for
 from lib.tls import Tls
 from lib.tls import resolve as resolve_tls
 from lib.wire_errors import from_rpc_error
@@ -64,23 +64,39 @@ class ChannelPool:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._raw: list[grpc.Channel] = []
+        self._bare: dict[str, grpc.Channel] = {}  # the same channels, not intercepted
         self._auth = auth
         self.tls = tls
 
     def get(self, address: str) -> grpc.Channel:
         with self._lock:
-            ch = self._channels.get(address)
-            if ch is None:
-                ch = channel(address, self.tls)
-                self._raw.append(ch)
-                if self._auth is not None:
-                    ch = grpc.intercept_channel(ch, ClientAuth(self._auth))
-                self._channels[address] = ch
-            return ch
+            return self._get(address)[0]
+
+    def get_bare(self, address: str) -> grpc.Channel:
+        """The channel without the auth interceptor: the caller adds :meth:`auth_metadata` to
+        each call itself. For the producer's Produce calls, where the interceptor's Python
+        (new call details per call) is ~25 µs of a ~700 µs send_sync."""
+        with self._lock:
+            return self._get(address)[1]
+
+    def auth_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The metadata the interceptor adds to a call (none without auth)."""
+        return () if self._auth is None else ((AUTH_HEADER, self._auth.header()),)
+
+    def _get(self, address: str) -> tuple[grpc.Channel, grpc.Channel]:
+        ch = self._channels.get(address)
+        if ch is None:
+            bare = channel(address, self.tls)
+            self._raw.append(bare)
+            ch = bare if self._auth is None else \
+                grpc.intercept_channel(bare, ClientAuth(self._auth))
+            self._channels[address] = ch
+            self._bare[address] = bare
+        return ch, self._bare[address]
 
     def close(self) -> None:
         with self._lock:
-            chans, self._raw, self._channels = self._raw, [], {}
+            chans, self._raw, self._channels, self._bare = self._raw, [], {}, {}
         for ch in chans:
             ch.close()
 

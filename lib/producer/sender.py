@@ -150,6 +150,7 @@ class Sender(threading.Thread):
                                   topic=topic, partition=partition)
             address = route.address(partition)
             stub = self._stub(address)
+            metadata = self.metadata + self.pool.auth_metadata()  # may log in again
         except TubeqError as exc:
             self._retry_or_fail(batch, exc)
             return
@@ -161,8 +162,7 @@ class Sender(threading.Thread):
         batch.address = address
         if not batch.payload:
             self._seal(batch)
-        call = stub.future(batch.payload, timeout=self.request_timeout_s,
-                           metadata=self.metadata)
+        call = stub.future(batch.payload, timeout=self.request_timeout_s, metadata=metadata)
         call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
 
     def send_now(self, batch: Batch, timeout: float | None = None) -> None:
@@ -185,7 +185,8 @@ class Sender(threading.Thread):
             self._seal(batch)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
-            response = stub(batch.payload, timeout=limit, metadata=self.metadata)
+            response = stub(batch.payload, timeout=limit,
+                            metadata=self.metadata + self.pool.auth_metadata())
         except TubeqError as exc:
             self._hand_over(batch, None, exc)
         except grpc.RpcError as exc:
@@ -214,7 +215,8 @@ class Sender(threading.Thread):
     def _stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         stub = self._stubs.get(address)
         if stub is None:
-            stub = self._stubs[address] = self.pool.get(address).unary_unary(
+            # The bare channel: the calls carry the auth metadata themselves (ChannelPool).
+            stub = self._stubs[address] = self.pool.get_bare(address).unary_unary(
                 PRODUCE_METHOD, request_serializer=None,
                 response_deserializer=broker_pb2.ProduceResponse.FromString)
         return stub
