@@ -38,7 +38,7 @@ def get_or_create(builder: Any) -> Any:
         try:
             return builder.getOrCreate()
         except PySparkRuntimeError as exc:
-            if exc.getErrorClass() != "JAVA_GATEWAY_EXITED" or attempt == GATEWAY_TRIES:
+            if exc.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == GATEWAY_TRIES:
                 raise
             print(f"Spark's JVM exited before it started (try {attempt} of {GATEWAY_TRIES}): "
                   "starting it again", file=sys.stderr)
