@@ -96,14 +96,13 @@ class FrameColumns:
         out.__dict__.update(sizes=sizes, starts=self.starts[:n], head=self.head[:n])
         return out
 
-    def records(self, source: bytes | None = None, base: int = 0) -> list[Record]:
+    def records(self) -> list[Record]:
         """Every frame as a Record: fields sliced and records built by C-level maps over the
         columns (no Python bytecode per plain record); records with headers or compressed
-        values are decoded one by one. ``source``/``base``: ``frames`` lies in ``source`` at
-        ``base`` (values are sliced from it without copying the run first)."""
-        src = bytes(self.frames) if source is None else source
+        values are decoded one by one."""
+        src = bytes(self.frames)
         head, n = self.head, len(self)
-        starts = self.starts + base
+        starts = self.starts
         ends = starts + self.sizes
         values = _slices(src, ends - head["value_len"].astype(np.int64), ends)
         field_at = starts + FRAME_HEADER_SIZE
