@@ -8,9 +8,12 @@ topic of 4 partitions) and a Spark ``local[2]`` session bound to 127.0.0.1. One 
 gains nothing tubeq does not) is cached, then written to the topic and to parquet files, and
 both are read back with ``count(*)`` and ``sum(length(value))``, which makes every value be
 materialised. Parquet in the same run is the ceiling: the ratios (tubeq / parquet rows/s) are
-what to compare between runs on this small, noisy machine. A warm-up of 1,000 rows goes through
-both first (Python workers, JIT, connections), untimed. Prints one JSON object (and writes it
-to ``--out``), with the 1-minute load average before and after as a hint of other work.
+what to compare between runs on this small, noisy machine. A third source shows what a Python
+data source can reach at all (``load/spark_ceiling.py``: ready-made Arrow batches in, Arrow
+batches dropped out): ``pyds_ceiling_*`` and tubeq's ratio to it. A warm-up of 1,000 rows
+goes through each first (Python workers, JIT, connections), untimed. Prints one JSON object
+(and writes it to ``--out``), with the 1-minute load average before and after as a hint of
+other work.
 Every process is stopped by PID and the temp dir removed, also on error or SIGTERM.
 """
 from __future__ import annotations
@@ -82,6 +85,17 @@ class Targets:
     def parquet_read(self, name: str) -> tuple[int, int]:
         return read_totals(self.spark.read.parquet(str(self.root / name)))
 
+    def ceiling_write(self, frame: Any) -> None:
+        from load.spark_ceiling import NAME
+
+        frame.write.format(NAME).mode("append").save()
+
+    def ceiling_read(self, rows: int, size: int) -> tuple[int, int]:
+        from load.spark_ceiling import NAME
+
+        return read_totals(self.spark.read.format(NAME).option("rows", rows)
+                           .option("size", size).option("partitions", TOPIC_PARTITIONS).load())
+
 
 def timed(fn: Any, *args: Any) -> tuple[float, Any]:
     start = time.perf_counter()
@@ -104,14 +118,23 @@ def measure(spark: Any, masters: str, root: Path, rows: int, size: int) -> dict[
     t.tubeq_read("bench-spark-warm-up")
     t.parquet_write(warm, "warm-up")
     t.parquet_read("warm-up")
+    t.ceiling_write(warm)
+    t.ceiling_read(WARM_UP_ROWS, size)
 
     tq_write_s, _ = timed(t.tubeq_write, frame, "bench-spark")
     pq_write_s, _ = timed(t.parquet_write, frame, "bench-spark")
     tq_read_s, (tq_rows, tq_bytes) = timed(t.tubeq_read, "bench-spark")
     pq_read_s, (pq_rows, pq_bytes) = timed(t.parquet_read, "bench-spark")
+    ceil_write_s, _ = timed(t.ceiling_write, frame)
+    ceil_read_s, (ceil_rows, ceil_bytes) = timed(t.ceiling_read, rows, size)
     frame.unpersist()
+    if (ceil_rows, ceil_bytes) != (rows, rows * size):
+        raise RuntimeError(f"the ceiling source read {ceil_rows} rows / {ceil_bytes} bytes, "
+                           f"expected {rows} / {rows * size}")
     figures = {"tubeq_write": rows / tq_write_s, "tubeq_read": tq_rows / tq_read_s,
-               "parquet_write": rows / pq_write_s, "parquet_read": pq_rows / pq_read_s}
+               "parquet_write": rows / pq_write_s, "parquet_read": pq_rows / pq_read_s,
+               "pyds_ceiling_write": rows / ceil_write_s,
+               "pyds_ceiling_read": rows / ceil_read_s}
     return {
         "rows": rows,
         "value_bytes": size,
@@ -119,10 +142,19 @@ def measure(spark: Any, masters: str, root: Path, rows: int, size: int) -> dict[
         **{f"{k}_MBps": round(v * size / 1e6, 1) for k, v in figures.items()},
         "write_ratio": round(figures["tubeq_write"] / figures["parquet_write"], 3),
         "read_ratio": round(figures["tubeq_read"] / figures["parquet_read"], 3),
+        # What any Python data source reaches here, and how close tubeq comes to it.
+        "pyds_ceiling_write_ratio": round(figures["pyds_ceiling_write"]
+                                          / figures["parquet_write"], 3),
+        "pyds_ceiling_read_ratio": round(figures["pyds_ceiling_read"]
+                                         / figures["parquet_read"], 3),
+        "write_of_ceiling": round(figures["tubeq_write"] / figures["pyds_ceiling_write"], 3),
+        "read_of_ceiling": round(figures["tubeq_read"] / figures["pyds_ceiling_read"], 3),
         "tubeq_read_rows": tq_rows, "tubeq_read_value_bytes": tq_bytes,
         "parquet_read_rows": pq_rows, "parquet_read_value_bytes": pq_bytes,
         "seconds": {"tubeq_write": round(tq_write_s, 2), "parquet_write": round(pq_write_s, 2),
-                    "tubeq_read": round(tq_read_s, 2), "parquet_read": round(pq_read_s, 2)},
+                    "tubeq_read": round(tq_read_s, 2), "parquet_read": round(pq_read_s, 2),
+                    "pyds_ceiling_write": round(ceil_write_s, 2),
+                    "pyds_ceiling_read": round(ceil_read_s, 2)},
     }
 
 
@@ -141,6 +173,9 @@ def run(rows: int, size: int) -> dict[str, Any]:
         cluster.use_admin_env()  # auth is on: clients log in as the admin
         conf = {**SPARK_CONF, "spark.local.dir": str(root / "spark-local")}
         with local_spark("local[2]", "tubeq-bench-spark", conf) as spark:
+            from load.spark_ceiling import CeilingSource
+
+            spark.dataSource.register(CeilingSource)
             result = measure(spark, cluster.master_addresses, root / "parquet", rows, size)
     finally:
         cluster.stop_all()
