@@ -94,17 +94,39 @@ def columns_to_arrow(cols: FrameColumns, r: OffsetRange, schema: pa.Schema) -> p
 def _binary(cols: FrameColumns, starts: np.ndarray, ends: np.ndarray,
             present: np.ndarray | None = None) -> pa.Array:
     """A binary array of the byte ranges ``starts..ends`` of ``cols`` (null where not
-    ``present``)."""
+    ``present``): first an Arrow binary *view* over the fetched frames (numpy builds the
+    views; no copy, no Python object per record), which Arrow's own cast then copies into a
+    plain binary array in C++ (Spark reads plain binary)."""
     n = len(starts)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(ends - starts, out=offsets[1:])
-    large = int(offsets[-1]) >= 1 << 31
-    kind, offsets = (pa.large_binary(), offsets) if large else (pa.binary(),
-                                                                 offsets.astype(np.int32))
+    lens = (ends - starts).astype(np.int32)
+    large = int(lens.sum(dtype=np.int64)) >= 1 << 31
     nulls = 0 if present is None else n - int(np.count_nonzero(present))
     validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets),
-                                           pa.py_buffer(cols.gather(starts, ends))], nulls)
+    views = pa.Array.from_buffers(pa.binary_view(), n, [
+        validity, pa.py_buffer(_views(np.frombuffer(cols.frames, np.uint8), starts, lens)),
+        pa.py_buffer(cols.frames)], nulls)
+    return views.cast(pa.large_binary() if large else pa.binary())
+
+
+VIEW_INLINE = 12  # Arrow keeps a value of up to 12 bytes inside its 16-byte view
+
+
+def _views(u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Arrow binary views (16 bytes each, little-endian) of the spans ``starts``/``lens`` of
+    ``u8``: length, then the bytes inline for short spans; else a 4-byte prefix, buffer 0
+    and the offset. Byte-wise numpy, one pass per inline position."""
+    views = np.zeros((len(lens), 16), np.uint8)
+    views[:, :4] = lens.astype("<i4").view(np.uint8).reshape(-1, 4)
+    long = lens > VIEW_INLINE
+    short = np.flatnonzero(~long)
+    for k in range(int(lens[short].max(initial=0))):
+        rows = short[lens[short] > k]
+        views[rows, 4 + k] = u8[starts[rows] + k]
+    rows = np.flatnonzero(long)
+    for k in range(4):
+        views[rows, 4 + k] = u8[starts[rows] + k]
+    views[rows, 12:] = starts[rows].astype("<i4").view(np.uint8).reshape(-1, 4)
+    return views
 
 
 def to_arrow(records: list[Record], r: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:

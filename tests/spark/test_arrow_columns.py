@@ -34,7 +34,10 @@ def columns(records: list[Record]):
     [Record(b"only-value", timestamp=5)],
     [Record(b"", key=b"", tag="\u00e9t\u00e9", timestamp=7), Record(b"v", timestamp=8)],
     [Record(b"h", headers={"a": b"1"}, timestamp=9), Record(b"plain", timestamp=10)],
-], ids=["mixed", "one", "empty-key-and-unicode-tag", "headers"])
+    # values, keys and tags on both sides of Arrow's 12-byte inline view limit
+    [Record(bytes(range(i % 40)) * (1 + i % 3), key=b"key-%d-" % i * (i % 4) or None,
+            tag="t" * (i % 15) or None, timestamp=11 + i) for i in range(120)],
+], ids=["mixed", "one", "empty-key-and-unicode-tag", "headers", "long-and-short"])
 def test_column_path_equals_record_path(spark, records, headers):  # spark: parses the schema
     cols = columns(records)
     s = schema(headers)
