@@ -2,7 +2,9 @@
 
 The CLI never imports server code: it starts ``python -m master`` / ``python -m broker`` with
 the same interpreter, waits for each one's ready.json, prints the addresses and stops every child
-(SIGTERM, then SIGKILL after a grace period) on Ctrl-C or SIGTERM.
+(SIGTERM, then SIGKILL after a grace period) on Ctrl-C or SIGTERM. While the cluster is up, a
+child that exits is restarted on the ports it bound first, with a backoff (:class:`Supervisor`),
+so one can kill a master or a broker and watch the others carry on.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +27,13 @@ from lib.auth.pki import LocalPki
 from lib.auth.server import CLUSTER_SECRET_ENV
 from lib.errors import TubeqError
 from lib.private_files import write_private
-from lib.process import clear_ready, free_ports, wait_ready
+from lib.process import READY_FILE, clear_ready, free_ports, wait_ready
 from lib.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 
 STOP_GRACE_S = 15.0
+READY_TIMEOUT_S = 60.0  # a child that wrote no ready.json by then failed to start
+RESTART_BACKOFF_S = (1.0, 30.0)  # a dead child's first restart delay, doubling up to the cap
+RESTART_RESET_S = 60.0  # a child up this long starts the backoff over when it next exits
 RAFT_PORT_OFFSET = 100  # master i's Raft port: --master-port + 100 + i
 ADMIN_PASSWORD = "admin-password"  # the first admin's, given to the masters' bootstrap
 CREDENTIALS = "credentials"  # user = admin, password = ...: for the CLI and clients
@@ -42,16 +48,45 @@ class Child:
     info: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
 
-    def start(self, timeout: float = 60.0) -> None:
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "log.txt"
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Start and wait until ready; from then on the command line names the ports the
+        process bound, so a restart comes back where peers and clients look for it."""
+        self.spawn()
+        self.info = wait_ready(self.data_dir, self.popen.pid, timeout,
+                               alive=lambda: self.popen.poll() is None)
+        self.argv = pinned_argv(self.argv, self.info)
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it (see :meth:`ready`)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         clear_ready(self.data_dir)
-        with open(self.data_dir / "log.txt", "ab") as log:
+        with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", *self.argv], stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,  # Ctrl-C is ours to relay
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
-        self.info = wait_ready(self.data_dir, self.popen.pid, timeout,
-                               alive=lambda: self.popen.poll() is None)
+
+    def ready(self) -> dict | None:
+        """The ready.json of the current process once it wrote one (never an earlier run's)."""
+        try:
+            info = json.loads((self.data_dir / READY_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return info if self.popen is not None and info.get("pid") == self.popen.pid else None
+
+    def exit_status(self) -> str:
+        """How the process ended, for people: "exit code 2", "killed by SIGKILL"."""
+        code = self.popen.returncode if self.popen is not None else None
+        if code is None or code >= 0:
+            return f"exit code {code}"
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -158,6 +193,108 @@ class ClusterPlan:
         return 0 if base == 0 else base + i
 
 
+def pinned_argv(argv: list[str], info: dict) -> list[str]:
+    """``argv`` with ``--port`` and ``--metrics-port`` set to the ports its process bound (its
+    ready ``info``): a child first started on port 0 must come back on the same address, which
+    the brokers, the masters' Raft peers and clients already know."""
+    bound = {"--port": info.get("address"), "--metrics-port": info.get("metrics")}
+    pinned = list(argv)
+    for i, arg in enumerate(argv[:-1]):
+        address = bound.get(arg)
+        if isinstance(address, str) and ":" in address:
+            pinned[i + 1] = address.rsplit(":", 1)[1]
+    return pinned
+
+
+def restart_delay(restart: int) -> float:
+    """Seconds before restart number ``restart`` (1, 2, ...) of a child: 1, 2, 4 ... up to the
+    cap, so a child that keeps dying at once costs little while the others keep serving."""
+    first, cap = RESTART_BACKOFF_S
+    return min(cap, first * 2 ** min(max(restart, 1) - 1, 32))
+
+
+@dataclass
+class _Restarts:
+    """One child's restart state."""
+    up_since: float  # when it last became ready
+    count: int = 0  # restarts since it last stayed up RESTART_RESET_S
+    due: float | None = None  # dead: restart it then
+    deadline: float | None = None  # restarted: it must be ready by then
+
+
+class Supervisor:
+    """Keeps a running cluster's children up: one that exits is restarted on its ports after a
+    backoff (:func:`restart_delay`) while the others keep being watched.
+
+    Single-threaded: run_cluster's loop calls :meth:`poll`, which never sleeps or waits for a
+    child to get ready, and starts nothing once ``stopping()`` is true (the signal handler sets
+    it), so a stop never races a restart; a child mid-restart is stopped like any other.
+    """
+
+    def __init__(self, plan: ClusterPlan, children: list[Child],
+                 stopping: Callable[[], bool], clock: Callable[[], float] = time.monotonic):
+        self.plan, self.children, self.stopping, self.clock = plan, children, stopping, clock
+        self.state = {c.name: _Restarts(up_since=clock()) for c in children}
+
+    def poll(self) -> None:
+        """Look at every child once: notice exits, start due restarts, finish started ones."""
+        for child in self.children:
+            if self.stopping():
+                return
+            state, now = self.state[child.name], self.clock()
+            if state.deadline is not None:
+                self._check_restarted(child, state, now)
+            elif state.due is not None:
+                if now >= state.due:
+                    self._restart(child, state, now)
+            elif not child.alive():
+                if now - state.up_since >= RESTART_RESET_S:
+                    state.count = 0
+                self._schedule(child, state, now, f"exited ({child.exit_status()})",
+                               "restarting it")
+
+    def _schedule(self, child: Child, state: _Restarts, now: float, what: str,
+                  action: str) -> None:
+        state.count += 1
+        delay = restart_delay(state.count)
+        state.due, state.deadline = now + delay, None
+        _say(f"tubeq: {child.name} {what}; {action} in {delay:.1f} s "
+             f"(restart {state.count}; see {child.log_path})")
+
+    def _restart(self, child: Child, state: _Restarts, now: float) -> None:
+        state.due = None
+        try:
+            child.spawn()
+        except OSError as err:  # no fork, no log file: try again later
+            self._schedule(child, state, now, f"could not be started ({err})", "retrying")
+            return
+        state.deadline = now + READY_TIMEOUT_S
+
+    def _check_restarted(self, child: Child, state: _Restarts, now: float) -> None:
+        info = child.ready()
+        if info is not None:
+            child.info, state.deadline, state.up_since = info, None, now
+            self._update_summary()
+            _say(f"tubeq: {child.name} restarted: pid {info['pid']} on "
+                 f"{info.get('url') or info.get('address')}")
+        elif not child.alive():  # its old port still taken, a bad data dir, ...
+            self._schedule(child, state, now, f"failed to restart ({child.exit_status()}; is "
+                           f"{child.info.get('address')} still in use?)", "retrying")
+        elif now > state.deadline:
+            child.popen.kill()
+            child.popen.wait()
+            self._schedule(child, state, now, f"was not ready within {READY_TIMEOUT_S:.0f} s",
+                           "retrying")
+
+    def _update_summary(self) -> None:
+        """cluster.json with the restarted child's pid; a failure to write it must not stop
+        the supervision of a cluster that is otherwise fine."""
+        try:
+            write_summary(self.plan, self.children)
+        except OSError as err:
+            _say(f"tubeq: could not update {self.plan.data_dir / 'cluster.json'}: {err}")
+
+
 def secret_file(data_dir: Path, name: str) -> str:
     """A secret the cluster's processes share (the masters' Raft password, the cluster secret
     brokers and masters present to each other, the first admin's password): made once per
@@ -174,7 +311,8 @@ def portal_available() -> bool:
 
 
 def run_cluster(plan: ClusterPlan) -> None:
-    """Start everything, print where it is, wait for Ctrl-C/SIGTERM, stop everything."""
+    """Start everything, print where it is, keep it up (restarting a child that exits) until
+    Ctrl-C/SIGTERM, stop everything. A child that fails to start at first stops it all."""
     children: list[Child] = []
     stop = {"now": False}
 
@@ -186,12 +324,9 @@ def run_cluster(plan: ClusterPlan) -> None:
     try:
         _start_all(plan, children)
         _announce(plan, children)
+        supervisor = Supervisor(plan, children, stopping=lambda: stop["now"])
         while not stop["now"]:
-            dead = [c.name for c in children if not c.alive()]
-            if dead:
-                click.echo(f"tubeq: {', '.join(dead)} exited; stopping the cluster "
-                           f"(see {plan.data_dir}/<name>/log.txt)", err=True)
-                break
+            supervisor.poll()
             time.sleep(0.5)
     finally:
         stop_all(plan, children)
@@ -273,21 +408,31 @@ def wait_brokers_registered(masters: str, count: int, credentials: Credentials,
             time.sleep(0.1)
 
 
-def _announce(plan: ClusterPlan, children: list[Child]) -> None:
+def write_summary(plan: ClusterPlan, children: list[Child]) -> None:
+    """``<data_dir>/cluster.json``: each child's ready info (pid, addresses), the master list,
+    the client credentials and TLS files; rewritten when a child is restarted."""
     summary = {c.name: {k: v for k, v in c.info.items() if k != "role"} for c in children}
-    masters = ",".join(c.info["address"] for c in children if c.name.startswith("master"))
-    summary["masters"] = masters
-    credentials = plan.data_dir / CREDENTIALS  # made before the masters started
-    summary["credentials_file"] = str(credentials)
+    summary["masters"] = _masters(children)
+    summary["credentials_file"] = str(plan.data_dir / CREDENTIALS)
     # tls_ca, tls_cert, tls_key: the TUBEQ_TLS_* of its clients (the CLI reads them here)
     summary.update({var.removeprefix("TUBEQ_").lower(): path
                     for var, path in plan.client_tls().items()})
-    installed = install_user_credentials(credentials)  # before cluster.json: all is ready
     # Whole or absent, never half written: scripts and tests poll for this file and read it
     # the moment it appears (a plain write_text was once read while still empty).
     tmp = plan.data_dir / "cluster.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2))
     os.replace(tmp, plan.data_dir / "cluster.json")
+
+
+def _masters(children: list[Child]) -> str:
+    return ",".join(c.info["address"] for c in children if c.name.startswith("master"))
+
+
+def _announce(plan: ClusterPlan, children: list[Child]) -> None:
+    masters = _masters(children)
+    credentials = plan.data_dir / CREDENTIALS  # made before the masters started
+    installed = install_user_credentials(credentials)  # before cluster.json: all is ready
+    write_summary(plan, children)
     for c in children:
         extra = f"  metrics http://{c.info['metrics']}" if c.info.get("metrics") else ""
         where = c.info.get("url") or c.info["address"]
