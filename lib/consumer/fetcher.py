@@ -112,7 +112,7 @@ class Fetcher:
 
     def ensure_workers(self) -> None:
         """Start a worker for every (broker, topic) with assigned partitions (cheap if none)."""
-        versions = (self.sub.version, self.routes.version)
+        versions = (self.sub.version, self.routes.version, self.sub.moves)
         if versions == self._seen_versions and not self._unrouted:
             return
         assigned = self.sub.assignment()
@@ -132,6 +132,22 @@ class Fetcher:
                     if key not in self._workers:
                         w = self._workers[key] = _Worker(self, *key)
                         w.start()
+            self._interrupt_stale()
+
+    def _interrupt_stale(self) -> None:
+        """Cut short the long-poll of a worker whose request is for a partition that left or
+        moved (seek), or while a partition of its share is not in it (just assigned): else
+        the new work waits up to ``fetch_max_wait_ms`` for a call whose answer is dropped
+        anyway. A reused consumer (a Spark task's next range) lost 500 ms per range to it."""
+        fetchable = {tp: epoch for tp, _, epoch in self.sub.fetchable()}
+        for w in self._workers.values():
+            asked = w.asked
+            if not asked:
+                continue
+            in_call = {tp for tp, _, _ in asked}
+            if any(fetchable.get(tp) != epoch for tp, _, epoch in asked) or any(
+                    tp not in in_call and self._belongs(w, tp) for tp in fetchable):
+                w.interrupt()
 
     def _emptiest_slot(self, topic: str, tps: list[TopicPartition]) -> int:
         """Spread a broker's partitions of ``topic`` over ``parallelism`` workers (sticky)."""
@@ -304,7 +320,9 @@ class _Worker(threading.Thread):
         self.fetcher, self.address, self.topic, self.slot = fetcher, address, topic, slot
         self._next: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, offset)
         self._call: grpc.Future | None = None
+        self.asked: list[tuple[TopicPartition, int, int]] = []  # the call's (tp, offset, epoch)
         self._cancelled = False
+        self._interrupted = False
         self._woken = threading.Event()  # cuts a quota's throttle wait short on cancel
 
     def next_offset(self, tp: TopicPartition, position: int, epoch: int) -> int:
@@ -314,6 +332,14 @@ class _Worker(threading.Thread):
     def cancel(self) -> None:
         self._cancelled = True
         self._woken.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+    def interrupt(self) -> None:
+        """Cancel the call in flight, if any, and go on with fresh work (its answer is
+        dropped: positions only move when the application takes data)."""
+        self._interrupted = True
         call = self._call
         if call is not None:
             call.cancel()
@@ -332,19 +358,23 @@ class _Worker(threading.Thread):
                 partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=off,
                                                       max_bytes=cfg.fetch_max_bytes)
                             for tp, off, _ in todo])
+            self._interrupted, self.asked = False, todo
             try:
                 self._call = stub.Fetch.future(
                     req, timeout=cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s)
                 resp = self._call.result()
-            except grpc.FutureCancelledError:
-                return
+            except grpc.FutureCancelledError:  # only cancel() and interrupt() cancel
+                if self._cancelled:
+                    return
+                continue
             except grpc.RpcError as exc:
                 if self._cancelled:
                     return
-                self._call_failed(from_rpc_error(exc), todo)
+                if not self._interrupted:
+                    self._call_failed(from_rpc_error(exc), todo)
                 continue
             finally:
-                self._call = None
+                self._call, self.asked = None, []
             for pd in resp.partitions:
                 self._handle(pd, {tp.partition: (tp, off, ep) for tp, off, ep in todo})
             if resp.throttle_ms:  # a consume quota of ours is in debt on this broker: wait

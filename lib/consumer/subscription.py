@@ -48,6 +48,7 @@ class SubscriptionState:
         self.topics: tuple[str, ...] = ()
         self.tags: tuple[str, ...] = ()
         self.version = 0  # bumped on every assignment change (lets others cache derived views)
+        self.moves = 0  # bumped on every seek or invalidation (the fetcher's in-flight check)
         self._lock = threading.Lock()
         self._parts: dict[TopicPartition, PartitionState] = {}
         self._epochs = itertools.count(1)
@@ -114,6 +115,7 @@ class SubscriptionState:
             st = self._state(tp)
             st.position, st.error, st.hold = offset, None, None
             st.epoch = next(self._epochs)
+            self.moves += 1
 
     def invalidate(self, tp: TopicPartition) -> None:
         """Prefetched data no longer lines up with the position: refetch from the position."""
@@ -121,6 +123,7 @@ class SubscriptionState:
             st = self._parts.get(tp)
             if st is not None:
                 st.epoch = next(self._epochs)
+                self.moves += 1
 
     def position(self, tp: TopicPartition) -> int | None:
         with self._lock:

@@ -251,3 +251,29 @@ def test_new_data_of_a_partition_with_fetches_waiting_is_not_held_by_a_long_poll
         feeder.produce("hot", 0, [b"c"])
         assert [r.value for r in poll_until(c, 1, timeout=10)] == [b"c"]
         assert time.monotonic() - start < 1.0
+
+
+LONG_POLL_MS = 4000
+
+
+def test_a_moved_or_new_partition_does_not_wait_for_the_long_poll_in_flight(cluster, feeder):
+    """A worker long-polling for a partition that was then sought, or reassigned away, is cut
+    short: the new work starts at once. It used to wait for the call to time out
+    (``fetch_max_wait_ms``: 500 ms by default, 4 s here), which a Spark task reading its next
+    range with a reused consumer paid every time."""
+    feeder.create_topic("ranges", 4)
+    sent = feeder.fill("ranges", 4, 10)
+    with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest",
+                      fetch_max_wait_ms=LONG_POLL_MS) as c:
+        for p in range(4):  # as a reused consumer reads one range after another
+            tp = TopicPartition("ranges", p)
+            start = time.monotonic()
+            c.assign([tp])
+            c.seek(tp, 0)
+            assert [r.value for r in poll_until(c, 10, timeout=10)] == sent[p]
+            assert time.monotonic() - start < LONG_POLL_MS / 2000, f"partition {p}"
+            assert c.poll(timeout=0.3) == []  # at the end: a long-poll is in flight
+            start = time.monotonic()
+            c.seek(tp, 5)
+            assert [r.value for r in poll_until(c, 5, timeout=10)] == sent[p][5:]
+            assert time.monotonic() - start < LONG_POLL_MS / 2000, f"seek in partition {p}"
