@@ -98,14 +98,15 @@ def _binary(cols: FrameColumns, starts: np.ndarray, ends: np.ndarray,
     views; no copy, no Python object per record), which Arrow's own cast then copies into a
     plain binary array in C++ (Spark reads plain binary)."""
     n = len(starts)
+    # Views hold int32 offsets: a fetch response is far smaller (lib.rpc.MAX_MESSAGE_BYTES).
+    assert len(cols.frames) < 1 << 31
     lens = (ends - starts).astype(np.int32)
-    large = int(lens.sum(dtype=np.int64)) >= 1 << 31
     nulls = 0 if present is None else n - int(np.count_nonzero(present))
     validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
     views = pa.Array.from_buffers(pa.binary_view(), n, [
         validity, pa.py_buffer(_views(np.frombuffer(cols.frames, np.uint8), starts, lens)),
         pa.py_buffer(cols.frames)], nulls)
-    return views.cast(pa.large_binary() if large else pa.binary())
+    return views.cast(pa.binary())
 
 
 VIEW_INLINE = 12  # Arrow keeps a value of up to 12 bytes inside its 16-byte view
