@@ -76,6 +76,15 @@ def terminate(proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
     return proc.returncode
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists (a zombie counts until its parent reaps it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def group_pids(pgid: int) -> list[int]:
     """The live (not zombie) processes of process group ``pgid``, from Linux's ``/proc``."""
     pids = []

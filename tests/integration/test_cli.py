@@ -11,16 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from lib.process import pid_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 TUBEQ = [sys.executable, "-m", "lib.cli"]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -60,7 +54,7 @@ def local_cluster(tmp_path, monkeypatch, request):
                 proc.kill()
                 proc.wait()
         for child in info.values():  # never leave a child behind, even on failure
-            if isinstance(child, dict) and "pid" in child and _pid_alive(child["pid"]):
+            if isinstance(child, dict) and "pid" in child and pid_alive(child["pid"]):
                 os.kill(child["pid"], signal.SIGKILL)
 
 
@@ -159,13 +153,13 @@ def test_cli_errors_are_one_clear_line(local_cluster):
 def test_cluster_up_stops_every_child_on_ctrl_c(local_cluster):
     proc, info = local_cluster
     pids = [c["pid"] for c in info.values() if isinstance(c, dict)]
-    assert all(_pid_alive(p) for p in pids)
+    assert all(pid_alive(p) for p in pids)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0
     deadline = time.monotonic() + 10
-    while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_pid_alive(p) for p in pids)
+    assert not any(pid_alive(p) for p in pids)
 
 
 def test_unreachable_masters_give_a_clear_error_quickly():

@@ -15,16 +15,9 @@ from pathlib import Path
 import pytest
 
 from lib.cli.cluster import RESTART_BACKOFF_S, pinned_argv, restart_delay
+from lib.process import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _pids_using(data: Path) -> list[int]:
@@ -137,8 +130,8 @@ def test_a_killed_broker_is_restarted_on_its_address_and_serves_again(local_clus
 
     assert after["broker1"]["address"] == broker["address"]
     assert after["broker1"]["metrics"] == broker["metrics"]
-    assert _pid_alive(after["broker1"]["pid"]) and not _pid_alive(broker["pid"])
-    assert after["master0"]["pid"] == master["pid"] and _pid_alive(master["pid"])
+    assert pid_alive(after["broker1"]["pid"]) and not pid_alive(broker["pid"])
+    assert after["master0"]["pid"] == master["pid"] and pid_alive(master["pid"])
     assert local_cluster.proc.poll() is None
     values = [b"after-restart-%d" % i for i in range(20)]
     assert sorted(_round_trip(masters, "survivor", values)) == sorted(values)
@@ -151,10 +144,10 @@ def test_a_killed_broker_is_restarted_on_its_address_and_serves_again(local_clus
 
 def test_ctrl_c_stops_every_child_and_removes_cluster_json(local_cluster):
     pids = [c["pid"] for c in local_cluster.summary().values() if isinstance(c, dict)]
-    assert len(pids) == 2 and all(_pid_alive(p) for p in pids)
+    assert len(pids) == 2 and all(pid_alive(p) for p in pids)
     local_cluster.proc.send_signal(signal.SIGINT)
     assert local_cluster.proc.wait(30) == 0
-    _wait_for(lambda: not any(_pid_alive(p) for p in pids), 10, "every child stopped")
+    _wait_for(lambda: not any(pid_alive(p) for p in pids), 10, "every child stopped")
     assert not (local_cluster.data / "cluster.json").exists()
     assert not _pids_using(local_cluster.data)
     assert "restarting" not in local_cluster.errors()  # stopping children is no crash
