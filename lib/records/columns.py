@@ -130,11 +130,6 @@ class FrameColumns:
                 offset=out[i].offset, partition=self.partition, topic=self.topic)
         return out
 
-    def gather(self, starts: np.ndarray, ends: np.ndarray) -> bytes:
-        """The byte ranges joined, one C-level map over slices (no Python per record)."""
-        view = self.frames
-        return b"".join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
-
 
 def _slices(src: bytes, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
     return list(map(src.__getitem__, map(slice, starts.tolist(), ends.tolist())))

@@ -33,7 +33,6 @@ def test_spans_give_exactly_what_decoding_gives():
     assert keys == [r.key for r in records]
     assert [t.decode() or None for t in slices(cols, *cols.tag_spans())] == \
         [r.tag for r in records]
-    assert cols.gather(*cols.value_spans()) == b"".join(r.value for r in records)
     assert [r.offset for r in records] == cols.offsets.tolist() == list(range(100, 105))
     assert (cols.head["ts"] == [r.timestamp for r in records]).all()
 
