@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int)
     p.add_argument("--metrics-port", dest="metrics_port", type=int)
     p.add_argument("--advertised-address", dest="advertised_address")
+    p.add_argument("--rack", help="rack (or zone) of this broker: replicas of a partition go "
+                                  "to distinct racks")
     p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
     add_server_args(p)
     p.add_argument("--log-level", default="INFO")
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config, data_dir=args.data_dir, broker_id=args.broker_id,
                       masters=args.masters, host=args.host, port=args.port,
                       metrics_port=args.metrics_port, advertised_address=args.advertised_address,
+                      rack=args.rack,
                       auth=args.auth, **server_overrides(args))
         broker = Broker(config).start()
     except TubeqError as err:

@@ -38,6 +38,7 @@ class BrokerConfig:
     metrics_port: int = 0  # 0: any free port; -1: no metrics endpoint
     masters: str = ""
     advertised_address: str = ""
+    rack: str = ""  # optional: the master puts a partition's replicas on distinct racks
     fetch_max_wait_ms: int = 30_000  # cap on a long-poll, whatever the client asks
     fetch_max_bytes: int = 32 * MiB  # cap on one Fetch response
     fetch_default_partition_bytes: int = 1 * MiB  # when a PartitionFetch says 0
@@ -77,6 +78,8 @@ class BrokerConfig:
     def validate(self) -> None:
         require(bool(self.data_dir), "BrokerConfig.data_dir is required (--data-dir)")
         require(self.broker_id >= 0, "BrokerConfig.broker_id must be >= 0 (--broker-id)")
+        require(len(self.rack) <= 64 and self.rack.isprintable(),
+                "BrokerConfig.rack must be at most 64 printable characters")
         require(0 <= self.port < 65536, "BrokerConfig.port must be in [0, 65535]")
         require(-1 <= self.metrics_port < 65536, "BrokerConfig.metrics_port must be in [-1, 65535]")
         require(self.fetch_max_wait_ms >= 0, "BrokerConfig.fetch_max_wait_ms must be >= 0")

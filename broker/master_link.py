@@ -51,9 +51,10 @@ class MasterLink:
                  keyring: KeyRing | None = None, acls: Authorizer | None = None,
                  refusals: RefusalLog | None = None, tls: Tls | None = None,
                  quotas: QuotaBook | None = None,
-                 addresses: AddressRules | None = None) -> None:
+                 addresses: AddressRules | None = None, rack: str = "") -> None:
         self.broker_id = broker_id
         self.address = address
+        self.rack = rack
         self.topics = topics
         self.metrics = metrics
         metrics.watch_space(topics.space)  # the disk the heartbeat reports, also on /metrics
@@ -94,7 +95,8 @@ class MasterLink:
             self._heartbeat()
 
     def _register(self) -> bool:
-        req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address)
+        req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address,
+                                        rack=self.rack)
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "RegisterBroker", req,
                                    metadata=self._metadata)

@@ -118,7 +118,7 @@ class Broker:
                                    offsets=self.offsets,
                                    cluster_secret=cfg.resolved_cluster_secret,
                                    keyring=self.keyring, acls=self.acls, quotas=self.quotas,
-                                   addresses=self.addresses,
+                                   addresses=self.addresses, rack=cfg.rack,
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,

@@ -46,7 +46,10 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
         retention_bytes=s.retention_bytes, max_message_bytes=s.max_message_bytes,
         topic_id=s.topic_id, created_ms=desc.created_ms,
         partitions=[PartitionInfo(p.partition, p.broker_id, p.address, p.available,
-                                  p.earliest, p.latest, p.disk_bytes) for p in parts],
+                                  p.earliest, p.latest, p.disk_bytes, p.leader_epoch,
+                                  list(p.replicas), list(p.isr)) for p in parts],
+        replication_factor=s.replication_factor or 1,
+        min_insync_replicas=s.min_insync_replicas or 1,
     )
 
 
@@ -67,11 +70,12 @@ def broker_info(info: master_pb2.BrokerInfo) -> BrokerInfo:
     """BrokerInfo message -> BrokerInfo (disk fields -1 until the broker reported them)."""
     if not info.HasField("disk"):
         return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
-                          draining=info.draining)
+                          draining=info.draining, rack=info.rack)
     d = info.disk
     return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
                       disk_full=d.full, disk_free_bytes=d.free_bytes,
-                      disk_reserve_bytes=d.reserve_bytes, draining=info.draining)
+                      disk_reserve_bytes=d.reserve_bytes, draining=info.draining,
+                      rack=info.rack)
 
 
 def check_broker_id(broker_id: int) -> int:
@@ -86,20 +90,24 @@ def check_broker_id(broker_id: int) -> int:
 def settings_of(partitions: int | None = None, stores: int | None = None,
                 durability: str | None = None, retention_ms: int | None = None,
                 retention_bytes: int | None = None,
-                max_message_bytes: int | None = None) -> master_pb2.TopicSettings:
+                max_message_bytes: int | None = None, replication_factor: int | None = None,
+                min_insync_replicas: int | None = None) -> master_pb2.TopicSettings:
     """TopicSettings with unset (None) fields left at zero: "master default" / "keep"."""
     if durability is not None and durability not in ("async", "sync"):
         raise InvalidArgument(f"durability must be 'async' or 'sync', got {durability!r}")
     for name, value, low in (("partitions", partitions, 1), ("stores", stores, 1),
                              ("max_message_bytes", max_message_bytes, 1),
                              ("retention_ms", retention_ms, -1),
-                             ("retention_bytes", retention_bytes, -1)):
+                             ("retention_bytes", retention_bytes, -1),
+                             ("replication_factor", replication_factor, 1),
+                             ("min_insync_replicas", min_insync_replicas, 1)):
         if value is not None and (not isinstance(value, int) or value < low):
             raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}")
     return master_pb2.TopicSettings(
         partitions=partitions or 0, stores=stores or 0, durability=durability or "",
         retention_ms=retention_ms or 0, retention_bytes=retention_bytes or 0,
-        max_message_bytes=max_message_bytes or 0)
+        max_message_bytes=max_message_bytes or 0, replication_factor=replication_factor or 0,
+        min_insync_replicas=min_insync_replicas or 0)
 
 
 class AdminClient(SecurityCalls, Closeable):
@@ -125,10 +133,12 @@ class AdminClient(SecurityCalls, Closeable):
     def create_topic(self, name: str, partitions: int | None = None, stores: int | None = None,
                      durability: str | None = None, retention_ms: int | None = None,
                      retention_bytes: int | None = None,
-                     max_message_bytes: int | None = None) -> TopicInfo:
+                     max_message_bytes: int | None = None,
+                     replication_factor: int | None = None,
+                     min_insync_replicas: int | None = None) -> TopicInfo:
         """Create a topic; unset settings take the master's defaults. TopicExists if it is."""
         settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
-                               max_message_bytes)
+                               max_message_bytes, replication_factor, min_insync_replicas)
         request = admin_pb2.CreateTopicRequest(topic=check_name(name), settings=settings,
                                                request_id=uuid.uuid4().hex)
         return topic_info(self._call("CreateTopic", request))
@@ -136,10 +146,12 @@ class AdminClient(SecurityCalls, Closeable):
     def alter_topic(self, name: str, partitions: int | None = None, stores: int | None = None,
                     durability: str | None = None, retention_ms: int | None = None,
                     retention_bytes: int | None = None,
-                    max_message_bytes: int | None = None) -> TopicInfo:
+                    max_message_bytes: int | None = None,
+                    replication_factor: int | None = None,
+                    min_insync_replicas: int | None = None) -> TopicInfo:
         """Change settings; unset ones keep their value. Partitions can only grow."""
         settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
-                               max_message_bytes)
+                               max_message_bytes, replication_factor, min_insync_replicas)
         request = admin_pb2.AlterTopicRequest(topic=check_name(name), settings=settings)
         return topic_info(self._call("AlterTopic", request))
 

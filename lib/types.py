@@ -45,11 +45,13 @@ class BulkMetadata:
 
 @dataclass(frozen=True)
 class PartitionInfo:
-    """One partition of a topic: its broker and offsets (-1 when the broker did not report).
+    """One partition of a topic: its leader (``broker_id``, ``address``: where produce and
+    fetch go) and offsets (-1 when the broker did not report).
 
     ``disk_bytes``: its flushed records in the shared data log plus its index, as of the
     broker's last heartbeat (a few seconds old; what is still in the memory cache is not
-    counted)."""
+    counted). ``replicas``: every broker holding a copy (the preferred leader first); ``isr``:
+    the in-sync ones; ``leader_epoch``: bumped at every leader change."""
 
     partition: int
     broker_id: int
@@ -58,6 +60,9 @@ class PartitionInfo:
     earliest: int = -1
     latest: int = -1
     disk_bytes: int = -1
+    leader_epoch: int = 0
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class TopicInfo:
     topic_id: int = 0
     created_ms: int = 0
     partitions: list[PartitionInfo] = field(default_factory=list)
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class BrokerInfo:
     address: str
     alive: bool
     last_heartbeat_ms: int
+    rack: str = ""  # as the broker declared it: a partition's replicas go to distinct racks
     # Its data dir as of the last heartbeat (-1: not reported yet). disk_full: appends are
     # refused with DiskFull until space is freed.
     disk_full: bool = False

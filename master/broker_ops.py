@@ -36,8 +36,11 @@ class BrokerOps:
                 self.registry.snapshot()}
         known = {**self.state.brokers(), **{b: v[0] for b, v in live.items()}}
         draining = self.state.draining()
-        return [self._info(b, live.get(b, (address, False, 0, None)), b in draining)
-                for b, address in sorted(known.items())]
+        infos = [self._info(b, live.get(b, (address, False, 0, None)), b in draining)
+                 for b, address in sorted(known.items())]
+        for info in infos:
+            info.rack = self.registry.rack(info.broker_id)
+        return infos
 
     def info(self, broker_id: int) -> mpb.BrokerInfo:
         for info in self.list():

@@ -2,8 +2,8 @@
 
 Live state only (in memory, on the active master): after a restart or failover every broker
 registers again. A broker is alive while its last heartbeat (or registration) is younger than
-``timeout_ms``; a dead broker's partitions are reported unavailable (there is no replication
-yet, so nothing moves). The latest per-partition stats and disk status of each heartbeat are
+``timeout_ms``; a dead broker's partitions are reported unavailable (leaders do not move to
+another replica yet). The latest per-partition stats and disk status of each heartbeat are
 kept for describe and ``tubeq broker list``.
 The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe.
 """
@@ -53,6 +53,7 @@ class LiveBroker:
     last_heartbeat_ms: int  # wall clock, for humans
     stats: dict[tuple[str, int], PartitionStat] = field(default_factory=dict)
     disk: DiskState | None = None  # None until a heartbeat reports it
+    rack: str = ""  # as the broker declared it: placement puts replicas on distinct racks
 
 
 def check_address(address: str) -> str:
@@ -61,6 +62,16 @@ def check_address(address: str) -> str:
         raise InvalidArgument(f"bad broker address {address!r}: expected host:port",
                               address=address)
     return address
+
+
+MAX_RACK_CHARS = 64
+
+
+def check_rack(rack: str) -> str:
+    if len(rack) > MAX_RACK_CHARS or not rack.isprintable():
+        raise InvalidArgument(f"bad broker rack {rack[:MAX_RACK_CHARS]!r}: at most "
+                              f"{MAX_RACK_CHARS} printable characters", rack=rack[:80])
+    return rack
 
 
 class BrokerRegistry:
@@ -82,13 +93,15 @@ class BrokerRegistry:
         while time.monotonic() < deadline and not broker_ids <= set(self.alive_ids()):
             time.sleep(0.05)
 
-    def register(self, broker_id: int, address: str) -> None:
+    def register(self, broker_id: int, address: str, rack: str = "") -> None:
         """(Re)register: a restarted broker starts with fresh stats."""
         if broker_id < 0:
             raise InvalidArgument(f"broker_id must be >= 0, got {broker_id}")
         check_address(address)
+        check_rack(rack)
         with self._lock:
-            self._brokers[broker_id] = LiveBroker(broker_id, address, self._clock(), self._wall())
+            self._brokers[broker_id] = LiveBroker(broker_id, address, self._clock(), self._wall(),
+                                                  rack=rack)
 
     def heartbeat(self, broker_id: int, stats: Iterable[tuple[str, int, PartitionStat]],
                   disk: DiskState | None = None) -> bool:
@@ -115,6 +128,17 @@ class BrokerRegistry:
         with self._lock:
             live = self._brokers.get(broker_id)
             return None if live is None else live.address
+
+    def racks(self) -> dict[int, str]:
+        """Broker id -> rack of every live broker that declared one."""
+        with self._lock:
+            return {b: live.rack for b, live in self._brokers.items()
+                    if live.rack and self._fresh(live)}
+
+    def rack(self, broker_id: int) -> str:
+        with self._lock:
+            live = self._brokers.get(broker_id)
+            return "" if live is None else live.rack
 
     def stat(self, broker_id: int, topic: str, partition: int) -> PartitionStat | None:
         with self._lock:

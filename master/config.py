@@ -17,6 +17,9 @@ MiB = 1 << 20
 DAY_MS = 24 * 3600 * 1000
 MAX_MESSAGE_LIMIT = 16 * MiB  # largest max_message_bytes a topic may ask for
 DURABILITIES = ("async", "sync")
+# Brokers of this version keep one copy of each partition: followers that fetch from a leader
+# are the next step of replication. Until they exist a topic cannot ask for more copies.
+MAX_SERVED_REPLICATION_FACTOR = 1
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class MasterConfig:
     default_retention_ms: int = 7 * DAY_MS
     default_retention_bytes: int = -1
     default_max_message_bytes: int = MiB
+    default_replication_factor: int = 1  # copies of each partition, on distinct brokers
+    default_min_insync_replicas: int = 1  # acks=all needs this many in-sync copies
     max_partitions_per_topic: int = 1024
     max_topics: int = 10_000
     tombstones_kept: int = 1000
@@ -158,6 +163,12 @@ class MasterConfig:
                 "MasterConfig.default_retention_bytes must be > 0 or -1")
         require(1 <= self.default_max_message_bytes <= MAX_MESSAGE_LIMIT,
                 f"MasterConfig.default_max_message_bytes must be in [1, {MAX_MESSAGE_LIMIT}]")
+        require(1 <= self.default_replication_factor <= MAX_SERVED_REPLICATION_FACTOR,
+                "MasterConfig.default_replication_factor must be in "
+                f"[1, {MAX_SERVED_REPLICATION_FACTOR}] (brokers of this version keep one copy)")
+        require(1 <= self.default_min_insync_replicas <= self.default_replication_factor,
+                "MasterConfig.default_min_insync_replicas must be in "
+                "[1, default_replication_factor]")
 
 
 def load(config_file: str | None = None, **overrides: Any) -> MasterConfig:

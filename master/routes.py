@@ -1,8 +1,9 @@
 """Where each partition lives, as clients and admins see it: built from state + live registry.
 
-A partition is available when its broker is alive. Addresses come from the live registry, else
-from the last address the broker registered with (persisted), so a route to a broker that is
-down still names it.
+A route names the partition's leader (``broker_id``: produce and fetch go there), its leader
+epoch, replicas and in-sync replicas. A partition is available when its leader is alive.
+Addresses come from the live registry, else from the last address the broker registered with
+(persisted), so a route to a broker that is down still names it.
 """
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ class RouteBook:
         out = []
         for p, broker in enumerate(record["placement"]):
             address = self.registry.address(broker) or known.get(broker, "")
-            out.append(mpb.PartitionRoute(partition=p, broker_id=broker, address=address,
-                                          available=broker in alive))
+            out.append(mpb.PartitionRoute(
+                partition=p, broker_id=broker, address=address, available=broker in alive,
+                leader_epoch=record["leader_epochs"][p], replicas=record["replicas"][p],
+                isr=record["isr"][p]))
         return out
 
     def route(self, record: dict[str, Any]) -> mpb.TopicRoute:

@@ -47,7 +47,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @guarded
     def RegisterBroker(self, request, context):  # noqa: N802
-        self.registry.register(request.broker_id, request.address)
+        self.registry.register(request.broker_id, request.address, request.rack)
         if self.state.brokers().get(request.broker_id) != request.address:
             self.write({"op": "register_broker", "time_ms": wall_ms(),
                               "broker_id": request.broker_id, "address": request.address})
@@ -134,8 +134,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
         topics, placements = {}, []
         for name, record in self.state.topics().items():
             topics[name] = settings.to_pb(record["settings"], record["topic_id"])
-            placements += [mpb.PartitionPlacement(topic=name, partition=p, broker_id=broker_id)
-                           for p, b in enumerate(record["placement"]) if b == broker_id]
+            placements += [
+                mpb.PartitionPlacement(
+                    topic=name, partition=p, broker_id=broker_id, leader=b,
+                    leader_epoch=record["leader_epochs"][p], replicas=record["replicas"][p],
+                    isr=record["isr"][p])
+                for p, b in enumerate(record["placement"]) if b == broker_id]
         return topics, placements
 
     # -- clients -------------------------------------------------------------------------

@@ -10,17 +10,26 @@ from typing import Any
 
 from lib.errors import InvalidArgument
 from lib.proto import master_pb2 as mpb
-from master.config import DURABILITIES, MAX_MESSAGE_LIMIT, MasterConfig
+from master.config import (
+    DURABILITIES,
+    MAX_MESSAGE_LIMIT,
+    MAX_SERVED_REPLICATION_FACTOR,
+    MasterConfig,
+)
 
 FIELDS = ("partitions", "stores", "durability", "retention_ms", "retention_bytes",
-          "max_message_bytes")
+          "max_message_bytes", "replication_factor", "min_insync_replicas")
+# What a topic written before replication existed has: one copy.
+SINGLE_COPY = {"replication_factor": 1, "min_insync_replicas": 1}
 
 
 def defaults(config: MasterConfig) -> dict[str, Any]:
     return {"partitions": config.default_partitions, "stores": config.default_stores,
             "durability": config.default_durability, "retention_ms": config.default_retention_ms,
             "retention_bytes": config.default_retention_bytes,
-            "max_message_bytes": config.default_max_message_bytes}
+            "max_message_bytes": config.default_max_message_bytes,
+            "replication_factor": config.default_replication_factor,
+            "min_insync_replicas": config.default_min_insync_replicas}
 
 
 def _given(pb: mpb.TopicSettings | None) -> dict[str, Any]:
@@ -33,12 +42,15 @@ def _given(pb: mpb.TopicSettings | None) -> dict[str, Any]:
 def for_create(pb: mpb.TopicSettings | None, config: MasterConfig) -> dict[str, Any]:
     """Settings of a new topic: the request's non-zero fields over the defaults, validated.
 
-    ``stores`` left at zero follows the partitions down (a 1-partition topic gets 1 store).
+    ``stores`` left at zero follows the partitions down (a 1-partition topic gets 1 store), and
+    ``min_insync_replicas`` follows the replication factor down.
     """
     given = _given(pb)
     out = {**defaults(config), **given}
     if "stores" not in given:
         out["stores"] = min(out["stores"], out["partitions"])
+    if "min_insync_replicas" not in given:
+        out["min_insync_replicas"] = min(out["min_insync_replicas"], out["replication_factor"])
     check(out, config)
     return out
 
@@ -74,6 +86,12 @@ def check(s: dict[str, Any], config: MasterConfig) -> None:
              s["retention_bytes"], "> 0, or -1 for no size limit")
     _require(1 <= s["max_message_bytes"] <= MAX_MESSAGE_LIMIT, "max_message_bytes",
              s["max_message_bytes"], f"1..{MAX_MESSAGE_LIMIT}")
+    served = MAX_SERVED_REPLICATION_FACTOR
+    _require(1 <= s["replication_factor"] <= served, "replication_factor",
+             s["replication_factor"],
+             f"1..{served} (brokers of this version keep {served} copy of each partition)")
+    _require(1 <= s["min_insync_replicas"] <= s["replication_factor"], "min_insync_replicas",
+             s["min_insync_replicas"], f"1..replication_factor ({s['replication_factor']})")
 
 
 def _require(ok: bool, field: str, value: Any, allowed: str) -> None:

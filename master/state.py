@@ -43,6 +43,7 @@ from lib.errors import (
     UnknownTopic,
 )
 from master.principals import Principals
+from master.settings import SINGLE_COPY
 
 _SEQ = struct.Struct(">Q")  # big-endian so keys sort by sequence
 _DBS = (b"meta", b"topics", b"tombstones", b"groups", b"audit", b"brokers", b"users",
@@ -55,6 +56,47 @@ def _dump(value: Any) -> bytes:
 
 def _load(raw: bytes) -> Any:
     return json.loads(bytes(raw))
+
+
+def with_replicas(record: dict[str, Any], replicas: list[list[int]]) -> dict[str, Any]:
+    """``record`` with partitions ``replicas`` (preferred leader first): a partition it already
+    had keeps its leader, epoch and ISR; a new one starts led by its first replica at leader
+    epoch 0 with every replica in sync (all are empty)."""
+    leaders, isr, epochs = [], [], []
+    for p, reps in enumerate(replicas):
+        if p < len(record.get("replicas", ())):
+            leaders.append(record["placement"][p])
+            isr.append(list(record["isr"][p]))
+            epochs.append(record["leader_epochs"][p])
+        else:
+            leaders.append(reps[0])
+            isr.append(list(reps))
+            epochs.append(0)
+    return {**record, "replicas": [list(r) for r in replicas], "placement": leaders,
+            "isr": isr, "leader_epochs": epochs}
+
+
+def upgraded(record: dict[str, Any]) -> dict[str, Any]:
+    """A topic record as every master reads it: one written before replication existed (a
+    ``placement`` list only) becomes one copy per partition, led by that broker, epoch 0."""
+    if "replicas" in record:
+        return record
+    settings = {**SINGLE_COPY, **record["settings"]}
+    return with_replicas({**record, "settings": settings},
+                         [[b] for b in record["placement"]])
+
+
+def _replicas_of(cmd: dict[str, Any]) -> list[list[int]]:
+    """Replica lists of a create/alter command (one written before replication: ``placement``,
+    one broker per partition)."""
+    if "replicas" in cmd:
+        replicas = [list(r) for r in cmd["replicas"]]
+    else:
+        replicas = [[b] for b in cmd["placement"]]
+    for reps in replicas:
+        if not reps or len(set(reps)) != len(reps):
+            raise InvalidArgument(f"bad replica list {reps!r}: needs distinct brokers")
+    return replicas
 
 
 class MetaState:
@@ -85,7 +127,8 @@ class MetaState:
         except lmdb.Error as exc:
             raise StorageError(f"cannot open master state at {self._path}: {exc}") from exc
         self._db = {name.decode(): self._env.open_db(name) for name in _DBS}
-        self._topics: dict[str, dict[str, Any]] = self._read_all("topics")
+        self._topics: dict[str, dict[str, Any]] = {
+            name: upgraded(record) for name, record in self._read_all("topics").items()}
         self._groups: dict[str, dict[str, Any]] = self._read_all("groups")
         brokers = self._read_all("brokers")
         self._brokers: dict[int, str] = {int(k): v["address"] for k, v in brokers.items()}
@@ -119,7 +162,8 @@ class MetaState:
         return dict(self._leader)
 
     def topics(self) -> dict[str, dict[str, Any]]:
-        """name -> {topic, topic_id, created_ms, settings, placement} (do not mutate)."""
+        """name -> {topic, topic_id, created_ms, settings, placement (leader per partition),
+        replicas, isr, leader_epochs (per partition)} (do not mutate)."""
         return dict(self._topics)
 
     def topic(self, name: str) -> dict[str, Any] | None:
@@ -288,22 +332,27 @@ class MetaState:
         raw = txn.get(b"next_topic_id", db=self._db["meta"])
         topic_id = 1 if raw is None else int(_load(raw))
         txn.put(b"next_topic_id", _dump(topic_id + 1), db=self._db["meta"])
-        record = {"topic": name, "topic_id": topic_id, "created_ms": cmd["time_ms"],
-                  "settings": dict(cmd["settings"]), "placement": list(cmd["placement"]),
-                  "request_id": str(cmd.get("request_id", ""))}
+        replicas = _replicas_of(cmd)
+        if len(replicas) != cmd["settings"]["partitions"]:
+            raise InvalidArgument("placement does not cover every partition")
+        record = with_replicas(
+            {"topic": name, "topic_id": topic_id, "created_ms": cmd["time_ms"],
+             "settings": {**SINGLE_COPY, **cmd["settings"]}, "placement": [],
+             "request_id": str(cmd.get("request_id", ""))}, replicas)
         self._put_topic(txn, staged, record)
         return record
 
     def _alter_topic(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         txn, staged = ctx
         old = self._existing(cmd["topic"])
-        placement = list(cmd["placement"])
-        if placement[:len(old["placement"])] != old["placement"]:
+        replicas = _replicas_of(cmd)
+        if replicas[:len(old["replicas"])] != old["replicas"]:
             raise InvalidArgument(f"alter of {cmd['topic']!r} would move existing partitions",
                                   topic=cmd["topic"])
-        if len(placement) != cmd["settings"]["partitions"]:
+        if len(replicas) != cmd["settings"]["partitions"]:
             raise InvalidArgument("placement does not cover every partition")
-        record = {**old, "settings": dict(cmd["settings"]), "placement": placement}
+        record = with_replicas({**old, "settings": {**SINGLE_COPY, **cmd["settings"]}},
+                               replicas)
         self._put_topic(txn, staged, record)
         return record
 

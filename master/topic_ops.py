@@ -4,7 +4,8 @@ Validation and placement happen here, against the live broker registry; the chan
 one state command (with its audit entry), so the same command can later go through Raft.
 A lock (``placing``) serialises "compute placement, then apply" so concurrent creates still
 spread evenly, and so a broker being drained (master/broker_ops.py) is never given a partition
-after its drain answered. Placement skips draining brokers (master/placement.py).
+after its drain answered. Placement skips draining brokers (master/placement.py); a topic's
+replicas, leaders, leader epochs and ISR live in its state record (master/state.py).
 """
 from __future__ import annotations
 
@@ -43,12 +44,12 @@ class TopicOps:
             known = self.state.topic(name)
             if request_id and known and known.get("request_id") == request_id:
                 return known  # a retry of a create that committed
-            places = placement.place(wanted["partitions"], self._load(), self.state.draining())
+            replicas = self._place(wanted["partitions"], wanted["replication_factor"])
             return self.write({
                 "op": "create_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
-                "placement": places, "max_topics": self.config.max_topics,
+                "replicas": replicas, "max_topics": self.config.max_topics,
                 "request_id": request_id,
-                "audit": _audit(audit, "create_topic", name, {**wanted, "placement": places})})
+                "audit": _audit(audit, "create_topic", name, {**wanted, "replicas": replicas})})
 
     def alter(self, name: str, pb: mpb.TopicSettings | None,
               audit: dict[str, Any]) -> dict[str, Any]:
@@ -57,14 +58,12 @@ class TopicOps:
             current = self._existing(name)
             wanted = settings.for_alter(current["settings"], pb, self.config)
             added = wanted["partitions"] - current["settings"]["partitions"]
-            places = current["placement"] + placement.place(added, self._load(),
-                                                            self.state.draining())
+            new = self._place(added, wanted["replication_factor"])
             changes = {k: v for k, v in wanted.items() if current["settings"][k] != v}
             record = self.write({
                 "op": "alter_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
-                "placement": places,
-                "audit": _audit(audit, "alter_topic", name,
-                                {**changes, "new_placement": places[len(current["placement"]):]})})
+                "replicas": current["replicas"] + new,
+                "audit": _audit(audit, "alter_topic", name, {**changes, "new_replicas": new})})
         if added:
             self.groups.topics_changed({name})
         return record
@@ -91,7 +90,8 @@ class TopicOps:
             parts.append(apb.PartitionDescription(
                 partition=route.partition, broker_id=route.broker_id, address=route.address,
                 available=route.available, earliest=earliest, latest=latest,
-                disk_bytes=-1 if stat is None else stat.disk_bytes))
+                disk_bytes=-1 if stat is None else stat.disk_bytes,
+                leader_epoch=route.leader_epoch, replicas=route.replicas, isr=route.isr))
         return apb.TopicDescription(
             topic=name, settings=settings.to_pb(record["settings"], record["topic_id"]),
             partitions=parts, created_ms=record["created_ms"])
@@ -115,11 +115,17 @@ class TopicOps:
             raise UnknownTopic(f"unknown topic {name!r}", topic=name)
         return record
 
-    def _load(self) -> dict[int, int]:
+    def _place(self, count: int, replication_factor: int) -> list[list[int]]:
+        """Replica lists for ``count`` new partitions, given every topic's current ones."""
         if self.groups.in_grace():  # a new leader: let the brokers re-register first
             self.registry.wait_alive(set(self.state.brokers()), self.groups.grace_left_s())
-        return placement.load_of((t["placement"] for t in self.state.topics().values()),
-                                 self.registry.alive_ids())
+        topics = self.state.topics().values()
+        live = self.registry.alive_ids()
+        return placement.place(
+            count, placement.load_of((r for t in topics for r in t["replicas"]), live),
+            self.state.draining(), replication_factor=replication_factor,
+            leaders=placement.load_of(([b] for t in topics for b in t["placement"]), live),
+            racks=self.registry.racks())
 
 
 def _audit(base: dict[str, Any], action: str, target: str,

@@ -101,6 +101,8 @@ def create_topic(client: AdminClient, form: Mapping[str, Any]) -> dict:
         "retention_ms": integer(form, "retention_ms", None, 0, 2**62),
         "retention_bytes": integer(form, "retention_bytes", None, 0, 2**62),
         "max_message_bytes": integer(form, "max_message_bytes", None, 1, 2**31 - 1),
+        "replication_factor": integer(form, "replication_factor", None, 1, 1_000),
+        "min_insync_replicas": integer(form, "min_insync_replicas", None, 1, 1_000),
     }
     durability = str(form.get("durability") or "") or None
     created = client.create_topic(str(form.get("name", "")), durability=durability, **settings)

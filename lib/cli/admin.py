@@ -19,6 +19,10 @@ def _settings_options(fn):
         click.option("--retention-ms", type=int, help="Delete data older than this (-1: never)."),
         click.option("--retention-bytes", type=int, help="Keep at most this much per store."),
         click.option("--max-message-bytes", type=int, help="Largest message accepted."),
+        click.option("--replication-factor", type=int,
+                     help="Copies of each partition, on distinct brokers."),
+        click.option("--min-insync-replicas", type=int,
+                     help="In-sync copies acks=all needs (1..replication factor)."),
     ]):
         fn = opt(fn)
     return fn
@@ -29,7 +33,10 @@ def _topic_table(info) -> None:
     parts = d.pop("partitions", [])
     for key, value in d.items():
         click.echo(f"{key:<18} {value}")
+    for part in parts:  # a list prints as "1,2,3" in its column
+        part.update({k: ",".join(map(str, part[k])) for k in ("replicas", "isr") if k in part})
     print_rows(parts, [c for c in ("partition", "broker_id", "address", "available",
+                                   "leader_epoch", "replicas", "isr",
                                    "earliest", "latest", "disk_bytes")
                             if not parts or c in parts[0]])
 
@@ -64,7 +71,7 @@ def topic_alter(ctx, name, as_json, **settings) -> None:
 @json_option
 @click.pass_context
 def topic_describe(ctx, name, as_json) -> None:
-    """Settings and partitions (broker, earliest, latest) of a topic."""
+    """Settings and partitions (leader, epoch, replicas, ISR, earliest, latest) of a topic."""
     emit(admin(ctx).describe_topic(name), as_json, _topic_table)
 
 

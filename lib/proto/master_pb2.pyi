@@ -8,15 +8,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("broker_id", "address")
+    __slots__ = ("broker_id", "address", "rack")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    rack: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class TopicSettings(_message.Message):
-    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id")
+    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id", "replication_factor", "min_insync_replicas")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     STORES_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +26,8 @@ class TopicSettings(_message.Message):
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partitions: int
     stores: int
     durability: str
@@ -31,17 +35,27 @@ class TopicSettings(_message.Message):
     retention_bytes: int
     max_message_bytes: int
     topic_id: int
-    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ...) -> None: ...
+    replication_factor: int
+    min_insync_replicas: int
+    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class PartitionPlacement(_message.Message):
-    __slots__ = ("topic", "partition", "broker_id")
+    __slots__ = ("topic", "partition", "broker_id", "leader", "leader_epoch", "replicas", "isr")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     broker_id: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
+    leader: int
+    leader_epoch: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys", "acls", "quotas", "ip_rules")
@@ -192,32 +206,40 @@ class DeletedTopic(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk", "draining")
+    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk", "draining", "rack")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     alive: bool
     last_heartbeat_ms: int
     disk: DiskStatus
     draining: bool
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., draining: _Optional[bool] = ...) -> None: ...
+    rack: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., draining: _Optional[bool] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class PartitionRoute(_message.Message):
-    __slots__ = ("partition", "broker_id", "address", "available")
+    __slots__ = ("partition", "broker_id", "address", "available", "leader_epoch", "replicas", "isr")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
     partition: int
     broker_id: int
     address: str
     available: bool
-    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ...) -> None: ...
+    leader_epoch: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "partitions", "settings")

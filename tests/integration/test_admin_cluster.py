@@ -106,3 +106,13 @@ def test_route_cache_fetches_refreshes_after_invalidate_and_raises_unknown_topic
             cache.get("missing")
     finally:
         master.close()
+
+
+def test_a_broker_started_with_a_rack_is_listed_with_it(cluster_factory):
+    racked = cluster_factory(1, broker_args=["--rack", "zone-a"])
+    with AdminClient(racked.master_addresses) as client:
+        assert [(b.broker_id, b.rack) for b in client.list_brokers()] == [(1, "zone-a")]
+        info = client.create_topic("racked", partitions=2, replication_factor=1)
+        assert info.replication_factor == 1 and info.min_insync_replicas == 1
+        assert [(p.replicas, p.isr, p.leader_epoch) for p in info.partitions] == \
+            [([1], [1], 0)] * 2

@@ -73,9 +73,17 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
     users = Path(os.environ["XDG_CONFIG_HOME"]) / "tubeq" / "credentials"  # clients' default
     assert users.read_text().endswith(creds.read_text())
 
-    created = tubeq(masters, "topic", "create", "cli-demo", "--partitions", "3", "--json")
+    created = tubeq(masters, "topic", "create", "cli-demo", "--partitions", "3",
+                    "--replication-factor", "1", "--min-insync-replicas", "1", "--json")
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["partition_count"] == 3
+    described = tubeq(masters, "topic", "describe", "cli-demo")
+    header, *rows = described.stdout.decode().splitlines()[-4:]
+    assert header.lower().split()[:7] == ["partition", "broker_id", "address", "available",
+                                          "leader_epoch", "replicas", "isr"], described.stdout
+    for row in rows:  # one copy: the leader is the only replica and the ISR
+        cells = row.split()
+        assert cells[5] == cells[6] == cells[1] and cells[4] == "0", row
 
     lines = b"".join(b"line-%d\n" % i for i in range(50))
     produced = tubeq(masters, "produce", "cli-demo", stdin=lines)
@@ -148,6 +156,8 @@ def test_cli_errors_are_one_clear_line(local_cluster):
     assert b"UnknownTopic" in bad.stderr and b"Traceback" not in bad.stderr
     bad_name = tubeq(info["masters"], "topic", "create", "../etc")
     assert bad_name.returncode == 1 and b"InvalidName" in bad_name.stderr
+    copies = tubeq(info["masters"], "topic", "create", "t", "--replication-factor", "3")
+    assert copies.returncode == 1 and b"replication_factor=3: must be 1..1" in copies.stderr
 
 
 def test_cluster_up_stops_every_child_on_ctrl_c(local_cluster):

@@ -71,9 +71,10 @@ class MasterSession:
         metadata = [("tubeq-principal", principal)] if principal else None
         return invoke(method, request, timeout, metadata)
 
-    def register(self, broker_id: int, address: str | None = None) -> Any:
+    def register(self, broker_id: int, address: str | None = None, rack: str = "") -> Any:
         req = master_pb2.RegisterBrokerRequest(broker_id=broker_id,
-                                               address=address or f"127.0.0.1:{broker_id}")
+                                               address=address or f"127.0.0.1:{broker_id}",
+                                               rack=rack)
         return invoke(self.as_broker.RegisterBroker, req, 5.0, _broker_credential())
 
     def heartbeat(self, broker_id: int, stats: list | None = None) -> Any:

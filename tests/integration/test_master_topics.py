@@ -41,6 +41,30 @@ def test_create_topic_places_partitions_over_two_brokers_round_robin(m):
     assert sorted(pl.partition for pl in hb.placements) == [0, 2]
     routes = m.call(m.master.GetRoutes, mpb.GetRoutesRequest(topics=["orders"])).routes
     assert [r.broker_id for r in routes[0].partitions] == [1, 2, 1, 2]
+    # One copy each (the default): the leader is the only replica and the whole ISR.
+    assert desc.settings.replication_factor == 1 and desc.settings.min_insync_replicas == 1
+    assert [(list(p.replicas), list(p.isr), p.leader_epoch) for p in desc.partitions] == \
+        [([b], [b], 0) for b in (1, 2, 1, 2)]
+    assert [(list(r.replicas), list(r.isr)) for r in routes[0].partitions] == \
+        [([b], [b]) for b in (1, 2, 1, 2)]
+    assert [(pl.leader, list(pl.replicas), list(pl.isr), pl.leader_epoch)
+            for pl in hb.placements] == [(1, [1], [1], 0)] * 2
+
+
+def test_a_broker_declares_its_rack_and_more_copies_than_brokers_serve_is_refused(m):
+    m.register(1, rack="zone-a")
+    m.register(2)
+    brokers = m.call(m.admin.ListBrokers, apb.ListBrokersRequest()).brokers
+    assert [(b.broker_id, b.rack) for b in brokers] == [(1, "zone-a"), (2, "")]
+    with pytest.raises(errors.InvalidArgument, match=r"replication_factor=2: must be 1\.\.1 "
+                                                     r"\(brokers of this version keep 1 copy"):
+        create(m, "t", replication_factor=2)
+    with pytest.raises(errors.InvalidArgument, match=r"min_insync_replicas=2: must be "
+                                                     r"1\.\.replication_factor \(1\)"):
+        create(m, "t", min_insync_replicas=2)
+    with pytest.raises(errors.InvalidArgument, match="bad broker rack"):
+        m.register(3, rack="x" * 65)
+    assert m.call(m.admin.ListTopics, apb.ListTopicsRequest()).topics == []
 
 
 def test_describe_reports_offsets_from_heartbeat_stats_when_broker_does_not_answer(m):
@@ -89,6 +113,8 @@ def test_delete_topic_tombstones_it_for_brokers_and_recreate_gets_new_id(m):
     ({"retention_ms": -5}, "retention_ms"),
     ({"retention_bytes": -2}, "retention_bytes"),
     ({"max_message_bytes": (16 << 20) + 1}, "max_message_bytes"),
+    ({"replication_factor": 2}, "replication_factor"),
+    ({"min_insync_replicas": 3}, "min_insync_replicas"),
 ])
 def test_bad_topic_settings_are_refused_naming_the_field(m, settings, field):
     m.register(1)

@@ -57,6 +57,8 @@ def test_create_list_describe_and_delete_a_topic_through_the_api(admin_client):
     assert [t["name"] for t in listed["items"]] == ["api-topic"] and listed["total"] == 1
     one = admin_client.get("/api/v1/topics/api-topic").json
     assert [p["partition"] for p in one["partitions"]] == [0, 1, 2]
+    assert one["replication_factor"] == 1 and one["min_insync_replicas"] == 1
+    assert all(p["replicas"] == p["isr"] == [p["broker_id"]] for p in one["partitions"])
     unconfirmed = admin_client.delete("/api/v1/topics/api-topic", headers=csrf)
     assert unconfirmed.status_code == 400 and "type the topic's name" in \
         unconfirmed.json["error"]["message"]
@@ -110,7 +112,9 @@ def test_bad_input_is_a_json_error_naming_the_field(admin_client):
     cases = [({"name": "x", "partitions": "many"}, "partitions must be an integer"),
              ({"name": "x", "partitions": 0}, "partitions must be between 1 and 10000"),
              ({"name": "bad name!"}, "invalid topic name"),
-             ({"name": "x", "durability": "maybe"}, "durability")]
+             ({"name": "x", "durability": "maybe"}, "durability"),
+             ({"name": "x", "replication_factor": 2}, "invalid topic setting "
+                                                      "replication_factor=2")]
     for body, why in cases:
         got = admin_client.post("/api/v1/topics", json=body, headers=csrf)
         assert got.status_code == 400 and why in got.json["error"]["message"], (body, got.json)

@@ -147,6 +147,10 @@ def test_an_operator_creates_a_topic_and_sees_what_was_produced(admin_page, clus
     assert page.text("#messages") == "30"
     rows = page.browser.find_elements("css selector", "#partitions tr")[1:]
     assert len(rows) == 3 and all("yes" in r.text for r in rows)
+    for row in rows:  # one copy: the leader is the only replica, and in sync
+        replicas = row.find_element("css selector", ".replicas").text
+        assert replicas.isdigit() and row.find_element("css selector", ".isr").text == replicas
+    assert page.text("#replication").startswith("1 copy")
     page.click("a[href='/topics/orders/messages']")
     page.fill(key="customer-1", tag="paid").click("#go", shot="messages")
     found = page.browser.find_elements("css selector", "#messages tr.message")

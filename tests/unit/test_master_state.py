@@ -162,3 +162,62 @@ def test_draining_an_unknown_broker_is_unknown_broker_and_changes_nothing(state)
                                "target": "broker 4", "details": "{}"})
     assert err.value.broker_id == 4
     assert state.draining() == frozenset() and state.brokers() == {} and state.audit(5) == []
+
+
+RF3 = {**SETTINGS, "replication_factor": 3, "min_insync_replicas": 2}
+
+
+def test_a_replicated_topic_records_replicas_leaders_epochs_and_isr(tmp_path):
+    s = MetaState(tmp_path / "m")
+    rec = s.apply({"op": "create_topic", "time_ms": 1, "topic": "t", "settings": RF3,
+                   "replicas": [[1, 2, 3], [2, 3, 1]]})
+    assert rec["replicas"] == [[1, 2, 3], [2, 3, 1]]
+    assert rec["placement"] == [1, 2], "the preferred (first) replica leads a new partition"
+    assert rec["isr"] == [[1, 2, 3], [2, 3, 1]] and rec["leader_epochs"] == [0, 0]
+    grown = s.apply({"op": "alter_topic", "time_ms": 2, "topic": "t",
+                     "settings": {**RF3, "partitions": 3},
+                     "replicas": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]})
+    assert grown["placement"] == [1, 2, 3] and grown["leader_epochs"] == [0, 0, 0]
+    with pytest.raises(InvalidArgument, match="would move existing partitions"):
+        s.apply({"op": "alter_topic", "time_ms": 3, "topic": "t",
+                 "settings": {**RF3, "partitions": 3},
+                 "replicas": [[1, 2, 3], [2, 1, 3], [3, 1, 2]]})
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert s.topic("t") == grown
+    assert s.topic("t")["settings"]["min_insync_replicas"] == 2
+    s.close()
+
+
+def test_a_replica_list_needs_distinct_brokers(state):
+    with pytest.raises(InvalidArgument, match=r"bad replica list \[1, 1\]"):
+        state.apply({"op": "create_topic", "time_ms": 1, "topic": "t", "settings": SETTINGS,
+                     "replicas": [[1, 1], [2]]})
+    with pytest.raises(InvalidArgument, match="does not cover every partition"):
+        state.apply({"op": "create_topic", "time_ms": 1, "topic": "t", "settings": SETTINGS,
+                     "replicas": [[1]]})
+    assert state.topics() == {}
+
+
+def test_a_topic_written_before_replication_reads_as_one_copy(tmp_path):
+    """Records and Raft commands of earlier versions carry a placement list only."""
+    import json
+
+    import lmdb
+    s = MetaState(tmp_path / "m")
+    s.close()
+    old = {"topic": "old", "topic_id": 7, "created_ms": 5, "settings": SETTINGS,
+           "placement": [2, 1], "request_id": ""}
+    env = lmdb.open(str(tmp_path / "m"), max_dbs=16)
+    with env.begin(write=True, db=env.open_db(b"topics")) as txn:
+        txn.put(b"old", json.dumps(old).encode())
+    env.close()
+    s = MetaState(tmp_path / "m")
+    rec = s.topic("old")
+    assert rec["replicas"] == [[2], [1]] and rec["isr"] == [[2], [1]]
+    assert rec["placement"] == [2, 1] and rec["leader_epochs"] == [0, 0]
+    assert rec["settings"]["replication_factor"] == 1
+    assert rec["settings"]["min_insync_replicas"] == 1
+    create(s, "cmd")  # a create command of an earlier version (placement only)
+    assert s.topic("cmd")["replicas"] == [[1], [2]]
+    s.close()
