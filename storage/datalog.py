@@ -4,11 +4,16 @@ Positions are logical bytes across segments (a segment is named by the position 
 byte), so an index entry's position never changes when segments roll or are deleted. The log
 is a sequence of *chunks*, one per appended batch::
 
-    magic "TQCH" | partition u32 | count u32 | base_offset i64 | frames_len u32 | reserved u32
-    | crc u32 (of the 28 bytes before it) | frames ...
+    magic "TQCH" | partition u32 | count u32 | base_offset i64 | frames_len u32
+    | leader_epoch u32 | crc u32 (of the 28 bytes before it) | frames ...
 
-so that recovery can rebuild every partition's index from the data log alone. One writer (the
-store's flusher); readers may run at the same time and only read below the flushed end.
+so that recovery can rebuild every partition's index from the data log alone. ``leader_epoch``
+is the epoch of the leader that assigned the chunk's offsets (replication; storage/epochs.py);
+0 means none, which is also how chunks written before the field existed (reserved, always 0)
+read. A chunk with no records (count 0, frames_len 0) is a *marker*: the partition's log was
+truncated or reset to ``base_offset`` (the old frames of a shared log cannot be removed, so
+recovery replays the marker over them; storage/recovery.py). One writer (the store's
+flusher); readers may run at the same time and only read below the flushed end.
 """
 from __future__ import annotations
 
@@ -31,8 +36,10 @@ CHUNK_MAGIC = b"TQCH"
 SUFFIX = ".log"
 
 
-def chunk_header(partition: int, count: int, base_offset: int, frames_len: int) -> bytes:
-    head = CHUNK.pack(CHUNK_MAGIC, partition, count, base_offset, frames_len, 0, 0)
+def chunk_header(partition: int, count: int, base_offset: int, frames_len: int,
+                 leader_epoch: int = 0) -> bytes:
+    """The header of a chunk (module docstring); its CRC covers every field, the epoch too."""
+    head = CHUNK.pack(CHUNK_MAGIC, partition, count, base_offset, frames_len, leader_epoch, 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
 
 
@@ -40,8 +47,10 @@ def chunk_header(partition: int, count: int, base_offset: int, frames_len: int) 
 class ScannedChunk:
     partition: int
     base_offset: int
-    entries: np.ndarray  # INDEX_DTYPE, one per frame (holes for a damaged chunk)
+    entries: np.ndarray  # INDEX_DTYPE, one per frame (holes for a damaged chunk; none: a marker)
     frames_len: int
+    leader_epoch: int
+    frames_pos: int  # data position right after the header: where the frames (would) start
 
 
 @dataclass(frozen=True)
@@ -186,10 +195,10 @@ def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],
                     continue
                 head = _intact_header(mv, local)
                 if head is not None:  # frames damaged: the chunk's offsets become holes
-                    partition, count, base_offset, frames_len = head
+                    partition, count, base_offset, frames_len, epoch = head
                     at = seg.base + local + CHUNK.size
                     held.append(ScannedChunk(partition, base_offset, holes(count, at),
-                                             frames_len))
+                                             frames_len, epoch, at))
                     seen.append(Damage(seg.base + local, CHUNK.size + frames_len, why,
                                        partition=partition, base_offset=base_offset,
                                        count=count))
@@ -217,17 +226,19 @@ def holes(count: int, position: int) -> np.ndarray:
     return entries
 
 
-def _intact_header(mv: memoryview, at: int) -> tuple[int, int, int, int] | None:
-    """(partition, count, base_offset, frames_len) of a chunk whose header checks out and
-    whose frames fit in the segment, even if the frames themselves are damaged."""
+def _intact_header(mv: memoryview, at: int) -> tuple[int, int, int, int, int] | None:
+    """(partition, count, base_offset, frames_len, leader_epoch) of a chunk whose header checks
+    out and whose frames fit in the segment, even if the frames themselves are damaged."""
     if at + CHUNK.size > len(mv):
         return None
-    magic, partition, count, base_offset, frames_len, _r, crc = CHUNK.unpack_from(mv, at)
+    magic, partition, count, base_offset, frames_len, epoch, crc = CHUNK.unpack_from(mv, at)
     if magic != CHUNK_MAGIC or zlib.crc32(mv[at:at + CHUNK.size - 4]) != crc:
         return None
-    if count == 0 or base_offset < 0 or at + CHUNK.size + frames_len > len(mv):
+    if count == 0 and frames_len != 0:  # a marker has no records and no bytes
         return None
-    return partition, count, base_offset, frames_len
+    if base_offset < 0 or at + CHUNK.size + frames_len > len(mv):
+        return None
+    return partition, count, base_offset, frames_len, epoch
 
 
 def _next_valid_chunk(mm: mmap.mmap, mv: memoryview, start: int, seg_base: int) -> int | None:
@@ -248,8 +259,11 @@ def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk |
     head = _intact_header(mv, at)
     if head is None:
         return None, "chunk header damaged or its frames run past the segment"
-    partition, count, base_offset, frames_len = head
+    partition, count, base_offset, frames_len, epoch = head
     start = at + CHUNK.size
+    if count == 0:  # a marker (module docstring)
+        return ScannedChunk(partition, base_offset, np.empty(0, INDEX_DTYPE), 0, epoch,
+                            seg_base + start), ""
     frames = mv[start:start + frames_len]
     try:
         sizes = frame_sizes(frames)
@@ -263,4 +277,4 @@ def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk |
     entries["size"] = sizes
     entries["tag"] = tags
     entries["ts"] = times
-    return ScannedChunk(partition, base_offset, entries, frames_len), ""
+    return ScannedChunk(partition, base_offset, entries, frames_len, epoch, seg_base + start), ""

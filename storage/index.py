@@ -102,12 +102,16 @@ class IndexLog(SegmentedLog):
     def last_entry(self) -> np.ndarray | None:
         return self.read(self.end - 1, self.end)[0] if self.end > self.start else None
 
-    def truncate(self, end: int) -> None:
-        """Drop every entry at offset >= end (recovery); whole later segments are removed."""
+    def truncate(self, end: int, keep_fds: bool = False) -> None:
+        """Drop every entry at offset >= end; whole later segments are removed.
+
+        Recovery (alone) closes their fds at once; a live store truncating a partition
+        passes ``keep_fds``: readers may still hold them (``SegmentList.drop_newest``).
+        """
         self._tally.clear()
         segs = self._list
         while segs.segs and segs.segs[-1].base >= end:
-            segs.drop_newest()
+            segs.drop_newest(keep_fds)
         if not segs.segs:
             segs.empty_end = end
             return
@@ -150,13 +154,24 @@ class IndexLog(SegmentedLog):
                 lo = mid + 1
         return lo
 
-    def reset(self, base: int) -> None:
-        """Forget every entry and continue at ``base`` (recovery found no valid entry)."""
+    def reset(self, base: int, keep_fds: bool = False) -> None:
+        """Forget every entry and continue at ``base`` (recovery found no valid entry, or a
+        store reset the partition: ``keep_fds`` as in :meth:`truncate`)."""
         self._tally.clear()
         while self._list.segs:
-            self._list.drop_newest()
+            self._list.drop_newest(keep_fds)
         self._list.empty_end = base
         fsync_dir(self.dir)
+
+    def keep_end(self) -> None:
+        """Make an empty index's end survive a reopen: an empty segment file named by it.
+
+        Without one a reopened empty index ends at 0, and recovery has to find in the data
+        log where the partition continues (a reset or truncation marker: a full scan, and
+        retention may have deleted the marker by then).
+        """
+        if not self._list.segs and self._list.empty_end > 0:
+            self._list.roll()
 
     def delete_before(self, offset: int) -> int:
         """Remove whole segments that hold only offsets below ``offset``; returns how many."""

@@ -6,6 +6,10 @@ position is scanned; if the checkpoint is missing, unreadable or contradicted by
 (someone truncated them), the whole data log is scanned instead. Either way the index of each
 partition ends up exactly matching the valid chunks of the data log.
 
+Truncations and resets replay from the data log too: the store appends a zero-record marker
+chunk whose base offset is where the partition's log now ends (``_place``), so truncated
+records never come back, whether the open starts at the checkpoint or scans the whole log.
+
 Damage costs only the damaged bytes: a chunk whose frames fail their checks keeps its offsets
 as holes (size-0 entries readers skip), a partition whose offsets jump past damaged bytes gets
 holes for the jump, and other partitions' chunks after the damage are kept. Every damaged
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lib.logs import event
+from lib.records import FRAME_HEADER_SIZE
 from storage.datalog import Damage, DataLog, ScannedChunk, holes
 from storage.fsutil import atomic_write
 from storage.index import IndexLog
@@ -100,12 +105,16 @@ def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog],
 
 
 def _place(index: IndexLog, chunk: ScannedChunk, damage: list[Damage], store_dir: Path) -> None:
-    """Append a scanned chunk's entries where its base offset says."""
-    first_pos = int(chunk.entries["pos"][0])
+    """Append a scanned chunk's entries where its base offset says.
+
+    A chunk past the index's end either follows damaged bytes that could have held the
+    offsets in between (they become holes) or a reset of the partition (the index restarts
+    at its base). A marker (no entries: the store truncated or reset the partition,
+    storage/datalog.py) takes the same steps, so the index ends at its base offset: entries
+    at or past it are dropped (a truncation) or the index restarts there (a reset)."""
+    first_pos = chunk.frames_pos
     if chunk.base_offset > index.end:
-        last = index.last_entry()
-        since = int(last["pos"]) + int(last["size"]) if last is not None else None
-        if since is not None and any(since <= d.position < first_pos for d in damage):
+        if _lost_in_damage(index, chunk.base_offset, first_pos, damage):
             # The offsets in between were in damaged bytes: keep them taken, as holes.
             event(log, "store.recovery_holes", logging.ERROR, store=str(store_dir),
                   partition=chunk.partition, lost_offsets=[index.end, chunk.base_offset - 1])
@@ -115,6 +124,20 @@ def _place(index: IndexLog, chunk: ScannedChunk, damage: list[Damage], store_dir
     elif chunk.base_offset < index.end:
         index.truncate(chunk.base_offset)
     index.append(chunk.entries)
+
+
+def _lost_in_damage(index: IndexLog, base_offset: int, first_pos: int,
+                    damage: list[Damage]) -> bool:
+    """Whether offsets [index.end, base_offset) may have been records in damaged bytes
+    between the index's last entry and ``first_pos``: only if damage lies there and is big
+    enough to have held that many frames. A reset can jump far ahead (a follower catching up
+    with its leader's earliest offset): holes for it would be wrong, and unbounded."""
+    last = index.last_entry()
+    if last is None:
+        return False
+    since = int(last["pos"]) + int(last["size"])
+    room = sum(d.length for d in damage if since <= d.position < first_pos)
+    return 0 < base_offset - index.end <= room // FRAME_HEADER_SIZE
 
 
 def _lost(d: Damage) -> list[int] | None:

@@ -111,11 +111,19 @@ class SegmentList:
         fsync_dir(self.dir)
         return count
 
-    def drop_newest(self) -> None:
-        """Delete the newest segment (recovery cutting a log back); its base becomes the end."""
+    def drop_newest(self, keep_fd: bool = False) -> None:
+        """Delete the newest segment (cutting a log back); its base becomes the end.
+
+        Recovery runs alone and closes the fd at once; with ``keep_fd`` (a live store
+        truncating a partition while readers may hold a snapshot) it waits in the graveyard
+        like the ones :meth:`drop_oldest` drops, so a reader never preads a recycled fd.
+        """
         seg = self.segs[-1]
         self.segs = self.segs[:-1]
-        os.close(seg.fd)
+        if keep_fd:
+            self._graveyard = [*self._graveyard, seg]
+        else:
+            os.close(seg.fd)
         seg.path.unlink(missing_ok=True)
         self.empty_end = seg.base
 

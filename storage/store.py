@@ -7,7 +7,16 @@ The store is the coordinator; each concern has its own module:
   the disk-full condition), the only writer of the files;
 - ``sync_policy.py``: *when* a block is written and when the data log is fsynced;
 - ``retention.py``: which old data segments go;
-- ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them.
+- ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them;
+- ``epochs.py``: each partition's leader-epoch cache, and ``truncation.py``: cutting a
+  partition's log back or forward, both for replication.
+
+Replication (a later step builds the replica fetcher on these): appends carry the leader epoch
+that assigned their offsets, and a follower appends the leader's batches ``at`` the leader's
+offsets; :meth:`Store.truncate` and :meth:`Store.reset` cut a partition's log back (a follower
+whose records diverged from the new leader's) or restart it further on (a follower behind the
+leader's earliest offset). The data log is shared by the partitions of a store, so neither
+removes bytes: each appends a zero-record *marker* chunk that recovery replays.
 
 Threading: one lock (``_cond``) guards the cache blocks, the per-partition counters and the
 state shared with the flusher (``_sync_target``, ``_synced_pos``, ``_unwritten``, ``_closing``,
@@ -28,6 +37,7 @@ disk-full waits; ``wall_clock`` (epoch seconds) ages segments for retention.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,17 +50,20 @@ from lib.closing import Closeable
 from lib.errors import (
     CorruptRecord,
     DiskFull,
+    InvalidArgument,
     OffsetOutOfRange,
     StorageError,
     StoreClosed,
     UnknownPartition,
 )
+from lib.logs import event
 from lib.names import check_name
 from lib.records import BatchView, frame_starts, parse_batch, tag_hash
 from storage.cache import CachePair, read_span
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.datalog import CHUNK, DataLog, chunk_header
+from storage.epochs import LeaderEpochs
 from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, INDEX_DTYPE, IndexLog
@@ -58,33 +71,47 @@ from storage.recovery import recover
 from storage.select import assemble, plan
 from storage.space import SpaceGuard
 from storage.sync_policy import SyncPolicy
+from storage.truncation import cut
 
+log = logging.getLogger(__name__)
 MAX_READ_ENTRIES = 65_536  # index entries examined per read (bounds filtered scans)
+MAX_EPOCH = (1 << 32) - 1  # a chunk header holds the leader epoch in a u32
 
 
 @dataclass(frozen=True)
 class ReadResult:
-    """Frames (concatenated, each self-describing) and the offset of each one."""
+    """Frames (concatenated, each self-describing), the offset of each one and its size in
+    bytes (``sizes``, uint32, from the index: callers split ``frames`` without walking the
+    frames' length fields)."""
 
     frames: bytes
     offsets: np.ndarray
     next_offset: int
     earliest: int
     latest: int
+    sizes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.offsets)
 
 
 class _Partition:
-    __slots__ = ("index", "next", "flushed", "earliest", "opened")
+    __slots__ = ("index", "epochs", "epoch", "next", "flushed", "earliest", "opened")
 
     def __init__(self, index: IndexLog) -> None:
         self.index = index
+        self.epochs = LeaderEpochs(index.dir)
+        self.epoch = 0  # the latest epoch in ``epochs`` (0: none); see refresh_epoch
+        self.refresh_epoch()
         self.opened = index.end  # the log end recovery left: what a crashed process had stored
         self.next = index.end  # next offset to assign
         self.flushed = index.end  # offsets below this are in the files
         self.earliest = index.start
+
+    def refresh_epoch(self) -> None:
+        """Cache the latest epoch: an append whose epoch equals it costs one comparison."""
+        latest = self.epochs.latest()
+        self.epoch = latest[0] if latest is not None else 0
 
 
 class Store(Closeable):
@@ -109,6 +136,12 @@ class Store(Closeable):
         self._checkpoint = checkpoint or OwnCheckpoint(self.dir)
         recover(self.dir, self._data, indexes, self._checkpoint.read())
         self._parts = {p: _Partition(index) for p, index in indexes.items()}
+        for part in self._parts.values():
+            part.index.keep_end()  # recovery may have reset it: keep where it continues
+            # A crash can lose the log's tail after its epoch was recorded: no epoch may
+            # point past the recovered log.
+            part.epochs.truncate_from_end(part.next)
+            part.refresh_epoch()
         self._refresh_earliest()
         self._name = f"{self.topic}/{self.store_id}"
         self._clock, self._wall_clock = clock, wall_clock
@@ -151,7 +184,8 @@ class Store(Closeable):
                            max_batch_bytes=self.config.max_batch_bytes)
 
     def append(self, partition: int, batch: bytes | memoryview | BatchView,
-               wait: bool = True) -> tuple[int, int] | None:
+               wait: bool = True, *, leader_epoch: int = 0,
+               at: int | None = None) -> tuple[int, int] | None:
         """Append a record batch (raw, or as :meth:`parse` returned it); returns
         (base_offset, last_offset).
 
@@ -160,6 +194,12 @@ class Store(Closeable):
         ``wait=False`` it returns None, having changed nothing, where it would have to wait
         (a ``sync`` topic, or both cache blocks full): the broker's event loop appends
         without a thread hop when it can and hands the rest to its executor.
+
+        ``leader_epoch`` (0: none) goes into the chunk header; one above the partition's
+        latest known epoch is recorded in its leader-epoch cache as starting at the batch's
+        base offset (a durable file write, once per new epoch). ``at`` is for a follower
+        appending the leader's batch at the leader's offsets: it must be the partition's next
+        offset (InvalidArgument otherwise, nothing changed).
         """
         cfg = self.config
         view = batch if isinstance(batch, BatchView) else self.parse(batch)
@@ -173,13 +213,17 @@ class Store(Closeable):
                     return None
                 self._make_room()
                 part = self._writable_partition(partition)
+            if at is not None and at != part.next:
+                self._refuse_at(partition, at, part.next)
+            if leader_epoch != part.epoch:  # rare: a new leader epoch (or a bad value)
+                self._note_epoch(part, partition, leader_epoch)
             cost = need + view.count * ENTRY
             self._space.admit(cost)  # raises DiskFull before anything is acknowledged
             self._unwritten += cost
             base = part.next
             block = self._cache.active
             first_in_block = block.fill == 0
-            header = chunk_header(partition, view.count, base, len(view.frames))
+            header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch)
             entries = np.empty(view.count, INDEX_DTYPE)
             entries["pos"] = frame_starts(view.sizes) + (block.end_pos + CHUNK.size)
             entries["size"] = view.sizes
@@ -192,6 +236,23 @@ class Store(Closeable):
             if cfg.durability == "sync":
                 self._wait_synced(block.end_pos)
         return base, base + view.count - 1
+
+    def _refuse_at(self, partition: int, at: int, next_offset: int) -> None:
+        raise InvalidArgument(
+            f"append to {self.topic}/{partition} at offset {at}, but its next offset is "
+            f"{next_offset}", topic=self.topic, partition=partition, offset=at,
+            latest=next_offset)
+
+    def _note_epoch(self, part: _Partition, partition: int, epoch: int) -> None:
+        """Check an append's leader epoch and record it when it is new (under the lock: the
+        file write happens once per epoch). An older epoch goes into the header only."""
+        if not isinstance(epoch, (int, np.integer)) or not 0 <= epoch <= MAX_EPOCH:
+            raise InvalidArgument(f"leader epoch {epoch!r} of an append to {self.topic}/"
+                                  f"{partition} must be an int in [0, {MAX_EPOCH}]",
+                                  topic=self.topic, partition=partition, epoch=epoch)
+        if epoch > part.epoch:
+            part.epochs.assign(int(epoch), part.next)
+            part.epoch = int(epoch)
 
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
              tags: Sequence[str] | None = None, max_records: int | None = None,
@@ -215,7 +276,8 @@ class Store(Closeable):
                     topic=self.topic, partition=partition, offset=offset,
                     earliest=earliest, latest=latest)
             if offset == latest:
-                return ReadResult(b"", np.empty(0, np.int64), offset, earliest, latest)
+                return ReadResult(b"", np.empty(0, np.int64), offset, earliest, latest,
+                                  np.empty(0, np.uint32))
             on_disk = offset < part.flushed
             limit = part.flushed if on_disk else part.next
             if stop is not None:
@@ -236,18 +298,19 @@ class Store(Closeable):
             spans = [fetch(int(s), int(n))
                      for s, n in zip(p.span_starts, p.span_lengths, strict=True)]
         except (CorruptRecord, OffsetOutOfRange):
-            self._raise_if_deleted(partition, offset)  # retention won the race: say so
+            self._raise_if_deleted(partition, offset)  # retention or a truncation won the race
             raise
         frames, chosen = assemble(entries, p, spans, tag_list)
         return ReadResult(frames, chosen.astype(np.int64) + offset, offset + p.examined,
-                          earliest, latest)
+                          earliest, latest, entries["size"][chosen].astype(np.uint32, copy=False))
 
     def _raise_if_deleted(self, partition: int, offset: int) -> None:
         with self._cond:
             part = self._readable_partition(partition)
-            if offset < part.earliest:
+            if offset < part.earliest or offset > part.next:
+                why = "deleted by retention" if offset < part.earliest else "truncated away"
                 raise OffsetOutOfRange(
-                    f"offset {offset} of {self.topic}/{partition} was deleted by retention: "
+                    f"offset {offset} of {self.topic}/{partition} was {why}: "
                     f"earliest {part.earliest}, latest {part.next}",
                     topic=self.topic, partition=partition, offset=offset,
                     earliest=part.earliest, latest=part.next)
@@ -300,6 +363,42 @@ class Store(Closeable):
         with self._cond:
             self._check_open()
             self._wait_synced(self._cache.active.end_pos)
+
+    def truncate(self, partition: int, offset: int) -> None:
+        """Drop the partition's offsets >= ``offset``; the next append gets ``offset``.
+
+        For a follower whose records past ``offset`` diverged from its new leader's. Needs
+        earliest <= offset <= latest (OffsetOutOfRange carrying both otherwise). The
+        partition's leader epochs starting at or after ``offset`` go too. Durable when it
+        returns (a marker chunk, storage/truncation.py); a crash before it returns may leave
+        the partition untruncated, so the caller repeats it. Rare, so simple rather than
+        fast: it flushes the cache twice and holds the store's lock over file I/O. Readers
+        racing with it may still get the old records, or OffsetOutOfRange for offsets that
+        are gone.
+        """
+        cut(self, partition, offset, reset=False)
+
+    def reset(self, partition: int, offset: int) -> None:
+        """Empty the partition and continue at ``offset`` (>= latest): earliest = latest =
+        ``offset`` and its leader epochs are forgotten.
+
+        For a follower that fell behind the leader's earliest offset. Durable as
+        :meth:`truncate` is (a marker chunk past the end makes recovery restart the index
+        there, and an empty index segment named by ``offset`` keeps it on a clean reopen).
+        """
+        cut(self, partition, offset, reset=True)
+
+    def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
+        """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""
+        with self._cond:
+            return self._readable_partition(partition).epochs.entries()
+
+    def end_offset_for_epoch(self, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch for this partition (:meth:`LeaderEpochs.end_offset_for`
+        with its next offset as the log end): (epoch, end offset) or (-1, -1)."""
+        with self._cond:
+            part = self._readable_partition(partition)
+            return part.epochs.end_offset_for(epoch, part.next)
 
     def enforce_retention(self, now: float | None = None) -> int:
         """Delete whole data segments past the age or size limit; returns how many went."""
@@ -394,3 +493,8 @@ class Store(Closeable):
         start = self._data.start
         for part in self._parts.values():
             part.earliest = min(part.index.first_at_or_after(start), part.index.end)
+            try:
+                part.epochs.truncate_from_start(part.earliest)
+            except StorageError as exc:  # stale entries below earliest mislead no one: retried
+                event(log, "store.leader_epochs_write_failed", logging.ERROR,  # on reopen
+                      store=str(self.dir), error=exc.message)

@@ -2,6 +2,25 @@
 from __future__ import annotations
 
 from lib.records import Record, decode_frames, encode_batch
+from storage.config import StoreConfig
+
+KiB = 1 << 10
+# A store whose blocks reach the files only when full, on flush() or close(), with small
+# segments (8 KiB of data, 16 index entries) and the checkpoint written at close only: the
+# recovery and truncation tests decide what is on disk when they "crash".
+SMALL_STORE = StoreConfig(
+    cache_block_bytes=4 * KiB,
+    cache_block_messages=10**6,
+    cache_flush_interval_ms=10**6,
+    fsync_interval_ms=10**6,
+    checkpoint_interval_ms=10**9,
+    segment_bytes=8 * KiB,
+    index_segment_entries=16,
+    retention_ms=-1,
+    retention_check_interval_ms=10**12,
+    max_message_bytes=1 * KiB,
+    max_batch_bytes=4 * KiB,
+)
 
 
 def batch_of(values: list[bytes], tag: str | None = None, timestamp: int = 1) -> bytes:

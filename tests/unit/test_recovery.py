@@ -32,27 +32,14 @@ import pytest
 
 from lib.errors import CorruptRecord
 from lib.records import FRAME_HEAD, Record, decode_frames, encode_batch
-from storage.config import StoreConfig
 from storage.datalog import CHUNK, CHUNK_MAGIC
 from storage.index import ENTRY
 from storage.recovery import CHECKPOINT, Checkpoint
 from storage.store import Store
-from tests.helpers import read_all
+from tests.helpers import SMALL_STORE, read_all
 
 KiB = 1 << 10
-CFG = StoreConfig(
-    cache_block_bytes=4 * KiB,
-    cache_block_messages=10**6,
-    cache_flush_interval_ms=10**6,  # blocks go to the files when full, on flush() or close()
-    fsync_interval_ms=10**6,
-    checkpoint_interval_ms=10**9,  # the checkpoint is written at close only
-    segment_bytes=8 * KiB,
-    index_segment_entries=16,
-    retention_ms=-1,
-    retention_check_interval_ms=10**12,
-    max_message_bytes=1 * KiB,
-    max_batch_bytes=4 * KiB,
-)
+CFG = SMALL_STORE
 TOPIC, STORE_ID = "t", 0
 PARTS = [0, 1, 2, 7]
 
