@@ -16,7 +16,7 @@ from collections.abc import Callable
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.term import TermWatermark
-from broker.topics import TopicManager, TopicSpec
+from broker.topics import PartitionRole, TopicManager, TopicSpec
 from lib.auth import addresses as ip_rules
 from lib.auth import quotas as quota_entries
 from lib.auth.acl import Authorizer, from_pb
@@ -41,6 +41,12 @@ def specs_of(topics) -> dict[str, TopicSpec]:
                             retention_ms=s.retention_ms, retention_bytes=s.retention_bytes,
                             max_message_bytes=s.max_message_bytes, topic_id=s.topic_id)
             for name, s in topics.items()}
+
+
+def role_of(placement) -> PartitionRole:
+    """Our plain PartitionRole for a placement that names its replica set."""
+    return PartitionRole(leader=placement.leader, leader_epoch=placement.leader_epoch,
+                         replicas=tuple(placement.replicas), isr=tuple(placement.isr))
 
 
 class MasterLink:
@@ -150,10 +156,11 @@ class MasterLink:
     def _apply(self, topics, placements, deleted, signing_keys) -> None:
         if self.keyring is not None and signing_keys:  # none: auth = "none" on the master
             self.keyring.replace({k.key_id: k.secret for k in signing_keys})
-        placed = [(pl.topic, pl.partition) for pl in placements
-                  if pl.broker_id == self.broker_id]
+        mine = [pl for pl in placements if pl.broker_id == self.broker_id]
+        placed = [(pl.topic, pl.partition) for pl in mine]
+        roles = {(pl.topic, pl.partition): role_of(pl) for pl in mine if pl.replicas}
         gone = [(d.topic, d.topic_id) for d in deleted]
-        dropped = self.topics.apply(specs_of(topics), placed, gone)
+        dropped = self.topics.apply(specs_of(topics), placed, gone, roles, self.broker_id)
         if self.on_deleted is not None:
             for name in dropped:
                 self.on_deleted(name)

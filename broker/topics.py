@@ -1,8 +1,11 @@
 """The broker's topics: which partitions it hosts, the stores holding them, new-data signals.
 
 The master is the source of truth: :meth:`TopicManager.apply` takes its full picture (every
-topic's settings, the partitions placed on this broker, deleted topic incarnations) from each
-register/heartbeat response and converges the local stores on it. Data of a topic that merely
+topic's settings, the partitions placed on this broker with their replica sets, deleted topic
+incarnations) from each register/heartbeat response and converges the local stores on it. A
+partition is hosted here when this broker holds a copy; clients' calls are served only for the
+partitions it leads (:meth:`TopicManager.store_for`), replication reads and writes any copy
+(:meth:`TopicManager.replica_store`). Data of a topic that merely
 disappears from the picture is kept (only ``deleted`` with a matching ``topic_id`` erases it).
 
 Threading: one lock guards the topic table; store I/O (open, close, delete) is done outside it
@@ -134,12 +137,24 @@ def _resolve(futures: set[asyncio.Future[None]]) -> None:
             fut.set_result(None)
 
 
+@dataclass(frozen=True)
+class PartitionRole:
+    """A partition's replica set as the master last described it."""
+
+    leader: int
+    leader_epoch: int = 0
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+
+
 @dataclass
 class _Topic:
     name: str
     spec: TopicSpec
     config: StoreConfig
-    hosted: frozenset[int] = frozenset()
+    hosted: frozenset[int] = frozenset()  # every partition with a copy here
+    led: frozenset[int] = frozenset()  # those this broker leads: clients' calls go there
+    roles: dict[int, PartitionRole] = field(default_factory=dict)
     stores: dict[int, Store] = field(default_factory=dict)
     signal: Signal = field(default_factory=Signal)
 
@@ -165,7 +180,16 @@ class TopicManager:
     # ------------------------------------------------------------------ lookups (hot path)
 
     def store_for(self, topic: str, partition: int) -> Store:
-        """The store of a hosted partition, or UnknownTopic / UnknownPartition / NotHosted."""
+        """The store of a partition this broker leads (clients produce, fetch and commit
+        there), or UnknownTopic / UnknownPartition / PartitionNotHosted (also for a partition
+        it holds a follower copy of: the message names the leader)."""
+        t = self.topic(topic)
+        if partition not in t.led:
+            self._not_led(t, partition)
+        return self.replica_store(topic, partition)
+
+    def replica_store(self, topic: str, partition: int) -> Store:
+        """The store of a partition with a copy here, leader or follower (replication)."""
         t = self.topic(topic)
         if not 0 <= partition < t.spec.partitions:
             raise UnknownPartition(
@@ -177,6 +201,26 @@ class TopicManager:
                 f"partition {topic}/{partition} is not hosted on this broker: refresh routes",
                 topic=topic, partition=partition)
         return store
+
+    def _not_led(self, t: _Topic, partition: int) -> None:
+        role = t.roles.get(partition)
+        if partition in t.hosted and role is not None:
+            raise PartitionNotHosted(
+                f"partition {t.name}/{partition} is led by broker {role.leader} (leader epoch "
+                f"{role.leader_epoch}); this broker holds a follower copy: refresh routes",
+                topic=t.name, partition=partition, leader=role.leader,
+                leader_epoch=role.leader_epoch)
+        self.replica_store(t.name, partition)  # raises the error that fits
+
+    def role(self, topic: str, partition: int) -> PartitionRole | None:
+        """The partition's replica set, when the master sent one (None: not hosted here)."""
+        t = self._topics.get(topic)
+        return None if t is None else t.roles.get(partition)
+
+    def followed(self) -> list[tuple[str, int, PartitionRole]]:
+        """(topic, partition, role) of every partition this broker holds a follower copy of."""
+        return [(name, p, t.roles[p]) for name, t in list(self._topics.items())
+                for p in sorted(t.hosted - t.led) if p in t.roles]
 
     def topic(self, topic: str) -> _Topic:
         t = self._topics.get(topic)
@@ -209,12 +253,17 @@ class TopicManager:
     # ------------------------------------------------------------------ applying the master
 
     def apply(self, topics: Mapping[str, TopicSpec], placed: Iterable[tuple[str, int]],
-              deleted: Iterable[tuple[str, int]] = ()) -> list[str]:
-        """Converge on the master's picture: ``placed`` lists (topic, partition) hosted here.
+              deleted: Iterable[tuple[str, int]] = (),
+              roles: Mapping[tuple[str, int], PartitionRole] | None = None,
+              broker_id: int | None = None) -> list[str]:
+        """Converge on the master's picture: ``placed`` lists (topic, partition) hosted here;
+        ``roles`` their replica sets, where the master sent them: this broker (``broker_id``)
+        leads a partition when it is the role's leader, or when no role came (one copy).
 
         Returns the topics whose local data was dropped (deleted or re-created), so the caller
         can forget their committed offsets and producer state too.
         """
+        roles = roles or {}
         wanted: dict[str, set[int]] = {}
         for name, p in placed:
             if name in topics and 0 <= p < topics[name].partitions:
@@ -229,28 +278,36 @@ class TopicManager:
             for name in [n for n in self._topics if n not in topics]:
                 self._forget(name)
             for name, spec in topics.items():
+                hosted = frozenset(wanted.get(name, ()))
+                mine = {p: roles[(name, p)] for p in hosted if (name, p) in roles}
+                led = frozenset(p for p in hosted
+                                if p not in mine or mine[p].leader == broker_id)
                 try:
-                    self._apply_topic(check_name(name), spec, frozenset(wanted.get(name, ())))
+                    self._apply_topic(check_name(name), spec, hosted, led, mine)
                 except Exception as exc:  # noqa: BLE001 - one bad topic must not stop the rest
                     event(log, "topic.apply_failed", logging.ERROR, topic=name, error=repr(exc))
             return self._dropped
 
-    def _apply_topic(self, name: str, spec: TopicSpec, hosted: frozenset[int]) -> None:
+    def _apply_topic(self, name: str, spec: TopicSpec, hosted: frozenset[int],
+                     led: frozenset[int], roles: dict[int, PartitionRole]) -> None:
         t = self._topics.get(name)
         if t is not None and t.spec.topic_id != spec.topic_id:
             self._delete(name, t.spec.topic_id)  # re-created: the old incarnation is gone
             t = None
         if t is None:
             if hosted:  # else nothing of it lives here: no directory, no stores
-                self._open_new(name, spec, hosted)
+                self._open_new(name, spec, hosted, led, roles)
             return
         if t.spec.store_settings() != spec.store_settings():
             self._reopen(t, spec)
         t.spec = spec
         self._open_stores(t, hosted)
-        t.hosted = hosted
+        # Lookups take no lock: a partition gained is hosted before it is led, and its store
+        # is open before either.
+        t.roles, t.hosted, t.led = roles, hosted, led
 
-    def _open_new(self, name: str, spec: TopicSpec, hosted: frozenset[int]) -> None:
+    def _open_new(self, name: str, spec: TopicSpec, hosted: frozenset[int],
+                  led: frozenset[int], roles: dict[int, PartitionRole]) -> None:
         """Open a new topic's stores, then publish it: lookups take no lock, and a topic they
         could see before its stores open would answer PartitionNotHosted for partitions the
         master says are here (clients would refresh routes that are not stale)."""
@@ -262,7 +319,7 @@ class TopicManager:
             for store in t.stores.values():
                 store.close()
             raise
-        t.hosted = hosted
+        t.roles, t.hosted, t.led = roles, hosted, led
         self._topics[name] = t
         event(log, "topic.opened", topic=name, topic_id=spec.topic_id)
 

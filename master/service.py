@@ -130,16 +130,17 @@ class MasterService(master_pb2_grpc.MasterServicer):
                         "topics": sorted(topics)})
 
     def _desired(self, broker_id: int):
-        """Settings of every topic and the placements this broker must host."""
+        """Settings of every topic and the placements this broker must host: every partition
+        it holds a copy of, with its leader, leader epoch, replicas and ISR."""
         topics, placements = {}, []
         for name, record in self.state.topics().items():
             topics[name] = settings.to_pb(record["settings"], record["topic_id"])
             placements += [
                 mpb.PartitionPlacement(
-                    topic=name, partition=p, broker_id=broker_id, leader=b,
-                    leader_epoch=record["leader_epochs"][p], replicas=record["replicas"][p],
-                    isr=record["isr"][p])
-                for p, b in enumerate(record["placement"]) if b == broker_id]
+                    topic=name, partition=p, broker_id=broker_id,
+                    leader=record["placement"][p], leader_epoch=record["leader_epochs"][p],
+                    replicas=replicas, isr=record["isr"][p])
+                for p, replicas in enumerate(record["replicas"]) if broker_id in replicas]
         return topics, placements
 
     # -- clients -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from broker.config import BrokerConfig, load, topic_store_config
-from broker.topics import TopicManager, TopicSpec
+from broker.topics import PartitionRole, TopicManager, TopicSpec
 from lib.errors import ConfigError, InvalidName, PartitionNotHosted, UnknownPartition, UnknownTopic
 from storage.config import StoreConfig
 from tests.helpers import batch_of, read_all
@@ -41,6 +41,33 @@ def test_lookup_errors_name_the_problem(tm):
         tm.store_for("t", 1)
     with pytest.raises(InvalidName):
         tm.store_for("../etc", 0)
+
+
+def test_a_follower_copy_is_hosted_for_replication_but_clients_are_sent_to_the_leader(tm):
+    spec = {"t": TopicSpec(partitions=3, topic_id=1)}
+    roles = {("t", 0): PartitionRole(leader=7, leader_epoch=0, replicas=(7, 9), isr=(7, 9)),
+             ("t", 1): PartitionRole(leader=9, leader_epoch=4, replicas=(9, 7), isr=(9,))}
+    tm.apply(spec, [("t", 0), ("t", 1)], roles=roles, broker_id=7)
+    assert tm.hosted("t") == [0, 1]
+    assert tm.store_for("t", 0) is tm.replica_store("t", 0)  # led here
+    with pytest.raises(PartitionNotHosted, match=r"t/1 is led by broker 9 \(leader epoch 4\); "
+                                                 r"this broker holds a follower copy") as err:
+        tm.store_for("t", 1)
+    assert (err.value.leader, err.value.leader_epoch) == (9, 4)
+    tm.replica_store("t", 1).append(1, batch_of([b"copied"]))  # replication writes it
+    assert tm.followed() == [("t", 1, roles[("t", 1)])]
+    assert tm.role("t", 0) == roles[("t", 0)] and tm.role("t", 2) is None
+    with pytest.raises(PartitionNotHosted, match="not hosted on this broker"):
+        tm.store_for("t", 2)
+    # The leader moves here (a failover): the same copy now serves clients.
+    moved = {**roles, ("t", 1): PartitionRole(leader=7, leader_epoch=5, replicas=(9, 7),
+                                              isr=(7,))}
+    tm.apply(spec, [("t", 0), ("t", 1)], roles=moved, broker_id=7)
+    assert [r.value for r in read_all(tm.store_for("t", 1), 1)] == [b"copied"]
+    assert tm.followed() == []
+    # Placements without a replica set (a master of an earlier version): every one is led.
+    tm.apply(spec, [("t", 1), ("t", 2)], broker_id=7)
+    assert tm.store_for("t", 2) and tm.store_for("t", 1)
 
 
 def test_a_new_topic_is_unknown_to_lookups_until_its_stores_are_open(tm, monkeypatch):
