@@ -17,6 +17,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
+from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
 from lib.errors import InvalidArgument, TubeqError
 from lib.proto import broker_pb2 as pb
@@ -86,6 +87,24 @@ def result_data(partition: int, res) -> PartitionReply:
         next_offset=res.next_offset, earliest=res.earliest, latest=res.latest)
 
 
+def visible_read(store: Store, partition: int, offset: int, high_watermark: int | None,
+                 max_bytes: int, tags: list[str] | None = None,
+                 max_records: int | None = None) -> PartitionReply:
+    """A consumer's read: below the high watermark of a replicated partition (None: one copy,
+    the log end), which is also the ``latest`` it is told. An offset between the high
+    watermark and the log end reads as nothing yet, not as out of range."""
+    if high_watermark is None:
+        return result_data(partition, store.read(partition, offset, max_bytes, tags,
+                                                 max_records))
+    if high_watermark <= offset <= store.latest(partition):
+        return PartitionReply(partition=partition, next_offset=offset,
+                              earliest=store.earliest(partition), latest=high_watermark)
+    reply = result_data(partition, store.read(partition, offset, max_bytes, tags, max_records,
+                                              stop=high_watermark))
+    reply.latest = high_watermark
+    return reply
+
+
 class WouldBlock(Exception):  # noqa: N818 - a signal between the loop and the executor
     """The append would wait; ``view`` is the batch already checked."""
 
@@ -96,11 +115,12 @@ class WouldBlock(Exception):  # noqa: N818 - a signal between the loop and the e
 
 class DataPlane:
     def __init__(self, config: BrokerConfig, topics: TopicManager, dedup: Dedup,
-                 metrics: BrokerMetrics) -> None:
+                 metrics: BrokerMetrics, replication: ReplicaLeader) -> None:
         self.config = config
         self.topics = topics
         self.dedup = dedup
         self.metrics = metrics
+        self.replication = replication  # high watermarks of replicated partitions
 
     # ---------------------------------------------------------------- produce
 
@@ -119,10 +139,12 @@ class DataPlane:
                     "batch of at least one record (lib.records.encode_batch)")
             view = store.parse(batch)  # the one check of the batch; the store appends the view
         fresh = True
+        role = self.topics.role(topic, partition)
+        epoch = role.leader_epoch if role is not None and role.replicated else 0
         if view.producer_id < 0:
-            got = store.append(partition, view, wait)
+            got = store.append(partition, view, wait, leader_epoch=epoch)
         else:
-            got, fresh = self._append_once(store, topic, partition, view, wait)
+            got, fresh = self._append_once(store, topic, partition, view, wait, epoch)
         if got is None:
             raise WouldBlock(view)
         base, last = got
@@ -133,7 +155,7 @@ class DataPlane:
         return pb.ProduceResponse(base_offset=base, last_offset=last)
 
     def _append_once(self, store: Store, topic: str, partition: int, view: BatchView,
-                     wait: bool) -> tuple[tuple[int, int] | None, bool]:
+                     wait: bool, epoch: int) -> tuple[tuple[int, int] | None, bool]:
         """An idempotent producer's batch: appended unless it is a retry already stored
         (then its stored offsets and False)."""
         pid, epoch, seq, count = (view.producer_id, view.producer_epoch, view.base_sequence,
@@ -145,7 +167,7 @@ class DataPlane:
             dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
             if dup is not None:
                 return (dup[0], dup[1]), False
-            got = store.append(partition, view, wait)
+            got = store.append(partition, view, wait, leader_epoch=epoch)
             if got is not None:
                 self.dedup.record(pid, epoch, seq, count, topic, partition, *got)
             return got, True
@@ -188,10 +210,15 @@ class DataPlane:
         """How far the furthest requested offset is behind its partition's latest (0: nothing
         new anywhere); None when a lookup fails (the read reports it, without I/O)."""
         try:
-            return max(abs(self.topics.store_for(req.topic, pf.partition).latest(pf.partition)
-                           - pf.offset) for pf in req.partitions)
+            return max(abs(self._visible_end(req.topic, pf.partition) - pf.offset)
+                       for pf in req.partitions)
         except TubeqError:
             return None
+
+    def _visible_end(self, topic: str, partition: int) -> int:
+        """What consumers may read up to: the high watermark, or the log end (one copy)."""
+        end = self.replication.high_watermark(topic, partition)
+        return self.topics.store_for(topic, partition).latest(partition) if end is None else end
 
     def _read_all(self, req: pb.FetchRequest, tags: list[str] | None
                   ) -> tuple[list[PartitionReply], bool]:
@@ -218,21 +245,22 @@ class DataPlane:
                   tags: list[str] | None) -> PartitionReply:
         try:
             store = self.topics.store_for(topic, partition)
-            res = store.read(partition, offset, max_bytes, tags)
+            return visible_read(store, partition, offset,
+                                self.replication.high_watermark(topic, partition), max_bytes,
+                                tags)
         except TubeqError as err:
             return error_data(partition, offset, err)
-        return result_data(partition, res)
 
     # ---------------------------------------------------------------- offsets and queries
 
     def list_offsets(self, req: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
-        partitions = list(req.partitions) or self.topics.hosted(req.topic)
+        partitions = list(req.partitions) or self.topics.led(req.topic)
         out = []
         for p in partitions:
             store = self.topics.store_for(req.topic, p)
-            earliest, latest = store.earliest(p), store.latest(p)
+            earliest, latest = store.earliest(p), self._visible_end(req.topic, p)
             if req.timestamp_ms > 0:
-                for_time = store.offset_for_time(p, req.timestamp_ms)
+                for_time = min(store.offset_for_time(p, req.timestamp_ms), latest)
             else:
                 for_time = earliest if req.timestamp_ms == 0 else -1
             out.append(pb.PartitionOffsets(partition=p, earliest=earliest, latest=latest,
@@ -242,12 +270,15 @@ class DataPlane:
     def query(self, req: pb.QueryMessagesRequest) -> pb.PartitionData:
         """Frames of offsets [start, end) (end 0: up to latest), within max_bytes."""
         store = self.topics.store_for(req.topic, req.partition)
-        latest = store.latest(req.partition)
+        latest = self._visible_end(req.topic, req.partition)
         end = latest if req.end_offset == 0 else min(req.end_offset, latest)
         if req.end_offset and req.end_offset <= req.start_offset:
             raise InvalidArgument(
                 f"end_offset {req.end_offset} must be greater than start_offset "
                 f"{req.start_offset} (or 0 for 'up to latest')")
+        if end <= req.start_offset <= store.latest(req.partition):  # none visible there yet
+            return pb.PartitionData(partition=req.partition, next_offset=req.start_offset,
+                                    earliest=store.earliest(req.partition), latest=latest)
         cap = self.config.fetch_max_bytes
         res = store.read(req.partition, req.start_offset, min(req.max_bytes or cap, cap),
                          stop=end)

@@ -46,7 +46,8 @@ def specs_of(topics) -> dict[str, TopicSpec]:
 def role_of(placement) -> PartitionRole:
     """Our plain PartitionRole for a placement that names its replica set."""
     return PartitionRole(leader=placement.leader, leader_epoch=placement.leader_epoch,
-                         replicas=tuple(placement.replicas), isr=tuple(placement.isr))
+                         replicas=tuple(placement.replicas), isr=tuple(placement.isr),
+                         leader_address=placement.leader_address)
 
 
 class MasterLink:

@@ -58,7 +58,7 @@ class OffsetsPlane:
 
     def fetch(self, req: pb.FetchOffsetsRequest) -> pb.FetchOffsetsResponse:
         group = check_name(req.group, "group")
-        partitions = list(dict.fromkeys(req.partitions)) or self.topics.hosted(req.topic)
+        partitions = list(dict.fromkeys(req.partitions)) or self.topics.led(req.topic)
         for p in partitions:
             self.topics.store_for(req.topic, p)  # unknown / not hosted here: say so
         with self._lock:

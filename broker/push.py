@@ -32,9 +32,10 @@ from broker.data import (
     check_tags,
     error_data,
     read_inline,
-    result_data,
+    visible_read,
 )
 from broker.metrics import BrokerMetrics
+from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
 from lib.auth.quotas import QuotaBook
 from lib.auth.server import current_access
@@ -107,11 +108,13 @@ async def _drain(requests: AsyncIterator[pb.SubscribeRequest], credit: Credit) -
 
 class PushPlane:
     def __init__(self, config: BrokerConfig, topics: TopicManager,
-                 metrics: BrokerMetrics, quotas: QuotaBook | None = None) -> None:
+                 metrics: BrokerMetrics, replication: ReplicaLeader,
+                 quotas: QuotaBook | None = None) -> None:
         self.quotas = quotas or QuotaBook()
         self.config = config
         self.topics = topics
         self.metrics = metrics
+        self.replication = replication  # consumers read below the high watermark
 
     async def subscribe(self, requests: AsyncIterator[pb.SubscribeRequest], run: Runner
                         ) -> AsyncIterator[pb.SubscribeResponse]:
@@ -186,7 +189,9 @@ class PushPlane:
         """How far ``position`` is behind the partition's latest offset (0: nothing to read);
         None when the lookup fails (the read says what is wrong)."""
         try:
-            return abs(self.topics.store_for(topic, p).latest(p) - position)
+            end = self.replication.high_watermark(topic, p)
+            return abs((self.topics.store_for(topic, p).latest(p) if end is None else end)
+                       - position)
         except TubeqError:
             return None
 
@@ -196,9 +201,10 @@ class PushPlane:
         """The next response for partition ``p`` within the credit, or None."""
         messages, nbytes = credit.budget()
         chunk = self.config.push_chunk_bytes
-        read = (min(chunk, nbytes or chunk), tags, messages)
         try:
             store = self.topics.store_for(topic, p)
+            read = (self.replication.high_watermark(topic, p), min(chunk, nbytes or chunk),
+                    tags, messages)
             if read_inline(lag):
                 data = _read(store, p, positions[p], *read)
             else:
@@ -222,7 +228,8 @@ class PushPlane:
         return pb.SubscribeResponse(data=data.fields())
 
 
-def _read(store: Store, p: int, offset: int, max_bytes: int, tags: list[str] | None,
-          messages: int) -> PartitionReply:
-    """A store read of at most ``messages`` frames (the store stops there: no trim here)."""
-    return result_data(p, store.read(p, offset, max_bytes, tags, max_records=messages))
+def _read(store: Store, p: int, offset: int, high_watermark: int | None, max_bytes: int,
+          tags: list[str] | None, messages: int) -> PartitionReply:
+    """A consumer's read of at most ``messages`` frames (the store stops there: no trim
+    here), below the high watermark."""
+    return visible_read(store, p, offset, high_watermark, max_bytes, tags, messages)

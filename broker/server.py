@@ -37,6 +37,8 @@ from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
+from broker.replica_fetcher import ReplicaFetcher
+from broker.replication import ReplicaLeader
 from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark
@@ -84,10 +86,15 @@ class Broker:
         self.executor = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rpc")
         self.sinks = SinkPlane(self.topics, self.offset_store, config.sink_staging_bytes,
                                config.sink_staging_ttl_s, self._appended)
+        self.replication = ReplicaLeader(self.topics, config.broker_id)
         self.service = BrokerService(
-            DataPlane(config, self.topics, self.dedup, self.metrics), self.offsets,
-            PushPlane(config, self.topics, self.metrics, self.quotas), self.metrics,
-            self.executor, self.sinks, self.quotas)
+            DataPlane(config, self.topics, self.dedup, self.metrics, self.replication),
+            self.offsets,
+            PushPlane(config, self.topics, self.metrics, self.replication, self.quotas),
+            self.metrics, self.executor, self.sinks, self.quotas, self.replication)
+        self.fetcher = ReplicaFetcher(self.topics, config.broker_id,
+                                      config.resolved_cluster_secret,
+                                      server_tls(config).as_client())
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None
@@ -121,6 +128,7 @@ class Broker:
                                    addresses=self.addresses, rack=cfg.rack,
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.start()
+            self.fetcher.start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
         return self
@@ -178,6 +186,7 @@ class Broker:
         self._stopped.set()
         if self.link is not None:
             self.link.stop()
+        self.fetcher.stop()  # before the stores close: a copy in progress finishes
         if self.server is not None:
             self._on_loop(self.health.enter_graceful_shutdown(), 5)
             grace = self.config.stop_grace_s

@@ -30,10 +30,11 @@ from broker.data import DataPlane, WouldBlock
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
+from broker.replication import ReplicaLeader
 from broker.sinks import SinkPlane
 from lib.auth.quotas import QuotaBook
 from lib.auth.server import current_access
-from lib.errors import TubeqError
+from lib.errors import TubeqError, Unavailable
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
@@ -112,8 +113,10 @@ def _may_produce() -> Callable[[str], None]:
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
                  metrics: BrokerMetrics, executor: Executor, sinks: SinkPlane,
-                 quotas: QuotaBook | None = None) -> None:
+                 quotas: QuotaBook | None = None,
+                 replication: ReplicaLeader | None = None) -> None:
         self.quotas = quotas or QuotaBook()
+        self.replication = replication
         self.data = data
         self.sinks = sinks
         self.offsets = offsets
@@ -162,6 +165,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     @_guarded
     async def SinkAbort(self, request: pb.SinkAbortRequest, context):  # noqa: N802
         return await self.run(self.sinks.abort, request, _may_produce())
+
+    @_guarded
+    async def ReplicaFetch(self, request: pb.ReplicaFetchRequest, context):  # noqa: N802
+        """A follower copying this leader (cluster credential only, lib/auth/rules.py)."""
+        if self.replication is None:
+            raise Unavailable("this broker does not serve replication")
+        return await self.replication.fetch(request, self.run)
 
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802

@@ -145,6 +145,13 @@ class PartitionRole:
     leader_epoch: int = 0
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
+    leader_address: str = ""  # where a follower fetches from
+
+    @property
+    def replicated(self) -> bool:
+        """More than one copy: appends carry the leader epoch, reads stop at the high
+        watermark (broker/replication.py)."""
+        return len(self.replicas) > 1
 
 
 @dataclass
@@ -231,6 +238,10 @@ class TopicManager:
 
     def hosted(self, topic: str) -> list[int]:
         return sorted(self.topic(topic).hosted)
+
+    def led(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` this broker leads (what clients may ask it about)."""
+        return sorted(self.topic(topic).led)
 
     def signal(self, topic: str) -> Signal:
         return self.topic(topic).signal

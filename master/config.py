@@ -17,9 +17,11 @@ MiB = 1 << 20
 DAY_MS = 24 * 3600 * 1000
 MAX_MESSAGE_LIMIT = 16 * MiB  # largest max_message_bytes a topic may ask for
 DURABILITIES = ("async", "sync")
-# Brokers of this version keep one copy of each partition: followers that fetch from a leader
-# are the next step of replication. Until they exist a topic cannot ask for more copies.
+# Replication is being built: followers copy their leaders and consumers read below the high
+# watermark, but the ISR does not shrink, no leader fails over and acks=all is missing. Until
+# then a topic keeps one copy, unless the master runs with replication_preview.
 MAX_SERVED_REPLICATION_FACTOR = 1
+MAX_REPLICATION_FACTOR = 16  # with replication_preview
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class MasterConfig:
     default_max_message_bytes: int = MiB
     default_replication_factor: int = 1  # copies of each partition, on distinct brokers
     default_min_insync_replicas: int = 1  # acks=all needs this many in-sync copies
+    # Lets topics ask for replication_factor > 1 while replication is being built (above).
+    replication_preview: bool = False
     max_partitions_per_topic: int = 1024
     max_topics: int = 10_000
     tombstones_kept: int = 1000
@@ -125,6 +129,11 @@ class MasterConfig:
         self._validate_raft()
 
     @property
+    def max_replication_factor(self) -> int:
+        return MAX_REPLICATION_FACTOR if self.replication_preview \
+            else MAX_SERVED_REPLICATION_FACTOR
+
+    @property
     def peers(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.raft_peers.split(",") if p.strip())
 
@@ -163,9 +172,11 @@ class MasterConfig:
                 "MasterConfig.default_retention_bytes must be > 0 or -1")
         require(1 <= self.default_max_message_bytes <= MAX_MESSAGE_LIMIT,
                 f"MasterConfig.default_max_message_bytes must be in [1, {MAX_MESSAGE_LIMIT}]")
-        require(1 <= self.default_replication_factor <= MAX_SERVED_REPLICATION_FACTOR,
-                "MasterConfig.default_replication_factor must be in "
-                f"[1, {MAX_SERVED_REPLICATION_FACTOR}] (brokers of this version keep one copy)")
+        most = self.max_replication_factor
+        require(1 <= self.default_replication_factor <= most,
+                f"MasterConfig.default_replication_factor must be in [1, {most}]"
+                + ("" if self.replication_preview else
+                   " (brokers of this version keep one copy; see replication_preview)"))
         require(1 <= self.default_min_insync_replicas <= self.default_replication_factor,
                 "MasterConfig.default_min_insync_replicas must be in "
                 "[1, default_replication_factor]")

@@ -139,7 +139,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 mpb.PartitionPlacement(
                     topic=name, partition=p, broker_id=broker_id,
                     leader=record["placement"][p], leader_epoch=record["leader_epochs"][p],
-                    replicas=replicas, isr=record["isr"][p])
+                    replicas=replicas, isr=record["isr"][p],
+                    leader_address=self.routes.address(record["placement"][p]))
                 for p, replicas in enumerate(record["replicas"]) if broker_id in replicas]
         return topics, placements
 

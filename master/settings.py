@@ -13,7 +13,6 @@ from lib.proto import master_pb2 as mpb
 from master.config import (
     DURABILITIES,
     MAX_MESSAGE_LIMIT,
-    MAX_SERVED_REPLICATION_FACTOR,
     MasterConfig,
 )
 
@@ -86,10 +85,12 @@ def check(s: dict[str, Any], config: MasterConfig) -> None:
              s["retention_bytes"], "> 0, or -1 for no size limit")
     _require(1 <= s["max_message_bytes"] <= MAX_MESSAGE_LIMIT, "max_message_bytes",
              s["max_message_bytes"], f"1..{MAX_MESSAGE_LIMIT}")
-    served = MAX_SERVED_REPLICATION_FACTOR
-    _require(1 <= s["replication_factor"] <= served, "replication_factor",
+    most = config.max_replication_factor
+    _require(1 <= s["replication_factor"] <= most, "replication_factor",
              s["replication_factor"],
-             f"1..{served} (brokers of this version keep {served} copy of each partition)")
+             f"1..{most}" if config.replication_preview else
+             f"1..{most} (brokers of this version keep {most} copy of each partition; a "
+             "master with replication_preview = true lets topics ask for more)")
     _require(1 <= s["min_insync_replicas"] <= s["replication_factor"], "min_insync_replicas",
              s["min_insync_replicas"], f"1..replication_factor ({s['replication_factor']})")
 

@@ -58,10 +58,16 @@ def _load(raw: bytes) -> Any:
     return json.loads(bytes(raw))
 
 
-def with_replicas(record: dict[str, Any], replicas: list[list[int]]) -> dict[str, Any]:
+# Leader epochs count from 1: the stores read 0 as "no epoch", what the records of a topic
+# created before replication existed carry (storage/epochs.py).
+FIRST_LEADER_EPOCH = 1
+
+
+def with_replicas(record: dict[str, Any], replicas: list[list[int]],
+                  first_epoch: int = FIRST_LEADER_EPOCH) -> dict[str, Any]:
     """``record`` with partitions ``replicas`` (preferred leader first): a partition it already
-    had keeps its leader, epoch and ISR; a new one starts led by its first replica at leader
-    epoch 0 with every replica in sync (all are empty)."""
+    had keeps its leader, epoch and ISR; a new one starts led by its first replica at
+    ``first_epoch`` with every replica in sync (all are empty)."""
     leaders, isr, epochs = [], [], []
     for p, reps in enumerate(replicas):
         if p < len(record.get("replicas", ())):
@@ -71,7 +77,7 @@ def with_replicas(record: dict[str, Any], replicas: list[list[int]]) -> dict[str
         else:
             leaders.append(reps[0])
             isr.append(list(reps))
-            epochs.append(0)
+            epochs.append(first_epoch)
     return {**record, "replicas": [list(r) for r in replicas], "placement": leaders,
             "isr": isr, "leader_epochs": epochs}
 
@@ -83,7 +89,7 @@ def upgraded(record: dict[str, Any]) -> dict[str, Any]:
         return record
     settings = {**SINGLE_COPY, **record["settings"]}
     return with_replicas({**record, "settings": settings},
-                         [[b] for b in record["placement"]])
+                         [[b] for b in record["placement"]], first_epoch=0)
 
 
 def _replicas_of(cmd: dict[str, Any]) -> list[list[int]]:

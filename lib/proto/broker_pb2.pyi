@@ -295,3 +295,73 @@ class SinkAbortRequest(_message.Message):
 class SinkAbortResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ReplicaFetchPartition(_message.Message):
+    __slots__ = ("topic", "partition", "topic_id", "fetch_offset", "leader_epoch", "last_fetched_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    topic_id: int
+    fetch_offset: int
+    leader_epoch: int
+    last_fetched_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchRequest(_message.Message):
+    __slots__ = ("replica_id", "partitions", "max_wait_ms", "max_bytes")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchPartition]
+    max_wait_ms: int
+    max_bytes: int
+    def __init__(self, replica_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ReplicaFetchPartition, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class EpochStart(_message.Message):
+    __slots__ = ("epoch", "start_offset")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    start_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchData(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    DIVERGING_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: str
+    error_message: str
+    high_watermark: int
+    log_start: int
+    log_end: int
+    base_offset: int
+    frames: bytes
+    sizes: bytes
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochStart]
+    diverging_end_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchData]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchData, _Mapping]]] = ...) -> None: ...

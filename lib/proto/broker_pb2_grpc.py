@@ -89,6 +89,11 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.SinkAbortRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.SinkAbortResponse.FromString,
                 _registered_method=True)
+        self.ReplicaFetch = channel.unary_unary(
+                '/tubeq.broker.Broker/ReplicaFetch',
+                request_serializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -166,6 +171,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicaFetch(self, request, context):
+        """Replication (broker to broker, cluster credential only): a follower fetches the leader's
+        records at the leader's offsets (broker/replication.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -223,6 +236,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.SinkAbort,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.SinkAbortRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.SinkAbortResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicaFetch,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -522,6 +540,33 @@ class Broker:
             '/tubeq.broker.Broker/SinkAbort',
             lib_dot_proto_dot_broker__pb2.SinkAbortRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.SinkAbortResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/ReplicaFetch',
+            lib_dot_proto_dot_broker__pb2.ReplicaFetchRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.ReplicaFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,7 +40,7 @@ class TopicSettings(_message.Message):
     def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class PartitionPlacement(_message.Message):
-    __slots__ = ("topic", "partition", "broker_id", "leader", "leader_epoch", "replicas", "isr")
+    __slots__ = ("topic", "partition", "broker_id", "leader", "leader_epoch", "replicas", "isr", "leader_address")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class PartitionPlacement(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     broker_id: int
@@ -55,7 +56,8 @@ class PartitionPlacement(_message.Message):
     leader_epoch: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    leader_address: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys", "acls", "quotas", "ip_rules")

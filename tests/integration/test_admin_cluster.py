@@ -115,4 +115,4 @@ def test_a_broker_started_with_a_rack_is_listed_with_it(cluster_factory):
         info = client.create_topic("racked", partitions=2, replication_factor=1)
         assert info.replication_factor == 1 and info.min_insync_replicas == 1
         assert [(p.replicas, p.isr, p.leader_epoch) for p in info.partitions] == \
-            [([1], [1], 0)] * 2
+            [([1], [1], 1)] * 2

@@ -83,7 +83,7 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
                                           "leader_epoch", "replicas", "isr"], described.stdout
     for row in rows:  # one copy: the leader is the only replica and the ISR
         cells = row.split()
-        assert cells[5] == cells[6] == cells[1] and cells[4] == "0", row
+        assert cells[5] == cells[6] == cells[1] and cells[4] == "1", row
 
     lines = b"".join(b"line-%d\n" % i for i in range(50))
     produced = tubeq(masters, "produce", "cli-demo", stdin=lines)

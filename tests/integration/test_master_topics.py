@@ -44,11 +44,11 @@ def test_create_topic_places_partitions_over_two_brokers_round_robin(m):
     # One copy each (the default): the leader is the only replica and the whole ISR.
     assert desc.settings.replication_factor == 1 and desc.settings.min_insync_replicas == 1
     assert [(list(p.replicas), list(p.isr), p.leader_epoch) for p in desc.partitions] == \
-        [([b], [b], 0) for b in (1, 2, 1, 2)]
+        [([b], [b], 1) for b in (1, 2, 1, 2)]
     assert [(list(r.replicas), list(r.isr)) for r in routes[0].partitions] == \
         [([b], [b]) for b in (1, 2, 1, 2)]
     assert [(pl.leader, list(pl.replicas), list(pl.isr), pl.leader_epoch)
-            for pl in hb.placements] == [(1, [1], [1], 0)] * 2
+            for pl in hb.placements] == [(1, [1], [1], 1)] * 2
 
 
 def test_a_broker_declares_its_rack_and_more_copies_than_brokers_serve_is_refused(m):

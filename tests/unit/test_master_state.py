@@ -173,11 +173,11 @@ def test_a_replicated_topic_records_replicas_leaders_epochs_and_isr(tmp_path):
                    "replicas": [[1, 2, 3], [2, 3, 1]]})
     assert rec["replicas"] == [[1, 2, 3], [2, 3, 1]]
     assert rec["placement"] == [1, 2], "the preferred (first) replica leads a new partition"
-    assert rec["isr"] == [[1, 2, 3], [2, 3, 1]] and rec["leader_epochs"] == [0, 0]
+    assert rec["isr"] == [[1, 2, 3], [2, 3, 1]] and rec["leader_epochs"] == [1, 1]
     grown = s.apply({"op": "alter_topic", "time_ms": 2, "topic": "t",
                      "settings": {**RF3, "partitions": 3},
                      "replicas": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]})
-    assert grown["placement"] == [1, 2, 3] and grown["leader_epochs"] == [0, 0, 0]
+    assert grown["placement"] == [1, 2, 3] and grown["leader_epochs"] == [1, 1, 1]
     with pytest.raises(InvalidArgument, match="would move existing partitions"):
         s.apply({"op": "alter_topic", "time_ms": 3, "topic": "t",
                  "settings": {**RF3, "partitions": 3},
@@ -220,4 +220,5 @@ def test_a_topic_written_before_replication_reads_as_one_copy(tmp_path):
     assert rec["settings"]["min_insync_replicas"] == 1
     create(s, "cmd")  # a create command of an earlier version (placement only)
     assert s.topic("cmd")["replicas"] == [[1], [2]]
+    assert s.topic("cmd")["leader_epochs"] == [1, 1], "new partitions count epochs from 1"
     s.close()

@@ -1,0 +1,183 @@
+"""The follower's side of replication: copy each followed partition from its leader.
+
+One thread per leader broker this broker follows partitions of (a Kafka replica fetcher
+thread). Each round it asks the leader, in one ReplicaFetch, for every partition it follows
+there, from its own log end, and appends what comes back at the leader's offsets
+(``Store.append(at=..., leader_epoch=...)``, one chunk per leader epoch), after checking every
+frame as the leader checked it at produce (structure and CRC: a record damaged on the way is
+refused, not copied). The leader's answer may instead say that this copy diverged (truncate
+to the offset given, KIP-101) or fell behind the leader's earliest offset (restart there).
+
+Which partitions it follows, and where their leaders are, come from the master through
+:meth:`TopicManager.followed`: a leader change simply moves a partition to another loop on
+the next round. A leader that cannot be reached is retried after :data:`RETRY_S`; a loop
+with nothing to follow for :data:`IDLE_EXIT_S` ends.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+import numpy as np
+
+from broker.topics import PartitionRole, TopicManager
+from lib.auth.server import cluster_header
+from lib.errors import TubeqError
+from lib.logs import event
+from lib.proto import broker_pb2 as pb
+from lib.proto import broker_pb2_grpc
+from lib.records import BatchView, frame_columns
+from lib.rpc import channel
+from lib.tls import Tls
+from storage.store import Store
+
+log = logging.getLogger(__name__)
+MAX_WAIT_MS = 500  # the leader holds an empty fetch this long (new records end it at once)
+RETRY_S = 0.5
+IDLE_EXIT_S = 5.0
+SUPERVISE_S = 0.2  # how often new leaders are looked for
+
+
+class ReplicaFetcher:
+    """Starts and ends one :class:`_LeaderLoop` per leader address with followed partitions."""
+
+    def __init__(self, topics: TopicManager, broker_id: int, cluster_secret: str = "",
+                 tls: Tls | None = None) -> None:
+        self.topics, self.broker_id = topics, broker_id
+        self._metadata = cluster_header(cluster_secret)
+        self._tls = tls
+        self._stop = threading.Event()
+        self._loops: dict[str, _LeaderLoop] = {}
+        self._thread = threading.Thread(target=self._supervise, name="replica-fetcher",
+                                        daemon=True)
+
+    def start(self) -> ReplicaFetcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for loop in list(self._loops.values()):
+            loop.join()
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(SUPERVISE_S):
+            leaders = {role.leader_address for _, _, role in self.topics.followed()
+                       if role.leader_address}
+            for address in leaders:
+                loop = self._loops.get(address)
+                if loop is None or not loop.is_alive():
+                    self._loops[address] = _LeaderLoop(self, address)
+                    self._loops[address].start()
+
+
+class _LeaderLoop(threading.Thread):
+    def __init__(self, owner: ReplicaFetcher, address: str) -> None:
+        super().__init__(name=f"replica-from-{address}", daemon=True)
+        self.owner, self.address = owner, address
+        self._complained: set[tuple[str, int, str]] = set()
+
+    def run(self) -> None:
+        owner = self.owner
+        chan = channel(self.address, owner._tls)
+        stub = broker_pb2_grpc.BrokerStub(chan)
+        idle_since = time.monotonic()
+        try:
+            while not owner._stop.is_set():
+                parts = [(t, p, role) for t, p, role in owner.topics.followed()
+                         if role.leader_address == self.address]
+                if not parts:
+                    if time.monotonic() - idle_since > IDLE_EXIT_S:
+                        return
+                    owner._stop.wait(SUPERVISE_S)
+                    continue
+                idle_since = time.monotonic()
+                try:
+                    self._round(stub, parts)
+                except grpc.RpcError as exc:
+                    event(log, "replica.leader_unreachable", logging.WARNING,
+                          leader=self.address, error=str(exc.code()))
+                    owner._stop.wait(RETRY_S)
+                except TubeqError as err:  # a store closed or reopened meanwhile: next round
+                    event(log, "replica.round_failed", logging.WARNING, leader=self.address,
+                          error=err.message)
+                    owner._stop.wait(RETRY_S)
+        finally:
+            chan.close()
+
+    def _round(self, stub: broker_pb2_grpc.BrokerStub,
+               parts: list[tuple[str, int, PartitionRole]]) -> None:
+        owner = self.owner
+        asked, stores = [], {}
+        for topic, p, role in parts:
+            store = owner.topics.replica_store(topic, p)
+            epochs = store.leader_epochs(p)
+            stores[(topic, p)] = store
+            asked.append(pb.ReplicaFetchPartition(
+                topic=topic, partition=p, topic_id=owner.topics.topic(topic).spec.topic_id,
+                fetch_offset=store.latest(p), leader_epoch=role.leader_epoch,
+                last_fetched_epoch=epochs[-1][0] if epochs else 0))
+        max_bytes = min(s.config.max_batch_bytes for s in stores.values())
+        response = stub.ReplicaFetch(
+            pb.ReplicaFetchRequest(replica_id=owner.broker_id, partitions=asked,
+                                   max_wait_ms=MAX_WAIT_MS, max_bytes=max_bytes),
+            timeout=MAX_WAIT_MS / 1e3 + 5, metadata=owner._metadata)
+        for data in response.partitions:
+            store = stores.get((data.topic, data.partition))
+            if store is not None:
+                self._apply(store, data)
+
+    def _apply(self, store: Store, data: pb.ReplicaFetchData) -> None:
+        p = data.partition
+        if data.diverging_end_offset >= 0:
+            to = max(min(data.diverging_end_offset, store.latest(p)), store.earliest(p))
+            event(log, "replica.truncated", topic=data.topic, partition=p,
+                  from_offset=store.latest(p), to_offset=to)
+            store.truncate(p, to)
+        elif data.error_code == "OFFSET_OUT_OF_RANGE" and data.log_start > store.latest(p):
+            event(log, "replica.reset", topic=data.topic, partition=p,
+                  from_offset=store.latest(p), to_offset=data.log_start)
+            store.reset(p, data.log_start)
+        elif data.error_code:
+            self._complain(data)
+        elif data.frames:
+            append_copied(store, p, data)
+
+    def _complain(self, data: pb.ReplicaFetchData) -> None:
+        """Log a refused partition once per kind of refusal (every round would flood)."""
+        key = (data.topic, data.partition, data.error_code)
+        if key not in self._complained:
+            self._complained.add(key)
+            event(log, "replica.refused", logging.WARNING, topic=data.topic,
+                  partition=data.partition, leader=self.address, code=data.error_code,
+                  error=data.error_message)
+
+
+def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData) -> None:
+    """Append the leader's frames at its offsets, one chunk per leader epoch they span."""
+    sizes = np.frombuffer(data.sizes, "<u4")
+    frames = memoryview(data.frames)
+    starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+    if int(starts[-1]) != len(frames):
+        raise TubeqError(f"replica fetch of {data.topic}/{partition}: frame sizes add up to "
+                         f"{int(starts[-1])} bytes, {len(frames)} came")
+    base, count = data.base_offset, len(sizes)
+    bounds = [(e.epoch, e.start_offset - base) for e in data.epochs
+              if base <= e.start_offset < base + count]
+    if not bounds or bounds[0][1] > 0:  # records before the first epoch listed: epoch 0
+        first = [e.epoch for e in data.epochs if e.start_offset <= base]
+        bounds.insert(0, (first[-1] if first else 0, 0))
+    for i, (epoch, lo) in enumerate(bounds):
+        hi = bounds[i + 1][1] if i + 1 < len(bounds) else count
+        if hi <= lo:
+            continue
+        run = frames[int(starts[lo]):int(starts[hi])]
+        run_sizes = sizes[lo:hi]
+        tags, stamps = frame_columns(run, run_sizes)
+        view = BatchView(count=hi - lo, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                         sizes=run_sizes, tag_hashes=tags, timestamps=stamps, frames=run)
+        store.append(partition, view, leader_epoch=epoch, at=base + lo)

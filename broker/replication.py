@@ -1,0 +1,186 @@
+"""The leader's side of replication: what followers hold, the high watermark, ReplicaFetch.
+
+A follower fetches from the leader (Kafka's design): its fetch offset says it holds every
+offset below it, so the leader learns each follower's log end from its fetches. The **high
+watermark** of a partition is the smallest log end over its in-sync replicas (the leader's
+own included): every ISR member holds the offsets below it. Consumers read only below it
+(broker/data.py, broker/push.py), so a consumer never sees a record that a leader change could
+truncate away. A partition with one copy has no followers: its high watermark is its log end,
+and none of this is consulted (:meth:`ReplicaLeader.high_watermark` answers None).
+
+Divergence (KIP-101 / KIP-320): a fetch carries the epoch of the follower's latest records.
+When the leader's log says that epoch ends before the follower's log end, the follower holds
+records the leader never wrote (an old leader's unreplicated tail): the answer tells it where
+to truncate, and it fetches again from there. A follower whose log ends below the leader's
+earliest offset is told so (OFFSET_OUT_OF_RANGE with ``log_start``) and restarts there.
+
+Known limits of this step: the ISR is the master's and does not shrink yet, so a follower that
+stops fetching holds the high watermark back (consumers wait) until it returns; a leader's log
+with holes (offsets lost to damage, storage/recovery.py) stops replication at the first hole.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from broker.topics import TopicManager
+from lib.errors import Fenced, OffsetOutOfRange, TubeqError
+from lib.proto import broker_pb2 as pb
+
+MAX_REPLICA_BYTES = 8 << 20  # per partition and fetch, whatever the follower asks
+
+
+@dataclass
+class _Followed:
+    """What the leader knows of one partition's followers."""
+
+    log_ends: dict[int, int] = field(default_factory=dict)  # replica id -> log end
+    high_watermark: int = 0
+
+
+class ReplicaLeader:
+    """Follower positions and high watermarks of the partitions this broker leads."""
+
+    def __init__(self, topics: TopicManager, broker_id: int) -> None:
+        self.topics = topics
+        self.broker_id = broker_id
+        self._lock = threading.Lock()
+        self._parts: dict[tuple[str, int], _Followed] = {}
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        """The offset below which every in-sync replica holds the partition's records; None
+        for a partition with one copy (its log end serves: no follower to wait for)."""
+        role = self.topics.role(topic, partition)
+        if role is None or not role.replicated:
+            return None
+        with self._lock:
+            state = self._parts.get((topic, partition))
+            known = state.high_watermark if state is not None else 0
+        return self._advance(topic, partition, known)
+
+    def _advance(self, topic: str, partition: int, known: int) -> int:
+        """Recompute the high watermark from the ISR's log ends; it only moves forward."""
+        role = self.topics.role(topic, partition)
+        store = self.topics.replica_store(topic, partition)
+        with self._lock:
+            state = self._parts.setdefault((topic, partition), _Followed())
+            ends = [store.latest(partition)]
+            ends += [state.log_ends.get(b, 0) for b in role.isr if b != self.broker_id]
+            state.high_watermark = max(state.high_watermark, known, min(ends))
+            return state.high_watermark
+
+    def _follower_at(self, topic: str, partition: int, replica: int, log_end: int) -> bool:
+        """Record a follower's log end; True when the high watermark moved."""
+        with self._lock:
+            state = self._parts.setdefault((topic, partition), _Followed())
+            state.log_ends[replica] = log_end
+            before = state.high_watermark
+        return self._advance(topic, partition, before) != before
+
+    async def fetch(self, req: pb.ReplicaFetchRequest, run) -> pb.ReplicaFetchResponse:
+        """Serve a follower: records of each partition from its fetch offset; long-poll (on
+        the topics' signals) while none has any."""
+        deadline = time.monotonic() + min(req.max_wait_ms, 5000) / 1e3
+        while True:
+            signals = {p.topic: self.topics.signal(p.topic) for p in req.partitions
+                       if self._known(p.topic)}
+            seen = {t: s.version for t, s in signals.items()}
+            parts = await run(self._read_all, req)
+            left = deadline - time.monotonic()
+            if any(d.frames or d.error_code or d.diverging_end_offset >= 0 for d in parts) \
+                    or left <= 0 or not signals:
+                return pb.ReplicaFetchResponse(partitions=parts)
+            waits = [asyncio.ensure_future(s.wait_async(seen[t], left))
+                     for t, s in signals.items()]
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in pending:
+                w.cancel()
+
+    def _known(self, topic: str) -> bool:
+        try:
+            self.topics.topic(topic)
+            return True
+        except TubeqError:
+            return False
+
+    def _read_all(self, req: pb.ReplicaFetchRequest) -> list[pb.ReplicaFetchData]:
+        max_bytes = min(req.max_bytes or MAX_REPLICA_BYTES, MAX_REPLICA_BYTES)
+        out = []
+        for p in req.partitions:
+            try:
+                out.append(self._read_one(req.replica_id, p, max_bytes))
+            except TubeqError as err:
+                out.append(pb.ReplicaFetchData(topic=p.topic, partition=p.partition,
+                                               error_code=err.code, error_message=err.message,
+                                               diverging_end_offset=-1,
+                                               log_start=int(err.details.get("earliest", -1))))
+        return out
+
+    def _read_one(self, replica: int, p: pb.ReplicaFetchPartition,
+                  max_bytes: int) -> pb.ReplicaFetchData:
+        topic, partition, offset = p.topic, p.partition, p.fetch_offset
+        store = self.topics.store_for(topic, partition)  # NotHosted unless led here
+        role = self.topics.role(topic, partition)
+        if role is None or replica not in role.replicas:
+            raise Fenced(f"broker {replica} is not a replica of {topic}/{partition}",
+                         topic=topic, partition=partition)
+        if p.leader_epoch != role.leader_epoch:
+            raise Fenced(f"{topic}/{partition}: the follower was told leader epoch "
+                         f"{p.leader_epoch}, the leader is at {role.leader_epoch}",
+                         topic=topic, partition=partition)
+        reply = pb.ReplicaFetchData(topic=topic, partition=partition, diverging_end_offset=-1,
+                                    log_start=store.earliest(partition),
+                                    log_end=store.latest(partition))
+        diverged = self._diverging_end(store, partition, p)
+        if diverged is not None:
+            reply.diverging_end_offset = diverged
+            reply.high_watermark = self.high_watermark(topic, partition) or 0
+            return reply
+        if offset < reply.log_start:
+            raise OffsetOutOfRange(
+                f"{topic}/{partition}: follower at {offset}, the leader's log starts at "
+                f"{reply.log_start}", earliest=reply.log_start, latest=reply.log_end)
+        if self._follower_at(topic, partition, replica, offset):
+            self.topics.notify(topic)  # consumers waiting at the old high watermark
+        reply.high_watermark = self.high_watermark(topic, partition) or 0
+        if offset < reply.log_end:
+            self._add_records(reply, store, partition, offset, max_bytes)
+        return reply
+
+    @staticmethod
+    def _diverging_end(store, partition: int, p: pb.ReplicaFetchPartition) -> int | None:
+        """Where the follower must truncate to, or None when its log agrees with ours."""
+        log_end = store.latest(partition)
+        if p.last_fetched_epoch <= 0:
+            return log_end if p.fetch_offset > log_end else None
+        epoch, end = store.end_offset_for_epoch(partition, p.last_fetched_epoch)
+        if epoch < 0:
+            return log_end if p.fetch_offset > log_end else None
+        if epoch != p.last_fetched_epoch or end < p.fetch_offset:
+            return min(end, p.fetch_offset)
+        return None
+
+    @staticmethod
+    def _add_records(reply: pb.ReplicaFetchData, store, partition: int, offset: int,
+                     max_bytes: int) -> None:
+        """The frames from ``offset`` on (a run of consecutive offsets) and their epochs."""
+        res = store.read(partition, offset, max_bytes)
+        expected = np.arange(offset, offset + len(res.offsets))
+        in_order = res.offsets == expected
+        dense = len(expected) if in_order.all() else int(np.argmin(in_order))
+        if dense == 0:
+            return  # a hole at the fetch offset (damaged records): see the module docstring
+        sizes = res.sizes[:dense]
+        reply.base_offset = offset
+        reply.frames = res.frames[:int(sizes.sum(dtype=np.int64))]
+        reply.sizes = sizes.astype("<u4").tobytes()
+        end = offset + dense
+        epochs = store.leader_epochs(partition)
+        first = max((i for i, (_, start) in enumerate(epochs) if start <= offset), default=None)
+        for epoch, start in epochs[first if first is not None else 0:]:
+            if start < end:
+                reply.epochs.add(epoch=epoch, start_offset=max(start, offset))

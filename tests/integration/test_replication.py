@@ -1,0 +1,98 @@
+"""Replication across real broker processes: followers copy their leaders byte for byte, and
+consumers read only what every in-sync replica holds (the high watermark)."""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from lib import errors
+from lib.admin import AdminClient
+from lib.consumer.pull import PullConsumer
+from lib.producer.producer import Producer
+from lib.types import TopicPartition
+from storage.store import Store
+from tests.cluster import Cluster
+from tests.helpers import read_all
+
+
+@pytest.fixture
+def replicated(cluster_factory, tmp_path):
+    conf = tmp_path / "master.toml"
+    conf.write_text("[master]\nreplication_preview = true\n")
+    return cluster_factory(2, master_args=["--config", str(conf)])
+
+
+def _copies(cluster: Cluster, broker_id: int, topic: str, partitions: list[int]) -> dict:
+    """partition -> its records on one broker, read from its files (the broker is stopped;
+    the store is opened with every partition it holds, as the broker opens it)."""
+    store = Store(cluster.brokers[broker_id].data_dir / "topics", topic, 0, partitions)
+    try:
+        return {p: [(r.offset, r.key, r.value, r.tag, r.timestamp) for r in read_all(store, p)]
+                for p in partitions}
+    finally:
+        store.close()
+
+
+def _poll_all(consumer: PullConsumer, want: int, timeout: float) -> list:
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got += consumer.poll(timeout=0.2)
+    return got
+
+
+def test_followers_copy_their_leaders_byte_for_byte(replicated):
+    with AdminClient(replicated.master_addresses) as admin:
+        info = admin.create_topic("copied", partitions=2, stores=1, replication_factor=2)
+        assert [sorted(p.replicas) for p in info.partitions] == [[1, 2], [1, 2]]
+        assert {p.broker_id for p in info.partitions} == {1, 2}, "one leader on each broker"
+        assert all(p.isr == p.replicas and p.leader_epoch == 1 for p in info.partitions)
+    with Producer(replicated.master_addresses) as producer:
+        for i in range(600):
+            producer.send("copied", b"v%d" % i, key=b"k%d" % (i % 7), partition=i % 2,
+                          tag="even" if i % 2 == 0 else None)
+        producer.flush()
+    with PullConsumer(replicated.master_addresses, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("copied", 0), TopicPartition("copied", 1)])
+        got = _poll_all(consumer, 600, 20)  # only below the high watermark: followers fetched
+    assert len(got) == 600
+    for broker in (1, 2):
+        assert replicated.brokers[broker].stop() == 0
+    one, two = (_copies(replicated, b, "copied", [0, 1]) for b in (1, 2))
+    for p in (0, 1):
+        assert len(one[p]) == 300 and one[p] == two[p]
+        assert [r[0] for r in one[p]] == list(range(300))
+
+
+def test_consumers_see_only_what_every_in_sync_replica_holds(replicated):
+    with AdminClient(replicated.master_addresses) as admin:
+        info = admin.create_topic("hw", partitions=1, replication_factor=2)
+    leader = info.partitions[0].broker_id
+    follower = ({1, 2} - {leader}).pop()
+    tp = TopicPartition("hw", 0)
+    with Producer(replicated.master_addresses) as producer, \
+            PullConsumer(replicated.master_addresses, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        for i in range(50):
+            producer.send("hw", b"before-%d" % i, partition=0)
+        producer.flush()
+        assert len(_poll_all(consumer, 50, 20)) == 50
+        replicated.brokers[follower].signal(signal.SIGSTOP)
+        try:
+            for i in range(50):
+                producer.send("hw", b"while-stopped-%d" % i, partition=0)
+            producer.flush()  # acks=1: the leader stored them
+            held = _poll_all(consumer, 1, 2.0)
+            assert held == [], "records the follower does not hold yet must stay invisible"
+        finally:
+            replicated.brokers[follower].signal(signal.SIGCONT)
+        later = _poll_all(consumer, 50, 20)
+    assert [r.value for r in later] == [b"while-stopped-%d" % i for i in range(50)]
+    assert [r.offset for r in later] == list(range(50, 100))
+
+
+def test_a_replication_factor_above_the_live_brokers_is_refused(replicated):
+    with AdminClient(replicated.master_addresses) as admin, \
+            pytest.raises(errors.NotEnoughBrokers, match="replication_factor 3 needs 3 live"):
+        admin.create_topic("three", replication_factor=3)
