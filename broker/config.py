@@ -39,6 +39,8 @@ class BrokerConfig:
     masters: str = ""
     advertised_address: str = ""
     rack: str = ""  # optional: the master puts a partition's replicas on distinct racks
+    # A follower not caught up with its leader for this long leaves the partition's ISR.
+    replica_lag_max_ms: int = 10_000
     fetch_max_wait_ms: int = 30_000  # cap on a long-poll, whatever the client asks
     fetch_max_bytes: int = 32 * MiB  # cap on one Fetch response
     fetch_default_partition_bytes: int = 1 * MiB  # when a PartitionFetch says 0
@@ -80,6 +82,8 @@ class BrokerConfig:
         require(self.broker_id >= 0, "BrokerConfig.broker_id must be >= 0 (--broker-id)")
         require(len(self.rack) <= 64 and self.rack.isprintable(),
                 "BrokerConfig.rack must be at most 64 printable characters")
+        require(100 <= self.replica_lag_max_ms <= 3_600_000,
+                "BrokerConfig.replica_lag_max_ms must be in [100, 3600000]")
         require(0 <= self.port < 65536, "BrokerConfig.port must be in [0, 65535]")
         require(-1 <= self.metrics_port < 65536, "BrokerConfig.metrics_port must be in [-1, 65535]")
         require(self.fetch_max_wait_ms >= 0, "BrokerConfig.fetch_max_wait_ms must be >= 0")

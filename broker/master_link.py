@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
+from broker.replication import IsrChange
 from broker.term import TermWatermark
 from broker.topics import PartitionRole, TopicManager, TopicSpec
 from lib.auth import addresses as ip_rules
@@ -183,6 +184,16 @@ class MasterLink:
             holder.replace(entries, message.version)
             event(log, "broker.policy", kind=field, version=message.version,
                   entries=len(entries))
+
+    def alter_isr(self, change: IsrChange) -> list[int]:
+        """Ask the active master to record a partition's new ISR (we lead it); returns the
+        ISR as recorded. TubeqError (Fenced: we no longer lead it) when it refuses."""
+        req = mpb.AlterIsrRequest(broker_id=self.broker_id, topic=change.topic,
+                                  topic_id=change.topic_id, partition=change.partition,
+                                  leader_epoch=change.leader_epoch, isr=list(change.isr))
+        res = self.client.call(master_pb2_grpc.MasterStub, "AlterIsr", req,
+                               metadata=self._metadata)
+        return list(res.isr)
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

@@ -14,9 +14,12 @@ records the leader never wrote (an old leader's unreplicated tail): the answer t
 to truncate, and it fetches again from there. A follower whose log ends below the leader's
 earliest offset is told so (OFFSET_OUT_OF_RANGE with ``log_start``) and restarts there.
 
-Known limits of this step: the ISR is the master's and does not shrink yet, so a follower that
-stops fetching holds the high watermark back (consumers wait) until it returns; a leader's log
-with holes (offsets lost to damage, storage/recovery.py) stops replication at the first hole.
+**ISR upkeep**: a follower that has not caught up (held everything the leader held at its
+previous fetch) for ``replica_lag_max_ms`` leaves the ISR, and comes back once it holds the
+high watermark and is caught up again; the leader asks the master (:meth:`isr_changes`,
+AlterIsr), which records the change in the Raft state only from the current leader at its
+current epoch. Known limit: a leader's log with holes (offsets lost to damage,
+storage/recovery.py) stops replication at the first hole.
 """
 from __future__ import annotations
 
@@ -38,18 +41,39 @@ MAX_REPLICA_BYTES = 8 << 20  # per partition and fetch, whatever the follower as
 class _Followed:
     """What the leader knows of one partition's followers."""
 
+    since: float  # when this broker started leading it (monotonic s): followers' grace
     log_ends: dict[int, int] = field(default_factory=dict)  # replica id -> log end
+    ends_then: dict[int, int] = field(default_factory=dict)  # our log end at its last fetch
+    caught_up: dict[int, float] = field(default_factory=dict)  # replica id -> when
     high_watermark: int = 0
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    topic: str
+    topic_id: int
+    partition: int
+    leader_epoch: int
+    isr: tuple[int, ...]
 
 
 class ReplicaLeader:
     """Follower positions and high watermarks of the partitions this broker leads."""
 
-    def __init__(self, topics: TopicManager, broker_id: int) -> None:
+    def __init__(self, topics: TopicManager, broker_id: int,
+                 clock=time.monotonic) -> None:
         self.topics = topics
         self.broker_id = broker_id
+        self._clock = clock
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], _Followed] = {}
+
+    def _state(self, topic: str, partition: int) -> _Followed:
+        """Under ``_lock``: the partition's follower state, new from now when first seen."""
+        state = self._parts.get((topic, partition))
+        if state is None:
+            state = self._parts[(topic, partition)] = _Followed(self._clock())
+        return state
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The offset below which every in-sync replica holds the partition's records; None
@@ -67,19 +91,54 @@ class ReplicaLeader:
         role = self.topics.role(topic, partition)
         store = self.topics.replica_store(topic, partition)
         with self._lock:
-            state = self._parts.setdefault((topic, partition), _Followed())
+            state = self._state(topic, partition)
             ends = [store.latest(partition)]
             ends += [state.log_ends.get(b, 0) for b in role.isr if b != self.broker_id]
             state.high_watermark = max(state.high_watermark, known, min(ends))
             return state.high_watermark
 
-    def _follower_at(self, topic: str, partition: int, replica: int, log_end: int) -> bool:
-        """Record a follower's log end; True when the high watermark moved."""
+    def _follower_at(self, topic: str, partition: int, replica: int, log_end: int,
+                     our_end: int) -> bool:
+        """Record a follower's log end; True when the high watermark moved.
+
+        A follower is caught up when it holds everything we held at its previous fetch (as
+        Kafka judges it: a follower fetching steadily under load is never "at the end")."""
         with self._lock:
-            state = self._parts.setdefault((topic, partition), _Followed())
+            state = self._state(topic, partition)
+            if log_end >= min(state.ends_then.get(replica, our_end), our_end):
+                state.caught_up[replica] = self._clock()
             state.log_ends[replica] = log_end
+            state.ends_then[replica] = our_end
             before = state.high_watermark
         return self._advance(topic, partition, before) != before
+
+    def isr_changes(self, lag_max_s: float) -> list[IsrChange]:
+        """The ISR each led replicated partition should have now: followers not caught up
+        for ``lag_max_s`` leave it; ones out of it that hold the high watermark and are
+        caught up come back. Only the changes are returned; the master applies them."""
+        now, out = self._clock(), []
+        for topic, p, role in self.topics.leading():
+            hw = self.high_watermark(topic, p)
+            with self._lock:
+                state = self._state(topic, p)
+                fresh = {b for b in role.replicas if b == self.broker_id
+                         or now - state.caught_up.get(b, state.since) <= lag_max_s}
+                back = {b for b in fresh - set(role.isr)
+                        if b in state.caught_up and state.log_ends.get(b, -1) >= (hw or 0)}
+            isr = tuple(b for b in role.replicas if (b in role.isr and b in fresh) or b in back)
+            if set(isr) != set(role.isr):
+                out.append(IsrChange(topic, self.topics.topic(topic).spec.topic_id, p,
+                                     role.leader_epoch, isr))
+        return out
+
+    def isr_changed(self, change: IsrChange, isr: list[int]) -> None:
+        """The master recorded ``isr``: use it now (its heartbeats bring it too), and wake
+        consumers if the high watermark moved (a lagging follower left)."""
+        if self.topics.set_isr(change.topic, change.partition, change.leader_epoch, isr):
+            with self._lock:
+                before = self._state(change.topic, change.partition).high_watermark
+            if self._advance(change.topic, change.partition, before) != before:
+                self.topics.notify(change.topic)
 
     async def fetch(self, req: pb.ReplicaFetchRequest, run) -> pb.ReplicaFetchResponse:
         """Serve a follower: records of each partition from its fetch offset; long-poll (on
@@ -144,7 +203,7 @@ class ReplicaLeader:
             raise OffsetOutOfRange(
                 f"{topic}/{partition}: follower at {offset}, the leader's log starts at "
                 f"{reply.log_start}", earliest=reply.log_start, latest=reply.log_end)
-        if self._follower_at(topic, partition, replica, offset):
+        if self._follower_at(topic, partition, replica, offset, reply.log_end):
             self.topics.notify(topic)  # consumers waiting at the old high watermark
         reply.high_watermark = self.high_watermark(topic, partition) or 0
         if offset < reply.log_end:

@@ -55,7 +55,7 @@ from lib.auth.server import (
     certificate_identities,
 )
 from lib.decoding import AioStrictDecoding
-from lib.errors import ConfigError
+from lib.errors import ConfigError, TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
@@ -129,6 +129,7 @@ class Broker:
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.start()
             self.fetcher.start()
+            threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
         return self
@@ -178,6 +179,21 @@ class Broker:
     def _forget_topic(self, topic: str) -> None:
         self.offsets.forget_topic(topic)
         self.dedup.forget_topic(topic)
+
+    def _keep_isr(self) -> None:
+        """Shrink and expand the ISR of the partitions led here (broker/replication.py)."""
+        lag_s = self.config.replica_lag_max_ms / 1e3
+        while not self._stopped.wait(max(0.1, lag_s / 4)):
+            for change in self.replication.isr_changes(lag_s):
+                try:
+                    isr = self.link.alter_isr(change)
+                except TubeqError as err:
+                    event(log, "partition.isr_change_refused", logging.WARNING,
+                          topic=change.topic, partition=change.partition, error=err.message)
+                    continue
+                self.replication.isr_changed(change, isr)
+                event(log, "partition.isr_changed", topic=change.topic,
+                      partition=change.partition, isr=isr)
 
     def stop(self) -> None:
         """Stop serving, then close every store (flush + fsync); safe to call twice."""

@@ -21,7 +21,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from broker.config import topic_store_config
@@ -223,6 +223,23 @@ class TopicManager:
         """The partition's replica set, when the master sent one (None: not hosted here)."""
         t = self._topics.get(topic)
         return None if t is None else t.roles.get(partition)
+
+    def leading(self) -> list[tuple[str, int, PartitionRole]]:
+        """(topic, partition, role) of every replicated partition this broker leads."""
+        return [(name, p, t.roles[p]) for name, t in list(self._topics.items())
+                for p in sorted(t.led) if p in t.roles and t.roles[p].replicated]
+
+    def set_isr(self, topic: str, partition: int, leader_epoch: int,
+                isr: list[int]) -> bool:
+        """Adopt an ISR the master recorded for a partition led here at ``leader_epoch``;
+        False when the role moved on meanwhile."""
+        with self._lock:
+            t = self._topics.get(topic)
+            role = None if t is None else t.roles.get(partition)
+            if role is None or role.leader_epoch != leader_epoch:
+                return False
+            t.roles = {**t.roles, partition: replace(role, isr=tuple(isr))}
+            return True
 
     def followed(self) -> list[tuple[str, int, PartitionRole]]:
         """(topic, partition, role) of every partition this broker holds a follower copy of."""

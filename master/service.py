@@ -7,6 +7,7 @@ broker's placements, deleted incarnations): a broker that missed one catches up 
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import grpc
 from lib.auth.acl import to_pb
 from lib.auth.server import CLUSTER, current_access
 from lib.errors import InvalidArgument, UnknownTopic
+from lib.logs import event
 from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
@@ -26,6 +28,8 @@ from master.groups import GroupCoordinator, MemberView
 from master.guard import Leadership, guarded
 from master.routes import RouteBook
 from master.state import MetaState
+
+log = logging.getLogger(__name__)
 
 MAX_ROUTE_TOPICS = 10_000
 MAX_REFUSALS = 1001  # per heartbeat: a broker sends at most audit_refusal_kinds + 1
@@ -143,6 +147,17 @@ class MasterService(master_pb2_grpc.MasterServicer):
                     leader_address=self.routes.address(record["placement"][p]))
                 for p, replicas in enumerate(record["replicas"]) if broker_id in replicas]
         return topics, placements
+
+    @guarded
+    def AlterIsr(self, request, context):  # noqa: N802
+        record = self.write({
+            "op": "alter_isr", "time_ms": wall_ms(), "broker_id": request.broker_id,
+            "topic": request.topic, "topic_id": request.topic_id,
+            "partition": request.partition, "leader_epoch": request.leader_epoch,
+            "isr": list(request.isr)})
+        event(log, "partition.isr_changed", topic=request.topic, partition=request.partition,
+              leader=request.broker_id, isr=list(request.isr))
+        return mpb.AlterIsrResponse(isr=record["isr"][request.partition])
 
     # -- clients -------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ the same order on every master.
 Commands (``op``): ``lead`` (a new leadership: epoch + 1, the leader's node and address),
 ``register_broker``, ``set_draining`` (an admin drains or undrains a broker: placement skips a
 draining one; the flag survives its re-registrations), ``create_topic``, ``alter_topic``,
-``delete_topic``, ``record_group``, ``audit``, and the users, API keys and signing keys of
+``delete_topic``, ``alter_isr`` (a partition's leader shrinks or expands its ISR),
+``record_group``, ``audit``, and the users, API keys and signing keys of
 ``master/principals.py``. Any command may carry an ``audit`` dict (principal, peer, action,
 target, details) written with it.
 
@@ -34,6 +35,7 @@ from typing import Any
 import lmdb
 
 from lib.errors import (
+    Fenced,
     InvalidArgument,
     NotLeader,
     StorageError,
@@ -118,6 +120,7 @@ class MetaState:
             "lead": self._lead, "register_broker": self._register_broker,
             "set_draining": self._set_draining,
             "create_topic": self._create_topic, "alter_topic": self._alter_topic,
+            "alter_isr": self._alter_isr,
             "delete_topic": self._delete_topic, "record_group": self._record_group,
             "audit": lambda txn, cmd: None,
         }
@@ -359,6 +362,28 @@ class MetaState:
             raise InvalidArgument("placement does not cover every partition")
         record = with_replicas({**old, "settings": {**SINGLE_COPY, **cmd["settings"]}},
                                replicas)
+        self._put_topic(txn, staged, record)
+        return record
+
+    def _alter_isr(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """A leader's new ISR for one partition; refused (Fenced) unless it comes from the
+        partition's current leader at its current epoch, and it must hold the leader."""
+        txn, staged = ctx
+        old = self._existing(cmd["topic"])
+        p, isr = int(cmd["partition"]), [int(b) for b in cmd["isr"]]
+        if old["topic_id"] != cmd["topic_id"] or not 0 <= p < len(old["replicas"]):
+            raise UnknownTopic(f"no partition {cmd['topic']}/{p} of topic id {cmd['topic_id']}",
+                               topic=cmd["topic"])
+        leader, epoch = old["placement"][p], old["leader_epochs"][p]
+        if cmd["broker_id"] != leader or cmd["leader_epoch"] != epoch:
+            raise Fenced(f"ISR change for {cmd['topic']}/{p} from broker {cmd['broker_id']} "
+                         f"at leader epoch {cmd['leader_epoch']} refused: the leader is broker "
+                         f"{leader} at epoch {epoch}", topic=cmd["topic"], partition=p)
+        if leader not in isr or len(set(isr)) != len(isr) \
+                or not set(isr) <= set(old["replicas"][p]):
+            raise InvalidArgument(f"ISR {isr} of {cmd['topic']}/{p} must hold its leader "
+                                  f"{leader} and only its replicas {old['replicas'][p]}")
+        record = {**old, "isr": [*old["isr"][:p], isr, *old["isr"][p + 1:]]}
         self._put_topic(txn, staged, record)
         return record
 

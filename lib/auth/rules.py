@@ -82,6 +82,7 @@ RULES: dict[str, Rule] = {
     # masters: brokers, routes, groups
     _M + "RegisterBroker": CLUSTER_ONLY,
     _M + "BrokerHeartbeat": CLUSTER_ONLY,
+    _M + "AlterIsr": CLUSTER_ONLY,
     _M + "GetRoutes": needs(("describe", "topic", "topics")),
     _M + "JoinGroup": needs(("consume", "group", "group"), ("consume", "topic", "topics")),
     _M + "GroupHeartbeat": needs(("consume", "group", "group")),

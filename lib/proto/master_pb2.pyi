@@ -324,3 +324,25 @@ class LeaveGroupRequest(_message.Message):
 class LeaveGroupResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class AlterIsrRequest(_message.Message):
+    __slots__ = ("broker_id", "topic", "topic_id", "partition", "leader_epoch", "isr")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    topic: str
+    topic_id: int
+    partition: int
+    leader_epoch: int
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_id: _Optional[int] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AlterIsrResponse(_message.Message):
+    __slots__ = ("isr",)
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, isr: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -64,6 +64,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.LeaveGroupRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.LeaveGroupResponse.FromString,
                 _registered_method=True)
+        self.AlterIsr = channel.unary_unary(
+                '/tubeq.master.Master/AlterIsr',
+                request_serializer=lib_dot_proto_dot_master__pb2.AlterIsrRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.AlterIsrResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -105,6 +110,13 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterIsr(self, request, context):
+        """A partition's leader shrinks or expands its in-sync replicas (cluster credential only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +149,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.LeaveGroup,
                     request_deserializer=lib_dot_proto_dot_master__pb2.LeaveGroupRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'AlterIsr': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterIsr,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.AlterIsrRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.AlterIsrResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +318,33 @@ class Master:
             '/tubeq.master.Master/LeaveGroup',
             lib_dot_proto_dot_master__pb2.LeaveGroupRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterIsr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/AlterIsr',
+            lib_dot_proto_dot_master__pb2.AlterIsrRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.AlterIsrResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -96,3 +96,39 @@ def test_a_replication_factor_above_the_live_brokers_is_refused(replicated):
     with AdminClient(replicated.master_addresses) as admin, \
             pytest.raises(errors.NotEnoughBrokers, match="replication_factor 3 needs 3 live"):
         admin.create_topic("three", replication_factor=3)
+
+
+def test_a_stalled_follower_leaves_the_isr_and_comes_back_when_caught_up(cluster_factory,
+                                                                         tmp_path):
+    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
+    master_conf.write_text("[master]\nreplication_preview = true\n")
+    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
+    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
+                              broker_args=["--config", str(broker_conf)])
+    with AdminClient(cluster.master_addresses) as admin:
+        leader = admin.create_topic("isr", partitions=1, replication_factor=2) \
+            .partitions[0].broker_id
+        follower = ({1, 2} - {leader}).pop()
+
+        def isr() -> list[int]:
+            return admin.describe_topic("isr").partitions[0].isr
+
+        tp = TopicPartition("isr", 0)
+        with Producer(cluster.master_addresses) as producer, \
+                PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            cluster.brokers[follower].signal(signal.SIGSTOP)
+            try:
+                for i in range(20):
+                    producer.send("isr", b"m%d" % i, partition=0)
+                producer.flush()
+                # The follower falls out of the ISR: the high watermark moves without it.
+                got = _poll_all(consumer, 20, 20)
+                assert [r.value for r in got] == [b"m%d" % i for i in range(20)]
+                assert isr() == [leader]
+            finally:
+                cluster.brokers[follower].signal(signal.SIGCONT)
+            deadline = time.monotonic() + 20
+            while sorted(isr()) != [1, 2] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert sorted(isr()) == [1, 2], "a caught-up follower rejoins the ISR"

@@ -222,3 +222,24 @@ def test_a_topic_written_before_replication_reads_as_one_copy(tmp_path):
     assert s.topic("cmd")["replicas"] == [[1], [2]]
     assert s.topic("cmd")["leader_epochs"] == [1, 1], "new partitions count epochs from 1"
     s.close()
+
+
+def test_only_the_current_leader_at_its_epoch_alters_the_isr(state):
+    from lib.errors import Fenced
+    rec = state.apply({"op": "create_topic", "time_ms": 1, "topic": "t", "settings": RF3,
+                       "replicas": [[1, 2, 3], [2, 3, 1]]})
+    change = {"op": "alter_isr", "time_ms": 2, "topic": "t", "topic_id": rec["topic_id"],
+              "partition": 0, "broker_id": 1, "leader_epoch": 1}
+    assert state.apply({**change, "isr": [1, 3]})["isr"] == [[1, 3], [2, 3, 1]]
+    with pytest.raises(Fenced, match="the leader is broker 1 at epoch 1"):
+        state.apply({**change, "broker_id": 2, "isr": [1]})
+    with pytest.raises(Fenced):
+        state.apply({**change, "leader_epoch": 0, "isr": [1]})
+    with pytest.raises(InvalidArgument, match="must hold its leader 1"):
+        state.apply({**change, "isr": [2, 3]})
+    with pytest.raises(InvalidArgument, match="only its replicas"):
+        state.apply({**change, "isr": [1, 4]})
+    with pytest.raises(UnknownTopic):
+        state.apply({**change, "topic_id": 99, "isr": [1]})
+    assert state.apply({**change, "isr": [1, 2, 3]})["isr"][0] == [1, 2, 3]  # expanded back
+    assert state.topic("t")["isr"] == [[1, 2, 3], [2, 3, 1]]
