@@ -42,6 +42,7 @@ class _Followed:
     """What the leader knows of one partition's followers."""
 
     since: float  # when this broker started leading it (monotonic s): followers' grace
+    epoch: int  # the leader epoch it leads under: a new one starts from scratch
     log_ends: dict[int, int] = field(default_factory=dict)  # replica id -> log end
     ends_then: dict[int, int] = field(default_factory=dict)  # our log end at its last fetch
     caught_up: dict[int, float] = field(default_factory=dict)  # replica id -> when
@@ -69,10 +70,14 @@ class ReplicaLeader:
         self._parts: dict[tuple[str, int], _Followed] = {}
 
     def _state(self, topic: str, partition: int) -> _Followed:
-        """Under ``_lock``: the partition's follower state, new from now when first seen."""
+        """Under ``_lock``: the partition's follower state, new from now when first seen
+        under its current leader epoch (what an earlier leadership knew, its high watermark
+        too, may not hold any more: this copy may have been truncated since)."""
+        role = self.topics.role(topic, partition)
+        epoch = role.leader_epoch if role is not None else -1
         state = self._parts.get((topic, partition))
-        if state is None:
-            state = self._parts[(topic, partition)] = _Followed(self._clock())
+        if state is None or state.epoch != epoch:
+            state = self._parts[(topic, partition)] = _Followed(self._clock(), epoch)
         return state
 
     def high_watermark(self, topic: str, partition: int) -> int | None:

@@ -10,6 +10,7 @@ reverse: stop taking requests, stop the watcher and reaper, close broker channel
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from lib.logs import event
 from lib.process import free_ports
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
-from master import admin, security, service
+from master import admin, election, security, service
 from master.broker_calls import BrokerCalls
 from master.broker_ops import BrokerOps
 from master.brokers import BrokerRegistry, wall_ms
@@ -142,6 +143,30 @@ class Master:
             except Exception:  # the watcher must survive anything
                 log.exception("master.leadership_watch_failed")
             self._audit_refusals()
+            self._fail_over()
+
+    def _fail_over(self) -> None:
+        """Elect new leaders for the partitions whose leader's broker is down (active master
+        only, and not while brokers may still be re-registering after a failover)."""
+        if not self.leadership.is_leader() or self.groups.in_grace():
+            return
+        changes = election.elections(self.state.topics(), self.registry.alive_ids())
+        if not changes:
+            return
+        try:
+            applied = self.write({
+                "op": "elect_leaders", "time_ms": wall_ms(), "changes": changes,
+                "audit": {"principal": "controller", "peer": self.address,
+                          "action": "elect_leaders", "target": f"{len(changes)} partition(s)",
+                          "details": json.dumps(changes, sort_keys=True)[:4000]}})
+        except TubeqError as err:
+            event(log, "master.election_failed", logging.WARNING, error=err.message)
+            return
+        for change in applied:
+            event(log, "partition.leader_elected", topic=change["topic"],
+                  partition=change["partition"], leader=change["leader"],
+                  was=change["from_leader"], leader_epoch=change["leader_epoch"],
+                  isr=change["isr"])
 
     def _audit_refusals(self) -> None:
         """Write the summaries of a refusal window that ended (a standby's only go to its

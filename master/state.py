@@ -10,6 +10,7 @@ Commands (``op``): ``lead`` (a new leadership: epoch + 1, the leader's node and 
 ``register_broker``, ``set_draining`` (an admin drains or undrains a broker: placement skips a
 draining one; the flag survives its re-registrations), ``create_topic``, ``alter_topic``,
 ``delete_topic``, ``alter_isr`` (a partition's leader shrinks or expands its ISR),
+``elect_leaders`` (failover: new leaders under the next leader epoch, master/election.py),
 ``record_group``, ``audit``, and the users, API keys and signing keys of
 ``master/principals.py``. Any command may carry an ``audit`` dict (principal, peer, action,
 target, details) written with it.
@@ -94,6 +95,11 @@ def upgraded(record: dict[str, Any]) -> dict[str, Any]:
                          [[b] for b in record["placement"]], first_epoch=0)
 
 
+def _put(items: list, i: int, value: Any) -> list:
+    """A copy of ``items`` with ``items[i] = value`` (records are replaced, never mutated)."""
+    return [*items[:i], value, *items[i + 1:]]
+
+
 def _replicas_of(cmd: dict[str, Any]) -> list[list[int]]:
     """Replica lists of a create/alter command (one written before replication: ``placement``,
     one broker per partition)."""
@@ -120,7 +126,7 @@ class MetaState:
             "lead": self._lead, "register_broker": self._register_broker,
             "set_draining": self._set_draining,
             "create_topic": self._create_topic, "alter_topic": self._alter_topic,
-            "alter_isr": self._alter_isr,
+            "alter_isr": self._alter_isr, "elect_leaders": self._elect_leaders,
             "delete_topic": self._delete_topic, "record_group": self._record_group,
             "audit": lambda txn, cmd: None,
         }
@@ -383,9 +389,33 @@ class MetaState:
                 or not set(isr) <= set(old["replicas"][p]):
             raise InvalidArgument(f"ISR {isr} of {cmd['topic']}/{p} must hold its leader "
                                   f"{leader} and only its replicas {old['replicas'][p]}")
-        record = {**old, "isr": [*old["isr"][:p], isr, *old["isr"][p + 1:]]}
+        record = {**old, "isr": _put(old["isr"], p, isr)}
         self._put_topic(txn, staged, record)
         return record
+
+    def _elect_leaders(self, ctx: Any, cmd: dict[str, Any]) -> list[dict[str, Any]]:
+        """New leaders (master/election.py); a change computed from an epoch that is no
+        longer the partition's (or for a topic since re-created) is skipped, the same way on
+        every master. Returns the changes applied."""
+        txn, staged = ctx
+        records, applied = {}, []
+        for change in cmd["changes"]:
+            name, p = change["topic"], int(change["partition"])
+            old = records.get(name) or self._topics.get(name)
+            if old is None or old["topic_id"] != change["topic_id"] \
+                    or not 0 <= p < len(old["replicas"]) \
+                    or old["leader_epochs"][p] != change["from_epoch"] \
+                    or change["leader"] not in old["replicas"][p] \
+                    or change["leader"] not in change["isr"]:
+                continue
+            records[name] = {
+                **old, "placement": _put(old["placement"], p, int(change["leader"])),
+                "leader_epochs": _put(old["leader_epochs"], p, int(change["leader_epoch"])),
+                "isr": _put(old["isr"], p, [int(b) for b in change["isr"]])}
+            applied.append(change)
+        for record in records.values():
+            self._put_topic(txn, staged, record)
+        return applied
 
     def _delete_topic(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         txn, staged = ctx

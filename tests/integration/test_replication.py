@@ -132,3 +132,52 @@ def test_a_stalled_follower_leaves_the_isr_and_comes_back_when_caught_up(cluster
             while sorted(isr()) != [1, 2] and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert sorted(isr()) == [1, 2], "a caught-up follower rejoins the ISR"
+
+
+def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(cluster_factory,
+                                                                            tmp_path):
+    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
+    master_conf.write_text("[master]\nreplication_preview = true\n"
+                           "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 2000\n")
+    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
+    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
+                              broker_args=["--config", str(broker_conf)])
+    tp = TopicPartition("fo", 0)
+    with AdminClient(cluster.master_addresses) as admin:
+        first = admin.create_topic("fo", partitions=1, replication_factor=2).partitions[0]
+        old, heir = first.broker_id, ({1, 2} - {first.broker_id}).pop()
+        with Producer(cluster.master_addresses) as producer:
+            for i in range(100):
+                producer.send("fo", b"a%d" % i, partition=0)
+            producer.flush()
+        with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            assert len(_poll_all(consumer, 100, 20)) == 100  # below the HW: both hold them
+        cluster.brokers[old].kill()
+        deadline = time.monotonic() + 20
+        while admin.describe_topic("fo").partitions[0].broker_id != heir \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        now = admin.describe_topic("fo").partitions[0]
+        assert (now.broker_id, now.leader_epoch, now.isr) == (heir, 2, [heir])
+        assert any(e.action == "elect_leaders" for e in admin.audit_log(limit=20))
+        with Producer(cluster.master_addresses) as producer:
+            for i in range(100):
+                producer.send("fo", b"b%d" % i, partition=0)
+            producer.flush()
+        with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            got = _poll_all(consumer, 200, 20)
+        assert [r.value for r in got] == [b"a%d" % i for i in range(100)] + \
+            [b"b%d" % i for i in range(100)]
+        assert [r.offset for r in got] == list(range(200))
+        cluster.start_broker(old)  # back as a follower of the new leader
+        deadline = time.monotonic() + 30
+        while sorted(admin.describe_topic("fo").partitions[0].isr) != [1, 2] \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(admin.describe_topic("fo").partitions[0].isr) == [1, 2]
+    for broker in (1, 2):
+        assert cluster.brokers[broker].stop() == 0
+    one, two = (_copies(cluster, b, "fo", [0]) for b in (1, 2))
+    assert len(one[0]) == 200 and one == two

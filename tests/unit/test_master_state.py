@@ -243,3 +243,18 @@ def test_only_the_current_leader_at_its_epoch_alters_the_isr(state):
         state.apply({**change, "topic_id": 99, "isr": [1]})
     assert state.apply({**change, "isr": [1, 2, 3]})["isr"][0] == [1, 2, 3]  # expanded back
     assert state.topic("t")["isr"] == [[1, 2, 3], [2, 3, 1]]
+
+
+def test_elected_leaders_apply_unless_computed_from_a_stale_epoch(state):
+    rec = state.apply({"op": "create_topic", "time_ms": 1, "topic": "t", "settings": RF3,
+                       "replicas": [[1, 2, 3], [2, 3, 1]]})
+    change = {"topic": "t", "topic_id": rec["topic_id"], "partition": 0, "leader": 2,
+              "from_leader": 1, "from_epoch": 1, "leader_epoch": 2, "isr": [2, 3]}
+    stale = {**change, "partition": 1, "from_epoch": 0, "leader": 3, "leader_epoch": 1}
+    applied = state.apply({"op": "elect_leaders", "time_ms": 2, "changes": [change, stale]})
+    assert applied == [change]
+    t = state.topic("t")
+    assert (t["placement"], t["leader_epochs"], t["isr"]) == \
+        ([2, 2], [2, 1], [[2, 3], [2, 3, 1]])
+    assert state.apply({"op": "elect_leaders", "time_ms": 3, "changes": [change]}) == [], \
+        "the same election again is stale"

@@ -1,0 +1,37 @@
+"""Leader failover: which partitions need a new leader, and who it is. Pure, unit-tested.
+
+The master is the controller (Kafka's design): when a partition's leader is no longer alive
+(its broker stopped heartbeating), the first in-sync replica that is alive, in replica order,
+takes over under the next leader epoch, and the ISR keeps only the live members. Only an ISR
+member may lead: it holds every offset below the high watermark, so no acknowledged record a
+consumer could have seen is lost. A partition with no live ISR member stays offline (led by
+its last leader, reported unavailable) until one returns; electing a replica from outside
+the ISR ("unclean") is not done.
+
+The result is a list of plain changes for the ``elect_leaders`` state command, each carrying
+the epoch it was computed from, so a change computed on stale state is skipped when applied.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+
+def elections(topics: Mapping[str, dict[str, Any]],
+              alive: Collection[int]) -> list[dict[str, Any]]:
+    """The leader changes to make now for every partition whose leader is not alive."""
+    live = set(alive)
+    out = []
+    for name, record in sorted(topics.items()):
+        for p, leader in enumerate(record["placement"]):
+            if leader in live or len(record["replicas"][p]) < 2:
+                continue
+            isr = record["isr"][p]
+            heirs = [b for b in record["replicas"][p] if b in isr and b in live]
+            if not heirs:
+                continue  # offline until an in-sync replica returns
+            epoch = record["leader_epochs"][p]
+            out.append({"topic": name, "topic_id": record["topic_id"], "partition": p,
+                        "leader": heirs[0], "from_leader": leader, "from_epoch": epoch,
+                        "leader_epoch": epoch + 1, "isr": [b for b in isr if b in live]})
+    return out

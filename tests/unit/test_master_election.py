@@ -1,0 +1,29 @@
+"""Leader failover decisions: the first live in-sync replica, the next epoch, live ISR only."""
+from __future__ import annotations
+
+from master.election import elections
+
+
+def topic(placement, replicas, isr, epochs, topic_id=5):
+    return {"topic_id": topic_id, "placement": placement, "replicas": replicas, "isr": isr,
+            "leader_epochs": epochs}
+
+
+def test_a_dead_leader_is_replaced_by_the_first_live_in_sync_replica():
+    topics = {"t": topic([1, 2, 3], [[1, 2, 3], [2, 3, 1], [3, 1, 2]],
+                         [[1, 2, 3], [2, 3, 1], [3, 1]], [4, 1, 7])}
+    assert elections(topics, alive=[2, 3]) == [
+        {"topic": "t", "topic_id": 5, "partition": 0, "leader": 2, "from_leader": 1,
+         "from_epoch": 4, "leader_epoch": 5, "isr": [2, 3]}]
+    assert elections(topics, alive=[1, 2, 3]) == []
+
+
+def test_only_in_sync_replicas_may_lead_and_offline_partitions_wait():
+    topics = {"t": topic([1, 1], [[1, 2, 3], [1, 2]], [[1, 3], [1]], [2, 2])}
+    got = elections(topics, alive=[2, 3])
+    assert [(c["partition"], c["leader"], c["isr"]) for c in got] == [(0, 3, [3])], \
+        "2 is alive but out of sync; partition 1 has no live in-sync replica"
+
+
+def test_single_copy_partitions_are_left_alone():
+    assert elections({"t": topic([1], [[1]], [[1]], [0])}, alive=[2]) == []
