@@ -40,7 +40,8 @@ def specs_of(topics) -> dict[str, TopicSpec]:
     """Our plain TopicSpec for each protobuf TopicSettings of a response."""
     return {name: TopicSpec(partitions=s.partitions, stores=s.stores, durability=s.durability,
                             retention_ms=s.retention_ms, retention_bytes=s.retention_bytes,
-                            max_message_bytes=s.max_message_bytes, topic_id=s.topic_id)
+                            max_message_bytes=s.max_message_bytes, topic_id=s.topic_id,
+                            min_insync_replicas=s.min_insync_replicas or 1)
             for name, s in topics.items()}
 
 

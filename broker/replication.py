@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from broker.topics import TopicManager
-from lib.errors import Fenced, OffsetOutOfRange, TubeqError
+from lib.errors import (
+    Fenced,
+    NotEnoughReplicas,
+    OffsetOutOfRange,
+    RequestTimedOut,
+    TubeqError,
+)
 from lib.proto import broker_pb2 as pb
 
 MAX_REPLICA_BYTES = 8 << 20  # per partition and fetch, whatever the follower asks
@@ -116,6 +122,38 @@ class ReplicaLeader:
             state.ends_then[replica] = our_end
             before = state.high_watermark
         return self._advance(topic, partition, before) != before
+
+    def check_acks_all(self, topic: str, partition: int) -> None:
+        """Refuse an acks=all produce up front while the ISR is below the topic's
+        min_insync_replicas (NotEnoughReplicas: nothing is stored)."""
+        role = self.topics.role(topic, partition)
+        if role is None or not role.replicated:
+            return  # one copy: the leader is the whole ISR
+        need = self.topics.topic(topic).spec.min_insync_replicas
+        if len(role.isr) < need:
+            raise NotEnoughReplicas(
+                f"acks=all refused for {topic}/{partition}: {len(role.isr)} in-sync "
+                f"replica(s) {list(role.isr)}, the topic needs {need} (min_insync_replicas)",
+                topic=topic, partition=partition, isr=len(role.isr), needed=need)
+
+    async def replicated(self, topic: str, partition: int, end: int, timeout: float) -> None:
+        """Return once every in-sync replica holds the offsets below ``end`` (the high
+        watermark reached it); RequestTimedOut after ``timeout`` seconds (the records stay
+        stored: an idempotent producer's retry is answered with the same offsets)."""
+        signal = self.topics.signal(topic)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = signal.version
+            hw = self.high_watermark(topic, partition)
+            if hw is None or hw >= end:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0 or signal.closed:
+                raise RequestTimedOut(
+                    f"acks=all: {topic}/{partition} up to offset {end - 1} was stored by the "
+                    f"leader but not by every in-sync replica within {timeout:.1f} s",
+                    topic=topic, partition=partition)
+            await signal.wait_async(seen, left)
 
     def isr_changes(self, lag_max_s: float) -> list[IsrChange]:
         """The ISR each led replicated partition should have now: followers not caught up

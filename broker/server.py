@@ -91,7 +91,7 @@ class Broker:
             DataPlane(config, self.topics, self.dedup, self.metrics, self.replication),
             self.offsets,
             PushPlane(config, self.topics, self.metrics, self.replication, self.quotas),
-            self.metrics, self.executor, self.sinks, self.quotas, self.replication)
+            self.metrics, self.executor, self.sinks, self.replication, self.quotas)
         self.fetcher = ReplicaFetcher(self.topics, config.broker_id,
                                       config.resolved_cluster_secret,
                                       server_tls(config).as_client())

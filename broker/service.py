@@ -34,7 +34,7 @@ from broker.replication import ReplicaLeader
 from broker.sinks import SinkPlane
 from lib.auth.quotas import QuotaBook
 from lib.auth.server import current_access
-from lib.errors import TubeqError, Unavailable
+from lib.errors import TubeqError
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
@@ -110,11 +110,13 @@ def _may_produce() -> Callable[[str], None]:
     return lambda topic: access.check("produce", "topic", topic)
 
 
+ACKS_ALL_WAIT_S = 30.0  # the longest an acks=all produce waits for the ISR (else its deadline)
+
+
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, data: DataPlane, offsets: OffsetsPlane, push: PushPlane,
                  metrics: BrokerMetrics, executor: Executor, sinks: SinkPlane,
-                 quotas: QuotaBook | None = None,
-                 replication: ReplicaLeader | None = None) -> None:
+                 replication: ReplicaLeader, quotas: QuotaBook | None = None) -> None:
         self.quotas = quotas or QuotaBook()
         self.replication = replication
         self.data = data
@@ -150,10 +152,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if metered:
             principal = current_access.get().quota_principal
             quotas.admit("produce", principal)
+        if request.acks_all:
+            self.replication.check_acks_all(request.topic, request.partition)
         try:
             response = self.data.produce(request, wait=False)
         except WouldBlock as later:
             response = await self.run(self.data.produce, request, True, later.view)
+        if request.acks_all:
+            left = context.time_remaining()
+            await self.replication.replicated(
+                request.topic, request.partition, response.last_offset + 1,
+                ACKS_ALL_WAIT_S if left is None else max(0.0, min(left - 0.05, ACKS_ALL_WAIT_S)))
         if metered:
             response.throttle_ms = quotas.charge("produce", principal, "", len(request.batch))
         return response
@@ -169,8 +178,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     @_guarded
     async def ReplicaFetch(self, request: pb.ReplicaFetchRequest, context):  # noqa: N802
         """A follower copying this leader (cluster credential only, lib/auth/rules.py)."""
-        if self.replication is None:
-            raise Unavailable("this broker does not serve replication")
         return await self.replication.fetch(request, self.run)
 
     @_guarded

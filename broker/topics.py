@@ -49,6 +49,7 @@ class TopicSpec:
     retention_bytes: int = 0
     max_message_bytes: int = 0
     topic_id: int = 0
+    min_insync_replicas: int = 1  # acks=all needs this many in-sync replicas
 
     def store_settings(self) -> tuple[str, int, int, int]:
         return (self.durability, self.retention_ms, self.retention_bytes, self.max_message_bytes)

@@ -142,6 +142,14 @@ class NotLeader(TubeqError):
     refresh_metadata = True
 
 
+class NotEnoughReplicas(TubeqError):
+    """acks=all refused: the partition has fewer in-sync replicas than its topic's
+    min_insync_replicas (nothing was stored; a retry may succeed once followers catch up)."""
+
+    code = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
 class NotEnoughBrokers(TubeqError):
     """No live broker can take the partitions (placement needs at least one that is not
     draining)."""

@@ -75,6 +75,10 @@ class ProducerConfig:
     request_timeout_ms: int = 30_000  # deadline of one Produce call and of master calls
     compression: str | None = None  # None or "zlib" (per record, only when it saves bytes)
     idempotent: bool = False  # broker deduplicates retried batches
+    # "1": a send is acknowledged once the partition's leader stored it; "all": once every
+    # in-sync replica did (refused with NotEnoughReplicas, and retried, while the ISR is
+    # below the topic's min_insync_replicas).
+    acks: str = "1"
     client_id: str = ""
     metadata_max_age_ms: int = 30_000  # routes are refreshed at least this often
 
@@ -89,6 +93,7 @@ class ProducerConfig:
             (self.retry_backoff_ms >= 0, "retry_backoff_ms must be >= 0"),
             (self.request_timeout_ms > 0, "request_timeout_ms must be > 0"),
             (self.compression in (None, "zlib"), "compression must be None or 'zlib'"),
+            (self.acks in ("1", "all"), f"acks must be '1' or 'all', got {self.acks!r}"),
             (self.metadata_max_age_ms > 0, "metadata_max_age_ms must be > 0"),
         ]
         for ok, message in checks:
@@ -118,7 +123,7 @@ class Producer(Closeable):
         self._sender = Sender(self._acc, self._routes, self._pool, retries=cfg.retries,
                               retry_backoff_s=cfg.retry_backoff_ms / 1000,
                               request_timeout_s=timeout_s, idempotent=cfg.idempotent,
-                              client_id=client_id)
+                              client_id=client_id, acks_all=cfg.acks == "all")
         self._zlib = cfg.compression == "zlib"
         self._named: set[str] = set()
         self._batch_bytes = cfg.batch_bytes

@@ -61,16 +61,19 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def produce_request(tp: TopicPartition, head: bytes, frames: bytes | bytearray) -> bytes:
+def produce_request(tp: TopicPartition, head: bytes, frames: bytes | bytearray,
+                    acks_all: bool = False) -> bytes:
     """A serialized ``ProduceRequest`` (topic = 1, partition = 2, batch = 3 is ``head`` +
-    ``frames``), built with one join: the protobuf message would copy a batch of up to 4 MiB
-    twice more (into the message, then out of it). tests/unit/test_producer_accumulator.py checks it
-    parses as the same message."""
+    ``frames``, acks_all = 4), built with one join: the protobuf message would copy a batch of
+    up to 4 MiB twice more (into the message, then out of it).
+    tests/unit/test_producer_accumulator.py checks it parses as the same message."""
     topic = tp.topic.encode()
     parts = [b"\x0a", _varint(len(topic)), topic]
     if tp.partition:
         parts += (b"\x10", _varint(tp.partition))
     parts += (b"\x1a", _varint(len(head) + len(frames)), head, frames)
+    if acks_all:
+        parts.append(b"\x20\x01")
     return b"".join(parts)
 
 
@@ -84,13 +87,14 @@ class Sender(threading.Thread):
 
     def __init__(self, acc: Accumulator, routes: RouteCache, pool: ChannelPool, *,
                  retries: int, retry_backoff_s: float, request_timeout_s: float,
-                 idempotent: bool, client_id: str) -> None:
+                 idempotent: bool, client_id: str, acks_all: bool = False) -> None:
         super().__init__(name=f"tubeq-producer-{client_id}", daemon=True)
         self.acc, self.routes, self.pool = acc, routes, pool
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_s = request_timeout_s
         self.idempotent = idempotent
+        self.acks_all = acks_all
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
             queue.SimpleQueue()
@@ -209,7 +213,7 @@ class Sender(threading.Thread):
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
                           producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
                           base_sequence=seq)
-        batch.payload = produce_request(batch.tp, head, batch.buf)
+        batch.payload = produce_request(batch.tp, head, batch.buf, self.acks_all)
         batch.buf = bytearray()  # the request holds the frames now: free the second copy
 
     def _stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:

@@ -181,3 +181,53 @@ def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(clu
         assert cluster.brokers[broker].stop() == 0
     one, two = (_copies(cluster, b, "fo", [0]) for b in (1, 2))
     assert len(one[0]) == 200 and one == two
+
+
+def test_acks_all_waits_for_the_isr_and_is_refused_below_min_insync(cluster_factory,
+                                                                     tmp_path):
+    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
+    master_conf.write_text("[master]\nreplication_preview = true\n")
+    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
+    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
+                              broker_args=["--config", str(broker_conf)])
+    with AdminClient(cluster.master_addresses) as admin:
+        leader = admin.create_topic("all", partitions=1, replication_factor=2,
+                                    min_insync_replicas=2).partitions[0].broker_id
+        follower = ({1, 2} - {leader}).pop()
+        with Producer(cluster.master_addresses, acks="all", idempotent=True) as producer:
+            acked = [producer.send("all", b"r%d" % i, partition=0) for i in range(50)]
+            producer.flush()
+            assert [f.result(10).offset for f in acked] == list(range(50))
+        cluster.brokers[follower].signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 20
+            while admin.describe_topic("all").partitions[0].isr != [leader] \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert admin.describe_topic("all").partitions[0].isr == [leader]
+            with Producer(cluster.master_addresses, acks="all", retries=0) as producer:
+                refused = producer.send("all", b"lonely", partition=0)
+                with pytest.raises(errors.NotEnoughReplicas, match=r"1 in-sync replica\(s\) "
+                                   r"\[\d\], the topic needs 2 \(min_insync_replicas\)"):
+                    refused.result(10)
+            with Producer(cluster.master_addresses) as producer:  # acks=1 still goes in
+                assert producer.send("all", b"leader-only", partition=0).result(10).offset == 50
+        finally:
+            cluster.brokers[follower].signal(signal.SIGCONT)
+
+
+def test_an_acks_all_send_is_answered_only_once_the_follower_holds_it(replicated):
+    with AdminClient(replicated.master_addresses) as admin:
+        leader = admin.create_topic("waits", partitions=1, replication_factor=2) \
+            .partitions[0].broker_id
+    follower = ({1, 2} - {leader}).pop()
+    with Producer(replicated.master_addresses, acks="all") as producer:
+        assert producer.send("waits", b"warm", partition=0).result(10).offset == 0
+        replicated.brokers[follower].signal(signal.SIGSTOP)  # still in the ISR (10 s lag)
+        try:
+            pending = producer.send("waits", b"held", partition=0)
+            time.sleep(1.0)
+            assert not pending.done(), "acks=all answered before the follower held the record"
+        finally:
+            replicated.brokers[follower].signal(signal.SIGCONT)
+        assert pending.result(15).offset == 1
