@@ -38,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
     p.add_argument("--admin-password-file", dest="admin_password_file",
                    help="the first admin's password, for a new cluster")
+    p.add_argument("--replication-preview", dest="replication_preview", action="store_true",
+                   default=None, help="let topics ask for replication_factor > 1 while "
+                                      "replication is being built (see the README)")
     add_server_args(p)
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -50,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
                       metrics_port=args.metrics_port, raft_port=args.raft_port,
                       raft_peers=args.raft_peers, auth=args.auth,
-                      admin_password_file=args.admin_password_file, **server_overrides(args))
+                      admin_password_file=args.admin_password_file,
+                      replication_preview=args.replication_preview, **server_overrides(args))
         master = Master(config).start()
     except TubeqError as err:
         event(log, "master.start_failed", logging.ERROR, error=err.message)
