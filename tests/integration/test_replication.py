@@ -231,3 +231,54 @@ def test_an_acks_all_send_is_answered_only_once_the_follower_holds_it(replicated
         finally:
             replicated.brokers[follower].signal(signal.SIGCONT)
         assert pending.result(15).offset == 1
+
+
+def test_a_returning_leader_truncates_its_divergent_tail_and_matches_the_new_leader(
+        cluster_factory, tmp_path):
+    master_conf = tmp_path / "master.toml"
+    master_conf.write_text("[master]\nreplication_preview = true\n"
+                           "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 3000\n")
+    cluster = cluster_factory(2, master_args=["--config", str(master_conf)])
+    with AdminClient(cluster.master_addresses) as admin:
+        old = admin.create_topic("div", partitions=1, replication_factor=2,
+                                 durability="sync").partitions[0].broker_id  # on disk at ack
+        heir = ({1, 2} - {old}).pop()
+        with Producer(cluster.master_addresses, acks="all") as producer:
+            for i in range(30):
+                producer.send("div", b"both-%d" % i, partition=0)
+            producer.flush()
+        cluster.brokers[heir].signal(signal.SIGSTOP)  # still in the ISR (10 s lag)
+        # A fetch it sent before stopping is answered into its socket: let that long-poll
+        # (500 ms) end empty, so what comes next is on the leader only.
+        time.sleep(1.0)
+        try:
+            with Producer(cluster.master_addresses) as producer:  # acks=1: only the leader
+                for i in range(40):
+                    producer.send("div", b"lost-%d" % i, partition=0)
+                producer.flush()
+            cluster.brokers[old].kill()
+        finally:
+            cluster.brokers[heir].signal(signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while admin.describe_topic("div").partitions[0].broker_id != heir \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert admin.describe_topic("div").partitions[0].leader_epoch == 2
+        with Producer(cluster.master_addresses) as producer:
+            for i in range(10):
+                producer.send("div", b"new-%d" % i, partition=0)
+            producer.flush()
+        cluster.start_broker(old)  # holds offsets 30..69 the new leader never had
+        deadline = time.monotonic() + 30
+        while sorted(admin.describe_topic("div").partitions[0].isr) != [1, 2] \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(admin.describe_topic("div").partitions[0].isr) == [1, 2]
+    for broker in (1, 2):
+        assert cluster.brokers[broker].stop() == 0
+    one, two = (_copies(cluster, b, "div", [0]) for b in (1, 2))
+    assert one == two
+    assert [r[2] for r in one[0]] == [b"both-%d" % i for i in range(30)] + \
+        [b"new-%d" % i for i in range(10)]
+    log = (cluster.brokers[old].data_dir / "log.txt").read_text()
+    assert '"replica.truncated"' in log, "the old leader's divergent tail was never cut"
