@@ -47,7 +47,8 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
         topic_id=s.topic_id, created_ms=desc.created_ms,
         partitions=[PartitionInfo(p.partition, p.broker_id, p.address, p.available,
                                   p.earliest, p.latest, p.disk_bytes, p.leader_epoch,
-                                  list(p.replicas), list(p.isr)) for p in parts],
+                                  list(p.replicas), list(p.isr), list(p.replica_lags))
+                    for p in parts],
         replication_factor=s.replication_factor or 1,
         min_insync_replicas=s.min_insync_replicas or 1,
     )

@@ -63,6 +63,7 @@ class PartitionInfo:
     leader_epoch: int = 0
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
+    replica_lags: list[int] = field(default_factory=list)  # per replica: offsets behind (-1: ?)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,19 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 
+def partition_health(topics: Mapping[str, dict[str, Any]],
+                     alive: Collection[int]) -> tuple[int, int]:
+    """(under-replicated, offline) partition counts: fewer in-sync replicas than replicas,
+    and no live leader (the metrics operators alert on)."""
+    live = set(alive)
+    under = offline = 0
+    for record in topics.values():
+        for p, leader in enumerate(record["placement"]):
+            under += len(record["isr"][p]) < len(record["replicas"][p])
+            offline += leader not in live
+    return under, offline
+
+
 def elections(topics: Mapping[str, dict[str, Any]],
               alive: Collection[int]) -> list[dict[str, Any]]:
     """The leader changes to make now for every partition whose leader is not alive."""

@@ -212,6 +212,11 @@ class Master:
         self.metrics.rebalances.labels(reason).inc()
         event(log, "group.rebalanced", group=group, reason=reason, generation=generation)
 
+    def _health(self) -> tuple[int, int]:
+        if not self.leadership.is_leader():
+            return 0, 0  # a standby has no live broker registry: the active one reports
+        return election.partition_health(self.state.topics(), self.registry.alive_ids())
+
     def _gauges(self) -> None:
         m = self.metrics
         m.gauge("tubeq_master_brokers_alive", "Brokers alive",
@@ -220,6 +225,12 @@ class Master:
         m.gauge("tubeq_master_groups_live", "Groups with live members",
                 lambda: len(self.groups.live_groups()))
         m.gauge("tubeq_master_epoch", "Leadership epoch (brokers' term)", lambda: self.epoch)
+        m.gauge("tubeq_master_partitions_under_replicated",
+                "Partitions with fewer in-sync replicas than replicas (active master)",
+                lambda: self._health()[0])
+        m.gauge("tubeq_master_partitions_offline",
+                "Partitions whose leader is not alive (active master)",
+                lambda: self._health()[1])
         m.gauge("tubeq_master_is_leader", "1 on the active master",
                 lambda: int(self.leadership.is_leader()))
         m.gauge("tubeq_master_raft_commit_index", "Raft commit index",

@@ -91,10 +91,21 @@ class TopicOps:
                 partition=route.partition, broker_id=route.broker_id, address=route.address,
                 available=route.available, earliest=earliest, latest=latest,
                 disk_bytes=-1 if stat is None else stat.disk_bytes,
-                leader_epoch=route.leader_epoch, replicas=route.replicas, isr=route.isr))
+                leader_epoch=route.leader_epoch, replicas=route.replicas, isr=route.isr,
+                replica_lags=self._lags(record["topic"], route, latest)))
         return apb.TopicDescription(
             topic=name, settings=settings.to_pb(record["settings"], record["topic_id"]),
             partitions=parts, created_ms=record["created_ms"])
+
+    def _lags(self, topic: str, route: mpb.PartitionRoute, latest: int) -> list[int]:
+        """Offsets each replica is behind the leader's ``latest``, from its own heartbeat
+        stats (a follower reports its copy's log end); -1 when either is unknown."""
+        lags = []
+        for b in route.replicas:
+            stat = self.registry.stat(b, topic, route.partition)
+            end = latest if b == route.broker_id else (-1 if stat is None else stat.latest)
+            lags.append(-1 if end < 0 or latest < 0 else max(0, latest - end))
+        return lags
 
     def _live_offsets(self, record: dict[str, Any]) -> dict[int, tuple[int, int]]:
         jobs = {}

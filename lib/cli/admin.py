@@ -34,9 +34,10 @@ def _topic_table(info) -> None:
     for key, value in d.items():
         click.echo(f"{key:<18} {value}")
     for part in parts:  # a list prints as "1,2,3" in its column
-        part.update({k: ",".join(map(str, part[k])) for k in ("replicas", "isr") if k in part})
+        part.update({k: ",".join(map(str, part[k])) for k in ("replicas", "isr", "replica_lags")
+                     if k in part})
     print_rows(parts, [c for c in ("partition", "broker_id", "address", "available",
-                                   "leader_epoch", "replicas", "isr",
+                                   "leader_epoch", "replicas", "isr", "replica_lags",
                                    "earliest", "latest", "disk_bytes")
                             if not parts or c in parts[0]])
 

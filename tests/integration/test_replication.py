@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.request
 
 import pytest
 
@@ -35,6 +36,12 @@ def _copies(cluster: Cluster, broker_id: int, topic: str, partitions: list[int])
         store.close()
 
 
+def _metrics(cluster: Cluster) -> str:
+    address = cluster.masters[0].info["metrics"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
 def _poll_all(consumer: PullConsumer, want: int, timeout: float) -> list:
     got, deadline = [], time.monotonic() + timeout
     while len(got) < want and time.monotonic() < deadline:
@@ -57,6 +64,13 @@ def test_followers_copy_their_leaders_byte_for_byte(replicated):
         consumer.assign([TopicPartition("copied", 0), TopicPartition("copied", 1)])
         got = _poll_all(consumer, 600, 20)  # only below the high watermark: followers fetched
     assert len(got) == 600
+    with AdminClient(replicated.master_addresses) as admin:  # followers report their copies
+        deadline = time.monotonic() + 15
+        while any(p.replica_lags != [0, 0] for p in admin.describe_topic("copied").partitions) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p.replica_lags for p in admin.describe_topic("copied").partitions] == \
+            [[0, 0], [0, 0]]
     for broker in (1, 2):
         assert replicated.brokers[broker].stop() == 0
     one, two = (_copies(replicated, b, "copied", [0, 1]) for b in (1, 2))
@@ -126,12 +140,15 @@ def test_a_stalled_follower_leaves_the_isr_and_comes_back_when_caught_up(cluster
                 got = _poll_all(consumer, 20, 20)
                 assert [r.value for r in got] == [b"m%d" % i for i in range(20)]
                 assert isr() == [leader]
+                assert "tubeq_master_partitions_under_replicated 1.0" in _metrics(cluster)
             finally:
                 cluster.brokers[follower].signal(signal.SIGCONT)
             deadline = time.monotonic() + 20
             while sorted(isr()) != [1, 2] and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert sorted(isr()) == [1, 2], "a caught-up follower rejoins the ISR"
+            assert "tubeq_master_partitions_under_replicated 0.0" in _metrics(cluster)
+            assert "tubeq_master_partitions_offline 0.0" in _metrics(cluster)
 
 
 def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(cluster_factory,

@@ -27,3 +27,11 @@ def test_only_in_sync_replicas_may_lead_and_offline_partitions_wait():
 
 def test_single_copy_partitions_are_left_alone():
     assert elections({"t": topic([1], [[1]], [[1]], [0])}, alive=[2]) == []
+
+
+def test_partition_health_counts_under_replicated_and_offline_partitions():
+    from master.election import partition_health
+    topics = {"a": topic([1, 2, 3], [[1, 2], [2, 3], [3, 1]], [[1, 2], [2], [3]], [1, 1, 1]),
+              "b": topic([4], [[4]], [[4]], [0])}
+    assert partition_health(topics, alive=[1, 2, 3]) == (2, 1)
+    assert partition_health(topics, alive=[1, 2, 3, 4]) == (2, 0)
