@@ -186,6 +186,23 @@ class MasterLink:
             event(log, "broker.policy", kind=field, version=message.version,
                   entries=len(entries))
 
+    def hand_off(self) -> None:
+        """Stopping cleanly: ask the master to move our leaderships to in-sync followers and
+        take us out of the ISRs, then adopt the new roles at once (one heartbeat), so clients
+        are sent to the new leaders instead of writing here. Best effort: a master that does
+        not answer leaves it to the broker timeout."""
+        if not self.registered.is_set():
+            return
+        try:
+            res = self.client.call(master_pb2_grpc.MasterStub, "BrokerShutdown",
+                                   mpb.BrokerShutdownRequest(broker_id=self.broker_id),
+                                   metadata=self._metadata)
+        except TubeqError as err:
+            event(log, "broker.handoff_failed", logging.WARNING, error=err.message)
+            return
+        event(log, "broker.handed_off", still_led=res.still_led)
+        self._heartbeat()
+
     def alter_isr(self, change: IsrChange) -> list[int]:
         """Ask the active master to record a partition's new ISR (we lead it); returns the
         ISR as recorded. TubeqError (Fenced: we no longer lead it) when it refuses."""

@@ -52,6 +52,7 @@ class _Followed:
     log_ends: dict[int, int] = field(default_factory=dict)  # replica id -> log end
     ends_then: dict[int, int] = field(default_factory=dict)  # our log end at its last fetch
     caught_up: dict[int, float] = field(default_factory=dict)  # replica id -> when
+    out_since: dict[int, float] = field(default_factory=dict)  # out of the ISR since when
     high_watermark: int = 0
 
 
@@ -166,8 +167,16 @@ class ReplicaLeader:
                 state = self._state(topic, p)
                 fresh = {b for b in role.replicas if b == self.broker_id
                          or now - state.caught_up.get(b, state.since) <= lag_max_s}
+                for b in role.replicas:
+                    if b in role.isr:
+                        state.out_since.pop(b, None)
+                    else:
+                        state.out_since.setdefault(b, now)
+                # Back in only after catching up since it left (a broker stopping cleanly
+                # left on its own and must not be taken back while it still looks fresh).
                 back = {b for b in fresh - set(role.isr)
-                        if b in state.caught_up and state.log_ends.get(b, -1) >= (hw or 0)}
+                        if state.caught_up.get(b, -1.0) > state.out_since[b]
+                        and state.log_ends.get(b, -1) >= (hw or 0)}
             isr = tuple(b for b in role.replicas if (b in role.isr and b in fresh) or b in back)
             if set(isr) != set(role.isr):
                 out.append(IsrChange(topic, self.topics.topic(topic).spec.topic_id, p,

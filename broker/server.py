@@ -200,9 +200,10 @@ class Broker:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self.link is not None:
-            self.link.stop()
         self.fetcher.stop()  # before the stores close: a copy in progress finishes
+        if self.link is not None:
+            self.link.hand_off()  # leaderships to in-sync followers first (clean shutdown)
+            self.link.stop()
         if self.server is not None:
             self._on_loop(self.health.enter_graceful_shutdown(), 5)
             grace = self.config.stop_grace_s

@@ -17,6 +17,23 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 
+def handoff(topics: Mapping[str, dict[str, Any]], broker: int,
+            alive: Collection[int]) -> list[dict[str, Any]]:
+    """Changes for a broker stopping cleanly: its leaderships go as if it were dead, and it
+    leaves the ISR of the partitions it follows (their high watermark must not wait for it)."""
+    others = set(alive) - {broker}
+    out = [c for c in elections(topics, others) if c["from_leader"] == broker]
+    for name, record in sorted(topics.items()):
+        for p, leader in enumerate(record["placement"]):
+            isr = record["isr"][p]
+            if leader != broker and leader in others and broker in isr:
+                epoch = record["leader_epochs"][p]
+                out.append({"topic": name, "topic_id": record["topic_id"], "partition": p,
+                            "leader": leader, "from_leader": leader, "from_epoch": epoch,
+                            "leader_epoch": epoch, "isr": [b for b in isr if b != broker]})
+    return out
+
+
 def partition_health(topics: Mapping[str, dict[str, Any]],
                      alive: Collection[int]) -> tuple[int, int]:
     """(under-replicated, offline) partition counts: fewer in-sync replicas than replicas,

@@ -7,6 +7,7 @@ broker's placements, deleted incarnations): a broker that missed one catches up 
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
 from lib.proto import security_pb2 as spb
-from master import security, settings
+from master import election, security, settings
 from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
@@ -158,6 +159,22 @@ class MasterService(master_pb2_grpc.MasterServicer):
         event(log, "partition.isr_changed", topic=request.topic, partition=request.partition,
               leader=request.broker_id, isr=list(request.isr))
         return mpb.AlterIsrResponse(isr=record["isr"][request.partition])
+
+    @guarded
+    def BrokerShutdown(self, request, context):  # noqa: N802
+        broker = request.broker_id
+        changes = election.handoff(self.state.topics(), broker, self.registry.alive_ids())
+        if changes:
+            applied = self.write({
+                "op": "elect_leaders", "time_ms": wall_ms(), "changes": changes,
+                "audit": {"principal": "controller", "peer": f"broker {broker}",
+                          "action": "broker_shutdown", "target": f"broker {broker}",
+                          "details": json.dumps(changes, sort_keys=True)[:4000]}})
+            event(log, "broker.handed_off", broker_id=broker, changes=len(applied))
+        still = sum(1 for record in self.state.topics().values()
+                    for p, leader in enumerate(record["placement"])
+                    if leader == broker and len(record["replicas"][p]) > 1)
+        return mpb.BrokerShutdownResponse(still_led=still)
 
     # -- clients -------------------------------------------------------------------------
 

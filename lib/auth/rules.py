@@ -83,6 +83,7 @@ RULES: dict[str, Rule] = {
     _M + "RegisterBroker": CLUSTER_ONLY,
     _M + "BrokerHeartbeat": CLUSTER_ONLY,
     _M + "AlterIsr": CLUSTER_ONLY,
+    _M + "BrokerShutdown": CLUSTER_ONLY,
     _M + "GetRoutes": needs(("describe", "topic", "topics")),
     _M + "JoinGroup": needs(("consume", "group", "group"), ("consume", "topic", "topics")),
     _M + "GroupHeartbeat": needs(("consume", "group", "group")),

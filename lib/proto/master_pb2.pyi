@@ -346,3 +346,15 @@ class AlterIsrResponse(_message.Message):
     ISR_FIELD_NUMBER: _ClassVar[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, isr: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BrokerShutdownRequest(_message.Message):
+    __slots__ = ("broker_id",)
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    def __init__(self, broker_id: _Optional[int] = ...) -> None: ...
+
+class BrokerShutdownResponse(_message.Message):
+    __slots__ = ("still_led",)
+    STILL_LED_FIELD_NUMBER: _ClassVar[int]
+    still_led: int
+    def __init__(self, still_led: _Optional[int] = ...) -> None: ...

@@ -69,6 +69,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.AlterIsrRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.AlterIsrResponse.FromString,
                 _registered_method=True)
+        self.BrokerShutdown = channel.unary_unary(
+                '/tubeq.master.Master/BrokerShutdown',
+                request_serializer=lib_dot_proto_dot_master__pb2.BrokerShutdownRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.BrokerShutdownResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -117,6 +122,14 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BrokerShutdown(self, request, context):
+        """A broker stopping cleanly hands its leaderships to in-sync followers and leaves the ISRs
+        first (Kafka's controlled shutdown), so its partitions never wait for its timeout.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +167,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.AlterIsr,
                     request_deserializer=lib_dot_proto_dot_master__pb2.AlterIsrRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.AlterIsrResponse.SerializeToString,
+            ),
+            'BrokerShutdown': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrokerShutdown,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.BrokerShutdownRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.BrokerShutdownResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -345,6 +363,33 @@ class Master:
             '/tubeq.master.Master/AlterIsr',
             lib_dot_proto_dot_master__pb2.AlterIsrRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.AlterIsrResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrokerShutdown(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/BrokerShutdown',
+            lib_dot_proto_dot_master__pb2.BrokerShutdownRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.BrokerShutdownResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -299,3 +299,18 @@ def test_a_returning_leader_truncates_its_divergent_tail_and_matches_the_new_lea
         [b"new-%d" % i for i in range(10)]
     log = (cluster.brokers[old].data_dir / "log.txt").read_text()
     assert '"replica.truncated"' in log, "the old leader's divergent tail was never cut"
+
+
+def test_a_broker_stopping_cleanly_hands_its_leaderships_off_first(replicated):
+    with AdminClient(replicated.master_addresses) as admin:
+        old = admin.create_topic("handoff", partitions=1, replication_factor=2) \
+            .partitions[0].broker_id
+        heir = ({1, 2} - {old}).pop()
+        with Producer(replicated.master_addresses, acks="all") as producer:
+            assert producer.send("handoff", b"before", partition=0).result(10).offset == 0
+            assert replicated.brokers[old].stop() == 0  # SIGTERM: a clean stop
+            now = admin.describe_topic("handoff").partitions[0]
+            # Already moved when the process is gone: no wait for the 6 s broker timeout.
+            assert (now.broker_id, now.leader_epoch, now.isr) == (heir, 2, [heir])
+            assert producer.send("handoff", b"after", partition=0).result(10).offset == 1
+        assert any(e.action == "broker_shutdown" for e in admin.audit_log(limit=20))

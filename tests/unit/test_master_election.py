@@ -35,3 +35,14 @@ def test_partition_health_counts_under_replicated_and_offline_partitions():
               "b": topic([4], [[4]], [[4]], [0])}
     assert partition_health(topics, alive=[1, 2, 3]) == (2, 1)
     assert partition_health(topics, alive=[1, 2, 3, 4]) == (2, 0)
+
+
+def test_a_broker_stopping_cleanly_gives_up_its_leaderships_and_isr_places():
+    from master.election import handoff
+    topics = {"t": topic([1, 2, 1], [[1, 2], [2, 1], [1, 3]], [[1, 2], [2, 1], [1]],
+                         [3, 1, 1])}
+    changes = handoff(topics, 1, alive=[1, 2, 3])
+    assert [(c["partition"], c["leader"], c["leader_epoch"], c["isr"]) for c in changes] == [
+        (0, 2, 4, [2]),  # led by 1: moves, next epoch
+        (1, 2, 1, [2]),  # followed by 1: it leaves the ISR, same leader and epoch
+    ], "partition 2 has no other in-sync replica: it stays with broker 1"
