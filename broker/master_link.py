@@ -45,6 +45,9 @@ def specs_of(topics) -> dict[str, TopicSpec]:
             for name, s in topics.items()}
 
 
+HANDOFF_TIMEOUT_S = 3.0  # a clean stop waits at most this long for the master
+
+
 def role_of(placement) -> PartitionRole:
     """Our plain PartitionRole for a placement that names its replica set."""
     return PartitionRole(leader=placement.leader, leader_epoch=placement.leader_epoch,
@@ -191,12 +194,13 @@ class MasterLink:
         take us out of the ISRs, then adopt the new roles at once (one heartbeat), so clients
         are sent to the new leaders instead of writing here. Best effort: a master that does
         not answer leaves it to the broker timeout."""
-        if not self.registered.is_set():
-            return
+        if not self.registered.is_set() or not (self.topics.leading()
+                                                 or self.topics.followed()):
+            return  # nothing replicated here: nothing to hand off
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "BrokerShutdown",
                                    mpb.BrokerShutdownRequest(broker_id=self.broker_id),
-                                   metadata=self._metadata)
+                                   timeout=HANDOFF_TIMEOUT_S, metadata=self._metadata)
         except TubeqError as err:
             event(log, "broker.handoff_failed", logging.WARNING, error=err.message)
             return
