@@ -93,20 +93,18 @@ class ReplicaLeader:
         role = self.topics.role(topic, partition)
         if role is None or not role.replicated:
             return None
-        with self._lock:
-            state = self._parts.get((topic, partition))
-            known = state.high_watermark if state is not None else 0
-        return self._advance(topic, partition, known)
+        return self._advance(topic, partition)
 
-    def _advance(self, topic: str, partition: int, known: int) -> int:
-        """Recompute the high watermark from the ISR's log ends; it only moves forward."""
+    def _advance(self, topic: str, partition: int) -> int:
+        """Recompute the high watermark from the ISR's log ends; within one leadership it
+        only moves forward (a new leader epoch starts from what its ISR holds now)."""
         role = self.topics.role(topic, partition)
         store = self.topics.replica_store(topic, partition)
         with self._lock:
             state = self._state(topic, partition)
             ends = [store.latest(partition)]
             ends += [state.log_ends.get(b, 0) for b in role.isr if b != self.broker_id]
-            state.high_watermark = max(state.high_watermark, known, min(ends))
+            state.high_watermark = max(state.high_watermark, min(ends))
             return state.high_watermark
 
     def _follower_at(self, topic: str, partition: int, replica: int, log_end: int,
@@ -122,7 +120,7 @@ class ReplicaLeader:
             state.log_ends[replica] = log_end
             state.ends_then[replica] = our_end
             before = state.high_watermark
-        return self._advance(topic, partition, before) != before
+        return self._advance(topic, partition) != before
 
     def check_acks_all(self, topic: str, partition: int) -> None:
         """Refuse an acks=all produce up front while the ISR is below the topic's
@@ -189,7 +187,7 @@ class ReplicaLeader:
         if self.topics.set_isr(change.topic, change.partition, change.leader_epoch, isr):
             with self._lock:
                 before = self._state(change.topic, change.partition).high_watermark
-            if self._advance(change.topic, change.partition, before) != before:
+            if self._advance(change.topic, change.partition) != before:
                 self.topics.notify(change.topic)
 
     async def fetch(self, req: pb.ReplicaFetchRequest, run) -> pb.ReplicaFetchResponse:
