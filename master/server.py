@@ -98,6 +98,7 @@ class Master:
         self.address = ""
         self.metrics_address = ""
         self._stopped = threading.Event()
+        self._elected_for: tuple = ()  # (live brokers, applied index) of the last election
         self._watcher = threading.Thread(target=self._watch_leadership, daemon=True,
                                          name="master-leadership")
 
@@ -150,8 +151,13 @@ class Master:
         only, and not while brokers may still be re-registering after a failover)."""
         if not self.leadership.is_leader() or self.groups.in_grace():
             return
-        changes = election.elections(self.state.topics(), self.registry.alive_ids())
+        alive = self.registry.alive_ids()
+        seen = (tuple(alive), self.state.applied_index)
+        if seen == self._elected_for:
+            return  # nothing changed since the last look: no walk over every partition
+        changes = election.elections(self.state.topics(), alive)
         if not changes:
+            self._elected_for = seen
             return
         try:
             applied = self.write({
