@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 
 from broker.metrics import BrokerMetrics
@@ -67,6 +68,7 @@ class MasterLink:
         self.broker_id = broker_id
         self.address = address
         self.rack = rack
+        self.incarnation = uuid.uuid4().hex  # this process: the master tells restarts apart
         self.topics = topics
         self.metrics = metrics
         metrics.watch_space(topics.space)  # the disk the heartbeat reports, also on /metrics
@@ -108,7 +110,7 @@ class MasterLink:
 
     def _register(self) -> bool:
         req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address,
-                                        rack=self.rack)
+                                        rack=self.rack, incarnation=self.incarnation)
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "RegisterBroker", req,
                                    metadata=self._metadata)

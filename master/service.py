@@ -52,10 +52,15 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @guarded
     def RegisterBroker(self, request, context):  # noqa: N802
-        self.registry.register(request.broker_id, request.address, request.rack)
-        if self.state.brokers().get(request.broker_id) != request.address:
-            self.write({"op": "register_broker", "time_ms": wall_ms(),
-                              "broker_id": request.broker_id, "address": request.address})
+        broker = request.broker_id
+        self.registry.register(broker, request.address, request.rack)
+        known = self.state.incarnation(broker)
+        if self.state.brokers().get(broker) != request.address or \
+                known != request.incarnation:
+            self.write({"op": "register_broker", "time_ms": wall_ms(), "broker_id": broker,
+                        "address": request.address, "incarnation": request.incarnation})
+        if known and request.incarnation and known != request.incarnation:
+            self._move_off(broker, "broker_restarted")  # before it is sent any placement
         topics, placements = self._desired(request.broker_id)
         return mpb.RegisterBrokerResponse(
             term=self.term, topics=topics, placements=placements,
@@ -163,18 +168,25 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @guarded
     def BrokerShutdown(self, request, context):  # noqa: N802
         broker = request.broker_id
-        changes = election.handoff(self.state.topics(), broker, self.registry.alive_ids())
-        if changes:
-            applied = self.write({
-                "op": "elect_leaders", "time_ms": wall_ms(), "changes": changes,
-                "audit": {"principal": "controller", "peer": f"broker {broker}",
-                          "action": "broker_shutdown", "target": f"broker {broker}",
-                          "details": json.dumps(changes, sort_keys=True)[:4000]}})
-            event(log, "broker.handed_off", broker_id=broker, changes=len(applied))
+        self._move_off(broker, "broker_shutdown")
         still = sum(1 for record in self.state.topics().values()
                     for p, leader in enumerate(record["placement"])
                     if leader == broker and len(record["replicas"][p]) > 1)
         return mpb.BrokerShutdownResponse(still_led=still)
+
+    def _move_off(self, broker: int, action: str) -> None:
+        """Its leaderships to in-sync followers and it out of the ISRs (master/election.py
+        handoff): a broker stopping cleanly, or one that restarted (a crash may have cost it
+        the unflushed tail its followers hold: it must not lead them back over it)."""
+        changes = election.handoff(self.state.topics(), broker, self.registry.alive_ids())
+        if not changes:
+            return
+        applied = self.write({
+            "op": "elect_leaders", "time_ms": wall_ms(), "changes": changes,
+            "audit": {"principal": "controller", "peer": f"broker {broker}", "action": action,
+                      "target": f"broker {broker}",
+                      "details": json.dumps(changes, sort_keys=True)[:4000]}})
+        event(log, "broker.moved_off", broker_id=broker, reason=action, changes=len(applied))
 
     # -- clients -------------------------------------------------------------------------
 

@@ -147,6 +147,8 @@ class MetaState:
         self._groups: dict[str, dict[str, Any]] = self._read_all("groups")
         brokers = self._read_all("brokers")
         self._brokers: dict[int, str] = {int(k): v["address"] for k, v in brokers.items()}
+        self._incarnations: dict[int, str] = {int(k): v.get("incarnation", "")
+                                              for k, v in brokers.items()}
         self._draining: frozenset[int] = frozenset(int(k) for k, v in brokers.items()
                                                    if v.get("draining"))
         self._applied: dict[str, int] = self._meta("applied") or {"index": 0, "term": 0}
@@ -191,6 +193,10 @@ class MetaState:
     def brokers(self) -> dict[int, str]:
         """broker id -> last registered address, for every broker ever registered."""
         return dict(self._brokers)
+
+    def incarnation(self, broker_id: int) -> str:
+        """The process incarnation the broker last registered with ("" unknown)."""
+        return self._incarnations.get(broker_id, "")
 
     def draining(self) -> frozenset[int]:
         """Ids of the brokers an admin drained: no new partition goes there."""
@@ -312,9 +318,11 @@ class MetaState:
         key = str(bid).encode()
         raw = txn.get(key, db=self._db["brokers"])
         old = {} if raw is None else _load(raw)  # keeps "draining" across a new address
-        txn.put(key, _dump({**old, "address": address, "time_ms": cmd["time_ms"]}),
-                db=self._db["brokers"])
-        staged.append(lambda: self._brokers.__setitem__(bid, address))
+        incarnation = str(cmd.get("incarnation", old.get("incarnation", "")))
+        txn.put(key, _dump({**old, "address": address, "time_ms": cmd["time_ms"],
+                            "incarnation": incarnation}), db=self._db["brokers"])
+        staged.append(lambda: (self._brokers.__setitem__(bid, address),
+                               self._incarnations.__setitem__(bid, incarnation)))
 
     def _set_draining(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         txn, staged = ctx

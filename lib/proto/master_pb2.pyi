@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("broker_id", "address", "rack")
+    __slots__ = ("broker_id", "address", "rack", "incarnation")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     rack: str
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class TopicSettings(_message.Message):
     __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id", "replication_factor", "min_insync_replicas")

@@ -314,3 +314,38 @@ def test_a_broker_stopping_cleanly_hands_its_leaderships_off_first(replicated):
             assert (now.broker_id, now.leader_epoch, now.isr) == (heir, 2, [heir])
             assert producer.send("handoff", b"after", partition=0).result(10).offset == 1
         assert any(e.action == "broker_shutdown" for e in admin.audit_log(limit=20))
+
+
+def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(cluster_factory,
+                                                                           tmp_path):
+    """The cluster up supervisor restarts a crashed broker within a second, long before the
+    master's broker timeout. An async leader's crash costs it the tail still in its cache,
+    which its follower holds (acks=all): it must not lead the follower back over it."""
+    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
+    master_conf.write_text("[master]\nreplication_preview = true\n")  # 6 s broker timeout
+    broker_conf.write_text("[broker.store]\ncache_flush_interval_ms = 60000\n")
+    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
+                              broker_args=["--config", str(broker_conf)])
+    with AdminClient(cluster.master_addresses) as admin:
+        old = admin.create_topic("crash", partitions=1, replication_factor=2) \
+            .partitions[0].broker_id
+        heir = ({1, 2} - {old}).pop()
+        with Producer(cluster.master_addresses, acks="all") as producer:
+            acked = [producer.send("crash", b"r%d" % i, partition=0) for i in range(30)]
+            producer.flush()
+            assert [f.result(10).offset for f in acked] == list(range(30))
+        cluster.brokers[old].kill()  # the 30 records were only in its cache block
+        cluster.start_broker(old)  # back at once, with a new incarnation
+        deadline = time.monotonic() + 10
+        while admin.describe_topic("crash").partitions[0].broker_id != heir \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        now = admin.describe_topic("crash").partitions[0]
+        assert (now.broker_id, now.leader_epoch) == (heir, 2)
+        # Moved when it registered again, not by the broker timeout.
+        assert [e.action for e in admin.audit_log(limit=20)
+                if e.action in ("broker_restarted", "elect_leaders")] == ["broker_restarted"]
+        with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("crash", 0)])
+            got = _poll_all(consumer, 30, 20)
+        assert [r.value for r in got] == [b"r%d" % i for i in range(30)]

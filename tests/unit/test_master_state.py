@@ -258,3 +258,16 @@ def test_elected_leaders_apply_unless_computed_from_a_stale_epoch(state):
         ([2, 2], [2, 1], [[2, 3], [2, 3, 1]])
     assert state.apply({"op": "elect_leaders", "time_ms": 3, "changes": [change]}) == [], \
         "the same election again is stale"
+
+
+def test_a_brokers_incarnation_is_remembered_across_reopen(tmp_path):
+    s = MetaState(tmp_path / "m")
+    s.apply({"op": "register_broker", "time_ms": 1, "broker_id": 3, "address": "h:1",
+             "incarnation": "first"})
+    s.apply({"op": "register_broker", "time_ms": 2, "broker_id": 4, "address": "h:2"})
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert (s.incarnation(3), s.incarnation(4), s.incarnation(5)) == ("first", "", "")
+    s.apply({"op": "register_broker", "time_ms": 3, "broker_id": 3, "address": "h:9"})
+    assert s.incarnation(3) == "first", "a command without one keeps the last"
+    s.close()
