@@ -1,0 +1,161 @@
+"""Replication benchmark: what copies cost, and how long a leader's failure stops clients.
+
+    .venv/bin/python -m load.bench_replication [--messages 100000] [--rounds 3] [--tries 3]
+
+Starts 1 master (``replication_preview``) and 3 brokers as real processes on 127.0.0.1
+(``tests/cluster.py``). Throughput: one producer sends ``--messages`` records of 1 KiB to a
+topic of 3 partitions with one copy, with three copies and acks=1, and with three copies and
+acks=all, interleaved for ``--rounds`` rounds; the medians are compared in the same run (the
+issue's targets: acks=1 at >= 0.8 and acks=all at >= 0.5 of one copy). Failover: a producer
+(acks=all) and a consumer move data through a 3-copy partition while its leader's broker is
+SIGKILLed ``--tries`` times (restarted after each); the longest gap between acknowledged sends
+and between received records around each kill is the time clients stood still. Prints one
+JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from lib.admin import AdminClient
+from lib.consumer.pull import PullConsumer
+from lib.producer.producer import Producer
+from lib.types import TopicPartition
+from load import stop_on_sigterm, wait_served
+from load.bench_failover import Pulse
+
+VALUE = b"x" * 1024
+SETUPS = {"rf1": (1, "1"), "rf3_acks1": (3, "1"), "rf3_acks_all": (3, "all")}
+
+
+def throughput(masters: str, topic: str, acks: str, messages: int) -> float:
+    with Producer(masters, acks=acks) as producer:
+        wait_served(producer, [topic])
+        start = time.perf_counter()
+        for _ in range(messages):
+            producer.send(topic, VALUE)
+        producer.flush()
+        return messages / (time.perf_counter() - start)
+
+
+def produce(masters: str, stop: threading.Event, pulse: Pulse) -> None:
+    with Producer(masters, acks="all", linger_ms=1, retries=100,
+                  request_timeout_ms=10_000) as producer:
+        while not stop.is_set():
+            try:
+                producer.send("bench-failover", VALUE, partition=0).result(60)
+                pulse.beat()
+            except Exception:  # noqa: BLE001 - a failed send is a gap, not the end
+                time.sleep(0.05)
+            time.sleep(0.005)
+
+
+def consume(masters: str, stop: threading.Event, pulse: Pulse) -> None:
+    with PullConsumer(masters, auto_offset_reset="latest") as consumer:
+        consumer.assign([TopicPartition("bench-failover", 0)])
+        while not stop.is_set():
+            try:
+                if consumer.poll(1000, timeout=0.2):
+                    pulse.beat()
+            except Exception:  # noqa: BLE001 - routes refresh; keep reading
+                time.sleep(0.05)
+
+
+def failovers(cluster, admin: AdminClient, tries: int) -> dict:
+    admin.create_topic("bench-failover", partitions=1, replication_factor=3)
+    masters = cluster.master_addresses
+    stop = threading.Event()
+    sends, receives = Pulse(), Pulse()
+    workers = [threading.Thread(target=produce, args=(masters, stop, sends)),
+               threading.Thread(target=consume, args=(masters, stop, receives))]
+    for w in workers:
+        w.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (sends.times and receives.times) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        windows = []
+        for _ in range(tries):
+            time.sleep(1)
+            victim = admin.describe_topic("bench-failover").partitions[0].broker_id
+            start = time.monotonic()
+            cluster.brokers[victim].kill()
+            deadline = time.monotonic() + 60
+            while admin.describe_topic("bench-failover").partitions[0].broker_id == victim \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(3)  # clients resume after the election: keep watching a while
+            windows.append((start, time.monotonic()))
+            cluster.start_broker(victim)
+            time.sleep(2)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(60)
+    produce_gaps = [sends.longest_gap(a, b) for a, b in windows]
+    consume_gaps = [receives.longest_gap(a, b) for a, b in windows]
+    return {"tries": tries,
+            "produce_gap_s": [round(g, 3) for g in produce_gaps],
+            "consume_gap_s": [round(g, 3) for g in consume_gaps],
+            "produce_gap_median_s": round(statistics.median(produce_gaps), 3),
+            "consume_gap_median_s": round(statistics.median(consume_gaps), 3)}
+
+
+def run(messages: int, rounds: int, tries: int) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.cluster import Cluster  # the same process handling the tests use
+
+    root = Path(tempfile.mkdtemp(prefix="tubeq-replication-"))
+    conf = root / "master.toml"
+    conf.write_text("[master]\nreplication_preview = true\n")
+    cluster = Cluster(root / "c", master_args=["--config", str(conf)])
+    try:
+        cluster.start(brokers=3)
+        cluster.use_admin_env()  # auth is on: clients log in as the admin
+        masters = cluster.master_addresses
+        rates: dict[str, list[float]] = {name: [] for name in SETUPS}
+        with AdminClient(masters, timeout=30) as admin:
+            for name, (copies, _) in SETUPS.items():
+                admin.create_topic(f"bench-{name}", partitions=3, replication_factor=copies)
+            for _ in range(rounds):
+                for name, (_, acks) in SETUPS.items():
+                    rates[name].append(throughput(masters, f"bench-{name}", acks, messages))
+            failover = failovers(cluster, admin, tries) if tries else {}
+        median = {name: statistics.median(r) for name, r in rates.items()}
+        return {
+            "messages": messages, "value_bytes": len(VALUE), "rounds": rounds,
+            "msgs_per_s": {name: [round(r) for r in rs] for name, rs in rates.items()},
+            "median_msgs_per_s": {name: round(m) for name, m in median.items()},
+            "rf3_acks1_of_rf1": round(median["rf3_acks1"] / median["rf1"], 3),
+            "rf3_acks_all_of_rf1": round(median["rf3_acks_all"] / median["rf1"], 3),
+            "failover": failover,
+            "targets": {"rf3_acks1_of_rf1": 0.8, "rf3_acks_all_of_rf1": 0.5,
+                        "failover_median_s": 3},
+        }
+    finally:
+        cluster.stop_all()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m load.bench_replication", description=__doc__)
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tries", type=int, default=3)
+    args = p.parse_args(argv)
+    if args.messages < 1 or args.rounds < 1 or args.tries < 0:
+        p.error("--messages and --rounds must be >= 1, --tries >= 0")
+    stop_on_sigterm()
+    print(json.dumps(run(args.messages, args.rounds, args.tries), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""load/bench_replication runs end to end (a master and three brokers as processes) and prints
+one well-formed JSON object. Throughput is not asserted: benchmarks are not timed tests."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_quick_run_reports_every_setup_and_a_failover(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "load.bench_replication", "--messages", "300",
+                           "--rounds", "1", "--tries", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert set(out["median_msgs_per_s"]) == {"rf1", "rf3_acks1", "rf3_acks_all"}
+    assert all(rate > 0 for rate in out["median_msgs_per_s"].values())
+    assert out["rf3_acks1_of_rf1"] > 0 and out["rf3_acks_all_of_rf1"] > 0
+    failover = out["failover"]
+    assert failover["tries"] == 1 and len(failover["produce_gap_s"]) == 1
+    assert failover["produce_gap_median_s"] > 0 and failover["consume_gap_median_s"] > 0
+    assert not list(tmp_path.iterdir())  # the cluster's files are gone with it
+
+
+def test_bad_counts_are_refused_with_the_rule():
+    proc = subprocess.run([sys.executable, "-m", "load.bench_replication", "--rounds", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--messages and --rounds must be >= 1" in proc.stderr
