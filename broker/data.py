@@ -155,7 +155,7 @@ class DataPlane:
         return pb.ProduceResponse(base_offset=base, last_offset=last)
 
     def _append_once(self, store: Store, topic: str, partition: int, view: BatchView,
-                     wait: bool, epoch: int) -> tuple[tuple[int, int] | None, bool]:
+                     wait: bool, leader_epoch: int) -> tuple[tuple[int, int] | None, bool]:
         """An idempotent producer's batch: appended unless it is a retry already stored
         (then its stored offsets and False)."""
         pid, epoch, seq, count = (view.producer_id, view.producer_epoch, view.base_sequence,
@@ -167,7 +167,7 @@ class DataPlane:
             dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
             if dup is not None:
                 return (dup[0], dup[1]), False
-            got = store.append(partition, view, wait, leader_epoch=epoch)
+            got = store.append(partition, view, wait, leader_epoch=leader_epoch)
             if got is not None:
                 self.dedup.record(pid, epoch, seq, count, topic, partition, *got)
             return got, True

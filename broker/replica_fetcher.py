@@ -22,6 +22,7 @@ import time
 import grpc
 import numpy as np
 
+from broker.dedup import Appended, Dedup, ProducerBatch
 from broker.topics import PartitionRole, TopicManager
 from lib.auth.server import cluster_header
 from lib.errors import TubeqError
@@ -44,8 +45,9 @@ class ReplicaFetcher:
     """Starts and ends one :class:`_LeaderLoop` per leader address with followed partitions."""
 
     def __init__(self, topics: TopicManager, broker_id: int, cluster_secret: str = "",
-                 tls: Tls | None = None) -> None:
+                 tls: Tls | None = None, dedup: Dedup | None = None) -> None:
         self.topics, self.broker_id = topics, broker_id
+        self.dedup = dedup or Dedup()  # the windows copied with the records
         self._metadata = cluster_header(cluster_secret)
         self._tls = tls
         self._stop = threading.Event()
@@ -80,6 +82,8 @@ class _LeaderLoop(threading.Thread):
         super().__init__(name=f"replica-from-{address}", daemon=True)
         self.owner, self.address = owner, address
         self._complained: set[tuple[str, int, str]] = set()
+        # (topic, partition, leader epoch) whose producer windows came whole from the leader
+        self._synced: set[tuple[str, int, int]] = set()
 
     def run(self) -> None:
         owner = self.owner
@@ -116,36 +120,47 @@ class _LeaderLoop(threading.Thread):
         for topic, p, role in parts:
             store = owner.topics.replica_store(topic, p)
             epochs = store.leader_epochs(p)
-            stores[(topic, p)] = store
+            key = (topic, p, role.leader_epoch)
+            stores[(topic, p)] = store, key
             asked.append(pb.ReplicaFetchPartition(
                 topic=topic, partition=p, topic_id=owner.topics.topic(topic).spec.topic_id,
                 fetch_offset=store.latest(p), leader_epoch=role.leader_epoch,
-                last_fetched_epoch=epochs[-1][0] if epochs else 0))
-        max_bytes = min(s.config.max_batch_bytes for s in stores.values())
+                last_fetched_epoch=epochs[-1][0] if epochs else 0,
+                producer_state=key not in self._synced))
+        max_bytes = min(s.config.max_batch_bytes for s, _ in stores.values())
         response = stub.ReplicaFetch(
             pb.ReplicaFetchRequest(replica_id=owner.broker_id, partitions=asked,
                                    max_wait_ms=MAX_WAIT_MS, max_bytes=max_bytes),
             timeout=MAX_WAIT_MS / 1e3 + 5, metadata=owner._metadata)
         for data in response.partitions:
-            store = stores.get((data.topic, data.partition))
-            if store is not None:
-                self._apply(store, data)
+            held = stores.get((data.topic, data.partition))
+            if held is not None:
+                self._apply(*held, data)
 
-    def _apply(self, store: Store, data: pb.ReplicaFetchData) -> None:
-        p = data.partition
+    def _apply(self, store: Store, key: tuple[str, int, int], data: pb.ReplicaFetchData
+               ) -> None:
+        p, dedup = data.partition, self.owner.dedup
         if data.diverging_end_offset >= 0:
             to = max(min(data.diverging_end_offset, store.latest(p)), store.earliest(p))
             event(log, "replica.truncated", topic=data.topic, partition=p,
                   from_offset=store.latest(p), to_offset=to)
             store.truncate(p, to)
+            dedup.truncate(data.topic, p, to)
         elif data.error_code == "OFFSET_OUT_OF_RANGE" and data.log_start > store.latest(p):
             event(log, "replica.reset", topic=data.topic, partition=p,
                   from_offset=store.latest(p), to_offset=data.log_start)
             store.reset(p, data.log_start)
+            dedup.truncate(data.topic, p, -1)
         elif data.error_code:
             self._complain(data)
-        elif data.frames:
-            append_copied(store, p, data)
+        else:
+            if data.frames:
+                append_copied(store, p, data)
+            whole = key not in self._synced
+            dedup.adopt(data.topic, p, producer_batches(data), replace=whole)
+            self._synced.add(key)
+            return
+        self._synced.discard(key)  # what the leader remembers is asked for again
 
     def _complain(self, data: pb.ReplicaFetchData) -> None:
         """Log a refused partition once per kind of refusal (every round would flood)."""
@@ -155,6 +170,14 @@ class _LeaderLoop(threading.Thread):
             event(log, "replica.refused", logging.WARNING, topic=data.topic,
                   partition=data.partition, leader=self.address, code=data.error_code,
                   error=data.error_message)
+
+
+def producer_batches(data: pb.ReplicaFetchData) -> list[ProducerBatch]:
+    """The idempotent producer batches a leader listed, as broker/dedup.py keeps them."""
+    return [ProducerBatch(b.producer_id, b.producer_epoch,
+                          Appended(b.base_sequence, b.count, b.base_offset,
+                                   b.base_offset + b.count - 1))
+            for b in data.producer_batches]
 
 
 def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData) -> None:

@@ -18,8 +18,14 @@ earliest offset is told so (OFFSET_OUT_OF_RANGE with ``log_start``) and restarts
 previous fetch) for ``replica_lag_max_ms`` leaves the ISR, and comes back once it holds the
 high watermark and is caught up again; the leader asks the master (:meth:`isr_changes`,
 AlterIsr), which records the change in the Raft state only from the current leader at its
-current epoch. Known limit: a leader's log with holes (offsets lost to damage,
-storage/recovery.py) stops replication at the first hole.
+current epoch.
+
+**Idempotent producers**: each answer lists the producer batches (broker/dedup.py) its records
+complete, or with ``producer_state`` every one remembered below their end, so a follower that
+becomes leader answers a retry the way this broker would have.
+
+Known limit: a leader's log with holes (offsets lost to damage, storage/recovery.py) stops
+replication at the first hole.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from broker.dedup import Dedup
 from broker.topics import TopicManager
 from lib.errors import (
     Fenced,
@@ -68,10 +75,11 @@ class IsrChange:
 class ReplicaLeader:
     """Follower positions and high watermarks of the partitions this broker leads."""
 
-    def __init__(self, topics: TopicManager, broker_id: int,
+    def __init__(self, topics: TopicManager, broker_id: int, dedup: Dedup | None = None,
                  clock=time.monotonic) -> None:
         self.topics = topics
         self.broker_id = broker_id
+        self.dedup = dedup  # idempotent producers' windows, listed to followers
         self._clock = clock
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], _Followed] = {}
@@ -256,8 +264,16 @@ class ReplicaLeader:
         if self._follower_at(topic, partition, replica, offset, reply.log_end):
             self.topics.notify(topic)  # consumers waiting at the old high watermark
         reply.high_watermark = self.high_watermark(topic, partition) or 0
+        end = offset
         if offset < reply.log_end:
-            self._add_records(reply, store, partition, offset, max_bytes)
+            end = self._add_records(reply, store, partition, offset, max_bytes)
+        if self.dedup is not None:
+            for b in self.dedup.remembered(topic, partition, -1 if p.producer_state else offset,
+                                           end):
+                reply.producer_batches.add(
+                    producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                    base_sequence=b.batch.base_sequence, count=b.batch.count,
+                    base_offset=b.batch.base_offset)
         return reply
 
     @staticmethod
@@ -275,14 +291,15 @@ class ReplicaLeader:
 
     @staticmethod
     def _add_records(reply: pb.ReplicaFetchData, store, partition: int, offset: int,
-                     max_bytes: int) -> None:
-        """The frames from ``offset`` on (a run of consecutive offsets) and their epochs."""
+                     max_bytes: int) -> int:
+        """The frames from ``offset`` on (a run of consecutive offsets) and their epochs;
+        returns the offset after the last frame added."""
         res = store.read(partition, offset, max_bytes)
         expected = np.arange(offset, offset + len(res.offsets))
         in_order = res.offsets == expected
         dense = len(expected) if in_order.all() else int(np.argmin(in_order))
         if dense == 0:
-            return  # a hole at the fetch offset (damaged records): see the module docstring
+            return offset  # a hole at the fetch offset (damaged records): module docstring
         sizes = res.sizes[:dense]
         reply.base_offset = offset
         reply.frames = res.frames[:int(sizes.sum(dtype=np.int64))]
@@ -293,3 +310,4 @@ class ReplicaLeader:
         for epoch, start in epochs[first if first is not None else 0:]:
             if start < end:
                 reply.epochs.add(epoch=epoch, start_offset=max(start, offset))
+        return end

@@ -299,20 +299,22 @@ class SinkAbortResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ReplicaFetchPartition(_message.Message):
-    __slots__ = ("topic", "partition", "topic_id", "fetch_offset", "leader_epoch", "last_fetched_epoch")
+    __slots__ = ("topic", "partition", "topic_id", "fetch_offset", "leader_epoch", "last_fetched_epoch", "producer_state")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_STATE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     topic_id: int
     fetch_offset: int
     leader_epoch: int
     last_fetched_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
+    producer_state: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., producer_state: _Optional[bool] = ...) -> None: ...
 
 class ReplicaFetchRequest(_message.Message):
     __slots__ = ("replica_id", "partitions", "max_wait_ms", "max_bytes")
@@ -335,7 +337,7 @@ class EpochStart(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchData(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -348,6 +350,7 @@ class ReplicaFetchData(_message.Message):
     SIZES_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_BATCHES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: str
@@ -360,7 +363,22 @@ class ReplicaFetchData(_message.Message):
     sizes: bytes
     epochs: _containers.RepeatedCompositeFieldContainer[EpochStart]
     diverging_end_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ...) -> None: ...
+    producer_batches: _containers.RepeatedCompositeFieldContainer[ProducerBatch]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ...) -> None: ...
+
+class ProducerBatch(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "base_sequence", "count", "base_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+    base_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., count: _Optional[int] = ..., base_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
     __slots__ = ("partitions",)

@@ -1,0 +1,104 @@
+"""An idempotent producer's retry after a leader change, on real broker processes: the new
+leader answers it with the offsets the old one gave, instead of appending it a second time.
+
+The batches are sent raw (one ProduceRequest each, sent again byte for byte), as a producer's
+retry does after its leader died before the acknowledgement reached it."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lib import errors
+from lib.admin import AdminClient
+from lib.proto import broker_pb2 as pb
+from lib.proto import broker_pb2_grpc
+from lib.records import Record, encode_batch
+from lib.rpc import invoke
+
+PID = 77
+
+
+@pytest.fixture
+def cluster(cluster_factory, tmp_path):
+    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
+    master_conf.write_text("[master]\nreplication_preview = true\n"
+                           "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 2000\n")
+    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
+    return cluster_factory(2, master_args=["--config", str(master_conf)],
+                           broker_args=["--config", str(broker_conf)])
+
+
+def batch(seq: int, n: int) -> pb.ProduceRequest:
+    return pb.ProduceRequest(topic="idem", partition=0, acks_all=True, batch=encode_batch(
+        [Record(b"seq-%d" % (seq + i)) for i in range(n)], producer_id=PID, producer_epoch=0,
+        base_sequence=seq))
+
+
+def send(cluster, broker: int, request: pb.ProduceRequest) -> tuple[int, int]:
+    with cluster.channel(cluster.brokers[broker].address) as channel:
+        r = invoke(broker_pb2_grpc.BrokerStub(channel).Produce, request, 15)
+    return r.base_offset, r.last_offset
+
+
+def log_end(cluster, broker: int) -> int:
+    with cluster.channel(cluster.brokers[broker].address) as channel:
+        r = invoke(broker_pb2_grpc.BrokerStub(channel).ListOffsets,
+                   pb.ListOffsetsRequest(topic="idem", partitions=[0]), 15)
+    return r.partitions[0].latest
+
+
+def wait_until(check, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def leads(cluster, broker: int) -> bool:
+    try:
+        log_end(cluster, broker)
+        return True
+    except (errors.UnknownTopic, errors.PartitionNotHosted):
+        return False
+
+
+def test_a_retry_after_a_leader_change_is_answered_not_appended_again(cluster):
+    with AdminClient(cluster.master_addresses) as admin:
+        first = admin.create_topic("idem", partitions=1, replication_factor=2).partitions[0]
+
+        def leader() -> int:
+            return admin.describe_topic("idem").partitions[0].broker_id
+
+        def isr() -> list[int]:
+            return sorted(admin.describe_topic("idem").partitions[0].isr)
+
+        old, heir = first.broker_id, ({1, 2} - {first.broker_id}).pop()
+        wait_until(lambda: leads(cluster, old), "the leader to host the partition")
+        # acks=all: answered once the follower holds the records, and so their producer batch
+        a, b = batch(0, 3), batch(3, 2)
+        assert send(cluster, old, a) == (0, 2)
+        assert send(cluster, old, b) == (3, 4)
+
+        cluster.brokers[old].kill()  # as if it died before its answer to b reached us
+        wait_until(lambda: leader() == heir and leads(cluster, heir), "the follower to take over")
+        b.acks_all = a.acks_all = False  # the ISR is the new leader alone
+        assert send(cluster, heir, b) == (3, 4), "the retry gets the offsets it was given"
+        assert send(cluster, heir, a) == (0, 2)
+        assert log_end(cluster, heir) == 5, "nothing was appended twice"
+        with pytest.raises(errors.OutOfOrderSequence, match="expected 5"):
+            send(cluster, heir, batch(6, 1))  # the new leader knows where the sequence is
+        c = batch(5, 1)
+        assert send(cluster, heir, c) == (5, 5)
+
+        # The old leader comes back (its windows lost with its process), copies from the new
+        # one and becomes the leader again: it learnt the windows from its leader.
+        cluster.start_broker(old)
+        wait_until(lambda: isr() == [1, 2], "the old leader to catch up")
+        cluster.brokers[heir].kill()
+        wait_until(lambda: leader() == old and leads(cluster, old),
+                   "the old leader to take over again")
+        assert send(cluster, old, c) == (5, 5)
+        assert send(cluster, old, b) == (3, 4)
+        assert log_end(cluster, old) == 6
+        assert send(cluster, old, batch(6, 1)) == (6, 6)
