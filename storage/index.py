@@ -37,6 +37,10 @@ class IndexLog(SegmentedLog):
         # Record bytes summed per segment as base -> (first, last, total): a sealed segment is
         # read once, the active one only past what was summed before (see record_bytes).
         self._tally: dict[int, tuple[int, int, int]] = {}
+        # Odd while a cut (truncate, reset) runs, bumped again after it: a reader whose pread
+        # came back short, and who started during a cut or saw this move, raced the cut
+        # (OffsetOutOfRange), it did not read a damaged file.
+        self._cuts = 0
 
     def append(self, entries: np.ndarray) -> None:
         """Write entries at the end (rolling segments at ``max_entries``).
@@ -57,6 +61,7 @@ class IndexLog(SegmentedLog):
 
     def read(self, first: int, last: int) -> np.ndarray:
         """Entries for offsets [first, last); the caller keeps the range inside [start, end)."""
+        cuts = self._cuts
         parts = []
         segs = self._list.segs
         if segs and first < segs[0].base:
@@ -67,12 +72,22 @@ class IndexLog(SegmentedLog):
             seg = segs[i]
             stop = min(last, seg.end)
             if stop > first:
-                parts.append(_read_segment(seg, first, stop))
+                got = _read_segment(seg, first, stop)
+                if got is None:
+                    raise self._short(seg, first, cuts)
+                parts.append(got)
                 first = stop
             i += 1
         if not parts:
             return np.empty(0, INDEX_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _short(self, seg: Segment, first: int, cuts: int) -> OffsetOutOfRange | CorruptRecord:
+        """What a short read of ``seg`` means: a cut raced it, or the file is damaged."""
+        if cuts % 2 or self._cuts != cuts:
+            return OffsetOutOfRange(f"offset {first} was truncated away while being read",
+                                    offset=first, earliest=self.start, latest=self.end)
+        return CorruptRecord(f"index {seg.path} is shorter than its entry count")
 
     def record_bytes(self, first: int, last: int) -> int:
         """Bytes the records of offsets [first, last) take in the data log.
@@ -91,7 +106,11 @@ class IndexLog(SegmentedLog):
             if was_lo != lo or was_hi > hi:
                 was_hi, summed = lo, 0
             if hi > was_hi:
-                summed += int(_read_segment(seg, was_hi, hi)["size"].sum(dtype=np.uint64))
+                got = _read_segment(seg, was_hi, hi)
+                if got is None:  # cut meanwhile: counted again on the next call
+                    self._tally.pop(seg.base, None)
+                    continue
+                summed += int(got["size"].sum(dtype=np.uint64))
             self._tally[seg.base] = (lo, hi, summed)
             total += summed
         live = {seg.base for seg in self._list.segs}
@@ -108,18 +127,22 @@ class IndexLog(SegmentedLog):
         Recovery (alone) closes their fds at once; a live store truncating a partition
         passes ``keep_fds``: readers may still hold them (``SegmentList.drop_newest``).
         """
-        self._tally.clear()
-        segs = self._list
-        while segs.segs and segs.segs[-1].base >= end:
-            segs.drop_newest(keep_fds)
-        if not segs.segs:
-            segs.empty_end = end
-            return
-        seg = segs.segs[-1]
-        keep = end - seg.base
-        if keep < seg.length:
-            os.ftruncate(seg.fd, keep * ENTRY)
-            seg.length = keep
+        self._cuts += 1
+        try:
+            self._tally.clear()
+            segs = self._list
+            while segs.segs and segs.segs[-1].base >= end:
+                segs.drop_newest(keep_fds)
+            if not segs.segs:
+                segs.empty_end = end
+                return
+            seg = segs.segs[-1]
+            keep = end - seg.base
+            if keep < seg.length:
+                os.ftruncate(seg.fd, keep * ENTRY)
+                seg.length = keep
+        finally:
+            self._cuts += 1
 
     def sanitize_tail(self, data_end: int) -> None:
         """Cut the last segment at the first entry that is out of order or past ``data_end``.
@@ -157,10 +180,14 @@ class IndexLog(SegmentedLog):
     def reset(self, base: int, keep_fds: bool = False) -> None:
         """Forget every entry and continue at ``base`` (recovery found no valid entry, or a
         store reset the partition: ``keep_fds`` as in :meth:`truncate`)."""
-        self._tally.clear()
-        while self._list.segs:
-            self._list.drop_newest(keep_fds)
-        self._list.empty_end = base
+        self._cuts += 1
+        try:
+            self._tally.clear()
+            while self._list.segs:
+                self._list.drop_newest(keep_fds)
+            self._list.empty_end = base
+        finally:
+            self._cuts += 1
         fsync_dir(self.dir)
 
     def keep_end(self) -> None:
@@ -186,12 +213,13 @@ class IndexLog(SegmentedLog):
             os.fsync(seg.fd)
 
 
-def _read_segment(seg: Segment, first: int, stop: int) -> np.ndarray:
-    """Entries [first, stop) of one segment (the caller keeps them inside it)."""
+def _read_segment(seg: Segment, first: int, stop: int) -> np.ndarray | None:
+    """Entries [first, stop) of one segment (the caller keeps them inside it); None when the
+    file holds fewer (the caller says why)."""
     want = (stop - first) * ENTRY
     raw = os.pread(seg.fd, want, (first - seg.base) * ENTRY)
     if len(raw) != want:
-        raise CorruptRecord(f"index {seg.path} is shorter than its entry count")
+        return None
     return np.frombuffer(raw, INDEX_DTYPE)
 
 
