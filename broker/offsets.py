@@ -4,11 +4,19 @@ Committed offsets live in the broker's LMDB :class:`storage.offsets.OffsetStore`
 the in-memory :class:`broker.claims.ClaimTable`. One lock covers a claim check together with
 the offset read or write it guards, so "claim, then read" and "check, then write" are atomic
 with respect to each other: once a new owner has read the offsets, no older commit lands.
+
+Replication: a partition's leader numbers the commits (and resets) of its partitions in memory
+(a version per partition, under an incarnation drawn per process), and each ReplicaFetch answer
+carries the groups' offsets committed since the version the follower names
+(:meth:`OffsetsPlane.changes`; every group's when it names another incarnation). The follower
+stores them as they are, so a new leader serves the groups' offsets.
 """
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from broker.claims import ClaimTable
 from broker.term import TermWatermark
@@ -16,9 +24,26 @@ from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
-from storage.offsets import OffsetStore
+from storage.offsets import CommittedOffset, OffsetStore
 
 MAX_REPORTED = 500  # (group, topic) pairs per heartbeat: bounds its size after a restart
+
+
+@dataclass
+class _Versions:
+    """One partition's commit numbering: its latest version and each group's last change."""
+
+    version: int = 0
+    groups: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OffsetChanges:
+    """What a follower lacks of a partition's committed offsets, and the version it is at."""
+
+    offsets: dict[str, CommittedOffset]
+    incarnation: int
+    version: int
 
 
 class OffsetsPlane:
@@ -32,6 +57,8 @@ class OffsetsPlane:
         # may not have them yet: recording is idempotent), then each new one.
         self._unreported: set[tuple[str, str]] = store.group_topics()
         self._reported: set[tuple[str, str]] = set()
+        self.incarnation = random.randrange(1, 1 << 62)  # versions of another process differ
+        self._versions: dict[tuple[str, int], _Versions] = {}
 
     def commit(self, req: pb.CommitOffsetsRequest) -> pb.CommitOffsetsResponse:
         group = check_name(req.group, "group")
@@ -40,9 +67,58 @@ class OffsetsPlane:
             self.claims.check_commit(group, req.topic, rows, req.member_id, req.generation)
             if rows:
                 self.store.commit(group, req.topic, rows)
+                self._changed(group, req.topic, rows)
                 if (group, req.topic) not in self._reported:
                     self._unreported.add((group, req.topic))
+        self._tell_followers(req.topic, rows)
         return pb.CommitOffsetsResponse()
+
+    def _changed(self, group: str, topic: str, partitions: Iterable[int]) -> None:
+        """Number a commit (the lock held)."""
+        for p in partitions:
+            v = self._versions.setdefault((topic, p), _Versions())
+            v.version += 1
+            v.groups[group] = v.version
+
+    def _tell_followers(self, topic: str, partitions: Iterable[int]) -> None:
+        """Wake the followers' waiting fetches of a replicated partition."""
+        roles = (self.topics.role(topic, p) for p in partitions)
+        if any(r is not None and r.replicated for r in roles):
+            self.topics.notify(topic)
+
+    def version(self, topic: str, partition: int) -> int:
+        """How many commits this process numbered on the partition so far."""
+        with self._lock:
+            v = self._versions.get((topic, partition))
+            return 0 if v is None else v.version
+
+    def changes(self, topic: str, partition: int, incarnation: int, version: int
+                ) -> OffsetChanges:
+        """The groups' offsets of a partition committed here after ``version`` of this
+        process (``incarnation``); every group's when the follower names another process."""
+        with self._lock:
+            v = self._versions.get((topic, partition), _Versions())
+            if incarnation == self.incarnation and version >= v.version:
+                return OffsetChanges({}, self.incarnation, v.version)
+            if incarnation == self.incarnation:
+                groups = [g for g, at in v.groups.items() if at > version]
+                got = {g: c for g in groups
+                       if (c := self.store.fetch(g, topic, [partition]).get(partition))}
+            else:
+                got = self.store.partition_offsets(topic, partition)
+            return OffsetChanges(got, self.incarnation, v.version)
+
+    def store_copies(self, topic: str, partition: int,
+                     offsets: dict[str, CommittedOffset]) -> None:
+        """A follower: store the offsets its leader's groups committed."""
+        if not offsets:
+            return
+        with self._lock:
+            self.store.store_copies(topic, partition, offsets)
+            for group in offsets:  # numbered too: should this broker lead next
+                self._changed(group, topic, [partition])
+                if (group, topic) not in self._reported:
+                    self._unreported.add((group, topic))
 
     def unreported(self, limit: int = MAX_REPORTED) -> list[tuple[str, str]]:
         """Up to ``limit`` (group, topic) pairs the master has not acknowledged yet."""
@@ -80,7 +156,9 @@ class OffsetsPlane:
         with self._lock:
             if rows:
                 self.store.commit(group, req.topic, rows)
+                self._changed(group, req.topic, rows)
             self.claims.clear(group, req.topic, rows)
+        self._tell_followers(req.topic, rows)
         return pb.ResetOffsetsResponse()
 
     def report_again(self) -> None:

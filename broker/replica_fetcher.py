@@ -23,6 +23,7 @@ import grpc
 import numpy as np
 
 from broker.dedup import Appended, Dedup, ProducerBatch
+from broker.offsets import OffsetsPlane
 from broker.topics import PartitionRole, TopicManager
 from lib.auth.server import cluster_header
 from lib.errors import TubeqError
@@ -32,6 +33,7 @@ from lib.proto import broker_pb2_grpc
 from lib.records import BatchView, frame_columns
 from lib.rpc import channel
 from lib.tls import Tls
+from storage.offsets import CommittedOffset
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -45,9 +47,11 @@ class ReplicaFetcher:
     """Starts and ends one :class:`_LeaderLoop` per leader address with followed partitions."""
 
     def __init__(self, topics: TopicManager, broker_id: int, cluster_secret: str = "",
-                 tls: Tls | None = None, dedup: Dedup | None = None) -> None:
+                 tls: Tls | None = None, dedup: Dedup | None = None,
+                 offsets: OffsetsPlane | None = None) -> None:
         self.topics, self.broker_id = topics, broker_id
         self.dedup = dedup or Dedup()  # the windows copied with the records
+        self.offsets = offsets  # where the groups' copied offsets go
         self._metadata = cluster_header(cluster_secret)
         self._tls = tls
         self._stop = threading.Event()
@@ -84,6 +88,8 @@ class _LeaderLoop(threading.Thread):
         self._complained: set[tuple[str, int, str]] = set()
         # (topic, partition, leader epoch) whose producer windows came whole from the leader
         self._synced: set[tuple[str, int, int]] = set()
+        # (topic, partition) -> (incarnation, version) of the leader's offsets held here
+        self._offsets_at: dict[tuple[str, int], tuple[int, int]] = {}
 
     def run(self) -> None:
         owner = self.owner
@@ -122,7 +128,9 @@ class _LeaderLoop(threading.Thread):
             epochs = store.leader_epochs(p)
             key = (topic, p, role.leader_epoch)
             stores[(topic, p)] = store, key
+            incarnation, version = self._offsets_at.get((topic, p), (0, 0))
             asked.append(pb.ReplicaFetchPartition(
+                offsets_incarnation=incarnation, offsets_version=version,
                 topic=topic, partition=p, topic_id=owner.topics.topic(topic).spec.topic_id,
                 fetch_offset=store.latest(p), leader_epoch=role.leader_epoch,
                 last_fetched_epoch=epochs[-1][0] if epochs else 0,
@@ -159,8 +167,19 @@ class _LeaderLoop(threading.Thread):
             whole = key not in self._synced
             dedup.adopt(data.topic, p, producer_batches(data), replace=whole)
             self._synced.add(key)
+            self._copy_offsets(data)
             return
         self._synced.discard(key)  # what the leader remembers is asked for again
+
+    def _copy_offsets(self, data: pb.ReplicaFetchData) -> None:
+        """Store the groups' offsets the leader sent; name its version next time."""
+        if self.owner.offsets is None or not data.offsets_incarnation:
+            return
+        self.owner.offsets.store_copies(data.topic, data.partition, {
+            g.group: CommittedOffset(g.offset, bytes(g.metadata), g.commit_time_ms)
+            for g in data.group_offsets})
+        self._offsets_at[(data.topic, data.partition)] = (data.offsets_incarnation,
+                                                          data.offsets_version)
 
     def _complain(self, data: pb.ReplicaFetchData) -> None:
         """Log a refused partition once per kind of refusal (every round would flood)."""

@@ -20,6 +20,9 @@ high watermark and is caught up again; the leader asks the master (:meth:`isr_ch
 AlterIsr), which records the change in the Raft state only from the current leader at its
 current epoch.
 
+**Consumer offsets**: each answer carries the groups' offsets committed on the partition since
+the version the follower names (broker/offsets.py), so a new leader serves them.
+
 **Idempotent producers**: each answer lists the producer batches (broker/dedup.py) its records
 complete, or with ``producer_state`` every one remembered below their end, so a follower that
 becomes leader answers a retry the way this broker would have.
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from broker.dedup import Dedup
+from broker.offsets import OffsetsPlane
 from broker.topics import TopicManager
 from lib.errors import (
     Fenced,
@@ -60,6 +64,8 @@ class _Followed:
     ends_then: dict[int, int] = field(default_factory=dict)  # our log end at its last fetch
     caught_up: dict[int, float] = field(default_factory=dict)  # replica id -> when
     out_since: dict[int, float] = field(default_factory=dict)  # out of the ISR since when
+    # replica id -> (incarnation, version) of our committed offsets it holds (broker/offsets.py)
+    offsets_at: dict[int, tuple[int, int]] = field(default_factory=dict)
     high_watermark: int = 0
 
 
@@ -76,10 +82,11 @@ class ReplicaLeader:
     """Follower positions and high watermarks of the partitions this broker leads."""
 
     def __init__(self, topics: TopicManager, broker_id: int, dedup: Dedup | None = None,
-                 clock=time.monotonic) -> None:
+                 offsets: OffsetsPlane | None = None, clock=time.monotonic) -> None:
         self.topics = topics
         self.broker_id = broker_id
         self.dedup = dedup  # idempotent producers' windows, listed to followers
+        self.offsets = offsets  # groups' committed offsets, sent to followers
         self._clock = clock
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], _Followed] = {}
@@ -162,6 +169,50 @@ class ReplicaLeader:
                     topic=topic, partition=partition)
             await signal.wait_async(seen, left)
 
+    async def offsets_replicated(self, topic: str, partitions: list[int],
+                                 timeout: float) -> None:
+        """Return once every in-sync follower holds the groups' offsets committed here so far
+        on ``partitions`` (a commit is answered only then, as Kafka's acks=all offset
+        commits are); RequestTimedOut after ``timeout`` seconds (the commit stays stored)."""
+        if self.offsets is None:
+            return
+        targets = {p: self.offsets.version(topic, p) for p in set(partitions)}
+        signal = self.topics.signal(topic)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = signal.version
+            behind = [p for p, v in targets.items() if not self._offsets_held(topic, p, v)]
+            if not behind:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0 or signal.closed:
+                raise RequestTimedOut(
+                    f"offset commit on {topic} partitions {sorted(behind)} was stored by the "
+                    f"leader but not by every in-sync replica within {timeout:.1f} s",
+                    topic=topic)
+            await signal.wait_async(seen, min(left, 0.5))  # an ISR change does not signal
+
+    def _offsets_held(self, topic: str, partition: int, version: int) -> bool:
+        role = self.topics.role(topic, partition)
+        if role is None or not role.replicated or role.leader != self.broker_id:
+            return True
+        ours = self.offsets.incarnation
+        with self._lock:
+            at = self._state(topic, partition).offsets_at
+            held = [at.get(b, (0, 0)) for b in role.isr if b != self.broker_id]
+        return all(incarnation == ours and v >= version for incarnation, v in held)
+
+    def _follower_offsets_at(self, topic: str, partition: int, replica: int,
+                             p: pb.ReplicaFetchPartition) -> None:
+        """Record which of our committed offsets a follower holds; wake commits waiting."""
+        at = (p.offsets_incarnation, p.offsets_version)
+        with self._lock:
+            state = self._state(topic, partition)
+            moved = state.offsets_at.get(replica) != at
+            state.offsets_at[replica] = at
+        if moved:
+            self.topics.notify(topic)
+
     def isr_changes(self, lag_max_s: float) -> list[IsrChange]:
         """The ISR each led replicated partition should have now: followers not caught up
         for ``lag_max_s`` leave it; ones out of it that hold the high watermark and are
@@ -208,7 +259,8 @@ class ReplicaLeader:
             seen = {t: s.version for t, s in signals.items()}
             parts = await run(self._read_all, req)
             left = deadline - time.monotonic()
-            if any(d.frames or d.error_code or d.diverging_end_offset >= 0 for d in parts) \
+            if any(d.frames or d.error_code or d.diverging_end_offset >= 0 or d.group_offsets
+                   for d in parts) \
                     or left <= 0 or not signals:
                 return pb.ReplicaFetchResponse(partitions=parts)
             waits = [asyncio.ensure_future(s.wait_async(seen[t], left))
@@ -274,7 +326,19 @@ class ReplicaLeader:
                     producer_id=b.producer_id, producer_epoch=b.producer_epoch,
                     base_sequence=b.batch.base_sequence, count=b.batch.count,
                     base_offset=b.batch.base_offset)
+        if self.offsets is not None:
+            self._follower_offsets_at(topic, partition, replica, p)
+            self._add_offsets(reply, p)
         return reply
+
+    def _add_offsets(self, reply: pb.ReplicaFetchData, p: pb.ReplicaFetchPartition) -> None:
+        """The groups' offsets committed since the follower's version (broker/offsets.py)."""
+        got = self.offsets.changes(p.topic, p.partition, p.offsets_incarnation,
+                                   p.offsets_version)
+        reply.offsets_incarnation, reply.offsets_version = got.incarnation, got.version
+        for group, c in sorted(got.offsets.items()):
+            reply.group_offsets.add(group=group, offset=c.offset, metadata=c.metadata,
+                                    commit_time_ms=c.commit_time_ms)
 
     @staticmethod
     def _diverging_end(store, partition: int, p: pb.ReplicaFetchPartition) -> int | None:

@@ -86,7 +86,8 @@ class Broker:
         self.executor = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rpc")
         self.sinks = SinkPlane(self.topics, self.offset_store, config.sink_staging_bytes,
                                config.sink_staging_ttl_s, self._appended)
-        self.replication = ReplicaLeader(self.topics, config.broker_id, self.dedup)
+        self.replication = ReplicaLeader(self.topics, config.broker_id, self.dedup,
+                                         self.offsets)
         self.service = BrokerService(
             DataPlane(config, self.topics, self.dedup, self.metrics, self.replication),
             self.offsets,
@@ -94,7 +95,8 @@ class Broker:
             self.metrics, self.executor, self.sinks, self.replication, self.quotas)
         self.fetcher = ReplicaFetcher(self.topics, config.broker_id,
                                       config.resolved_cluster_secret,
-                                      server_tls(config).as_client(), self.dedup)
+                                      server_tls(config).as_client(), self.dedup,
+                                      self.offsets)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None

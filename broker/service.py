@@ -20,7 +20,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -74,12 +74,13 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _in_executor(rpc: str, plane: str, method: str,
-                 charged: Callable[[Any, Any], tuple[str, int]] | None = None
-                 ) -> Callable[..., Any]:
+                 charged: Callable[[Any, Any], tuple[str, int]] | None = None,
+                 then: Callable[..., Awaitable[None]] | None = None) -> Callable[..., Any]:
     """The handler of unary ``rpc``: check the topic name, run ``self.<plane>.<method>`` in
     the executor, under :func:`_guarded`. ``charged(request, response)``: (direction, bytes)
     the call costs the caller's quota; its clients know no throttle field, so the broker
-    paces them itself, as it paces push streams: the answer waits out the throttle."""
+    paces them itself, as it paces push streams: the answer waits out the throttle.
+    ``then(self, request, context)`` is awaited before the answer."""
     async def handler(self: BrokerService, request: Any, context: grpc.aio.ServicerContext
                       ) -> Any:
         check_name(request.topic)
@@ -89,6 +90,8 @@ def _in_executor(rpc: str, plane: str, method: str,
             principal = current_access.get().quota_principal
             quotas.admit(charged(request, None)[0], principal)
         response = await self.run(getattr(getattr(self, plane), method), request)
+        if then is not None:
+            await then(self, request, context)
         if metered:
             direction, size = charged(request, response)
             wait_ms = quotas.charge(direction, principal, "", size)
@@ -111,6 +114,18 @@ def _may_produce() -> Callable[[str], None]:
 
 
 ACKS_ALL_WAIT_S = 30.0  # the longest an acks=all produce waits for the ISR (else its deadline)
+
+
+def _wait_budget(context: grpc.aio.ServicerContext) -> float:
+    """How long a call may wait for its ISR: its deadline (less 50 ms), at most 30 s."""
+    left = context.time_remaining()
+    return ACKS_ALL_WAIT_S if left is None else max(0.0, min(left - 0.05, ACKS_ALL_WAIT_S))
+
+
+async def _offsets_replicated(self: BrokerService, request: Any, context) -> None:
+    """A commit (or reset) of a replicated partition is answered once its ISR holds it."""
+    await self.replication.offsets_replicated(
+        request.topic, [oc.partition for oc in request.offsets], _wait_budget(context))
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
@@ -136,9 +151,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ListOffsets = _in_executor("ListOffsets", "data", "list_offsets")
     QueryMessages = _in_executor("QueryMessages", "data", "query", lambda request, response: (
         "consume", len(response.frames) if response is not None else 0))
-    CommitOffsets = _in_executor("CommitOffsets", "offsets", "commit")
+    CommitOffsets = _in_executor("CommitOffsets", "offsets", "commit",
+                                 then=_offsets_replicated)
     FetchOffsets = _in_executor("FetchOffsets", "offsets", "fetch")
-    ResetOffsets = _in_executor("ResetOffsets", "offsets", "reset")
+    ResetOffsets = _in_executor("ResetOffsets", "offsets", "reset", then=_offsets_replicated)
     SinkStage = _in_executor("SinkStage", "sinks", "stage", lambda request, response: (
         "produce", len(request.batch)))
 
@@ -159,10 +175,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except WouldBlock as later:
             response = await self.run(self.data.produce, request, True, later.view)
         if request.acks_all:
-            left = context.time_remaining()
-            await self.replication.replicated(
-                request.topic, request.partition, response.last_offset + 1,
-                ACKS_ALL_WAIT_S if left is None else max(0.0, min(left - 0.05, ACKS_ALL_WAIT_S)))
+            await self.replication.replicated(request.topic, request.partition,
+                                              response.last_offset + 1, _wait_budget(context))
         if metered:
             response.throttle_ms = quotas.charge("produce", principal, "", len(request.batch))
         return response

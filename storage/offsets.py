@@ -68,6 +68,30 @@ class OffsetStore:
             for key, val in rows:
                 txn.put(key, val)
 
+    def store_copies(self, topic: str, partition: int,
+                     offsets: Mapping[str, CommittedOffset]) -> None:
+        """Store groups' offsets of one partition as its leader committed them (commit times
+        kept), atomically: a follower's copy (broker/replica_fetcher.py)."""
+        rows = []
+        for group, c in offsets.items():
+            _check(partition, c.offset, c.metadata)
+            rows.append((_prefix(group, topic) + _PART.pack(partition),
+                         _VALUE.pack(c.offset, c.commit_time_ms) + c.metadata))
+        with self._write() as txn:
+            for key, val in rows:
+                txn.put(key, val)
+
+    def partition_offsets(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
+        """Every group's committed offset of one partition (a scan of every key: for the
+        rare whole copy a new follower takes)."""
+        suffix = b"\x00" + check_name(topic).encode() + b"\x00" + _PART.pack(partition)
+        out: dict[str, CommittedOffset] = {}
+        with self._read() as txn:
+            for key, raw in txn.cursor():
+                if not key.startswith(b"\x01") and key.endswith(suffix):
+                    out[key[:-len(suffix)].decode()] = _decode(raw)
+        return out
+
     def fetch(self, group: str, topic: str,
               partitions: list[int] | None = None) -> dict[int, CommittedOffset]:
         """Committed offsets of ``group`` on ``topic`` (all partitions, or the listed ones)."""

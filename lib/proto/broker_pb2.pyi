@@ -299,7 +299,7 @@ class SinkAbortResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ReplicaFetchPartition(_message.Message):
-    __slots__ = ("topic", "partition", "topic_id", "fetch_offset", "leader_epoch", "last_fetched_epoch", "producer_state")
+    __slots__ = ("topic", "partition", "topic_id", "fetch_offset", "leader_epoch", "last_fetched_epoch", "producer_state", "offsets_incarnation", "offsets_version")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -307,6 +307,8 @@ class ReplicaFetchPartition(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_STATE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_VERSION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     topic_id: int
@@ -314,7 +316,9 @@ class ReplicaFetchPartition(_message.Message):
     leader_epoch: int
     last_fetched_epoch: int
     producer_state: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., producer_state: _Optional[bool] = ...) -> None: ...
+    offsets_incarnation: int
+    offsets_version: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., producer_state: _Optional[bool] = ..., offsets_incarnation: _Optional[int] = ..., offsets_version: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchRequest(_message.Message):
     __slots__ = ("replica_id", "partitions", "max_wait_ms", "max_bytes")
@@ -337,7 +341,7 @@ class EpochStart(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchData(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches", "group_offsets", "offsets_incarnation", "offsets_version")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -351,6 +355,9 @@ class ReplicaFetchData(_message.Message):
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_VERSION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: str
@@ -364,7 +371,22 @@ class ReplicaFetchData(_message.Message):
     epochs: _containers.RepeatedCompositeFieldContainer[EpochStart]
     diverging_end_offset: int
     producer_batches: _containers.RepeatedCompositeFieldContainer[ProducerBatch]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ...) -> None: ...
+    group_offsets: _containers.RepeatedCompositeFieldContainer[GroupOffset]
+    offsets_incarnation: int
+    offsets_version: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ..., group_offsets: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ..., offsets_incarnation: _Optional[int] = ..., offsets_version: _Optional[int] = ...) -> None: ...
+
+class GroupOffset(_message.Message):
+    __slots__ = ("group", "offset", "metadata", "commit_time_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    offset: int
+    metadata: bytes
+    commit_time_ms: int
+    def __init__(self, group: _Optional[str] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_time_ms: _Optional[int] = ...) -> None: ...
 
 class ProducerBatch(_message.Message):
     __slots__ = ("producer_id", "producer_epoch", "base_sequence", "count", "base_offset")

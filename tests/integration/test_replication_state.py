@@ -1,8 +1,11 @@
-"""An idempotent producer's retry after a leader change, on real broker processes: the new
-leader answers it with the offsets the old one gave, instead of appending it a second time.
+"""What moves to the new leader besides the records, on real broker processes:
 
-The batches are sent raw (one ProduceRequest each, sent again byte for byte), as a producer's
-retry does after its leader died before the acknowledgement reached it."""
+- an idempotent producer's retry after a leader change is answered with the offsets the old
+  leader gave, not appended a second time (the batches are sent raw, one ProduceRequest each,
+  sent again byte for byte, as a producer's retry does after its leader died before the
+  acknowledgement reached it);
+- a consumer group's committed offsets: a consumer of the group starts from them on the new
+  leader."""
 from __future__ import annotations
 
 import time
@@ -11,10 +14,13 @@ import pytest
 
 from lib import errors
 from lib.admin import AdminClient
+from lib.consumer.pull import PullConsumer
+from lib.producer.producer import Producer
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
 from lib.records import Record, encode_batch
 from lib.rpc import invoke
+from lib.types import TopicPartition
 
 PID = 77
 
@@ -29,8 +35,8 @@ def cluster(cluster_factory, tmp_path):
                            broker_args=["--config", str(broker_conf)])
 
 
-def batch(seq: int, n: int) -> pb.ProduceRequest:
-    return pb.ProduceRequest(topic="idem", partition=0, acks_all=True, batch=encode_batch(
+def batch(seq: int, n: int, topic: str = "idem") -> pb.ProduceRequest:
+    return pb.ProduceRequest(topic=topic, partition=0, acks_all=True, batch=encode_batch(
         [Record(b"seq-%d" % (seq + i)) for i in range(n)], producer_id=PID, producer_epoch=0,
         base_sequence=seq))
 
@@ -41,10 +47,10 @@ def send(cluster, broker: int, request: pb.ProduceRequest) -> tuple[int, int]:
     return r.base_offset, r.last_offset
 
 
-def log_end(cluster, broker: int) -> int:
+def log_end(cluster, broker: int, topic: str = "idem") -> int:
     with cluster.channel(cluster.brokers[broker].address) as channel:
         r = invoke(broker_pb2_grpc.BrokerStub(channel).ListOffsets,
-                   pb.ListOffsetsRequest(topic="idem", partitions=[0]), 15)
+                   pb.ListOffsetsRequest(topic=topic, partitions=[0]), 15)
     return r.partitions[0].latest
 
 
@@ -55,9 +61,9 @@ def wait_until(check, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def leads(cluster, broker: int) -> bool:
+def leads(cluster, broker: int, topic: str = "idem") -> bool:
     try:
-        log_end(cluster, broker)
+        log_end(cluster, broker, topic)
         return True
     except (errors.UnknownTopic, errors.PartitionNotHosted):
         return False
@@ -102,3 +108,36 @@ def test_a_retry_after_a_leader_change_is_answered_not_appended_again(cluster):
         assert send(cluster, old, b) == (3, 4)
         assert log_end(cluster, old) == 6
         assert send(cluster, old, batch(6, 1)) == (6, 6)
+
+
+def test_a_groups_committed_offsets_survive_a_leader_change(cluster):
+    tp = TopicPartition("offs", 0)
+    with AdminClient(cluster.master_addresses) as admin:
+        first = admin.create_topic("offs", partitions=1, replication_factor=2).partitions[0]
+        old, heir = first.broker_id, ({1, 2} - {first.broker_id}).pop()
+        with Producer(cluster.master_addresses, acks="all") as producer:
+            for i in range(100):
+                producer.send("offs", b"m%d" % i, partition=0)
+            producer.flush()
+        with PullConsumer(cluster.master_addresses, group="readers",
+                          auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+            consumer.assign([tp])
+            got = []
+            while len(got) < 60:
+                got += consumer.poll(timeout=0.5)[:60 - len(got)]
+            consumer.commit({tp: 60})
+            assert consumer.committed(tp) == 60
+        # answered only once the follower holds it: no wait needed before the kill
+        cluster.brokers[old].kill()
+        wait_until(lambda: admin.describe_topic("offs").partitions[0].broker_id == heir
+                   and leads(cluster, heir, "offs"), "the follower to take over")
+    # "latest" would skip everything if the group's offset were lost with the old leader
+    with PullConsumer(cluster.master_addresses, group="readers", auto_offset_reset="latest",
+                      enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        assert consumer.committed(tp) == 60
+        rest = []
+        deadline = time.monotonic() + 20
+        while len(rest) < 40 and time.monotonic() < deadline:
+            rest += consumer.poll(timeout=0.5)
+    assert [r.offset for r in rest] == list(range(60, 100))

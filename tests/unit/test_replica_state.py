@@ -1,7 +1,11 @@
-"""Idempotent producers across a leader change, on real TopicManagers and stores: the leader
-lists its de-duplication windows in ReplicaFetch answers, a follower keeps them for what it
-copied and forgets them for what it truncates, so as the next leader it answers a retry with
-the original offsets instead of appending it again."""
+"""What a follower copies besides the records, on real TopicManagers, stores and offset
+stores (the fetch loop's round run by hand):
+
+- idempotent producers' de-duplication windows: the leader lists them in ReplicaFetch
+  answers, a follower keeps them for what it copied and forgets them for what it truncates,
+  so as the next leader it answers a retry with the original offsets instead of appending it
+  again;
+- consumer groups' committed offsets: sent once whole, then as they change."""
 from __future__ import annotations
 
 import asyncio
@@ -12,13 +16,16 @@ from broker.config import BrokerConfig
 from broker.data import DataPlane
 from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
+from broker.offsets import OffsetsPlane
 from broker.replica_fetcher import ReplicaFetcher, _LeaderLoop
 from broker.replication import ReplicaLeader
+from broker.term import TermWatermark
 from broker.topics import PartitionRole, TopicManager, TopicSpec
 from lib.errors import OutOfOrderSequence
 from lib.proto import broker_pb2 as pb
 from lib.records import Record, encode_batch
 from storage.config import StoreConfig
+from storage.offsets import OffsetStore
 
 SPEC = {"t": TopicSpec(partitions=1, topic_id=1)}
 PID = 41
@@ -35,11 +42,17 @@ class Side:
         self.id = broker_id
         self.topics = TopicManager(path / str(broker_id), StoreConfig(cache_flush_interval_ms=10))
         self.dedup = Dedup()
-        self.leader = ReplicaLeader(self.topics, broker_id, self.dedup)
+        self.offset_store = OffsetStore(path / f"offsets{broker_id}", map_size=1 << 24)
+        self.offsets = OffsetsPlane(self.topics, self.offset_store, TermWatermark())
+        self.leader = ReplicaLeader(self.topics, broker_id, self.dedup, self.offsets)
         self.plane = DataPlane(BrokerConfig(), self.topics, self.dedup, BrokerMetrics(),
                                self.leader)
-        self.loop = _LeaderLoop(ReplicaFetcher(self.topics, broker_id, dedup=self.dedup),
-                                "127.0.0.1:1")
+        self.new_loop()
+
+    def new_loop(self) -> None:
+        """A fetch loop of its own (as after a restart: it has been told nothing yet)."""
+        self.loop = _LeaderLoop(ReplicaFetcher(self.topics, self.id, dedup=self.dedup,
+                                               offsets=self.offsets), "127.0.0.1:1")
 
     def be(self, leader: int, epoch: int) -> None:
         self.topics.apply(SPEC, [("t", 0)], roles={("t", 0): role(leader, epoch)},
@@ -58,13 +71,16 @@ class Side:
         r = self.topics.role("t", 0)
         key = ("t", 0, r.leader_epoch)
         epochs = store.leader_epochs(0)
+        incarnation, version = self.loop._offsets_at.get(("t", 0), (0, 0))
         req = pb.ReplicaFetchRequest(replica_id=self.id, max_wait_ms=0, max_bytes=max_bytes,
                                      partitions=[pb.ReplicaFetchPartition(
                                          topic="t", partition=0, topic_id=1,
                                          fetch_offset=store.latest(0),
                                          leader_epoch=r.leader_epoch,
                                          last_fetched_epoch=epochs[-1][0] if epochs else 0,
-                                         producer_state=key not in self.loop._synced)])
+                                         producer_state=key not in self.loop._synced,
+                                         offsets_incarnation=incarnation,
+                                         offsets_version=version)])
 
         async def run(fn, *args):
             return fn(*args)
@@ -72,8 +88,16 @@ class Side:
         self.loop._apply(store, key, data)
         return data
 
+    def commit(self, group: str, offset: int) -> None:
+        self.offsets.commit(pb.CommitOffsetsRequest(
+            group=group, topic="t", offsets=[pb.OffsetCommit(partition=0, offset=offset)]))
+
+    def committed(self) -> dict[str, int]:
+        return {g: c.offset for g, c in self.offset_store.partition_offsets("t", 0).items()}
+
     def close(self) -> None:
         self.topics.close()
+        self.offset_store.close()
 
 
 @pytest.fixture
@@ -124,8 +148,8 @@ def test_a_replica_that_joins_late_gets_the_whole_windows(pair):
     one.produce(0, 3)
     two.fetch_from(one)
     two.dedup = Dedup()  # as after a restart: the records are here, the windows are not
-    two.loop = _LeaderLoop(ReplicaFetcher(two.topics, 2, dedup=two.dedup), "127.0.0.1:1")
     two.plane.dedup = two.dedup
+    two.new_loop()
     one.produce(3, 1)
     data = two.fetch_from(one)  # the first fetch of this loop asks for the whole state
     assert [b.base_sequence for b in data.producer_batches] == [0, 3]
@@ -146,3 +170,33 @@ def test_a_truncated_batch_is_forgotten(pair):
     assert two.topics.replica_store("t", 0).latest(0) == 3
     assert two.dedup.remembered("t", 0, -1, 1 << 60)[-1].batch.base_sequence == 0
     assert two.dedup.check(PID, 0, 3, 2, "t", 0) is None, "sequence 3 may be written again"
+
+
+def test_committed_offsets_reach_the_follower_once_whole_then_as_they_change(pair):
+    one, two = pair
+    one.produce(0, 8)
+    one.commit("early", 2)  # before the follower's first fetch
+    first = two.fetch_from(one)
+    assert [(g.group, g.offset) for g in first.group_offsets] == [("early", 2)]
+    assert two.committed() == {"early": 2}
+    one.commit("late", 5)
+    one.commit("early", 6)
+    data = two.fetch_from(one)
+    assert sorted((g.group, g.offset) for g in data.group_offsets) == [("early", 6), ("late", 5)]
+    assert two.fetch_from(one).group_offsets == [], "nothing changed, nothing sent"
+    assert two.offset_store.fetch("late", "t", [0])[0].commit_time_ms == \
+        one.offset_store.fetch("late", "t", [0])[0].commit_time_ms
+    two.be(2, 4)  # the follower leads: consumers get the offsets there
+    got = two.offsets.fetch(pb.FetchOffsetsRequest(group="early", topic="t", partitions=[0]))
+    assert [(c.partition, c.offset) for c in got.offsets] == [(0, 6)]
+
+
+def test_a_new_leader_process_sends_every_group_again(pair):
+    one, two = pair
+    one.produce(0, 4)
+    one.commit("g", 1)
+    two.fetch_from(one)
+    one.offsets = OffsetsPlane(one.topics, one.offset_store, TermWatermark())  # a restart
+    one.leader.offsets = one.offsets
+    data = two.fetch_from(one)  # another incarnation: the whole state again
+    assert [(g.group, g.offset) for g in data.group_offsets] == [("g", 1)]
