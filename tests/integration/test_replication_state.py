@@ -8,6 +8,7 @@
   leader."""
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -141,3 +142,48 @@ def test_a_groups_committed_offsets_survive_a_leader_change(cluster):
         while len(rest) < 40 and time.monotonic() < deadline:
             rest += consumer.poll(timeout=0.5)
     assert [r.offset for r in rest] == list(range(60, 100))
+
+
+def test_a_broker_whose_disk_was_wiped_rebuilds_its_copies_and_can_lead(cluster):
+    """A broker restarted with an empty data directory (a replaced disk) copies every
+    partition it holds from the leaders, records and committed offsets, rejoins the ISRs, and
+    serves all of it once the other broker is gone."""
+    tps = [TopicPartition("wiped", 0), TopicPartition("wiped", 1)]
+    with AdminClient(cluster.master_addresses) as admin:
+        admin.create_topic("wiped", partitions=2, replication_factor=2)
+
+        def isrs() -> list[list[int]]:
+            return [sorted(p.isr) for p in admin.describe_topic("wiped").partitions]
+
+        with Producer(cluster.master_addresses, acks="all") as producer:
+            for i in range(400):
+                producer.send("wiped", b"w%d" % i, partition=i % 2)
+            producer.flush()
+        with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="earliest",
+                          enable_auto_commit=False) as consumer:
+            consumer.assign(tps)
+            consumer.commit({tps[0]: 150, tps[1]: 120})
+        wiped, other = 1, 2
+        cluster.brokers[wiped].kill()
+        shutil.rmtree(cluster.brokers[wiped].data_dir)
+        wait_until(lambda: all(p.broker_id == other
+                               for p in admin.describe_topic("wiped").partitions),
+                   "the other broker to lead both partitions")
+        cluster.start_broker(wiped)
+        wait_until(lambda: isrs() == [[1, 2], [1, 2]], "the wiped broker to catch up", 60)
+        cluster.brokers[other].kill()
+        wait_until(lambda: all(p.broker_id == wiped
+                               for p in admin.describe_topic("wiped").partitions)
+                   and leads(cluster, wiped, "wiped"), "the wiped broker to lead")
+    with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="latest",
+                      enable_auto_commit=False) as consumer:
+        consumer.assign(tps)
+        assert [consumer.committed(tp) for tp in tps] == [150, 120]
+        consumer.seek_to_beginning(*tps)
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 400 and time.monotonic() < deadline:
+            got += consumer.poll(timeout=0.5)
+    for p in (0, 1):
+        assert [r.value for r in got if r.partition == p] == \
+            [b"w%d" % i for i in range(p, 400, 2)]
