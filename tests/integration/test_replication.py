@@ -19,10 +19,8 @@ from tests.helpers import read_all
 
 
 @pytest.fixture
-def replicated(cluster_factory, tmp_path):
-    conf = tmp_path / "master.toml"
-    conf.write_text("[master]\nreplication_preview = true\n")
-    return cluster_factory(2, master_args=["--config", str(conf)])
+def replicated(replicated_cluster):
+    return replicated_cluster(2)
 
 
 def _copies(cluster: Cluster, broker_id: int, topic: str, partitions: list[int]) -> dict:
@@ -112,13 +110,8 @@ def test_a_replication_factor_above_the_live_brokers_is_refused(replicated):
         admin.create_topic("three", replication_factor=3)
 
 
-def test_a_stalled_follower_leaves_the_isr_and_comes_back_when_caught_up(cluster_factory,
-                                                                         tmp_path):
-    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n")
-    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
-    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
-                              broker_args=["--config", str(broker_conf)])
+def test_a_stalled_follower_leaves_the_isr_and_comes_back_when_caught_up(replicated_cluster):
+    cluster = replicated_cluster(2, replica_lag_max_ms=1500)
     with AdminClient(cluster.master_addresses) as admin:
         leader = admin.create_topic("isr", partitions=1, replication_factor=2) \
             .partitions[0].broker_id
@@ -151,14 +144,11 @@ def test_a_stalled_follower_leaves_the_isr_and_comes_back_when_caught_up(cluster
             assert "tubeq_master_partitions_offline 0.0" in _metrics(cluster)
 
 
-def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(cluster_factory,
-                                                                            tmp_path):
-    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n"
-                           "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 2000\n")
-    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
-    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
-                              broker_args=["--config", str(broker_conf)])
+def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(
+        replicated_cluster):
+    cluster = replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
+                                                     "broker_timeout_ms": 2000},
+                                 replica_lag_max_ms=1500)
     tp = TopicPartition("fo", 0)
     with AdminClient(cluster.master_addresses) as admin:
         first = admin.create_topic("fo", partitions=1, replication_factor=2).partitions[0]
@@ -200,13 +190,8 @@ def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(clu
     assert len(one[0]) == 200 and one == two
 
 
-def test_acks_all_waits_for_the_isr_and_is_refused_below_min_insync(cluster_factory,
-                                                                     tmp_path):
-    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n")
-    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
-    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
-                              broker_args=["--config", str(broker_conf)])
+def test_acks_all_waits_for_the_isr_and_is_refused_below_min_insync(replicated_cluster):
+    cluster = replicated_cluster(2, replica_lag_max_ms=1500)
     with AdminClient(cluster.master_addresses) as admin:
         leader = admin.create_topic("all", partitions=1, replication_factor=2,
                                     min_insync_replicas=2).partitions[0].broker_id
@@ -251,11 +236,9 @@ def test_an_acks_all_send_is_answered_only_once_the_follower_holds_it(replicated
 
 
 def test_a_returning_leader_truncates_its_divergent_tail_and_matches_the_new_leader(
-        cluster_factory, tmp_path):
-    master_conf = tmp_path / "master.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n"
-                           "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 3000\n")
-    cluster = cluster_factory(2, master_args=["--config", str(master_conf)])
+        replicated_cluster):
+    cluster = replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
+                                                     "broker_timeout_ms": 3000})
     with AdminClient(cluster.master_addresses) as admin:
         old = admin.create_topic("div", partitions=1, replication_factor=2,
                                  durability="sync").partitions[0].broker_id  # on disk at ack
@@ -316,16 +299,12 @@ def test_a_broker_stopping_cleanly_hands_its_leaderships_off_first(replicated):
         assert any(e.action == "broker_shutdown" for e in admin.audit_log(limit=20))
 
 
-def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(cluster_factory,
-                                                                           tmp_path):
+def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(replicated_cluster):
     """The cluster up supervisor restarts a crashed broker within a second, long before the
     master's broker timeout. An async leader's crash costs it the tail still in its cache,
     which its follower holds (acks=all): it must not lead the follower back over it."""
-    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n")  # 6 s broker timeout
-    broker_conf.write_text("[broker.store]\ncache_flush_interval_ms = 60000\n")
-    cluster = cluster_factory(2, master_args=["--config", str(master_conf)],
-                              broker_args=["--config", str(broker_conf)])
+    # the master's default 6 s broker timeout; blocks stay in the cache for a minute
+    cluster = replicated_cluster(2, store={"cache_flush_interval_ms": 60_000})
     with AdminClient(cluster.master_addresses) as admin:
         old = admin.create_topic("crash", partitions=1, replication_factor=2) \
             .partitions[0].broker_id

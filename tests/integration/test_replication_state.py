@@ -27,13 +27,10 @@ PID = 77
 
 
 @pytest.fixture
-def cluster(cluster_factory, tmp_path):
-    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n"
-                           "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 2000\n")
-    broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
-    return cluster_factory(2, master_args=["--config", str(master_conf)],
-                           broker_args=["--config", str(broker_conf)])
+def cluster(replicated_cluster):
+    return replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
+                                                  "broker_timeout_ms": 2000},
+                              replica_lag_max_ms=1500)
 
 
 def batch(seq: int, n: int, topic: str = "idem") -> pb.ProduceRequest:
