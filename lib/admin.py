@@ -51,6 +51,7 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
                     for p in parts],
         replication_factor=s.replication_factor or 1,
         min_insync_replicas=s.min_insync_replicas or 1,
+        unclean_leader_election=s.unclean_leader_election,
     )
 
 
@@ -92,8 +93,10 @@ def settings_of(partitions: int | None = None, stores: int | None = None,
                 durability: str | None = None, retention_ms: int | None = None,
                 retention_bytes: int | None = None,
                 max_message_bytes: int | None = None, replication_factor: int | None = None,
-                min_insync_replicas: int | None = None) -> master_pb2.TopicSettings:
-    """TopicSettings with unset (None) fields left at zero: "master default" / "keep"."""
+                min_insync_replicas: int | None = None,
+                unclean_leader_election: bool | None = None) -> master_pb2.TopicSettings:
+    """TopicSettings with unset (None) fields left at zero (or absent): "master default" /
+    "keep"."""
     if durability is not None and durability not in ("async", "sync"):
         raise InvalidArgument(f"durability must be 'async' or 'sync', got {durability!r}")
     for name, value, low in (("partitions", partitions, 1), ("stores", stores, 1),
@@ -104,11 +107,17 @@ def settings_of(partitions: int | None = None, stores: int | None = None,
                              ("min_insync_replicas", min_insync_replicas, 1)):
         if value is not None and (not isinstance(value, int) or value < low):
             raise InvalidArgument(f"{name} must be an integer >= {low}, got {value!r}")
-    return master_pb2.TopicSettings(
+    if unclean_leader_election is not None and not isinstance(unclean_leader_election, bool):
+        raise InvalidArgument("unclean_leader_election must be True or False, got "
+                              f"{unclean_leader_election!r}")
+    settings = master_pb2.TopicSettings(
         partitions=partitions or 0, stores=stores or 0, durability=durability or "",
         retention_ms=retention_ms or 0, retention_bytes=retention_bytes or 0,
         max_message_bytes=max_message_bytes or 0, replication_factor=replication_factor or 0,
         min_insync_replicas=min_insync_replicas or 0)
+    if unclean_leader_election is not None:
+        settings.unclean_leader_election = unclean_leader_election
+    return settings
 
 
 class AdminClient(SecurityCalls, Closeable):
@@ -136,10 +145,12 @@ class AdminClient(SecurityCalls, Closeable):
                      retention_bytes: int | None = None,
                      max_message_bytes: int | None = None,
                      replication_factor: int | None = None,
-                     min_insync_replicas: int | None = None) -> TopicInfo:
+                     min_insync_replicas: int | None = None,
+                     unclean_leader_election: bool | None = None) -> TopicInfo:
         """Create a topic; unset settings take the master's defaults. TopicExists if it is."""
         settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
-                               max_message_bytes, replication_factor, min_insync_replicas)
+                               max_message_bytes, replication_factor, min_insync_replicas,
+                               unclean_leader_election)
         request = admin_pb2.CreateTopicRequest(topic=check_name(name), settings=settings,
                                                request_id=uuid.uuid4().hex)
         return topic_info(self._call("CreateTopic", request))
@@ -149,10 +160,12 @@ class AdminClient(SecurityCalls, Closeable):
                     retention_bytes: int | None = None,
                     max_message_bytes: int | None = None,
                     replication_factor: int | None = None,
-                    min_insync_replicas: int | None = None) -> TopicInfo:
+                    min_insync_replicas: int | None = None,
+                    unclean_leader_election: bool | None = None) -> TopicInfo:
         """Change settings; unset ones keep their value. Partitions can only grow."""
         settings = settings_of(partitions, stores, durability, retention_ms, retention_bytes,
-                               max_message_bytes, replication_factor, min_insync_replicas)
+                               max_message_bytes, replication_factor, min_insync_replicas,
+                               unclean_leader_election)
         request = admin_pb2.AlterTopicRequest(topic=check_name(name), settings=settings)
         return topic_info(self._call("AlterTopic", request))
 

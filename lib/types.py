@@ -82,6 +82,8 @@ class TopicInfo:
     partitions: list[PartitionInfo] = field(default_factory=list)
     replication_factor: int = 1
     min_insync_replicas: int = 1
+    # no live in-sync replica: another live replica may lead (what only the ISR held is lost)
+    unclean_leader_election: bool = False
 
 
 @dataclass(frozen=True)

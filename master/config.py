@@ -49,6 +49,8 @@ class MasterConfig:
     default_max_message_bytes: int = MiB
     default_replication_factor: int = 1  # copies of each partition, on distinct brokers
     default_min_insync_replicas: int = 1  # acks=all needs this many in-sync copies
+    # No live in-sync replica: elect another live replica (losing what only the ISR held)?
+    default_unclean_leader_election: bool = False
     # Lets topics ask for replication_factor > 1 while replication is being built (above).
     replication_preview: bool = False
     max_partitions_per_topic: int = 1024

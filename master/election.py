@@ -5,8 +5,10 @@ The master is the controller (Kafka's design): when a partition's leader is no l
 takes over under the next leader epoch, and the ISR keeps only the live members. Only an ISR
 member may lead: it holds every offset below the high watermark, so no acknowledged record a
 consumer could have seen is lost. A partition with no live ISR member stays offline (led by
-its last leader, reported unavailable) until one returns; electing a replica from outside
-the ISR ("unclean") is not done.
+its last leader, reported unavailable) until one returns, unless its topic says
+``unclean_leader_election``: then the first live replica leads alone (an "unclean" election,
+marked so for the audit: records only the old ISR held are lost when a member returns and
+truncates to the new leader). A clean shutdown's handoff is never unclean.
 
 The result is a list of plain changes for the ``elect_leaders`` state command, each carrying
 the epoch it was computed from, so a change computed on stale state is skipped when applied.
@@ -47,21 +49,30 @@ def partition_health(topics: Mapping[str, dict[str, Any]],
     return under, offline
 
 
-def elections(topics: Mapping[str, dict[str, Any]],
-              alive: Collection[int]) -> list[dict[str, Any]]:
-    """The leader changes to make now for every partition whose leader is not alive."""
+def elections(topics: Mapping[str, dict[str, Any]], alive: Collection[int],
+              allow_unclean: bool = False) -> list[dict[str, Any]]:
+    """The leader changes to make now for every partition whose leader is not alive
+    (``allow_unclean``: also unclean ones, for the topics whose settings allow them)."""
     live = set(alive)
     out = []
     for name, record in sorted(topics.items()):
+        unclean_ok = allow_unclean and record.get("settings", {}).get("unclean_leader_election")
         for p, leader in enumerate(record["placement"]):
             if leader in live or len(record["replicas"][p]) < 2:
                 continue
             isr = record["isr"][p]
             heirs = [b for b in record["replicas"][p] if b in isr and b in live]
+            unclean = not heirs and unclean_ok
+            if unclean:
+                heirs = [b for b in record["replicas"][p] if b in live]
             if not heirs:
                 continue  # offline until an in-sync replica returns
             epoch = record["leader_epochs"][p]
-            out.append({"topic": name, "topic_id": record["topic_id"], "partition": p,
-                        "leader": heirs[0], "from_leader": leader, "from_epoch": epoch,
-                        "leader_epoch": epoch + 1, "isr": [b for b in isr if b in live]})
+            change = {"topic": name, "topic_id": record["topic_id"], "partition": p,
+                      "leader": heirs[0], "from_leader": leader, "from_epoch": epoch,
+                      "leader_epoch": epoch + 1,
+                      "isr": [heirs[0]] if unclean else [b for b in isr if b in live]}
+            if unclean:
+                change["unclean"] = True
+            out.append(change)
     return out

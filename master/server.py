@@ -155,24 +155,39 @@ class Master:
         seen = (tuple(alive), self.state.applied_index)
         if seen == self._elected_for:
             return  # nothing changed since the last look: no walk over every partition
-        changes = election.elections(self.state.topics(), alive)
+        changes = election.elections(self.state.topics(), alive, allow_unclean=True)
         if not changes:
             self._elected_for = seen
             return
+        clean = [c for c in changes if not c.get("unclean")]
+        unclean = [c for c in changes if c.get("unclean")]
+        for batch, action in ((clean, "elect_leaders"), (unclean, "unclean_leader_election")):
+            if batch:
+                self._elect(batch, action)
+
+    def _elect(self, changes: list[dict[str, Any]], action: str) -> None:
+        """Write one ``elect_leaders`` command, audited as ``action`` (an unclean election
+        is audited apart: records only the old in-sync replicas held may be lost)."""
+        target = f"{len(changes)} partition(s)"
+        if action == "unclean_leader_election":
+            target += (": no in-sync replica was alive; records only the old in-sync "
+                       "replicas held are lost")
         try:
             applied = self.write({
                 "op": "elect_leaders", "time_ms": wall_ms(), "changes": changes,
-                "audit": {"principal": "controller", "peer": self.address,
-                          "action": "elect_leaders", "target": f"{len(changes)} partition(s)",
+                "audit": {"principal": "controller", "peer": self.address, "action": action,
+                          "target": target,
                           "details": json.dumps(changes, sort_keys=True)[:4000]}})
         except TubeqError as err:
             event(log, "master.election_failed", logging.WARNING, error=err.message)
             return
         for change in applied:
-            event(log, "partition.leader_elected", topic=change["topic"],
-                  partition=change["partition"], leader=change["leader"],
-                  was=change["from_leader"], leader_epoch=change["leader_epoch"],
-                  isr=change["isr"])
+            event(log, "partition.leader_elected",
+                  logging.WARNING if change.get("unclean") else logging.INFO,
+                  topic=change["topic"], partition=change["partition"],
+                  leader=change["leader"], was=change["from_leader"],
+                  leader_epoch=change["leader_epoch"], isr=change["isr"],
+                  unclean=bool(change.get("unclean")))
 
     def _audit_refusals(self) -> None:
         """Write the summaries of a refusal window that ended (a standby's only go to its

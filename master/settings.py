@@ -17,9 +17,12 @@ from master.config import (
 )
 
 FIELDS = ("partitions", "stores", "durability", "retention_ms", "retention_bytes",
-          "max_message_bytes", "replication_factor", "min_insync_replicas")
+          "max_message_bytes", "replication_factor", "min_insync_replicas",
+          "unclean_leader_election")
+OPTIONAL = ("unclean_leader_election",)  # proto3 ``optional``: present, even when false
 # What a topic written before replication existed has: one copy.
-SINGLE_COPY = {"replication_factor": 1, "min_insync_replicas": 1}
+SINGLE_COPY = {"replication_factor": 1, "min_insync_replicas": 1,
+               "unclean_leader_election": False}
 
 
 def defaults(config: MasterConfig) -> dict[str, Any]:
@@ -28,14 +31,16 @@ def defaults(config: MasterConfig) -> dict[str, Any]:
             "retention_bytes": config.default_retention_bytes,
             "max_message_bytes": config.default_max_message_bytes,
             "replication_factor": config.default_replication_factor,
-            "min_insync_replicas": config.default_min_insync_replicas}
+            "min_insync_replicas": config.default_min_insync_replicas,
+            "unclean_leader_election": config.default_unclean_leader_election}
 
 
 def _given(pb: mpb.TopicSettings | None) -> dict[str, Any]:
     """The non-zero fields of a request's settings."""
     if pb is None:
         return {}
-    return {f: getattr(pb, f) for f in FIELDS if getattr(pb, f)}
+    return {f: getattr(pb, f) for f in FIELDS
+            if (pb.HasField(f) if f in OPTIONAL else getattr(pb, f))}
 
 
 def for_create(pb: mpb.TopicSettings | None, config: MasterConfig) -> dict[str, Any]:
@@ -58,7 +63,7 @@ def for_alter(current: dict[str, Any], pb: mpb.TopicSettings | None,
               config: MasterConfig) -> dict[str, Any]:
     """Settings after an alter: partitions may only grow, stores never change."""
     given = _given(pb)
-    out = {**{f: current[f] for f in FIELDS}, **given}
+    out = {**SINGLE_COPY, **{f: current[f] for f in FIELDS if f in current}, **given}
     if out["partitions"] < current["partitions"]:
         raise InvalidArgument(
             f"partitions can only grow: the topic has {current['partitions']}, "
@@ -93,6 +98,8 @@ def check(s: dict[str, Any], config: MasterConfig) -> None:
              "master with replication_preview = true lets topics ask for more)")
     _require(1 <= s["min_insync_replicas"] <= s["replication_factor"], "min_insync_replicas",
              s["min_insync_replicas"], f"1..replication_factor ({s['replication_factor']})")
+    _require(isinstance(s["unclean_leader_election"], bool), "unclean_leader_election",
+             s["unclean_leader_election"], "true or false")
 
 
 def _require(ok: bool, field: str, value: Any, allowed: str) -> None:
@@ -102,4 +109,5 @@ def _require(ok: bool, field: str, value: Any, allowed: str) -> None:
 
 
 def to_pb(settings: dict[str, Any], topic_id: int) -> mpb.TopicSettings:
-    return mpb.TopicSettings(topic_id=topic_id, **{f: settings[f] for f in FIELDS})
+    return mpb.TopicSettings(topic_id=topic_id,
+                             **{f: {**SINGLE_COPY, **settings}[f] for f in FIELDS})

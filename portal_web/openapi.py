@@ -14,7 +14,8 @@ TOPIC_BODY = {"type": "object", "required": ["name"], "properties": {
     "stores": {"type": "integer"}, "durability": {"type": "string", "enum": ["sync", "async"]},
     "retention_ms": {"type": "integer"}, "retention_bytes": {"type": "integer"},
     "max_message_bytes": {"type": "integer"}, "replication_factor": {"type": "integer"},
-    "min_insync_replicas": {"type": "integer"}}}
+    "min_insync_replicas": {"type": "integer"},
+    "unclean_leader_election": {"type": "boolean"}}}
 RESET_BODY = {"type": "object", "required": ["topic", "to"], "properties": {
     "topic": {"type": "string"},
     "to": {"type": "string", "enum": ["earliest", "latest", "offset", "time"]},

@@ -38,6 +38,20 @@ def integer(args: Mapping[str, Any], name: str, default: int | None, low: int,
     return value
 
 
+def flag(args: Mapping[str, Any], name: str) -> bool | None:
+    """``args[name]`` as a boolean (JSON true/false, or a form's "true"/"false"); None when
+    absent or empty."""
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, bool):
+        return raw
+    if str(raw).lower() in ("true", "false"):
+        return str(raw).lower() == "true"
+    raise PortalError(400, "INVALID_ARGUMENT",
+                      f"{name} must be true or false, got {str(raw)[:40]!r}")
+
+
 def paginate(items: list, args: Mapping[str, Any], page_size: int, max_page_size: int) -> dict:
     per_page = integer(args, "per_page", page_size, 1, max_page_size)
     page = integer(args, "page", 1, 1, 1_000_000)
@@ -103,6 +117,7 @@ def create_topic(client: AdminClient, form: Mapping[str, Any]) -> dict:
         "max_message_bytes": integer(form, "max_message_bytes", None, 1, 2**31 - 1),
         "replication_factor": integer(form, "replication_factor", None, 1, 1_000),
         "min_insync_replicas": integer(form, "min_insync_replicas", None, 1, 1_000),
+        "unclean_leader_election": flag(form, "unclean_leader_election"),
     }
     durability = str(form.get("durability") or "") or None
     created = client.create_topic(str(form.get("name", "")), durability=durability, **settings)

@@ -23,6 +23,9 @@ def _settings_options(fn):
                      help="Copies of each partition, on distinct brokers."),
         click.option("--min-insync-replicas", type=int,
                      help="In-sync copies acks=all needs (1..replication factor)."),
+        click.option("--unclean-leader-election/--no-unclean-leader-election", default=None,
+                     help="With no live in-sync replica, let another live replica lead "
+                          "(records only the old ISR held are lost; audited)."),
     ]):
         fn = opt(fn)
     return fn

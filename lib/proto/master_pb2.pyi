@@ -20,7 +20,7 @@ class RegisterBrokerRequest(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class TopicSettings(_message.Message):
-    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id", "replication_factor", "min_insync_replicas")
+    __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id", "replication_factor", "min_insync_replicas", "unclean_leader_election")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     STORES_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class TopicSettings(_message.Message):
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_LEADER_ELECTION_FIELD_NUMBER: _ClassVar[int]
     partitions: int
     stores: int
     durability: str
@@ -39,7 +40,8 @@ class TopicSettings(_message.Message):
     topic_id: int
     replication_factor: int
     min_insync_replicas: int
-    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
+    unclean_leader_election: bool
+    def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ..., unclean_leader_election: _Optional[bool] = ...) -> None: ...
 
 class PartitionPlacement(_message.Message):
     __slots__ = ("topic", "partition", "broker_id", "leader", "leader_epoch", "replicas", "isr", "leader_address")

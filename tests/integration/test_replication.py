@@ -328,3 +328,60 @@ def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(repli
             consumer.assign([TopicPartition("crash", 0)])
             got = _poll_all(consumer, 30, 20)
         assert [r.value for r in got] == [b"r%d" % i for i in range(30)]
+
+
+def test_an_unclean_election_lets_an_out_of_sync_replica_lead_when_the_topic_allows_it(
+        replicated_cluster):
+    cluster = replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
+                                                     "broker_timeout_ms": 2000},
+                                 replica_lag_max_ms=1500)
+    with AdminClient(cluster.master_addresses) as admin:
+        info = admin.create_topic("risky", partitions=1, replication_factor=2,
+                                  unclean_leader_election=True)
+        assert info.unclean_leader_election is True
+        old = info.partitions[0].broker_id
+        heir = ({1, 2} - {old}).pop()
+
+        def now():
+            return admin.describe_topic("risky").partitions[0]
+
+        with Producer(cluster.master_addresses, acks="all") as producer:
+            for i in range(30):
+                producer.send("risky", b"both-%d" % i, partition=0)
+            producer.flush()
+        cluster.brokers[heir].signal(signal.SIGSTOP)
+        time.sleep(1.0)  # its last long-poll ends empty (see the divergent-tail test)
+        try:
+            with Producer(cluster.master_addresses) as producer:  # acks=1: only the leader
+                for i in range(20):
+                    producer.send("risky", b"lost-%d" % i, partition=0)
+                producer.flush()
+            deadline = time.monotonic() + 20
+            while now().isr != [old] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert now().isr == [old], "the stopped follower left the ISR"
+            cluster.brokers[old].kill()
+        finally:
+            cluster.brokers[heir].signal(signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while now().broker_id != heir and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (now().broker_id, now().leader_epoch, now().isr) == (heir, 2, [heir])
+        entry = next(e for e in admin.audit_log(limit=20)
+                     if e.action == "unclean_leader_election")
+        assert "records only the old in-sync replicas held are lost" in entry.target
+        with Producer(cluster.master_addresses) as producer:
+            for i in range(10):
+                producer.send("risky", b"new-%d" % i, partition=0)
+            producer.flush()
+        cluster.start_broker(old)  # truncates what only it held, rejoins as a follower
+        deadline = time.monotonic() + 30
+        while sorted(now().isr) != [1, 2] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(now().isr) == [1, 2]
+    for broker in (1, 2):
+        assert cluster.brokers[broker].stop() == 0
+    one, two = (_copies(cluster, b, "risky", [0]) for b in (1, 2))
+    assert one == two
+    assert [r[2] for r in one[0]] == [b"both-%d" % i for i in range(30)] + \
+        [b"new-%d" % i for i in range(10)], "the records only the old leader held are gone"

@@ -48,9 +48,11 @@ def test_session_cookie_is_httponly_and_samesite(app, cluster):
 
 def test_create_list_describe_and_delete_a_topic_through_the_api(admin_client):
     csrf = {"X-CSRF-Token": csrf_of(admin_client)}
-    made = admin_client.post("/api/v1/topics", json={"name": "api-topic", "partitions": 3},
+    made = admin_client.post("/api/v1/topics", json={"name": "api-topic", "partitions": 3,
+                                                     "unclean_leader_election": True},
                              headers=csrf)
     assert made.status_code == 201 and made.json["partition_count"] == 3
+    assert made.json["unclean_leader_election"] is True
     again = admin_client.post("/api/v1/topics", json={"name": "api-topic"}, headers=csrf)
     assert again.status_code == 409 and again.json["error"]["code"] == "TOPIC_EXISTS"
     listed = admin_client.get("/api/v1/topics?q=api-&sort=-name").json
@@ -113,6 +115,8 @@ def test_bad_input_is_a_json_error_naming_the_field(admin_client):
              ({"name": "x", "partitions": 0}, "partitions must be between 1 and 10000"),
              ({"name": "bad name!"}, "invalid topic name"),
              ({"name": "x", "durability": "maybe"}, "durability"),
+             ({"name": "x", "unclean_leader_election": "perhaps"},
+              "unclean_leader_election must be true or false"),
              ({"name": "x", "replication_factor": 2}, "invalid topic setting "
                                                       "replication_factor=2")]
     for body, why in cases:

@@ -45,3 +45,18 @@ def test_alter_keeps_unset_fields_and_refuses_shrinking_or_new_store_count():
         settings.for_alter(current, mpb.TopicSettings(partitions=2), cfg)
     with pytest.raises(InvalidArgument, match="stores"):
         settings.for_alter(current, mpb.TopicSettings(stores=2), cfg)
+
+
+def test_unclean_leader_election_is_off_unless_asked_and_false_can_be_said():
+    cfg = MasterConfig()
+    assert settings.for_create(None, cfg)["unclean_leader_election"] is False
+    on = settings.for_create(mpb.TopicSettings(unclean_leader_election=True), cfg)
+    assert on["unclean_leader_election"] is True
+    kept = settings.for_alter(on, mpb.TopicSettings(retention_ms=5), cfg)
+    assert kept["unclean_leader_election"] is True, "unset on alter: unchanged"
+    off = settings.for_alter(on, mpb.TopicSettings(unclean_leader_election=False), cfg)
+    assert off["unclean_leader_election"] is False, "false is a value, not 'unset'"
+    assert settings.to_pb(off, 3).HasField("unclean_leader_election")
+    older = {k: v for k, v in off.items() if k != "unclean_leader_election"}
+    assert settings.for_alter(older, None, cfg)["unclean_leader_election"] is False
+    assert MasterConfig(default_unclean_leader_election=True).default_unclean_leader_election

@@ -218,6 +218,7 @@ def test_a_topic_written_before_replication_reads_as_one_copy(tmp_path):
     assert rec["placement"] == [2, 1] and rec["leader_epochs"] == [0, 0]
     assert rec["settings"]["replication_factor"] == 1
     assert rec["settings"]["min_insync_replicas"] == 1
+    assert rec["settings"]["unclean_leader_election"] is False
     create(s, "cmd")  # a create command of an earlier version (placement only)
     assert s.topic("cmd")["replicas"] == [[1], [2]]
     assert s.topic("cmd")["leader_epochs"] == [1, 1], "new partitions count epochs from 1"
