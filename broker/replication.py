@@ -154,20 +154,12 @@ class ReplicaLeader:
         """Return once every in-sync replica holds the offsets below ``end`` (the high
         watermark reached it); RequestTimedOut after ``timeout`` seconds (the records stay
         stored: an idempotent producer's retry is answered with the same offsets)."""
-        signal = self.topics.signal(topic)
-        deadline = time.monotonic() + timeout
-        while True:
-            seen = signal.version
+        def missing() -> str:
             hw = self.high_watermark(topic, partition)
-            if hw is None or hw >= end:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0 or signal.closed:
-                raise RequestTimedOut(
-                    f"acks=all: {topic}/{partition} up to offset {end - 1} was stored by the "
-                    f"leader but not by every in-sync replica within {timeout:.1f} s",
-                    topic=topic, partition=partition)
-            await signal.wait_async(seen, left)
+            return "" if hw is None or hw >= end else \
+                f"acks=all: {topic}/{partition} up to offset {end - 1}"
+
+        await self._until(topic, missing, timeout, partition=partition)
 
     async def offsets_replicated(self, topic: str, partitions: list[int],
                                  timeout: float) -> None:
@@ -177,20 +169,31 @@ class ReplicaLeader:
         if self.offsets is None:
             return
         targets = {p: self.offsets.version(topic, p) for p in set(partitions)}
+
+        def missing() -> str:
+            behind = [p for p, v in targets.items() if not self._offsets_held(topic, p, v)]
+            return f"offset commit on {topic} partitions {sorted(behind)}" if behind else ""
+
+        # an ISR change does not signal the topic: look again every 0.5 s
+        await self._until(topic, missing, timeout, recheck_s=0.5)
+
+    async def _until(self, topic: str, missing, timeout: float,
+                     recheck_s: float | None = None, **details) -> None:
+        """Wait on the topic's signal until ``missing()`` names nothing; RequestTimedOut
+        naming what is still missing after ``timeout`` seconds."""
         signal = self.topics.signal(topic)
         deadline = time.monotonic() + timeout
         while True:
             seen = signal.version
-            behind = [p for p, v in targets.items() if not self._offsets_held(topic, p, v)]
-            if not behind:
+            what = missing()
+            if not what:
                 return
             left = deadline - time.monotonic()
             if left <= 0 or signal.closed:
-                raise RequestTimedOut(
-                    f"offset commit on {topic} partitions {sorted(behind)} was stored by the "
-                    f"leader but not by every in-sync replica within {timeout:.1f} s",
-                    topic=topic)
-            await signal.wait_async(seen, min(left, 0.5))  # an ISR change does not signal
+                raise RequestTimedOut(f"{what} was stored by the leader but not by every "
+                                      f"in-sync replica within {timeout:.1f} s",
+                                      topic=topic, **details)
+            await signal.wait_async(seen, left if recheck_s is None else min(left, recheck_s))
 
     def _offsets_held(self, topic: str, partition: int, version: int) -> bool:
         role = self.topics.role(topic, partition)
