@@ -88,13 +88,22 @@ class MasterLink:
         self.interval = DEFAULT_HEARTBEAT_MS / 1e3
         self.registered = threading.Event()
         self._stop = threading.Event()
+        self._soon = threading.Event()  # heartbeat now, not at the next interval
+        # Leaders this broker cannot fetch from (broker/replica_fetcher.py), for the master.
+        self.unreachable: Callable[[], list[int]] = list
         self._thread = threading.Thread(target=self._run, daemon=True, name="master-link")
 
     def start(self) -> None:
         self._thread.start()
 
+    def heartbeat_soon(self) -> None:
+        """Send the next heartbeat now (a leader became unreachable: the master should know
+        at once)."""
+        self._soon.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._soon.set()
         self._thread.join(timeout=2)  # a call in flight ends on its own deadline; apply()
         # after TopicManager.close() is a no-op
         self.client.close()
@@ -104,7 +113,9 @@ class MasterLink:
             if not self.registered.is_set() and not self._register():
                 self._stop.wait(min(self.interval, 1.0))
                 continue
-            if self._stop.wait(self.interval):
+            self._soon.wait(self.interval)
+            self._soon.clear()
+            if self._stop.is_set():
                 return
             self._heartbeat()
 
@@ -139,6 +150,7 @@ class MasterLink:
             acl_version=self.acls.version if self.acls is not None else -1,
             quota_version=self.quotas.version if self.quotas is not None else -1,
             ip_version=self.addresses.version if self.addresses is not None else -1,
+            unreachable_brokers=self.unreachable(),
             refusals=[mpb.Refusal(principal=r.principal, method=r.method, reason=r.reason,
                                   peer=r.peer, count=r.count, first_ms=r.first_ms)
                       for r in (self.refusals.drain() if self.refusals is not None else ())])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 import numpy as np
@@ -58,6 +59,24 @@ class ReplicaFetcher:
         self._loops: dict[str, _LeaderLoop] = {}
         self._thread = threading.Thread(target=self._supervise, name="replica-fetcher",
                                         daemon=True)
+        self._unreachable: set[int] = set()  # leader broker ids whose fetches fail now
+        self._unreachable_lock = threading.Lock()
+        self.on_unreachable: Callable[[], None] = lambda: None  # told of a newly failing one
+
+    def unreachable_leaders(self) -> list[int]:
+        """Leaders whose ReplicaFetch calls fail now (the heartbeat tells the master)."""
+        with self._unreachable_lock:
+            return sorted(self._unreachable)
+
+    def _reached(self, leaders: set[int], ok: bool) -> None:
+        with self._unreachable_lock:
+            new = leaders - self._unreachable if not ok else set()
+            if ok:
+                self._unreachable -= leaders
+            else:
+                self._unreachable |= leaders
+        if new:
+            self.on_unreachable()
 
     def start(self) -> ReplicaFetcher:
         self._thread.start()
@@ -106,11 +125,14 @@ class _LeaderLoop(threading.Thread):
                     owner._stop.wait(SUPERVISE_S)
                     continue
                 idle_since = time.monotonic()
+                leaders = {role.leader for _, _, role in parts}
                 try:
                     self._round(stub, parts)
+                    owner._reached(leaders, True)
                 except grpc.RpcError as exc:
                     event(log, "replica.leader_unreachable", logging.WARNING,
                           leader=self.address, error=str(exc.code()))
+                    owner._reached(leaders, False)
                     owner._stop.wait(RETRY_S)
                 except TubeqError as err:  # a store closed or reopened meanwhile: next round
                     event(log, "replica.round_failed", logging.WARNING, leader=self.address,

@@ -129,6 +129,8 @@ class Broker:
                                    keyring=self.keyring, acls=self.acls, quotas=self.quotas,
                                    addresses=self.addresses, rack=cfg.rack,
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
+            self.link.unreachable = self.fetcher.unreachable_leaders
+            self.fetcher.on_unreachable = self.link.heartbeat_soon
             self.link.start()
             self.fetcher.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()

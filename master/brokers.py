@@ -2,9 +2,12 @@
 
 Live state only (in memory, on the active master): after a restart or failover every broker
 registers again. A broker is alive while its last heartbeat (or registration) is younger than
-``timeout_ms``; a dead broker's partitions are reported unavailable (leaders do not move to
-another replica yet). The latest per-partition stats and disk status of each heartbeat are
-kept for describe and ``tubeq broker list``.
+``timeout_ms``; a dead broker's partitions are reported unavailable, and the leaderships of
+its replicated partitions move (master/election.py). A broker is *suspected* sooner: when a
+live broker reports that its fetches from it fail and it has not heartbeated for
+``suspect_after_ms`` either (:meth:`BrokerRegistry.suspects`); elections treat it as down.
+The latest per-partition stats and disk status of each heartbeat are kept for describe and
+``tubeq broker list``.
 The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe.
 """
 from __future__ import annotations
@@ -54,6 +57,7 @@ class LiveBroker:
     stats: dict[tuple[str, int], PartitionStat] = field(default_factory=dict)
     disk: DiskState | None = None  # None until a heartbeat reports it
     rack: str = ""  # as the broker declared it: placement puts replicas on distinct racks
+    unreachable: frozenset[int] = frozenset()  # leaders it cannot fetch from, it says
 
 
 def check_address(address: str) -> str:
@@ -104,7 +108,7 @@ class BrokerRegistry:
                                                   rack=rack)
 
     def heartbeat(self, broker_id: int, stats: Iterable[tuple[str, int, PartitionStat]],
-                  disk: DiskState | None = None) -> bool:
+                  disk: DiskState | None = None, unreachable: Iterable[int] = ()) -> bool:
         """Record a heartbeat; False when the broker must register first."""
         with self._lock:
             live = self._brokers.get(broker_id)
@@ -113,7 +117,20 @@ class BrokerRegistry:
             live.last_seen, live.last_heartbeat_ms = self._clock(), self._wall()
             live.stats = {(t, p): s for t, p, s in stats}
             live.disk = disk
+            live.unreachable = frozenset(unreachable) - {broker_id}
             return True
+
+    def suspects(self, suspect_after_ms: int) -> set[int]:
+        """Live brokers that a live broker cannot fetch from and that have not heartbeated
+        for ``suspect_after_ms``: down, most likely, before ``timeout_ms`` says so. Both
+        must hold: a broker cut off from its followers only still heartbeats, and a broker
+        that is merely slow to heartbeat is still reached by its followers."""
+        with self._lock:
+            now = self._clock()
+            said = {b for live in self._brokers.values() if self._fresh(live)
+                    for b in live.unreachable}
+            return {b for b in said if (live := self._brokers.get(b)) is not None
+                    and self._fresh(live) and now - live.last_seen > suspect_after_ms}
 
     def is_alive(self, broker_id: int) -> bool:
         with self._lock:

@@ -151,7 +151,8 @@ class Master:
         only, and not while brokers may still be re-registering after a failover)."""
         if not self.leadership.is_leader() or self.groups.in_grace():
             return
-        alive = self.registry.alive_ids()
+        suspects = self.registry.suspects(self.config.broker_heartbeat_interval_ms * 3 // 2)
+        alive = [b for b in self.registry.alive_ids() if b not in suspects]
         seen = (tuple(alive), self.state.applied_index)
         if seen == self._elected_for:
             return  # nothing changed since the last look: no walk over every partition

@@ -76,7 +76,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
             for s in request.stats]
         disk = (DiskState(request.disk.free_bytes, request.disk.reserve_bytes, request.disk.full)
                 if request.HasField("disk") else None)
-        if not self.registry.heartbeat(request.broker_id, stats, disk):
+        if not self.registry.heartbeat(request.broker_id, stats, disk,
+                                       request.unreachable_brokers):
             return mpb.BrokerHeartbeatResponse(term=self.term, reregister=True)
         self._record_committed(request.committed)
         for refusal in request.refusals[:MAX_REFUSALS]:

@@ -131,7 +131,7 @@ class DiskStatus(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals", "quota_version", "ip_version")
+    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals", "quota_version", "ip_version", "unreachable_brokers")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class BrokerHeartbeatRequest(_message.Message):
     REFUSALS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_VERSION_FIELD_NUMBER: _ClassVar[int]
     IP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNREACHABLE_BROKERS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
     disk: DiskStatus
@@ -148,7 +149,8 @@ class BrokerHeartbeatRequest(_message.Message):
     refusals: _containers.RepeatedCompositeFieldContainer[Refusal]
     quota_version: int
     ip_version: int
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ..., quota_version: _Optional[int] = ..., ip_version: _Optional[int] = ...) -> None: ...
+    unreachable_brokers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ..., quota_version: _Optional[int] = ..., ip_version: _Optional[int] = ..., unreachable_brokers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("principal", "method", "reason", "peer", "count", "first_ms")

@@ -385,3 +385,26 @@ def test_an_unclean_election_lets_an_out_of_sync_replica_lead_when_the_topic_all
     assert one == two
     assert [r[2] for r in one[0]] == [b"both-%d" % i for i in range(30)] + \
         [b"new-%d" % i for i in range(10)], "the records only the old leader held are gone"
+
+
+def test_a_crashed_leader_is_replaced_before_the_broker_timeout_when_its_follower_says_so(
+        replicated_cluster):
+    """The follower's fetches fail at once (connection refused) and it says so in a heartbeat
+    sent right away; the master then elects without waiting out broker_timeout_ms (20 s
+    here) once the leader has also missed its heartbeats (1.5 intervals)."""
+    cluster = replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
+                                                     "broker_timeout_ms": 20_000})
+    with AdminClient(cluster.master_addresses) as admin:
+        old = admin.create_topic("quick", partitions=1, replication_factor=2) \
+            .partitions[0].broker_id
+        heir = ({1, 2} - {old}).pop()
+        with Producer(cluster.master_addresses, acks="all") as producer:
+            producer.send("quick", b"before", partition=0).result(10)
+        cluster.brokers[old].kill()
+        deadline = time.monotonic() + 15
+        while admin.describe_topic("quick").partitions[0].broker_id != heir \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert admin.describe_topic("quick").partitions[0].broker_id == heir
+        still = {b.broker_id: b.alive for b in admin.list_brokers()}
+        assert still[old] is True, "elected while the broker timeout still counts it alive"
