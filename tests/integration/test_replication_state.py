@@ -67,6 +67,23 @@ def leads(cluster, broker: int, topic: str = "idem") -> bool:
         return False
 
 
+def assert_group_sees(cluster, tps: list[TopicPartition], committed: list[int],
+                      values: list[bytes]) -> None:
+    """Group "g" finds its committed offsets, and every record (value i sent to partition
+    i % len(tps)) is there in order."""
+    with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="latest",
+                      enable_auto_commit=False) as consumer:
+        consumer.assign(tps)
+        assert [consumer.committed(tp) for tp in tps] == committed
+        consumer.seek_to_beginning(*tps)
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got += consumer.poll(timeout=0.5)
+    for p, tp in enumerate(tps):
+        assert [r.value for r in got if r.partition == tp.partition] == values[p::len(tps)]
+
+
 def test_a_retry_after_a_leader_change_is_answered_not_appended_again(cluster):
     with AdminClient(cluster.master_addresses) as admin:
         first = admin.create_topic("idem", partitions=1, replication_factor=2).partitions[0]
@@ -172,18 +189,7 @@ def test_a_broker_whose_disk_was_wiped_rebuilds_its_copies_and_can_lead(cluster)
         wait_until(lambda: all(p.broker_id == wiped
                                for p in admin.describe_topic("wiped").partitions)
                    and leads(cluster, wiped, "wiped"), "the wiped broker to lead")
-    with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="latest",
-                      enable_auto_commit=False) as consumer:
-        consumer.assign(tps)
-        assert [consumer.committed(tp) for tp in tps] == [150, 120]
-        consumer.seek_to_beginning(*tps)
-        got: list = []
-        deadline = time.monotonic() + 30
-        while len(got) < 400 and time.monotonic() < deadline:
-            got += consumer.poll(timeout=0.5)
-    for p in (0, 1):
-        assert [r.value for r in got if r.partition == p] == \
-            [b"w%d" % i for i in range(p, 400, 2)]
+    assert_group_sees(cluster, tps, [150, 120], [b"w%d" % i for i in range(400)])
 
 
 def test_every_broker_killed_at_once_comes_back_with_every_acknowledged_record(cluster):
@@ -212,15 +218,4 @@ def test_every_broker_killed_at_once_comes_back_with_every_acknowledged_record(c
             return all(p.available and sorted(p.isr) == [1, 2] for p in parts)
 
         wait_until(settled, "leaders back and both replicas in sync", 60)
-    with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="latest",
-                      enable_auto_commit=False) as consumer:
-        consumer.assign(tps)
-        assert [consumer.committed(tp) for tp in tps] == [40, 70]
-        consumer.seek_to_beginning(*tps)
-        got: list = []
-        deadline = time.monotonic() + 30
-        while len(got) < 200 and time.monotonic() < deadline:
-            got += consumer.poll(timeout=0.5)
-    for p in (0, 1):
-        assert [r.value for r in got if r.partition == p] == \
-            [b"c%d" % i for i in range(p, 200, 2)]
+    assert_group_sees(cluster, tps, [40, 70], [b"c%d" % i for i in range(200)])
