@@ -68,6 +68,11 @@ class ReplicaFetcher:
         with self._unreachable_lock:
             return sorted(self._unreachable)
 
+    def _forget_unfollowed(self, followed: list[PartitionRole]) -> None:
+        """A leader we no longer follow is no concern of ours: stop reporting it."""
+        with self._unreachable_lock:
+            self._unreachable &= {role.leader for role in followed}
+
     def _reached(self, leaders: set[int], ok: bool) -> None:
         with self._unreachable_lock:
             new = leaders - self._unreachable if not ok else set()
@@ -91,8 +96,9 @@ class ReplicaFetcher:
 
     def _supervise(self) -> None:
         while not self._stop.wait(SUPERVISE_S):
-            leaders = {role.leader_address for _, _, role in self.topics.followed()
-                       if role.leader_address}
+            followed = [role for _, _, role in self.topics.followed()]
+            self._forget_unfollowed(followed)
+            leaders = {role.leader_address for role in followed if role.leader_address}
             for address in leaders:
                 loop = self._loops.get(address)
                 if loop is None or not loop.is_alive():

@@ -200,3 +200,17 @@ def test_a_new_leader_process_sends_every_group_again(pair):
     one.leader.offsets = one.offsets
     data = two.fetch_from(one)  # another incarnation: the whole state again
     assert [(g.group, g.offset) for g in data.group_offsets] == [("g", 1)]
+
+
+def test_a_leader_is_reported_unreachable_only_while_followed_and_failing(pair):
+    _, two = pair
+    fetcher, told = two.loop.owner, []
+    fetcher.on_unreachable = lambda: told.append(fetcher.unreachable_leaders())
+    fetcher._reached({1}, False)
+    fetcher._reached({1}, False)  # still failing: said once
+    assert told == [[1]]
+    fetcher._reached({1}, True)
+    assert fetcher.unreachable_leaders() == []
+    fetcher._reached({1, 5}, False)
+    fetcher._forget_unfollowed([r for _, _, r in two.topics.followed()])  # follows 1's only
+    assert fetcher.unreachable_leaders() == [1]
