@@ -138,7 +138,8 @@ class _LeaderLoop(threading.Thread):
                 except grpc.RpcError as exc:
                     event(log, "replica.leader_unreachable", logging.WARNING,
                           leader=self.address, error=str(exc.code()))
-                    owner._reached(leaders, False)
+                    if exc.code() == grpc.StatusCode.UNAVAILABLE:  # refused or reset: gone
+                        owner._reached(leaders, False)  # (a slow answer proves nothing)
                     owner._stop.wait(RETRY_S)
                 except TubeqError as err:  # a store closed or reopened meanwhile: next round
                     event(log, "replica.round_failed", logging.WARNING, leader=self.address,
