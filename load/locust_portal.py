@@ -1,7 +1,8 @@
 """A Locust ``HttpUser`` for the portal (``--host`` is its URL): logs in once per user as a
-browser does (the login form's token, then the session cookie), then reads the pages and the
-JSON API an operator uses most. It logs in with the user and password ``lib`` would use
-(TUBEQ_USER / TUBEQ_PASSWORD, or a credentials file: see the README's Security section)."""
+browser does (the login form's token, then the session cookie, then the dashboard the login
+redirects to), then reads the pages and the JSON API an operator uses most. It logs in with
+the user and password ``lib`` would use (TUBEQ_USER / TUBEQ_PASSWORD, or a credentials file:
+see the README's Security section)."""
 from __future__ import annotations
 
 import re
@@ -32,6 +33,8 @@ class PortalUser(HttpUser):
             if answer.status_code != 302:
                 answer.failure(f"login refused: HTTP {answer.status_code} (check TUBEQ_USER and "
                                "TUBEQ_PASSWORD)")
+                return
+        self.dashboard()  # where the login's redirect lands, as in a browser
 
     @task(3)
     def dashboard(self) -> None:
