@@ -19,7 +19,7 @@ from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
-from lib.errors import InvalidArgument, TubeqError
+from lib.errors import InvalidArgument, PartitionNotHosted, TubeqError
 from lib.proto import broker_pb2 as pb
 from lib.records import MAX_TAG_BYTES, BatchView
 from storage.store import Store
@@ -141,6 +141,12 @@ class DataPlane:
         fresh = True
         role = self.topics.role(topic, partition)
         epoch = role.leader_epoch if role is not None and role.replicated else 0
+        if role is not None and role.target \
+                and self.replication.holding(topic, partition, role.leader_epoch):
+            raise PartitionNotHosted(
+                f"partition {topic}/{partition} is moving to broker(s) {list(role.target)}: "
+                "its leadership is being handed over; refresh routes", topic=topic,
+                partition=partition, leader=role.leader, leader_epoch=role.leader_epoch)
         if view.producer_id < 0:
             got = store.append(partition, view, wait, leader_epoch=epoch)
         else:

@@ -53,7 +53,8 @@ def role_of(placement) -> PartitionRole:
     """Our plain PartitionRole for a placement that names its replica set."""
     return PartitionRole(leader=placement.leader, leader_epoch=placement.leader_epoch,
                          replicas=tuple(placement.replicas), isr=tuple(placement.isr),
-                         leader_address=placement.leader_address)
+                         leader_address=placement.leader_address,
+                         target=tuple(placement.target_replicas))
 
 
 class MasterLink:
@@ -74,6 +75,8 @@ class MasterLink:
         metrics.watch_space(topics.space)  # the disk the heartbeat reports, also on /metrics
         self.term = term
         self.on_deleted = on_deleted
+        # A copy of a partition moved away (reassignment): forget what went with it.
+        self.on_removed: Callable[[str, int], None] | None = None
         self.offsets = offsets  # reports the (group, topic) pairs committed here
         self._metadata = cluster_header(cluster_secret)  # who we are to the masters
         self.keyring = keyring  # the token signing keys, from every response
@@ -184,6 +187,9 @@ class MasterLink:
         if self.on_deleted is not None:
             for name in dropped:
                 self.on_deleted(name)
+        if self.on_removed is not None:
+            for topic, partition in self.topics.removed_partitions():
+                self.on_removed(topic, partition)
 
     def _apply_policies(self, res) -> None:
         """The ACLs, quotas and IP lists a response carries: each only when the version we
@@ -221,15 +227,20 @@ class MasterLink:
         event(log, "broker.handed_off", still_led=res.still_led)
         self._heartbeat()
 
-    def alter_isr(self, change: IsrChange) -> list[int]:
-        """Ask the active master to record a partition's new ISR (we lead it); returns the
-        ISR as recorded. TubeqError (Fenced: we no longer lead it) when it refuses."""
+    def alter_isr(self, change: IsrChange) -> mpb.AlterIsrResponse:
+        """Ask the active master to record a partition's new ISR (we lead it), or to finish
+        its reassignment; returns the partition as recorded. TubeqError (Fenced: we no longer
+        lead it) when it refuses. A change of replicas or leader is heard at once: the next
+        heartbeat goes now."""
         req = mpb.AlterIsrRequest(broker_id=self.broker_id, topic=change.topic,
                                   topic_id=change.topic_id, partition=change.partition,
-                                  leader_epoch=change.leader_epoch, isr=list(change.isr))
+                                  leader_epoch=change.leader_epoch, isr=list(change.isr),
+                                  complete_reassignment=change.complete)
         res = self.client.call(master_pb2_grpc.MasterStub, "AlterIsr", req,
                                metadata=self._metadata)
-        return list(res.isr)
+        if res.leader_epoch != change.leader_epoch or tuple(res.replicas) != change.replicas:
+            self.heartbeat_soon()
+        return res
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

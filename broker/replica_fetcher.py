@@ -131,6 +131,7 @@ class _LeaderLoop(threading.Thread):
                     owner._stop.wait(SUPERVISE_S)
                     continue
                 idle_since = time.monotonic()
+                self._forget_others({(t, p) for t, p, _ in parts})
                 leaders = {role.leader for _, _, role in parts}
                 try:
                     self._round(stub, parts)
@@ -147,6 +148,15 @@ class _LeaderLoop(threading.Thread):
                     owner._stop.wait(RETRY_S)
         finally:
             chan.close()
+
+    def _forget_others(self, followed: set[tuple[str, int]]) -> None:
+        """Drop what we knew of partitions no longer followed from here: one that comes back
+        (reassigned here again, or led from here again later) starts with a whole copy of the
+        leader's producer windows and offsets."""
+        if any((t, p) not in followed for t, p, _ in self._synced):
+            self._synced = {k for k in self._synced if (k[0], k[1]) in followed}
+        if any(k not in followed for k in self._offsets_at):
+            self._offsets_at = {k: v for k, v in self._offsets_at.items() if k in followed}
 
     def _round(self, stub: broker_pb2_grpc.BrokerStub,
                parts: list[tuple[str, int, PartitionRole]]) -> None:

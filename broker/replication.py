@@ -52,6 +52,7 @@ from lib.errors import (
 from lib.proto import broker_pb2 as pb
 
 MAX_REPLICA_BYTES = 8 << 20  # per partition and fetch, whatever the follower asks
+HOLD_SETTLE_S = 0.02  # a leadership handed over waits this long for appends already admitted
 
 
 @dataclass
@@ -76,6 +77,8 @@ class IsrChange:
     partition: int
     leader_epoch: int
     isr: tuple[int, ...]
+    replicas: tuple[int, ...] = ()  # as the leader knows them
+    complete: bool = False  # finish a reassignment that moves the leadership elsewhere
 
 
 class ReplicaLeader:
@@ -90,6 +93,8 @@ class ReplicaLeader:
         self._clock = clock
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], _Followed] = {}
+        # (topic, partition) -> leader epoch: writes held while the leadership moves away
+        self._held: dict[tuple[str, int], int] = {}
 
     def _state(self, topic: str, partition: int) -> _Followed:
         """Under ``_lock``: the partition's follower state, new from now when first seen
@@ -238,10 +243,43 @@ class ReplicaLeader:
                         if state.caught_up.get(b, -1.0) > state.out_since[b]
                         and state.log_ends.get(b, -1) >= (hw or 0)}
             isr = tuple(b for b in role.replicas if (b in role.isr and b in fresh) or b in back)
-            if set(isr) != set(role.isr):
+            done = bool(role.target) and set(role.target) <= set(isr)
+            if set(isr) != set(role.isr) or done:
                 out.append(IsrChange(topic, self.topics.topic(topic).spec.topic_id, p,
-                                     role.leader_epoch, isr))
+                                     role.leader_epoch, isr, role.replicas,
+                                     complete=done and self.broker_id not in role.target))
         return out
+
+    # -- a reassignment moving the leadership away (master/reassign.py) --------------------
+
+    def holding(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """Whether writes to the partition are held: its leadership is being handed to a
+        reassignment's target replica (refused as not led here; producers retry there)."""
+        return self._held.get((topic, partition)) == leader_epoch
+
+    def hold_writes(self, change: IsrChange, timeout: float) -> bool:
+        """Hold new writes, then wait until every in-sync replica holds the whole log, so the
+        next leader has every record acknowledged here (acks=1 too). False (writes go on)
+        when they do not within ``timeout`` seconds; True: the caller asks the master, then
+        calls :meth:`release_writes` only if it refused."""
+        key = (change.topic, change.partition)
+        self._held = {**self._held, key: change.leader_epoch}
+        time.sleep(HOLD_SETTLE_S)  # a produce past its check appends now
+        deadline = time.monotonic() + timeout
+        try:
+            store = self.topics.replica_store(*key)
+            while time.monotonic() < deadline:
+                if (self.high_watermark(*key) or 0) >= store.latest(change.partition):
+                    return True
+                time.sleep(0.01)
+        except TubeqError:
+            pass
+        self.release_writes(change)
+        return False
+
+    def release_writes(self, change: IsrChange) -> None:
+        self._held = {k: v for k, v in self._held.items()
+                      if k != (change.topic, change.partition)}
 
     def isr_changed(self, change: IsrChange, isr: list[int]) -> None:
         """The master recorded ``isr``: use it now (its heartbeats bring it too), and wake

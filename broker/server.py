@@ -38,7 +38,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.replica_fetcher import ReplicaFetcher
-from broker.replication import ReplicaLeader
+from broker.replication import IsrChange, ReplicaLeader
 from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark
@@ -131,6 +131,7 @@ class Broker:
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.unreachable = self.fetcher.unreachable_leaders
             self.fetcher.on_unreachable = self.link.heartbeat_soon
+            self.link.on_removed = self._forget_partition
             self.link.start()
             self.fetcher.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
@@ -180,6 +181,11 @@ class Broker:
         self.metrics.produced(topic, partition, nbytes, records)
         self.topics.notify(topic)
 
+    def _forget_partition(self, topic: str, partition: int) -> None:
+        """A copy that left this broker: its producer windows go with it (a copy placed here
+        again takes the leader's whole windows on its first fetch)."""
+        self.dedup.truncate(topic, partition, -1)
+
     def _forget_topic(self, topic: str) -> None:
         self.offsets.forget_topic(topic)
         self.dedup.forget_topic(topic)
@@ -189,15 +195,27 @@ class Broker:
         lag_s = self.config.replica_lag_max_ms / 1e3
         while not self._stopped.wait(max(0.1, lag_s / 4)):
             for change in self.replication.isr_changes(lag_s):
-                try:
-                    isr = self.link.alter_isr(change)
-                except TubeqError as err:
-                    event(log, "partition.isr_change_refused", logging.WARNING,
-                          topic=change.topic, partition=change.partition, error=err.message)
-                    continue
-                self.replication.isr_changed(change, isr)
-                event(log, "partition.isr_changed", topic=change.topic,
-                      partition=change.partition, isr=isr)
+                self._alter_isr(change, lag_s)
+
+    def _alter_isr(self, change: IsrChange, lag_s: float) -> None:
+        """One ISR change (or reassignment end) of a partition led here, through the master.
+        A reassignment that moves the leadership away holds the partition's writes first
+        (broker/replication.py ``hold_writes``) and keeps them held once the master agreed:
+        this broker no longer leads it (the new roles come with the next heartbeat, now)."""
+        if change.complete and not self.replication.hold_writes(change, max(1.0, lag_s)):
+            return
+        try:
+            res = self.link.alter_isr(change)
+        except TubeqError as err:
+            self.replication.release_writes(change)
+            event(log, "partition.isr_change_refused", logging.WARNING,
+                  topic=change.topic, partition=change.partition, error=err.message)
+            return
+        if change.complete and res.leader == self.config.broker_id:
+            self.replication.release_writes(change)  # not finished after all: serve on
+        self.replication.isr_changed(change, list(res.isr))
+        event(log, "partition.isr_changed", topic=change.topic, partition=change.partition,
+              isr=list(res.isr), replicas=list(res.replicas), leader=res.leader)
 
     def stop(self) -> None:
         """Stop serving, then close every store (flush + fsync); safe to call twice."""

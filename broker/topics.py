@@ -7,9 +7,16 @@ partition is hosted here when this broker holds a copy; clients' calls are serve
 partitions it leads (:meth:`TopicManager.store_for`), replication reads and writes any copy
 (:meth:`TopicManager.replica_store`). Data of a topic that merely
 disappears from the picture is kept (only ``deleted`` with a matching ``topic_id`` erases it).
+A partition that leaves the picture while its topic stays (reassignment: this broker no longer
+holds a copy) has its copy removed (:meth:`Store.remove_partition`), and so has a copy found
+when a store opens that the master does not place here (removed while the broker was down):
+placed here again, a partition starts empty and copies its leader afresh. A store left with no
+partition is closed and its directory deleted.
 
 Threading: one lock guards the topic table; store I/O (open, close, delete) is done outside it
-where it can be, so lookups on the produce/fetch path only ever wait for a dict swap. Each topic
+where it can be, so lookups on the produce/fetch path only ever wait for a dict swap. Copies
+are removed after :meth:`TopicManager.apply` took them out of the table (lookups never see a
+hosted partition without its store), outside the table's lock but before apply returns. Each topic
 has a :class:`Signal` that appends bump and long polls and push streams wait on (threads or
 coroutines on the broker's event loop, see :class:`Signal`).
 """
@@ -31,6 +38,7 @@ from lib.names import check_name
 from storage.checkpoints import CHECKPOINTS, CheckpointFile
 from storage.config import StoreConfig
 from storage.fsutil import atomic_write, inside
+from storage.removal import partition_dirs
 from storage.space import SpaceGuard
 from storage.store import Store
 
@@ -147,6 +155,7 @@ class PartitionRole:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     leader_address: str = ""  # where a follower fetches from
+    target: tuple[int, ...] = ()  # a reassignment in progress moves it there (master/reassign)
 
     @property
     def replicated(self) -> bool:
@@ -167,6 +176,18 @@ class _Topic:
     signal: Signal = field(default_factory=Signal)
 
 
+@dataclass(frozen=True)
+class _Leaving:
+    """Copies one store holds that the master no longer places here, to remove after the
+    table changed; ``whole``: the store holds nothing else, close it and delete its dir."""
+
+    topic: str
+    topic_id: int
+    store: Store
+    partitions: tuple[int, ...]
+    whole: bool
+
+
 class TopicManager:
     """Owns every Store of this broker under ``<data_dir>/topics``."""
 
@@ -180,10 +201,13 @@ class TopicManager:
         # (storage/checkpoints.py: not a file rewrite per busy store per interval).
         self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,
                                           self.defaults.checkpoint_interval_ms / 1e3)
-        self._lock = threading.RLock()  # apply() is serialised; lookups take it briefly
+        self._lock = threading.RLock()  # guards the table; lookups take no lock
+        self._apply_lock = threading.Lock()  # one apply() at a time, its removals included
         self._topics: dict[str, _Topic] = {}
         self._closed = False
         self._dropped: list[str] = []
+        self._leaving: list[_Leaving] = []
+        self._removed: list[tuple[str, int]] = []
 
     # ------------------------------------------------------------------ lookups (hot path)
 
@@ -290,32 +314,47 @@ class TopicManager:
         leads a partition when it is the role's leader, or when no role came (one copy).
 
         Returns the topics whose local data was dropped (deleted or re-created), so the caller
-        can forget their committed offsets and producer state too.
+        can forget their committed offsets and producer state too; the partitions whose copies
+        were removed are in :meth:`removed_partitions`.
         """
-        roles = roles or {}
+        with self._apply_lock:
+            with self._lock:
+                dropped = self._converge(topics, placed, deleted, roles or {}, broker_id)
+                leaving, self._leaving = self._leaving, []
+            self._removed = self._remove_copies(leaving)
+            return dropped
+
+    def removed_partitions(self) -> list[tuple[str, int]]:
+        """(topic, partition) of the copies the last :meth:`apply` removed from this broker,
+        so the caller can forget their per-partition state too."""
+        return list(self._removed)
+
+    def _converge(self, topics: Mapping[str, TopicSpec], placed: Iterable[tuple[str, int]],
+                  deleted: Iterable[tuple[str, int]],
+                  roles: Mapping[tuple[str, int], PartitionRole],
+                  broker_id: int | None) -> list[str]:
+        """The table's part of :meth:`apply` (the lock held); copies to remove are queued."""
         wanted: dict[str, set[int]] = {}
         for name, p in placed:
             if name in topics and 0 <= p < topics[name].partitions:
                 wanted.setdefault(name, set()).add(p)
-        with self._lock:
-            self._dropped = []
-            if self._closed:
-                return []
-            for name, topic_id in deleted:
-                if name not in topics or topics[name].topic_id != topic_id:
-                    self._delete(name, topic_id)
-            for name in [n for n in self._topics if n not in topics]:
-                self._forget(name)
-            for name, spec in topics.items():
-                hosted = frozenset(wanted.get(name, ()))
-                mine = {p: roles[(name, p)] for p in hosted if (name, p) in roles}
-                led = frozenset(p for p in hosted
-                                if p not in mine or mine[p].leader == broker_id)
-                try:
-                    self._apply_topic(check_name(name), spec, hosted, led, mine)
-                except Exception as exc:  # noqa: BLE001 - one bad topic must not stop the rest
-                    event(log, "topic.apply_failed", logging.ERROR, topic=name, error=repr(exc))
-            return self._dropped
+        self._dropped = []
+        if self._closed:
+            return []
+        for name, topic_id in deleted:
+            if name not in topics or topics[name].topic_id != topic_id:
+                self._delete(name, topic_id)
+        for name in [n for n in self._topics if n not in topics]:
+            self._forget(name)
+        for name, spec in topics.items():
+            hosted = frozenset(wanted.get(name, ()))
+            mine = {p: roles[(name, p)] for p in hosted if (name, p) in roles}
+            led = frozenset(p for p in hosted if p not in mine or mine[p].leader == broker_id)
+            try:
+                self._apply_topic(check_name(name), spec, hosted, led, mine)
+            except Exception as exc:  # noqa: BLE001 - one bad topic must not stop the rest
+                event(log, "topic.apply_failed", logging.ERROR, topic=name, error=repr(exc))
+        return self._dropped
 
     def _apply_topic(self, name: str, spec: TopicSpec, hosted: frozenset[int],
                      led: frozenset[int], roles: dict[int, PartitionRole]) -> None:
@@ -332,8 +371,9 @@ class TopicManager:
         t.spec = spec
         self._open_stores(t, hosted)
         # Lookups take no lock: a partition gained is hosted before it is led, and its store
-        # is open before either.
+        # is open before either; one lost is removed from its store only after neither.
         t.roles, t.hosted, t.led = roles, hosted, led
+        self._queue_removals(t)
 
     def _open_new(self, name: str, spec: TopicSpec, hosted: frozenset[int],
                   led: frozenset[int], roles: dict[int, PartitionRole]) -> None:
@@ -351,6 +391,7 @@ class TopicManager:
         t.roles, t.hosted, t.led = roles, hosted, led
         self._topics[name] = t
         event(log, "topic.opened", topic=name, topic_id=spec.topic_id)
+        self._queue_removals(t)
 
     def _config_for(self, spec: TopicSpec) -> StoreConfig:
         return topic_store_config(self.defaults, *spec.store_settings())
@@ -361,13 +402,58 @@ class TopicManager:
             sid = p % stores
             store = t.stores.get(sid)
             if store is None:
+                d = inside(self.root, t.name, str(sid))
                 parts = [q for q in hosted if q % stores == sid]
-                slot = self.checkpoints.slot(t.name, t.spec.topic_id, sid,
-                                             inside(self.root, t.name, str(sid)))
+                # Copies of its partitions not placed here were removed while the broker was
+                # down: the store opens them too, and they leave it as any copy does.
+                parts += [q for q in partition_dirs(d) if q % stores == sid and q not in hosted]
+                slot = self.checkpoints.slot(t.name, t.spec.topic_id, sid, d)
                 t.stores[sid] = Store(self.root, t.name, sid, parts, t.config, self.space,
                                       checkpoint=slot)
             elif p not in store.partitions:
                 store.add_partition(p)
+
+    def _queue_removals(self, t: _Topic) -> None:
+        """Queue the copies ``t``'s stores hold that are not hosted (any more) for
+        :meth:`_remove_copies`; a store left with none hosted leaves ``t.stores`` now."""
+        stores = max(1, t.spec.stores)
+        for sid, store in list(t.stores.items()):
+            gone = tuple(p for p in store.partitions if p not in t.hosted)
+            whole = not any(p % stores == sid for p in t.hosted)
+            if whole:
+                del t.stores[sid]
+            if gone or whole:
+                self._leaving.append(_Leaving(t.name, t.spec.topic_id, store, gone, whole))
+
+    def _remove_copies(self, leaving: list[_Leaving]) -> list[tuple[str, int]]:
+        """Remove the queued copies (outside the table's lock); returns those removed. A
+        failed removal is logged, and the next apply, or the store's next open, repeats it."""
+        removed = []
+        for job in leaving:
+            for p in job.partitions:
+                try:
+                    job.store.remove_partition(p)
+                except Exception as exc:  # noqa: BLE001 - the other copies still go
+                    event(log, "partition.remove_failed", logging.ERROR, topic=job.topic,
+                          partition=p, error=repr(exc))
+                    continue
+                removed.append((job.topic, p))
+                event(log, "partition.removed", topic=job.topic, partition=p)
+            if job.whole:
+                self._delete_store(job)
+        return removed
+
+    def _delete_store(self, job: _Leaving) -> None:
+        """Close a store that holds no partition and delete its directory. Each copy in it
+        was removed durably first: whatever a crash leaves of the rest holds none."""
+        store = job.store
+        try:
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - its files go anyway
+            event(log, "store.close_failed", logging.ERROR, topic=job.topic, error=repr(exc))
+        shutil.rmtree(store.dir, ignore_errors=True)
+        self.checkpoints.drop_store(job.topic, job.topic_id, store.store_id)
+        event(log, "store.removed", topic=job.topic, store=store.store_id)
 
     def _reopen(self, t: _Topic, spec: TopicSpec) -> None:
         """Settings changed: close the stores and reopen them with the new config."""

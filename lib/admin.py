@@ -47,7 +47,8 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
         topic_id=s.topic_id, created_ms=desc.created_ms,
         partitions=[PartitionInfo(p.partition, p.broker_id, p.address, p.available,
                                   p.earliest, p.latest, p.disk_bytes, p.leader_epoch,
-                                  list(p.replicas), list(p.isr), list(p.replica_lags))
+                                  list(p.replicas), list(p.isr), list(p.replica_lags),
+                                  list(p.target_replicas))
                     for p in parts],
         replication_factor=s.replication_factor or 1,
         min_insync_replicas=s.min_insync_replicas or 1,
@@ -68,16 +69,17 @@ def group_info(desc: admin_pb2.GroupDescription) -> GroupInfo:
     return GroupInfo(desc.group, desc.generation, members, lags, moves)
 
 
-def broker_info(info: master_pb2.BrokerInfo) -> BrokerInfo:
+def broker_info(info: master_pb2.BrokerInfo, staying: int = 0) -> BrokerInfo:
     """BrokerInfo message -> BrokerInfo (disk fields -1 until the broker reported them)."""
+    common = {"draining": info.draining, "rack": info.rack, "replicas": info.replicas,
+              "leaders": info.leaders, "staying": staying}
     if not info.HasField("disk"):
         return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
-                          draining=info.draining, rack=info.rack)
+                          **common)
     d = info.disk
     return BrokerInfo(info.broker_id, info.address, info.alive, info.last_heartbeat_ms,
                       disk_full=d.full, disk_free_bytes=d.free_bytes,
-                      disk_reserve_bytes=d.reserve_bytes, draining=info.draining,
-                      rack=info.rack)
+                      disk_reserve_bytes=d.reserve_bytes, **common)
 
 
 def check_broker_id(broker_id: int) -> int:
@@ -189,10 +191,29 @@ class AdminClient(SecurityCalls, Closeable):
         return sorted((broker_info(b) for b in response.brokers), key=lambda b: b.broker_id)
 
     def drain_broker(self, broker_id: int) -> BrokerInfo:
-        """Place no new partitions on this broker (needs admin on the cluster). The partitions
-        it hosts stay there and keep serving. Idempotent; UnknownBroker if no broker with
-        this id ever registered. Returns the broker as it is now (``draining`` True)."""
+        """Place no new partitions on this broker and move the replicas it holds to other
+        brokers (needs admin on the cluster): each partition keeps serving while its new
+        replica copies it. Idempotent (draining again retries the replicas that could not
+        move: ``staying``); UnknownBroker if no broker with this id ever registered. Returns
+        the broker as it is now (``draining`` True; ``replicas`` falls to 0 as moves end)."""
         return self._set_draining(broker_id, True)
+
+    def reassign_partitions(self, topic: str, replicas: dict[int, Sequence[int]]) -> TopicInfo:
+        """Move partitions to other brokers (partition -> broker ids, the preferred leader
+        first, as many as the topic's replication factor; needs admin on the cluster). The
+        new replicas copy the partition, join the in-sync replicas, then the others leave;
+        ``target_replicas`` of :meth:`describe_topic` is empty once a partition is done.
+        Reassigning a partition to its current replicas cancels a move in progress."""
+        if not replicas:
+            raise InvalidArgument("reassign_partitions needs at least one partition")
+        parts = []
+        for p, ids in sorted(replicas.items()):
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise InvalidArgument(f"partition must be an integer >= 0, got {p!r:.40}")
+            parts.append(admin_pb2.PartitionReplicas(
+                partition=p, replicas=[check_broker_id(b) for b in ids]))
+        request = admin_pb2.ReassignPartitionsRequest(topic=check_name(topic), partitions=parts)
+        return topic_info(self._call("ReassignPartitions", request))
 
     def undrain_broker(self, broker_id: int) -> BrokerInfo:
         """Let placement use this broker again (the reverse of :meth:`drain_broker`)."""
@@ -201,7 +222,8 @@ class AdminClient(SecurityCalls, Closeable):
     def _set_draining(self, broker_id: int, draining: bool) -> BrokerInfo:
         request = admin_pb2.SetBrokerDrainingRequest(broker_id=check_broker_id(broker_id),
                                                      draining=draining)
-        return broker_info(self._call("SetBrokerDraining", request).broker)
+        response = self._call("SetBrokerDraining", request)
+        return broker_info(response.broker, response.staying)
 
     def list_groups(self) -> list[str]:
         return sorted(self._call("ListGroups", admin_pb2.ListGroupsRequest()).groups)

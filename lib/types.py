@@ -64,6 +64,8 @@ class PartitionInfo:
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
     replica_lags: list[int] = field(default_factory=list)  # per replica: offsets behind (-1: ?)
+    # A reassignment in progress moves the partition to these replicas ([]: none).
+    target_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,14 @@ class BrokerInfo:
     disk_full: bool = False
     disk_free_bytes: int = -1
     disk_reserve_bytes: int = -1
-    # Drained by an admin (AdminClient.drain_broker): no new partition is placed on it; the
-    # partitions it hosts stay there and keep serving.
+    # Drained by an admin (AdminClient.drain_broker): no new partition is placed on it, and
+    # reassignments move the replicas it holds to other brokers.
     draining: bool = False
+    replicas: int = 0  # partitions it holds a copy of (or is copying), leader or follower
+    leaders: int = 0  # partitions it leads
+    # In the answer to a drain: its replicas that no other live broker can take now (they
+    # stay; drain again once more brokers run).
+    staying: int = 0
 
 
 @dataclass(frozen=True)

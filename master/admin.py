@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from lib.auth.server import current_access
+from lib.errors import InvalidArgument
 from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc
 from master.broker_ops import BrokerOps
@@ -79,11 +80,24 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @guarded
     def SetBrokerDraining(self, request, context):  # noqa: N802
-        info, changed = self.brokers.set_draining(request.broker_id, request.draining,
-                                                  caller(context))
+        info, changed, moving, staying = self.brokers.set_draining(
+            request.broker_id, request.draining, caller(context))
         audited("drain_broker" if request.draining else "undrain_broker",
-                broker_id=request.broker_id, changed=changed)
-        return apb.SetBrokerDrainingResponse(broker=info, changed=changed)
+                broker_id=request.broker_id, changed=changed, moving=moving)
+        return apb.SetBrokerDrainingResponse(broker=info, changed=changed, moving=moving,
+                                             staying=staying)
+
+    @guarded
+    def ReassignPartitions(self, request, context):  # noqa: N802
+        wanted: dict[int, list[int]] = {}
+        for part in request.partitions:
+            if part.partition in wanted:
+                raise InvalidArgument(f"partition {part.partition} named twice in one "
+                                      "reassignment", partition=part.partition)
+            wanted[part.partition] = list(part.replicas)
+        self.topics.reassign(request.topic, wanted, caller(context))
+        audited("reassign_partitions", topic=request.topic, partitions=sorted(wanted))
+        return self.topics.describe(request.topic, live=False)
 
     @guarded
     def ListGroups(self, request, context):  # noqa: N802

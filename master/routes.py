@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from lib.proto import master_pb2 as mpb
-from master import settings
+from master import reassign, settings
 from master.brokers import BrokerRegistry
 from master.state import MetaState
 
@@ -25,13 +25,13 @@ class RouteBook:
     def partitions(self, record: dict[str, Any]) -> list[mpb.PartitionRoute]:
         alive = set(self.registry.alive_ids())
         known = self.state.brokers()
-        out = []
+        out, targets = [], reassign.targets(record)
         for p, broker in enumerate(record["placement"]):
             address = self.registry.address(broker) or known.get(broker, "")
             out.append(mpb.PartitionRoute(
                 partition=p, broker_id=broker, address=address, available=broker in alive,
                 leader_epoch=record["leader_epochs"][p], replicas=record["replicas"][p],
-                isr=record["isr"][p]))
+                isr=record["isr"][p], target_replicas=targets[p]))
         return out
 
     def route(self, record: dict[str, Any]) -> mpb.TopicRoute:

@@ -77,7 +77,8 @@ class Master:
         topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
                              self.write)
         group_ops = GroupOps(self.state, self.groups, self.routes, self.calls, self.write)
-        broker_ops = BrokerOps(self.state, self.registry, self.write, topic_ops.placing)
+        broker_ops = BrokerOps(self.state, self.registry, self.write, topic_ops.placing,
+                               lambda: topic_ops.loads()[0])
         self.health = health.HealthServicer()
         self._server = grpc.server(futures.ThreadPoolExecutor(c.grpc_workers,
                                                               thread_name_prefix="master-rpc"),

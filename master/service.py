@@ -16,13 +16,13 @@ import grpc
 
 from lib.auth.acl import to_pb
 from lib.auth.server import CLUSTER, current_access
-from lib.errors import InvalidArgument, UnknownTopic
+from lib.errors import InvalidArgument, TubeqError, UnknownTopic
 from lib.logs import event
 from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
 from lib.proto import security_pb2 as spb
-from master import election, security, settings
+from master import election, reassign, security, settings
 from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
@@ -146,25 +146,47 @@ class MasterService(master_pb2_grpc.MasterServicer):
         topics, placements = {}, []
         for name, record in self.state.topics().items():
             topics[name] = settings.to_pb(record["settings"], record["topic_id"])
+            targets = reassign.targets(record)
             placements += [
                 mpb.PartitionPlacement(
                     topic=name, partition=p, broker_id=broker_id,
                     leader=record["placement"][p], leader_epoch=record["leader_epochs"][p],
-                    replicas=replicas, isr=record["isr"][p],
+                    replicas=replicas, isr=record["isr"][p], target_replicas=targets[p],
                     leader_address=self.routes.address(record["placement"][p]))
                 for p, replicas in enumerate(record["replicas"]) if broker_id in replicas]
         return topics, placements
 
     @guarded
     def AlterIsr(self, request, context):  # noqa: N802
+        before = self.state.topic(request.topic)
         record = self.write({
             "op": "alter_isr", "time_ms": wall_ms(), "broker_id": request.broker_id,
             "topic": request.topic, "topic_id": request.topic_id,
             "partition": request.partition, "leader_epoch": request.leader_epoch,
-            "isr": list(request.isr)})
-        event(log, "partition.isr_changed", topic=request.topic, partition=request.partition,
-              leader=request.broker_id, isr=list(request.isr))
-        return mpb.AlterIsrResponse(isr=record["isr"][request.partition])
+            "isr": list(request.isr), "complete": request.complete_reassignment})
+        p = request.partition
+        event(log, "partition.isr_changed", topic=request.topic, partition=p,
+              leader=request.broker_id, isr=list(request.isr),
+              replicas=record["replicas"][p], now_led_by=record["placement"][p])
+        if before is not None and p < len(before["replicas"]) \
+                and before["replicas"][p] != record["replicas"][p]:
+            self._audit_reassigned(request, before, record)
+        return mpb.AlterIsrResponse(isr=record["isr"][p], leader=record["placement"][p],
+                                    leader_epoch=record["leader_epochs"][p],
+                                    replicas=record["replicas"][p])
+
+    def _audit_reassigned(self, request, before: dict, after: dict) -> None:
+        """A reassignment finished (its leader's AlterIsr): the audit log says so."""
+        p = request.partition
+        details = {"from": before["replicas"][p], "to": after["replicas"][p],
+                   "leader": after["placement"][p], "leader_epoch": after["leader_epochs"][p]}
+        try:
+            self.write({"op": "audit", "time_ms": wall_ms(), "audit": {
+                "principal": "controller", "peer": f"broker {request.broker_id}",
+                "action": "reassignment_done", "target": f"{request.topic}/{p}",
+                "details": json.dumps(details, sort_keys=True)}})
+        except TubeqError as err:
+            event(log, "master.audit_failed", logging.WARNING, error=err.message)
 
     @guarded
     def BrokerShutdown(self, request, context):  # noqa: N802

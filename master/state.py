@@ -8,9 +8,11 @@ the same order on every master.
 
 Commands (``op``): ``lead`` (a new leadership: epoch + 1, the leader's node and address),
 ``register_broker``, ``set_draining`` (an admin drains or undrains a broker: placement skips a
-draining one; the flag survives its re-registrations), ``create_topic``, ``alter_topic``,
-``delete_topic``, ``alter_isr`` (a partition's leader shrinks or expands its ISR),
-``elect_leaders`` (failover: new leaders under the next leader epoch, master/election.py),
+draining one, and a drain reassigns its replicas; the flag survives its re-registrations),
+``create_topic``, ``alter_topic``,
+``delete_topic``, ``alter_isr`` (a partition's leader shrinks or expands its ISR, or finishes
+its reassignment), ``elect_leaders`` (failover: new leaders under the next leader epoch,
+master/election.py), ``reassign`` (partitions move to target replicas, master/reassign.py),
 ``record_group``, ``audit``, and the users, API keys and signing keys of
 ``master/principals.py``. Any command may carry an ``audit`` dict (principal, peer, action,
 target, details) written with it.
@@ -45,6 +47,7 @@ from lib.errors import (
     UnknownBroker,
     UnknownTopic,
 )
+from master import reassign
 from master.principals import Principals
 from master.settings import SINGLE_COPY
 
@@ -127,6 +130,7 @@ class MetaState:
             "set_draining": self._set_draining,
             "create_topic": self._create_topic, "alter_topic": self._alter_topic,
             "alter_isr": self._alter_isr, "elect_leaders": self._elect_leaders,
+            "reassign": self._reassign,
             "delete_topic": self._delete_topic, "record_group": self._record_group,
             "audit": lambda txn, cmd: None,
         }
@@ -180,7 +184,8 @@ class MetaState:
 
     def topics(self) -> dict[str, dict[str, Any]]:
         """name -> {topic, topic_id, created_ms, settings, placement (leader per partition),
-        replicas, isr, leader_epochs (per partition)} (do not mutate)."""
+        replicas, isr, leader_epochs, targets (per partition; master/reassign.py)} (do not
+        mutate)."""
         return dict(self._topics)
 
     def topic(self, name: str) -> dict[str, Any] | None:
@@ -337,7 +342,8 @@ class MetaState:
         txn.put(key, _dump({**old, "draining": draining}), db=self._db["brokers"])
         now = self._draining | {bid} if draining else self._draining - {bid}
         staged.append(lambda: setattr(self, "_draining", now))
-        return {"broker_id": bid, "draining": draining, "changed": changed}
+        moved = self._reassign_all(txn, staged, cmd.get("reassign", []))
+        return {"broker_id": bid, "draining": draining, "changed": changed, "moving": len(moved)}
 
     def _create_topic(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         txn, staged = ctx
@@ -376,6 +382,7 @@ class MetaState:
             raise InvalidArgument("placement does not cover every partition")
         record = with_replicas({**old, "settings": {**SINGLE_COPY, **cmd["settings"]}},
                                replicas)
+        record = self._moved(record, cmd.get("reassign", ()))
         self._put_topic(txn, staged, record)
         return record
 
@@ -397,8 +404,38 @@ class MetaState:
                 or not set(isr) <= set(old["replicas"][p]):
             raise InvalidArgument(f"ISR {isr} of {cmd['topic']}/{p} must hold its leader "
                                   f"{leader} and only its replicas {old['replicas'][p]}")
-        record = {**old, "isr": _put(old["isr"], p, isr)}
+        record = reassign.finish({**old, "isr": _put(old["isr"], p, isr)}, p,
+                                 leader_may_leave=bool(cmd.get("complete")))
         self._put_topic(txn, staged, record)
+        return record
+
+    def _reassign(self, ctx: Any, cmd: dict[str, Any]) -> list[dict[str, Any]]:
+        """Partitions to new target replicas (master/reassign.py); a change for a topic since
+        re-created is skipped. Returns the changes applied."""
+        txn, staged = ctx
+        return self._reassign_all(txn, staged, cmd["changes"])
+
+    def _reassign_all(self, txn: Any, staged: list,
+                      changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        applied = []
+        for name in dict.fromkeys(c["topic"] for c in changes):
+            old = self._topics.get(name)
+            mine = [c for c in changes if c["topic"] == name
+                    and old is not None and c["topic_id"] == old["topic_id"]]
+            if mine:
+                self._put_topic(txn, staged, self._moved(old, mine))
+                applied += mine
+        return applied
+
+    @staticmethod
+    def _moved(record: dict[str, Any], changes) -> dict[str, Any]:
+        for change in changes:
+            p, target = int(change["partition"]), [int(b) for b in change["target"]]
+            if not 0 <= p < len(record["replicas"]) or not target \
+                    or len(set(target)) != len(target):
+                raise InvalidArgument(f"bad reassignment of {record['topic']}/{p} to {target}: "
+                                      "needs distinct brokers")
+            record = reassign.start(record, p, target)
         return record
 
     def _elect_leaders(self, ctx: Any, cmd: dict[str, Any]) -> list[dict[str, Any]]:

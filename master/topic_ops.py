@@ -14,11 +14,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lib.errors import UnknownTopic
+from lib.errors import InvalidArgument, UnknownBroker, UnknownTopic
 from lib.names import check_name
 from lib.proto import admin_pb2 as apb
 from lib.proto import master_pb2 as mpb
-from master import placement, settings
+from master import placement, reassign, settings
 from master.broker_calls import BrokerCalls
 from master.brokers import BrokerRegistry, wall_ms
 from master.config import MasterConfig
@@ -58,15 +58,72 @@ class TopicOps:
             current = self._existing(name)
             wanted = settings.for_alter(current["settings"], pb, self.config)
             added = wanted["partitions"] - current["settings"]["partitions"]
+            moves = self._resize(current, wanted["replication_factor"])
             new = self._place(added, wanted["replication_factor"])
             changes = {k: v for k, v in wanted.items() if current["settings"][k] != v}
+            details = {**changes, "new_replicas": new,
+                       "reassign": {m["partition"]: m["target"] for m in moves}}
             record = self.write({
                 "op": "alter_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
-                "replicas": current["replicas"] + new,
-                "audit": _audit(audit, "alter_topic", name, {**changes, "new_replicas": new})})
+                "replicas": current["replicas"] + new, "reassign": moves,
+                "audit": _audit(audit, "alter_topic", name, details)})
         if added:
             self.groups.topics_changed({name})
         return record
+
+    def reassign(self, name: str, wanted: dict[int, list[int]],
+                 audit: dict[str, Any]) -> dict[str, Any]:
+        """Move partitions of ``name`` to the replicas given (master/reassign.py); each list
+        names live, undrained brokers, as many as the topic's replication factor."""
+        check_name(name, "topic")
+        with self.placing:
+            record = self._existing(name)
+            if not wanted:
+                raise InvalidArgument(f"reassignment of {name!r} names no partition")
+            changes = [{"topic": name, "topic_id": record["topic_id"], "partition": p,
+                        "target": self._check_target(record, p, replicas)}
+                       for p, replicas in sorted(wanted.items())]
+            self.write({"op": "reassign", "time_ms": wall_ms(), "changes": changes,
+                        "audit": _audit(audit, "reassign_partitions", name,
+                                        {c["partition"]: c["target"] for c in changes})})
+        return self._existing(name)
+
+    def _check_target(self, record: dict[str, Any], p: int, replicas: list[int]) -> list[int]:
+        name, rf = record["topic"], record["settings"]["replication_factor"]
+        if not 0 <= p < len(record["replicas"]):
+            raise InvalidArgument(f"topic {name} has partitions 0..{len(record['replicas']) - 1}"
+                                  f", not {p}", topic=name, partition=p)
+        if len(replicas) != rf or len(set(replicas)) != len(replicas):
+            raise InvalidArgument(
+                f"reassignment of {name}/{p} to {replicas}: needs {rf} distinct brokers (the "
+                "topic's replication_factor; change it with topic alter --replication-factor)",
+                topic=name, partition=p, replication_factor=rf)
+        current = set(record["replicas"][p])
+        for b in replicas:
+            if b not in self.state.brokers():
+                raise UnknownBroker(f"reassignment of {name}/{p}: unknown broker {b}: no broker "
+                                    "with this id ever registered", broker_id=b)
+            if b not in current and not self.registry.is_alive(b):
+                raise InvalidArgument(f"reassignment of {name}/{p}: broker {b} is not alive, "
+                                      "so it could not copy the partition", broker_id=b)
+            if b not in current and b in self.state.draining():
+                raise InvalidArgument(f"reassignment of {name}/{p}: broker {b} is draining "
+                                      f"(tubeq broker undrain {b} first)", broker_id=b)
+        return list(replicas)
+
+    def _resize(self, current: dict[str, Any], replication_factor: int) -> list[dict[str, Any]]:
+        """Reassignments for a replication factor change (none when it stays)."""
+        if replication_factor == current["settings"]["replication_factor"]:
+            return []
+        busy = reassign.in_progress(current)
+        if busy:
+            raise InvalidArgument(
+                f"cannot change the replication factor of {current['topic']!r} while partitions "
+                f"{busy} are being reassigned: wait for them (topic describe) or cancel by "
+                "reassigning them to their current replicas", topic=current["topic"])
+        load, _ = self.loads()
+        return reassign.resize_moves(current, replication_factor, load, self.state.draining(),
+                                     self.registry.racks())
 
     def delete(self, name: str, audit: dict[str, Any]) -> None:
         check_name(name, "topic")
@@ -92,7 +149,8 @@ class TopicOps:
                 available=route.available, earliest=earliest, latest=latest,
                 disk_bytes=-1 if stat is None else stat.disk_bytes,
                 leader_epoch=route.leader_epoch, replicas=route.replicas, isr=route.isr,
-                replica_lags=self._lags(record["topic"], route, latest)))
+                replica_lags=self._lags(record["topic"], route, latest),
+                target_replicas=route.target_replicas))
         return apb.TopicDescription(
             topic=name, settings=settings.to_pb(record["settings"], record["topic_id"]),
             partitions=parts, created_ms=record["created_ms"])
@@ -128,15 +186,19 @@ class TopicOps:
 
     def _place(self, count: int, replication_factor: int) -> list[list[int]]:
         """Replica lists for ``count`` new partitions, given every topic's current ones."""
+        load, leaders = self.loads()
+        return placement.place(count, load, self.state.draining(),
+                               replication_factor=replication_factor, leaders=leaders,
+                               racks=self.registry.racks())
+
+    def loads(self) -> tuple[dict[int, int], dict[int, int]]:
+        """(replicas, leaderships) per live broker, over every topic."""
         if self.groups.in_grace():  # a new leader: let the brokers re-register first
             self.registry.wait_alive(set(self.state.brokers()), self.groups.grace_left_s())
         topics = self.state.topics().values()
         live = self.registry.alive_ids()
-        return placement.place(
-            count, placement.load_of((r for t in topics for r in t["replicas"]), live),
-            self.state.draining(), replication_factor=replication_factor,
-            leaders=placement.load_of(([b] for t in topics for b in t["placement"]), live),
-            racks=self.registry.racks())
+        return (placement.load_of((r for t in topics for r in t["replicas"]), live),
+                placement.load_of(([b] for t in topics for b in t["placement"]), live))
 
 
 def _audit(base: dict[str, Any], action: str, target: str,

@@ -1,7 +1,8 @@
 """Broker detail and draining: the page ``/brokers/<id>``, the drain and undrain forms, and the
 same under ``/api/v1/brokers/<id>`` (the broker list itself is in pages.py and api.py).
 
-A drained broker gets no new partition; the ones it hosts stay and keep serving. Draining needs
+A drained broker gets no new partition, and the replicas it holds move to other brokers (they
+keep serving meanwhile). Draining needs
 ``admin`` on the cluster: the master decides (each call is the user's own), and the portal says
 plainly what a refusal means. The buttons show for admins only.
 """

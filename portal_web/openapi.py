@@ -89,7 +89,7 @@ ROUTES: list[tuple[str, str, str, list, dict | None, str]] = [
     ("/brokers/{broker_id}", "get", "A broker with the partitions it hosts", BROKER_ID, None,
      "200"),
     ("/brokers/{broker_id}/drain", "post", "Drain a broker: no new partitions placed there "
-     "(the ones it hosts stay); admin only, idempotent", BROKER_ID, None, "200"),
+     "and its replicas move to other brokers; admin only, idempotent", BROKER_ID, None, "200"),
     ("/brokers/{broker_id}/undrain", "post", "Undrain a broker: placement uses it again; admin "
      "only, idempotent", BROKER_ID, None, "200"),
     ("/topics", "get", "Topics: search (q), sort (name, partitions, durability, created; - "

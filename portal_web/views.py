@@ -189,7 +189,7 @@ def alerts(view: Mapping[str, Any]) -> list[str]:
             found.append(f"broker {b['broker_id']} has a full disk: appends are refused")
         if b.get("draining"):
             found.append(f"broker {b['broker_id']} is draining (info): no new partitions are "
-                         "placed on it")
+                         f"placed on it; it still holds {b.get('replicas', 0)} replica(s)")
     for t in view.get("topics") or ():
         if t["unavailable"]:
             found.append(f"topic {t['name']}: {t['unavailable']} partition(s) unavailable")

@@ -96,8 +96,16 @@ class CheckpointFile:
     def drop_topic(self, topic: str, topic_id: int) -> None:
         """Forget every store of one incarnation of a topic (its files are being deleted)."""
         prefix = entry_key(topic, topic_id, 0).rsplit("/", 1)[0] + "/"
+        self._drop(lambda key: key.startswith(prefix))
+
+    def drop_store(self, topic: str, topic_id: int, store_id: int) -> None:
+        """Forget one store (its files are being deleted: it holds no partition any more)."""
+        key = entry_key(topic, topic_id, store_id)
+        self._drop(lambda k: k == key)
+
+    def _drop(self, doomed_key: Callable[[str], bool]) -> None:
         with self._cond:
-            doomed = [k for k in self._entries if k.startswith(prefix)]
+            doomed = [k for k in self._entries if doomed_key(k)]
             for k in doomed:
                 del self._entries[k]
             if doomed:

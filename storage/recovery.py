@@ -10,6 +10,9 @@ Truncations and resets replay from the data log too: the store appends a zero-re
 chunk whose base offset is where the partition's log now ends (``_place``), so truncated
 records never come back, whether the open starts at the checkpoint or scans the whole log.
 
+A partition's chunks below its *origin* (the data position its copy started at) are ignored:
+they belong to an earlier copy that was removed from the store (storage/removal.py).
+
 Damage costs only the damaged bytes: a chunk whose frames fail their checks keeps its offsets
 as holes (size-0 entries readers skip), a partition whose offsets jump past damaged bytes gets
 holes for the jump, and other partitions' chunks after the damage are kept. Every damaged
@@ -20,12 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lib.logs import event
 from lib.records import FRAME_HEADER_SIZE
-from storage.datalog import Damage, DataLog, ScannedChunk, holes
+from storage.datalog import CHUNK, Damage, DataLog, ScannedChunk, holes
 from storage.fsutil import atomic_write
 from storage.index import IndexLog
 
@@ -78,9 +82,11 @@ def read_checkpoint(store_dir: Path) -> Checkpoint | None:
 
 
 def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog],
-            cp: Checkpoint | None) -> None:
+            cp: Checkpoint | None, origins: Mapping[int, int] | None = None) -> None:
     """Make ``indexes`` agree with the valid chunks of ``data`` (cutting bad tails), scanning
-    only after checkpoint ``cp`` when the files agree with it (storage/checkpoints.py)."""
+    only after checkpoint ``cp`` when the files agree with it (storage/checkpoints.py).
+    A partition's chunks below its position in ``origins`` (default 0) are not its copy's."""
+    origins = origins or {}
     for index in indexes.values():
         index.sanitize_tail(data.end)
     start = _scan_start(cp, data, indexes)
@@ -92,8 +98,8 @@ def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog],
     chunks, damage = data.scan(start)
     for chunk in chunks:
         index = indexes.get(chunk.partition)
-        if index is None:
-            continue  # a partition no longer placed here; its bytes age out with retention
+        if index is None or chunk.frames_pos - CHUNK.size < origins.get(chunk.partition, 0):
+            continue  # a partition (or a copy of it) no longer here: ages out with retention
         _place(index, chunk, damage, store_dir)
     for d in damage:
         event(log, "store.recovery_damage", logging.ERROR, store=str(store_dir),

@@ -8,8 +8,9 @@ The store is the coordinator; each concern has its own module:
 - ``sync_policy.py``: *when* a block is written and when the data log is fsynced;
 - ``retention.py``: which old data segments go;
 - ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them;
-- ``epochs.py``: each partition's leader-epoch cache, and ``truncation.py``: cutting a
-  partition's log back or forward, both for replication.
+- ``epochs.py``: each partition's leader-epoch cache, ``truncation.py``: cutting a
+  partition's log back or forward, and ``removal.py``: deleting a partition's copy (and the
+  origin that keeps an old copy from coming back), all for replication.
 
 Replication (a later step builds the replica fetcher on these): appends carry the leader epoch
 that assigned their offsets, and a follower appends the leader's batches ``at`` the leader's
@@ -68,6 +69,7 @@ from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, INDEX_DTYPE, IndexLog
 from storage.recovery import recover
+from storage.removal import create_dir, read_origin, remove, removed_at, sweep, write_origin
 from storage.select import assemble, plan
 from storage.space import SpaceGuard
 from storage.sync_policy import SyncPolicy
@@ -132,9 +134,9 @@ class Store(Closeable):
         self.dir = inside(Path(root), topic, str(int(store_id)))
         self.dir.mkdir(parents=True, exist_ok=True)
         self._data = DataLog(self.dir / "data", cfg.segment_bytes)
-        indexes = {p: self._open_index(p) for p in sorted(set(partitions))}
         self._checkpoint = checkpoint or OwnCheckpoint(self.dir)
-        recover(self.dir, self._data, indexes, self._checkpoint.read())
+        indexes = self._recover(partitions)
+        self._retired: list[IndexLog] = []  # indexes of removed partitions (storage/removal.py)
         self._parts = {p: _Partition(index) for p, index in indexes.items()}
         for part in self._parts.values():
             part.index.keep_end()  # recovery may have reset it: keep where it continues
@@ -159,10 +161,30 @@ class Store(Closeable):
         self._flusher = Flusher(self, self._policy, wall_clock)
         self._flusher.start()
 
-    def _open_index(self, partition: int) -> IndexLog:
+    def _recover(self, partitions: Iterable[int]) -> dict[int, IndexLog]:
+        """Open the partitions' indexes (one without a dir starts where its last removed copy
+        ended, or at 0: rebuilt from the whole log) and make them agree with the data log,
+        ignoring each one's chunks below its origin."""
+        sweep(self.dir)
+        removed = removed_at(self.dir)
+        indexes = {p: self._open_index(p, removed.get(p, 0)) for p in sorted(set(partitions))}
+        origins = {p: read_origin(index.dir) for p, index in indexes.items()}
+        recover(self.dir, self._data, indexes, self._checkpoint.read(), origins)
+        for p, origin in origins.items():
+            if origin > self._data.end:
+                # A crash lost the cached tail the copy was added at, or recovery cut a torn
+                # tail: nothing lies past the end any more, and appends go on from there.
+                write_origin(indexes[p].dir, self._data.end)
+        return indexes
+
+    def _open_index(self, partition: int, origin: int) -> IndexLog:
+        """The partition's index; a dir created new records that its copy starts at data
+        position ``origin`` (storage/removal.py)."""
         if not isinstance(partition, int) or partition < 0:
             raise UnknownPartition(f"partition must be an int >= 0, got {partition!r}")
-        return IndexLog(self.dir / f"p{partition}", self.config.index_segment_entries)
+        directory = self.dir / f"p{partition}"
+        create_dir(directory, origin)
+        return IndexLog(directory, self.config.index_segment_entries)
 
     # ----------------------------------------------------------------- public API
 
@@ -171,11 +193,28 @@ class Store(Closeable):
         return sorted(self._parts)
 
     def add_partition(self, partition: int) -> None:
-        """Start hosting a new partition (topic grew); its offsets start at 0."""
+        """Start hosting a new partition (topic grew, or a copy placed here); its offsets
+        start at 0. Its copy starts at the next chunk's data position: chunks of a copy
+        removed before never come back (storage/removal.py)."""
         with self._cond:
             self._check_open()
             if partition not in self._parts:
-                self._parts[partition] = _Partition(self._open_index(partition))
+                index = self._open_index(partition, self._cache.active.end_pos)
+                self._parts[partition] = _Partition(index)
+
+    def remove_partition(self, partition: int) -> None:
+        """Stop hosting ``partition`` and delete its files (index and leader epochs), durably;
+        a partition not hosted here is a no-op. Raises StoreClosed on a closed store (a failed
+        one removes it: its data is being discarded anyway).
+
+        For a broker that no longer holds a copy (reassignment). Its chunks stay in the
+        shared data log until retention ages them out; a later :meth:`add_partition` (or an
+        open with it) starts a new, empty copy that never sees them. Afterwards appends and
+        reads of it raise UnknownPartition, and the checkpoint no longer names it. Readers
+        already under way may get its old records. A crash before it returns may leave the
+        dir in place: the caller, which had not been told it was removed, repeats it.
+        """
+        remove(self, partition)
 
     def parse(self, batch: bytes | memoryview) -> BatchView:
         """Check a batch against this store's limits (``lib.records.parse_batch``): the broker
@@ -438,8 +477,8 @@ class Store(Closeable):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        for part in self._parts.values():
-            part.index.close()
+        for index in [*(part.index for part in self._parts.values()), *self._retired]:
+            index.close()
         self._data.close()
 
 

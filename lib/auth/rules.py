@@ -97,6 +97,7 @@ RULES: dict[str, Rule] = {
     _A + "ListTopics": IN_HANDLER,
     _A + "ListBrokers": needs(("describe", "cluster", "")),
     _A + "SetBrokerDraining": ADMIN_CLUSTER,
+    _A + "ReassignPartitions": ADMIN_CLUSTER,
     _A + "ListGroups": IN_HANDLER,
     _A + "DescribeGroup": needs(("describe", "group", "group")),
     _A + "ResetGroupOffsets": needs(("alter", "group", "group"), ("describe", "topic", "topic")),

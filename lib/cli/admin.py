@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import time
 
 import click
 
 from lib.cli.common import admin, emit, print_rows
+from lib.types import BrokerInfo
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -37,12 +39,13 @@ def _topic_table(info) -> None:
     for key, value in d.items():
         click.echo(f"{key:<18} {value}")
     for part in parts:  # a list prints as "1,2,3" in its column
-        part.update({k: ",".join(map(str, part[k])) for k in ("replicas", "isr", "replica_lags")
-                     if k in part})
+        part.update({k: ",".join(map(str, part[k])) for k in
+                     ("replicas", "isr", "replica_lags", "target_replicas") if k in part})
+    moving = any(p.get("target_replicas") for p in parts)
     print_rows(parts, [c for c in ("partition", "broker_id", "address", "available",
                                    "leader_epoch", "replicas", "isr", "replica_lags",
-                                   "earliest", "latest", "disk_bytes")
-                            if not parts or c in parts[0]])
+                                   "target_replicas", "earliest", "latest", "disk_bytes")
+                       if (not parts or c in parts[0]) and (c != "target_replicas" or moving)])
 
 
 @click.group()
@@ -165,8 +168,68 @@ def group_reset(ctx, name, topic_name, to_earliest, to_latest, to_offset, to_tim
 
 
 @click.group()
+def partition() -> None:
+    """Move partitions' replicas between brokers."""
+
+
+def _assignment(spec: str) -> tuple[int, list[int]]:
+    """``P=B1,B2,...`` -> (P, [B1, B2, ...])."""
+    p, sep, ids = spec.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(p), [int(b) for b in ids.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{spec!r} is not PARTITION=BROKER,BROKER,... (e.g. 0=2,3)",
+                                 param_hint="ASSIGNMENT") from None
+
+
+_wait_option = click.option("--wait", "wait_s", type=click.FloatRange(0), default=None,
+                            help="Wait up to this many seconds for the moves to finish "
+                                 "(exit 1 if they have not).")
+
+
+@partition.command("reassign")
+@click.argument("topic_name")
+@click.argument("assignments", nargs=-1, required=True)
+@_wait_option
+@json_option
+@click.pass_context
+def partition_reassign(ctx, topic_name, assignments, wait_s, as_json) -> None:
+    """Move partitions of TOPIC_NAME to other brokers with no downtime (needs admin on the
+    cluster). Each ASSIGNMENT is PARTITION=BROKER,BROKER,..., the preferred leader first, as
+    many brokers as the topic's replication factor: e.g. ``0=2,3 1=3,1``.
+
+    The new replicas copy the partition, join the in-sync replicas, then the others leave and
+    delete their copies. Reassigning a partition to its current replicas cancels a move.
+    """
+    wanted = dict(_assignment(a) for a in assignments)
+    info = admin(ctx).reassign_partitions(topic_name, wanted)
+    if wait_s is not None:
+        info = _wait_moved(ctx, topic_name, set(wanted), wait_s)
+    emit(info, as_json, _topic_table)
+    if wait_s is not None and any(p.target_replicas for p in info.partitions
+                                  if p.partition in wanted):
+        click.echo(f"error: reassignment of {topic_name} not finished within {wait_s:g} s",
+                   err=True)
+        ctx.exit(1)
+
+
+def _wait_moved(ctx, topic_name: str, partitions: set[int], wait_s: float):
+    """The topic once ``partitions`` have no reassignment in progress, or as it is after
+    ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = admin(ctx).describe_topic(topic_name)
+        busy = [p for p in info.partitions if p.target_replicas and p.partition in partitions]
+        if not busy or time.monotonic() >= deadline:
+            return info
+        time.sleep(0.25)
+
+
+@click.group()
 def broker() -> None:
-    """List brokers; drain a broker (no new partitions placed there) and undrain it."""
+    """List brokers; drain a broker (its replicas move to others) and undrain it."""
 
 
 @broker.command("list")
@@ -176,12 +239,13 @@ def broker_list(ctx, as_json) -> None:
     """Registered brokers, whether they are alive or draining, and their data dir's free space.
 
     disk_full means the broker refuses appends with DISK_FULL until space is freed; draining
-    means no new partition is placed there (tubeq broker drain).
+    means no new partition is placed there and its replicas move off (tubeq broker drain);
+    replicas and leaders count the partitions it holds a copy of and leads.
     """
     brokers = admin(ctx).list_brokers()
+    columns = [f.name for f in dataclasses.fields(BrokerInfo) if f.name != "staying"]
     emit(brokers, as_json,
-         lambda bs: print_rows([dataclasses.asdict(b) for b in bs],
-                               list(dataclasses.asdict(bs[0])) if bs else ["broker_id"]))
+         lambda bs: print_rows([dataclasses.asdict(b) for b in bs], columns))
     for b in brokers:
         if b.disk_full:
             click.echo(f"warning: broker {b.broker_id} ({b.address}) is refusing appends: disk "
@@ -194,17 +258,32 @@ broker_id_argument = click.argument("broker_id", type=click.IntRange(0, 2**31 - 
 
 @broker.command("drain")
 @broker_id_argument
+@_wait_option
 @json_option
 @click.pass_context
-def broker_drain(ctx, broker_id, as_json) -> None:
-    """Place no new partitions on broker BROKER_ID (needs admin on the cluster).
+def broker_drain(ctx, broker_id, wait_s, as_json) -> None:
+    """Retire broker BROKER_ID (needs admin on the cluster): no new partition goes there and
+    every replica it holds moves to another live broker, with no downtime.
 
-    The partitions it hosts stay there and keep serving: moving them off comes with
-    replication. Draining a draining broker changes nothing.
+    A replica no other broker can take now (too few brokers) stays: draining again retries
+    it. ``tubeq broker list`` shows the replicas it still holds.
     """
-    emit(admin(ctx).drain_broker(broker_id), as_json, lambda b: click.echo(
+    client = admin(ctx)
+    info = client.drain_broker(broker_id)
+    deadline = time.monotonic() + (wait_s or 0)
+    while wait_s is not None and info.replicas > info.staying \
+            and time.monotonic() < deadline:
+        time.sleep(0.25)
+        info = dataclasses.replace(next(b for b in client.list_brokers()
+                                        if b.broker_id == broker_id), staying=info.staying)
+    emit(info, as_json, lambda b: click.echo(
         f"broker {b.broker_id} ({b.address}) is draining: new partitions go to other brokers; "
-        "the ones it hosts stay"))
+        f"it holds {b.replicas} replica(s)"
+        + (f", {b.staying} of which no other live broker can take now" if b.staying else "")))
+    if wait_s is not None and info.replicas > info.staying:
+        click.echo(f"error: broker {broker_id} still holds {info.replicas} replica(s) after "
+                   f"{wait_s:g} s", err=True)
+        ctx.exit(1)
 
 
 @broker.command("undrain")
@@ -265,5 +344,5 @@ def _when(time_ms: int) -> str:
 
 
 def register(main: click.Group) -> None:
-    for cmd in (topic, group, broker, master, audit):
+    for cmd in (topic, partition, group, broker, master, audit):
         main.add_command(cmd)

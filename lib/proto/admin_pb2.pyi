@@ -42,7 +42,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "broker_id", "address", "available", "earliest", "latest", "disk_bytes", "leader_epoch", "replicas", "isr", "replica_lags")
+    __slots__ = ("partition", "broker_id", "address", "available", "earliest", "latest", "disk_bytes", "leader_epoch", "replicas", "isr", "replica_lags", "target_replicas")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class PartitionDescription(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
     REPLICA_LAGS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     broker_id: int
     address: str
@@ -65,7 +66,8 @@ class PartitionDescription(_message.Message):
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
     replica_lags: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., replica_lags: _Optional[_Iterable[int]] = ...) -> None: ...
+    target_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., replica_lags: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
     __slots__ = ("topic", "settings", "partitions", "created_ms")
@@ -108,12 +110,32 @@ class SetBrokerDrainingRequest(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class SetBrokerDrainingResponse(_message.Message):
-    __slots__ = ("broker", "changed")
+    __slots__ = ("broker", "changed", "moving", "staying")
     BROKER_FIELD_NUMBER: _ClassVar[int]
     CHANGED_FIELD_NUMBER: _ClassVar[int]
+    MOVING_FIELD_NUMBER: _ClassVar[int]
+    STAYING_FIELD_NUMBER: _ClassVar[int]
     broker: _master_pb2.BrokerInfo
     changed: bool
-    def __init__(self, broker: _Optional[_Union[_master_pb2.BrokerInfo, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
+    moving: int
+    staying: int
+    def __init__(self, broker: _Optional[_Union[_master_pb2.BrokerInfo, _Mapping]] = ..., changed: _Optional[bool] = ..., moving: _Optional[int] = ..., staying: _Optional[int] = ...) -> None: ...
+
+class PartitionReplicas(_message.Message):
+    __slots__ = ("partition", "replicas")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReassignPartitionsRequest(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionReplicas]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionReplicas, _Mapping]]] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ()

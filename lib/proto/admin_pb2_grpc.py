@@ -69,6 +69,11 @@ class AdminStub:
                 request_serializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingResponse.FromString,
                 _registered_method=True)
+        self.ReassignPartitions = channel.unary_unary(
+                '/tubeq.admin.Admin/ReassignPartitions',
+                request_serializer=lib_dot_proto_dot_admin__pb2.ReassignPartitionsRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_admin__pb2.TopicDescription.FromString,
+                _registered_method=True)
         self.ListGroups = channel.unary_unary(
                 '/tubeq.admin.Admin/ListGroups',
                 request_serializer=lib_dot_proto_dot_admin__pb2.ListGroupsRequest.SerializeToString,
@@ -136,8 +141,17 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetBrokerDraining(self, request, context):
-        """Drain a broker (draining = true: no new partition is placed on it) or undrain it.
-        Idempotent; the partitions it hosts stay where they are.
+        """Drain a broker (draining = true: no new partition is placed on it, and reassignments move
+        the replicas it holds to other brokers) or undrain it (nothing moves back). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReassignPartitions(self, request, context):
+        """Move partitions' replicas to other brokers with no downtime: the new replicas copy the
+        partition, join the ISR, then the ones left out go (reassigning to the current replicas
+        cancels a reassignment in progress).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -211,6 +225,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.SetBrokerDraining,
                     request_deserializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingRequest.FromString,
                     response_serializer=lib_dot_proto_dot_admin__pb2.SetBrokerDrainingResponse.SerializeToString,
+            ),
+            'ReassignPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReassignPartitions,
+                    request_deserializer=lib_dot_proto_dot_admin__pb2.ReassignPartitionsRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_admin__pb2.TopicDescription.SerializeToString,
             ),
             'ListGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGroups,
@@ -427,6 +446,33 @@ class Admin:
             '/tubeq.admin.Admin/SetBrokerDraining',
             lib_dot_proto_dot_admin__pb2.SetBrokerDrainingRequest.SerializeToString,
             lib_dot_proto_dot_admin__pb2.SetBrokerDrainingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReassignPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.admin.Admin/ReassignPartitions',
+            lib_dot_proto_dot_admin__pb2.ReassignPartitionsRequest.SerializeToString,
+            lib_dot_proto_dot_admin__pb2.TopicDescription.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,7 +44,7 @@ class TopicSettings(_message.Message):
     def __init__(self, partitions: _Optional[int] = ..., stores: _Optional[int] = ..., durability: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., topic_id: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ..., unclean_leader_election: _Optional[bool] = ...) -> None: ...
 
 class PartitionPlacement(_message.Message):
-    __slots__ = ("topic", "partition", "broker_id", "leader", "leader_epoch", "replicas", "isr", "leader_address")
+    __slots__ = ("topic", "partition", "broker_id", "leader", "leader_epoch", "replicas", "isr", "leader_address", "target_replicas")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class PartitionPlacement(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
     LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     broker_id: int
@@ -61,7 +62,8 @@ class PartitionPlacement(_message.Message):
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
     leader_address: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., leader_address: _Optional[str] = ...) -> None: ...
+    target_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., leader_address: _Optional[str] = ..., target_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("term", "topics", "placements", "heartbeat_interval_ms", "signing_keys", "acls", "quotas", "ip_rules")
@@ -214,7 +216,7 @@ class DeletedTopic(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk", "draining", "rack")
+    __slots__ = ("broker_id", "address", "alive", "last_heartbeat_ms", "disk", "draining", "rack", "replicas", "leaders")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +224,8 @@ class BrokerInfo(_message.Message):
     DISK_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADERS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     alive: bool
@@ -229,10 +233,12 @@ class BrokerInfo(_message.Message):
     disk: DiskStatus
     draining: bool
     rack: str
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., draining: _Optional[bool] = ..., rack: _Optional[str] = ...) -> None: ...
+    replicas: int
+    leaders: int
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., draining: _Optional[bool] = ..., rack: _Optional[str] = ..., replicas: _Optional[int] = ..., leaders: _Optional[int] = ...) -> None: ...
 
 class PartitionRoute(_message.Message):
-    __slots__ = ("partition", "broker_id", "address", "available", "leader_epoch", "replicas", "isr")
+    __slots__ = ("partition", "broker_id", "address", "available", "leader_epoch", "replicas", "isr", "target_replicas")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +246,7 @@ class PartitionRoute(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     broker_id: int
     address: str
@@ -247,7 +254,8 @@ class PartitionRoute(_message.Message):
     leader_epoch: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    target_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "partitions", "settings")
@@ -332,26 +340,34 @@ class LeaveGroupResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AlterIsrRequest(_message.Message):
-    __slots__ = ("broker_id", "topic", "topic_id", "partition", "leader_epoch", "isr")
+    __slots__ = ("broker_id", "topic", "topic_id", "partition", "leader_epoch", "isr", "complete_reassignment")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_REASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     topic: str
     topic_id: int
     partition: int
     leader_epoch: int
     isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_id: _Optional[int] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    complete_reassignment: bool
+    def __init__(self, broker_id: _Optional[int] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., complete_reassignment: _Optional[bool] = ...) -> None: ...
 
 class AlterIsrResponse(_message.Message):
-    __slots__ = ("isr",)
+    __slots__ = ("isr", "leader", "leader_epoch", "replicas")
     ISR_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    leader: int
+    leader_epoch: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, isr: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BrokerShutdownRequest(_message.Message):
     __slots__ = ("broker_id",)

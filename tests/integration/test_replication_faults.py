@@ -18,8 +18,8 @@ import pytest
 from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.errors import TubeqError
-from lib.producer.producer import Producer
 from lib.types import TopicPartition
+from tests.integration.writers import NumberedWriter
 
 KILLS = 3
 TOPIC = "jepsen"
@@ -41,29 +41,6 @@ def cluster(replicated_cluster, durability):
     return replicated_cluster(3, master_settings={"broker_heartbeat_interval_ms": 300,
                                                   "broker_timeout_ms": 1500},
                               replica_lag_max_ms=1500, **STORE[durability])
-
-
-class Writer(threading.Thread):
-    """Sends numbered messages to partition 0 with acks=all; keeps the acknowledged ones."""
-
-    def __init__(self, masters: str) -> None:
-        super().__init__(daemon=True)
-        self.masters, self.acked, self.stop = masters, [], threading.Event()
-
-    def run(self) -> None:
-        with Producer(self.masters, acks="all", retries=50, retry_backoff_ms=100,
-                      request_timeout_ms=5000, linger_ms=2) as producer:
-            i = 0
-            while not self.stop.is_set():
-                futures = [(n, producer.send(TOPIC, b"m%06d" % n, partition=0))
-                           for n in range(i, i + 20)]
-                i += 20
-                for n, fut in futures:
-                    try:
-                        fut.result(30)
-                        self.acked.append(n)
-                    except TubeqError:
-                        pass  # not acknowledged: may or may not be stored
 
 
 class Reader(threading.Thread):
@@ -98,7 +75,8 @@ def test_killed_leaders_lose_no_acknowledged_message(cluster, durability):
     with AdminClient(cluster.master_addresses) as admin:
         admin.create_topic(TOPIC, partitions=1, replication_factor=3, min_insync_replicas=2,
                            durability=durability)
-        writer, reader = Writer(cluster.master_addresses), Reader(cluster.master_addresses)
+        writer = NumberedWriter(cluster.master_addresses, TOPIC, acks="all")
+        reader = Reader(cluster.master_addresses)
         writer.start()
         reader.start()
         try:

@@ -32,7 +32,8 @@ def test_an_admin_drains_and_undrains_from_the_brokers_page(admin_client, undrai
     assert 'id="undrain-1"' in page and ">draining<" in page
     assert admin_client.get("/api/v1/brokers").json[0]["draining"] is True
     alerts = admin_client.get("/api/v1/overview").json["alerts"]
-    assert "broker 1 is draining (info): no new partitions are placed on it" in alerts
+    assert "broker 1 is draining (info): no new partitions are placed on it; it still holds 0 " \
+        "replica(s)" in alerts
     back = admin_client.post("/brokers/1/undrain", data={"csrf_token": csrf})
     assert back.status_code == 302 and back.headers["Location"] == "/brokers/1"
     assert admin_client.get("/api/v1/brokers").json[0]["draining"] is False

@@ -138,7 +138,7 @@ def test_a_drained_broker_stays_drained_across_registrations_reopen_and_snapshot
     s.apply({"op": "register_broker", "time_ms": 1, "broker_id": 1, "address": "h:1"})
     s.apply({"op": "register_broker", "time_ms": 1, "broker_id": 2, "address": "h:2"})
     assert s.draining() == frozenset()
-    assert drain(s, 1) == {"broker_id": 1, "draining": True, "changed": True}
+    assert drain(s, 1) == {"broker_id": 1, "draining": True, "changed": True, "moving": 0}
     assert drain(s, 1)["changed"] is False  # idempotent
     s.apply({"op": "register_broker", "time_ms": 6, "broker_id": 1, "address": "h:9"})
     assert s.draining() == {1} and s.brokers() == {1: "h:9", 2: "h:2"}
