@@ -9,7 +9,9 @@ Replication: a partition's leader numbers the commits (and resets) of its partit
 (a version per partition, under an incarnation drawn per process), and each ReplicaFetch answer
 carries the groups' offsets committed since the version the follower names
 (:meth:`OffsetsPlane.changes`; every group's when it names another incarnation). The follower
-stores them as they are, so a new leader serves the groups' offsets.
+stores them as they are, so a new leader serves the groups' offsets. The exactly-once sinks'
+marks of a partition (broker/sinks.py) are numbered the same way and sent whole when one
+changed: a new leader knows which micro-batches its partitions hold.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
-from storage.offsets import CommittedOffset, OffsetStore
+from storage.offsets import CommittedOffset, OffsetStore, SinkMark
 
 MAX_REPORTED = 500  # (group, topic) pairs per heartbeat: bounds its size after a restart
 
@@ -35,6 +37,7 @@ class _Versions:
 
     version: int = 0
     groups: dict[str, int] = field(default_factory=dict)
+    marks_at: int = 0  # the version of the last change of a sink mark
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class OffsetChanges:
     offsets: dict[str, CommittedOffset]
     incarnation: int
     version: int
+    marks: dict[str, SinkMark] | None = None  # every sink's mark, when one changed
+    intents: dict[str, dict] | None = None  # and every sink's intent (broker/sinks.py)
 
 
 class OffsetsPlane:
@@ -104,9 +109,47 @@ class OffsetsPlane:
                 groups = [g for g, at in v.groups.items() if at > version]
                 got = {g: c for g in groups
                        if (c := self.store.fetch(g, topic, [partition]).get(partition))}
+                whole = v.marks_at > version
             else:
                 got = self.store.partition_offsets(topic, partition)
-            return OffsetChanges(got, self.incarnation, v.version)
+                whole = True
+            if not whole:
+                return OffsetChanges(got, self.incarnation, v.version)
+            return OffsetChanges(got, self.incarnation, v.version,
+                                 self.store.sink_marks(topic, partition),
+                                 self.store.sink_intents(topic, partition))
+
+    def commit_sink(self, sink: str, batch_id: int,
+                    marks: dict[tuple[str, int], SinkMark]) -> None:
+        """Record a sink's committed batch and its marks per partition (broker/sinks.py),
+        numbered for the followers of those partitions."""
+        with self._lock:
+            self.store.commit_sink(sink, batch_id, marks)
+            self._marks_changed(marks)
+        for topic in {t for t, _ in marks}:
+            self._tell_followers(topic, [p for t, p in marks if t == topic])
+
+    def put_sink_intents(self, sink: str, intents: dict[tuple[str, int], dict]) -> None:
+        """Note what a sink commit is about to append per partition (broker/sinks.py),
+        numbered for the followers: one that holds any of those records holds the intent."""
+        with self._lock:
+            self.store.put_sink_intents(sink, intents)
+            self._marks_changed(intents)
+
+    def store_sink_copies(self, topic: str, partition: int, marks: dict[str, SinkMark],
+                          intents: dict[str, dict], drop_from: int | None = None) -> None:
+        """A follower: store the sink marks and intents its leader sent
+        (:meth:`OffsetStore.put_sink_copies`); numbered too, should it lead next."""
+        with self._lock:
+            self.store.put_sink_copies(topic, partition, marks, intents, drop_from)
+            self._marks_changed({(topic, partition): None})
+
+    def _marks_changed(self, keys) -> None:
+        """Number a change of sink marks (the lock held)."""
+        for topic, p in keys:
+            v = self._versions.setdefault((topic, p), _Versions())
+            v.version += 1
+            v.marks_at = v.version
 
     def store_copies(self, topic: str, partition: int,
                      offsets: dict[str, CommittedOffset]) -> None:
@@ -172,6 +215,7 @@ class OffsetsPlane:
         with self._lock:
             for group in self.store.groups():
                 self.store.delete(group, topic)
+            self.store.drop_sink_marks(topic)
             self._reported = {p for p in self._reported if p[1] != topic}
             self._unreported = {p for p in self._unreported if p[1] != topic}
 

@@ -15,6 +15,7 @@ with nothing to follow for :data:`IDLE_EXIT_S` ends.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from lib.proto import broker_pb2_grpc
 from lib.records import BatchView, frame_columns
 from lib.rpc import channel
 from lib.tls import Tls
-from storage.offsets import CommittedOffset
+from storage.offsets import CommittedOffset, SinkMark
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,8 @@ class _LeaderLoop(threading.Thread):
         self._synced: set[tuple[str, int, int]] = set()
         # (topic, partition) -> (incarnation, version) of the leader's offsets held here
         self._offsets_at: dict[tuple[str, int], tuple[int, int]] = {}
+        # (topic, partition) -> sink marks sent whose records this copy does not hold yet
+        self._pending_marks: dict[tuple[str, int], dict[str, SinkMark]] = {}
 
     def run(self) -> None:
         owner = self.owner
@@ -157,6 +160,9 @@ class _LeaderLoop(threading.Thread):
             self._synced = {k for k in self._synced if (k[0], k[1]) in followed}
         if any(k not in followed for k in self._offsets_at):
             self._offsets_at = {k: v for k, v in self._offsets_at.items() if k in followed}
+        if any(k not in followed for k in self._pending_marks):
+            self._pending_marks = {k: v for k, v in self._pending_marks.items()
+                                   if k in followed}
 
     def _round(self, stub: broker_pb2_grpc.BrokerStub,
                parts: list[tuple[str, int, PartitionRole]]) -> None:
@@ -193,6 +199,7 @@ class _LeaderLoop(threading.Thread):
                   from_offset=store.latest(p), to_offset=to)
             store.truncate(p, to)
             dedup.truncate(data.topic, p, to)
+            self._truncate_marks(data.topic, p, to)
         elif data.error_code == "OFFSET_OUT_OF_RANGE" and data.log_start > store.latest(p):
             event(log, "replica.reset", topic=data.topic, partition=p,
                   from_offset=store.latest(p), to_offset=data.log_start)
@@ -207,6 +214,7 @@ class _LeaderLoop(threading.Thread):
             dedup.adopt(data.topic, p, producer_batches(data), replace=whole)
             self._synced.add(key)
             self._copy_offsets(data)
+            self._copy_marks(data, store.latest(p))
             return
         self._synced.discard(key)  # what the leader remembers is asked for again
 
@@ -219,6 +227,32 @@ class _LeaderLoop(threading.Thread):
             for g in data.group_offsets})
         self._offsets_at[(data.topic, data.partition)] = (data.offsets_incarnation,
                                                           data.offsets_version)
+
+    def _copy_marks(self, data: pb.ReplicaFetchData, log_end: int) -> None:
+        """Store the sinks' intents, and the marks whose records this copy holds; keep the
+        other marks until it does (a mark without its records would make a new leader skip
+        them on a replay; the intent it replaces stays until then)."""
+        if self.owner.offsets is None:
+            return
+        key = (data.topic, data.partition)
+        pending = self._pending_marks.get(key, {})
+        intents: dict[str, dict] = {}
+        if data.has_sink_marks:
+            pending = {m.sink: SinkMark(m.batch_id, m.end_offset, m.leader_epoch)
+                       for m in data.sink_marks}
+            intents = {i.sink: json.loads(i.intent) for i in data.sink_intents}
+        held = {s: m for s, m in pending.items() if m.end_offset <= log_end}
+        if held or intents:
+            self.owner.offsets.store_sink_copies(data.topic, data.partition, held, intents)
+        self._pending_marks[key] = {s: m for s, m in pending.items() if s not in held}
+
+    def _truncate_marks(self, topic: str, partition: int, to: int) -> None:
+        """This copy's log now ends at ``to``: marks past it go, and the leader's whole
+        state is asked for again."""
+        self._pending_marks.pop((topic, partition), None)
+        self._offsets_at.pop((topic, partition), None)
+        if self.owner.offsets is not None:
+            self.owner.offsets.store_sink_copies(topic, partition, {}, {}, drop_from=to)
 
     def _complain(self, data: pb.ReplicaFetchData) -> None:
         """Log a refused partition once per kind of refusal (every round would flood)."""

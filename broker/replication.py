@@ -21,7 +21,9 @@ AlterIsr), which records the change in the Raft state only from the current lead
 current epoch.
 
 **Consumer offsets**: each answer carries the groups' offsets committed on the partition since
-the version the follower names (broker/offsets.py), so a new leader serves them.
+the version the follower names (broker/offsets.py), so a new leader serves them; and the
+exactly-once sinks' marks and intents (broker/sinks.py); a follower stores a mark only once it
+holds the records it covers.
 
 **Idempotent producers**: each answer lists the producer batches (broker/dedup.py) its records
 complete, or with ``producer_state`` every one remembered below their end, so a follower that
@@ -33,6 +35,7 @@ replication at the first hole.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -380,6 +383,13 @@ class ReplicaLeader:
         for group, c in sorted(got.offsets.items()):
             reply.group_offsets.add(group=group, offset=c.offset, metadata=c.metadata,
                                     commit_time_ms=c.commit_time_ms)
+        if got.marks is not None:
+            reply.has_sink_marks = True
+            for sink, m in sorted(got.marks.items()):
+                reply.sink_marks.add(sink=sink, batch_id=m.batch_id, end_offset=m.end_offset,
+                                     leader_epoch=m.leader_epoch)
+            for sink, intent in sorted((got.intents or {}).items()):
+                reply.sink_intents.add(sink=sink, intent=json.dumps(intent))
 
     @staticmethod
     def _diverging_end(store, partition: int, p: pb.ReplicaFetchPartition) -> int | None:

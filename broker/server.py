@@ -84,10 +84,11 @@ class Broker:
         self.dedup = Dedup()
         self.offsets = OffsetsPlane(self.topics, self.offset_store, self.term)
         self.executor = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rpc")
-        self.sinks = SinkPlane(self.topics, self.offset_store, config.sink_staging_bytes,
-                               config.sink_staging_ttl_s, self._appended)
         self.replication = ReplicaLeader(self.topics, config.broker_id, self.dedup,
                                          self.offsets)
+        self.sinks = SinkPlane(self.topics, self.offsets, config.sink_staging_bytes,
+                               config.sink_staging_ttl_s, self._appended,
+                               holding=self.replication.holding)
         self.service = BrokerService(
             DataPlane(config, self.topics, self.dedup, self.metrics, self.replication),
             self.offsets,

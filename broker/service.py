@@ -183,7 +183,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     @_guarded
     async def SinkCommit(self, request: pb.SinkCommitRequest, context):  # noqa: N802
-        return await self.run(self.sinks.commit, request, _may_produce())
+        """Answered once every in-sync replica holds the appended records and the sink's
+        marks (broker/sinks.py), as an acks=all produce and an offset commit are."""
+        response, marks = await self.run(self.sinks.commit_marks, request, _may_produce())
+        budget = _wait_budget(context)
+        for (topic, partition), mark in sorted(marks.items()):
+            await self.replication.replicated(topic, partition, mark.end_offset, budget)
+        for topic in sorted({t for t, _ in marks}):
+            await self.replication.offsets_replicated(
+                topic, [p for t, p in marks if t == topic], budget)
+        return response
 
     @_guarded
     async def SinkAbort(self, request: pb.SinkAbortRequest, context):  # noqa: N802

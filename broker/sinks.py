@@ -14,13 +14,23 @@ then records the batch id as the sink's last committed one in LMDB (synced). So:
   replay writes it whole;
 - the batches of a failed task attempt are never applied: only the tasks the commit names are.
 
-A commit that dies half way (the broker crashes, or an append fails) must not leave the
-replay to append its first batches twice. So before appending, a commit writes its *intent* to
-LMDB (synced): per partition, the log end before its appends and a mark of each batch. The
-commit record replaces the intent in one transaction. A replayed commit that finds the intent
-of its own batch id asks broker/sink_landing.py how many of each partition's records are
-already stored and appends only the rest (Spark replays a micro-batch with the same rows, in
-the same order for a deterministic query: what its exactly-once sinks require anyway).
+A batch id counts per partition: each commit records, per partition it appended to, the
+sink's *mark* (the batch id, the log end after its appends, the leader epoch), in the same
+transaction as the batch id. A stage or commit of a partition whose mark says it holds the
+batch already is skipped there.
+
+A commit that dies half way (the broker crashes, an append fails, or the leader dies and
+another takes over) must not leave the replay to append its first batches twice. So before
+appending, a commit writes its *intent* per partition to LMDB (synced): the log end before its
+appends and a mark of each batch. The mark replaces the intent in one transaction. A replayed
+commit that finds the intent of its own batch id asks broker/sink_landing.py how many of the
+partition's records are already stored and appends only the rest.
+
+Marks and intents travel to the followers with the partition (broker/replication.py): an
+intent as soon as it is written, so a follower holding any record of the commit holds its
+intent; a mark once the follower holds the records it covers. A commit is answered once
+every in-sync replica holds its records and marks (broker/service.py). So a new leader
+skips the partitions that hold the batch and completes the others, once.
 
 Limits (README "Exactly-once Spark sink"): staging lives in memory, bounded by
 ``sink_staging_bytes``; a broker that restarts between stage and commit has lost it, and the
@@ -33,16 +43,17 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker.offsets import OffsetsPlane
 from broker.sink_landing import BatchMark, landed_records
 from broker.topics import TopicManager
 from lib.errors import (
     InvalidArgument,
+    PartitionNotHosted,
     SinkStagingFull,
     SinkStagingLost,
     UnknownPartition,
@@ -51,7 +62,7 @@ from lib.errors import (
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from lib.records import BatchView, drop_records
-from storage.offsets import OffsetStore
+from storage.offsets import SinkMark
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -74,25 +85,29 @@ class _Staged:
     """What the tasks staged for one (sink, batch id)."""
 
     created: float
-    tasks: dict[str, dict[int, _Piece]] = field(default_factory=dict)
+    # task -> piece number -> piece (None: a piece of a partition that holds the batch)
+    tasks: dict[str, dict[int, _Piece | None]] = field(default_factory=dict)
     nbytes: int = 0
 
 
 class SinkPlane:
     """SinkStage, SinkCommit and SinkAbort."""
 
-    def __init__(self, topics: TopicManager, offsets: OffsetStore, limit_bytes: int,
-                 ttl_s: float, on_appended: Callable[[str, int, int, int], None]) -> None:
+    def __init__(self, topics: TopicManager, offsets: OffsetsPlane, limit_bytes: int,
+                 ttl_s: float, on_appended: Callable[[str, int, int, int], None],
+                 holding: Callable[[str, int, int], bool] = lambda topic, p, epoch: False
+                 ) -> None:
         self.topics = topics
         self.offsets = offsets
+        self.store = offsets.store
         self.limit_bytes = limit_bytes
         self.ttl_s = ttl_s
         self._on_appended = on_appended  # (topic, partition, bytes, records): metrics, wake-ups
+        self._holding = holding  # writes held: the leadership is being handed over
         self._staged: dict[tuple[str, int], _Staged] = {}
         self._bytes = 0
         self._lock = threading.Lock()  # the staging map
         self._commit_locks: dict[str, threading.Lock] = {}  # one commit per sink at a time
-        self._boot = secrets.token_hex(8)  # tells this process's intents from a crashed one's
         self._exit_after_appends = int(os.environ.get(EXIT_AFTER_APPENDS_ENV, "-1"))
 
     def stage(self, req: pb.SinkStageRequest) -> pb.SinkStageResponse:
@@ -100,7 +115,11 @@ class SinkPlane:
         if not req.task or len(req.task) > MAX_TASK_CHARS:
             raise InvalidArgument(f"sink task id must be 1 to {MAX_TASK_CHARS} characters")
         store = self.topics.store_for(req.topic, req.partition)
-        if batch_id <= self.offsets.sink_committed(sink):
+        mark = self.store.sink_marks(req.topic, req.partition).get(sink)
+        if mark is not None and batch_id <= mark.batch_id:
+            with self._lock:  # the partition holds the batch: the commit skips this piece
+                staged = self._staged.setdefault((sink, batch_id), _Staged(time.monotonic()))
+                staged.tasks.setdefault(req.task, {})[req.piece] = None
             return pb.SinkStageResponse(committed=True)
         if not req.batch:
             raise InvalidArgument(f"empty batch staged for {req.topic}/{req.partition}")
@@ -125,59 +144,93 @@ class SinkPlane:
     def commit(self, req: pb.SinkCommitRequest,
                may_produce: Callable[[str], None] = lambda topic: None
                ) -> pb.SinkCommitResponse:
+        """:meth:`commit_marks` without the marks."""
+        return self.commit_marks(req, may_produce)[0]
+
+    def commit_marks(self, req: pb.SinkCommitRequest,
+                     may_produce: Callable[[str], None] = lambda topic: None
+                     ) -> tuple[pb.SinkCommitResponse, dict[tuple[str, int], SinkMark]]:
         """Append the named tasks' batches; ``records`` counts the micro-batch's records on
         this broker, including any an interrupted earlier commit already stored.
-        ``may_produce(topic)`` raises unless the caller may write every topic staged."""
+        ``may_produce(topic)`` raises unless the caller may write every topic staged. Also
+        returns the marks written (the caller waits for the replicas to hold them)."""
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
         with self._commit_lock(sink):
-            last = self.offsets.sink_committed(sink)
-            if batch_id <= last:
+            last = self.store.sink_committed(sink)
+            with self._lock:
+                staged = (sink, batch_id) in self._staged
+            if not staged and batch_id <= last:  # a retried commit this broker answered
                 self._drop(sink, batch_id)
-                return pb.SinkCommitResponse(already=True, last_committed=last)
+                return pb.SinkCommitResponse(already=True, last_committed=last), {}
             pieces = self._take(sink, batch_id, req.tasks)
             for topic in sorted({p.topic for p in pieces}):
                 may_produce(topic)
             # Every store first: a topic deleted since staging fails the commit before any append.
             stores = {(p.topic, p.partition): self.topics.store_for(p.topic, p.partition)
                       for p in pieces}
-            landed = self._landed(sink, batch_id)
+            epochs = {key: self._epoch(*key) for key in stores}
+            marks = {key: self.store.sink_marks(*key).get(sink) for key in stores}
+            done = {key for key, m in marks.items() if m is not None and m.batch_id >= batch_id}
+            pieces = [p for p in pieces if (p.topic, p.partition) not in done]
+            if not pieces:
+                self._drop(sink, batch_id)
+                return pb.SinkCommitResponse(already=True, last_committed=max(last, batch_id)), {}
+            keys = list(dict.fromkeys((p.topic, p.partition) for p in pieces))
+            landed = {key: self._landed(sink, batch_id, stores[key], key) for key in keys}
+            if any(landed.values()):
+                log.warning("sink %s batch %d: an interrupted commit had stored %s records",
+                            sink, batch_id, landed)
             todo = _after(pieces, landed)
-            self.offsets.put_sink_intent(sink, _intent(self._boot, batch_id, todo, stores, landed))
+            self.offsets.put_sink_intents(sink, {
+                key: _intent(batch_id, landed[key], stores[key].latest(key[1]),
+                             [p for p in todo if (p.topic, p.partition) == key])
+                for key in keys})
             for n, piece in enumerate(todo, 1):
-                stores[piece.topic, piece.partition].append(piece.partition, piece.view)
+                self._check_writable(piece, epochs)
+                stores[piece.topic, piece.partition].append(
+                    piece.partition, piece.view, leader_epoch=self._append_epoch(piece))
                 self._on_appended(piece.topic, piece.partition, piece.nbytes, piece.view.count)
                 if n == self._exit_after_appends:
                     os._exit(70)  # tests: a broker dying in the middle of a commit
-            self.offsets.commit_sink(sink, batch_id)  # and forgets the intent
+            new_marks = {key: SinkMark(batch_id, stores[key].latest(key[1]), epochs[key])
+                         for key in keys}
+            self.offsets.commit_sink(sink, max(last, batch_id), new_marks)  # drops the intents
             self._drop(sink, batch_id)
         records = sum(p.view.count for p in todo) + sum(landed.values())
-        return pb.SinkCommitResponse(records=records, last_committed=batch_id)
+        return pb.SinkCommitResponse(records=records, last_committed=batch_id), new_marks
 
-    def _landed(self, sink: str, batch_id: int) -> dict[tuple[str, int], int]:
-        """Records per partition that an interrupted commit of ``batch_id`` already stored."""
-        intent = self.offsets.sink_intent(sink)
-        if intent is None:
-            return {}
-        if intent["batch"] != batch_id:  # Spark moved on without replaying it
-            log.warning("sink %s: dropping the intent of unfinished batch %d at batch %d",
-                        sink, intent["batch"], batch_id)
-            return {}
-        crashed = intent["boot"] != self._boot
-        out: dict[tuple[str, int], int] = {}
-        for part in intent["parts"]:
-            topic, partition = part["topic"], part["partition"]
+    def _landed(self, sink: str, batch_id: int, store: Store, key: tuple[str, int]) -> int:
+        """Records of the batch an interrupted commit already stored on one partition, here
+        or on the leader before (its intent came with the records it appended)."""
+        intent = self.store.sink_intents(*key).get(sink)
+        if intent is None or intent["batch"] != batch_id:  # none, or Spark moved on
+            return 0
+        topic, partition = key
+        try:
+            found = landed_records(store, partition, intent["from"], store.latest(partition),
+                                   [BatchMark(*m) for m in intent["marks"]])
+        except (UnknownTopic, UnknownPartition):
             found = 0
-            try:
-                store = self.topics.store_for(topic, partition)
-                end = store.opened_end(partition) if crashed else store.latest(partition)
-                marks = [BatchMark(*m) for m in part["marks"]]
-                found = landed_records(store, partition, part["from"], end, marks)
-            except (UnknownTopic, UnknownPartition):
-                pass  # gone since: nothing of it to keep
-            out[topic, partition] = part["landed"] + found
-        log.warning("sink %s batch %d: an interrupted commit had stored %s records",
-                    sink, batch_id, out)
-        return out
+        return intent["landed"] + found
+
+    def _epoch(self, topic: str, partition: int) -> int:
+        role = self.topics.role(topic, partition)
+        return 0 if role is None else role.leader_epoch
+
+    def _append_epoch(self, piece: _Piece) -> int:
+        """The leader epoch appends carry (0 on a partition with one copy), as a produce's."""
+        role = self.topics.role(piece.topic, piece.partition)
+        return role.leader_epoch if role is not None and role.replicated else 0
+
+    def _check_writable(self, piece: _Piece, epochs: dict[tuple[str, int], int]) -> None:
+        """Refuse (retriable, nothing more appended) while the partition's leadership is
+        being handed over (broker/replication.py ``hold_writes``)."""
+        key = (piece.topic, piece.partition)
+        if self._holding(piece.topic, piece.partition, epochs[key]):
+            raise PartitionNotHosted(
+                f"partition {piece.topic}/{piece.partition} is moving to another broker: its "
+                "leadership is being handed over; run the micro-batch again",
+                topic=piece.topic, partition=piece.partition)
 
     def abort(self, req: pb.SinkAbortRequest,
               may_produce: Callable[[str], None] = lambda topic: None) -> pb.SinkAbortResponse:
@@ -185,7 +238,7 @@ class SinkPlane:
         with self._lock:
             staged = self._staged.get((sink, batch_id))
             for topic in sorted({p.topic for ps in (staged.tasks.values() if staged else ())
-                                 for p in ps.values()}):
+                                 for p in ps.values() if p is not None}):
                 may_produce(topic)
             gone = self._staged.pop((sink, batch_id), None)
             if gone is not None:
@@ -211,7 +264,7 @@ class SinkPlane:
                         f"batch(es) on this broker, {task.pieces - len(missing)} are here (the "
                         "broker restarted or the staging expired); nothing was applied: run "
                         "the micro-batch again", sink=sink, batch_id=batch_id, task=task.task)
-                out.extend(have[i] for i in range(task.pieces))
+                out.extend(piece for i in range(task.pieces) if (piece := have[i]) is not None)
             return out
 
     def _drop(self, sink: str, upto: int) -> None:
@@ -248,20 +301,11 @@ def _after(pieces: list[_Piece], landed: dict[tuple[str, int], int]) -> list[_Pi
     return out
 
 
-def _intent(boot: str, batch_id: int, todo: list[_Piece],
-            stores: dict[tuple[str, int], Store], landed: dict[tuple[str, int], int]) -> dict:
-    """What a commit is about to append (see broker/sink_landing.py), as JSON-ready data."""
-    parts: dict[tuple[str, int], dict] = {}
-    for key, n in landed.items():
-        parts[key] = {"topic": key[0], "partition": key[1], "landed": n, "from": 0, "marks": []}
-    for piece in todo:
-        key = (piece.topic, piece.partition)
-        part = parts.setdefault(key, {"topic": key[0], "partition": key[1], "landed": 0,
-                                      "from": 0, "marks": []})
-        if not part["marks"]:
-            part["from"] = stores[key].latest(piece.partition)
-        part["marks"].append(BatchMark.of(piece.view).as_list())
-    return {"batch": batch_id, "boot": boot, "parts": list(parts.values())}
+def _intent(batch_id: int, landed: int, log_end: int, todo: list[_Piece]) -> dict:
+    """What a commit is about to append on one partition (see broker/sink_landing.py), as
+    JSON-ready data: what earlier attempts stored, where the log ends, a mark per batch."""
+    return {"batch": batch_id, "landed": landed, "from": log_end,
+            "marks": [BatchMark.of(p.view).as_list() for p in todo]}
 
 
 def _sink_and_batch(sink: str, batch_id: int) -> tuple[str, int]:

@@ -4,9 +4,11 @@ Lives on the broker that owns the partitions, as in TubeMQ. One LMDB environment
 a commit of many partitions is one write transaction, so it lands whole or not at all. LMDB is
 thread-safe for this use (one writer at a time, readers never blocked).
 
-The same environment keeps each exactly-once sink's last committed batch id and the intent of
-its commit in progress (broker/sinks.py), under keys that start with ``\x01`` (no group name
-can: names are checked).
+The same environment keeps each exactly-once sink's last committed batch id and, per
+partition, each sink's *mark* (its last batch committed there, where the log ended then, under
+which leader epoch) and the *intent* of its commit in progress there (broker/sinks.py), both
+replicated with the partition, under keys that start with ``\x01`` (no group name can: names
+are checked).
 """
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ from lib.names import check_name
 _VALUE = struct.Struct("<qq")  # offset, commit time (ms); metadata bytes follow
 _PART = struct.Struct(">I")  # big-endian so keys sort by partition
 _SINK = b"\x01sink\x00"  # + sink id: the last committed batch id (i64)
-_INTENT = b"\x01intent\x00"  # + sink id: JSON of the commit being applied (broker/sinks.py)
+_INTENT = b"\x01intent\x00"  # + sink id: an older version's intent, dropped at commit
+_INTENTS = b"\x01pintent\x00"  # + topic + \x00 + partition + sink id: JSON (broker/sinks.py)
 _BATCH_ID = struct.Struct("<q")
+_MARKS = b"\x01mark\x00"  # + topic + \x00 + partition + sink id: a SinkMark
+_MARK = struct.Struct("<qqq")  # batch id, end offset, leader epoch
 MAX_METADATA_BYTES = 4096
 
 
@@ -35,6 +40,20 @@ class CommittedOffset:
     offset: int
     metadata: bytes
     commit_time_ms: int
+
+
+@dataclass(frozen=True)
+class SinkMark:
+    """A sink's last batch committed on one partition: the log ended at ``end_offset`` once
+    its records were appended, under leader epoch ``leader_epoch``."""
+
+    batch_id: int
+    end_offset: int
+    leader_epoch: int
+
+
+def _marks_prefix(topic: str, partition: int, kind: bytes = _MARKS) -> bytes:
+    return kind + check_name(topic).encode() + b"\x00" + _PART.pack(partition)
 
 
 def _prefix(group: str, topic: str | None = None) -> bytes:
@@ -150,25 +169,84 @@ class OffsetStore:
             raw = txn.get(_SINK + check_name(sink, "sink").encode())
         return -1 if raw is None else _BATCH_ID.unpack(raw)[0]
 
-    def commit_sink(self, sink: str, batch_id: int) -> None:
-        """Record ``batch_id`` as ``sink``'s last committed batch and forget its intent, in one
-        transaction (durable once this returns: the environment syncs on commit)."""
+    def commit_sink(self, sink: str, batch_id: int,
+                    marks: Mapping[tuple[str, int], SinkMark] | None = None) -> None:
+        """Record ``batch_id`` as ``sink``'s last committed batch and its ``marks`` per
+        (topic, partition), and forget its intents there, in one transaction (durable once
+        this returns: the environment syncs on commit)."""
         name = check_name(sink, "sink").encode()
         with self._write() as txn:
             txn.put(_SINK + name, _BATCH_ID.pack(batch_id))
             txn.delete(_INTENT + name)
+            for (topic, partition), mark in (marks or {}).items():
+                txn.put(_marks_prefix(topic, partition) + name, _pack_mark(mark))
+                txn.delete(_marks_prefix(topic, partition, _INTENTS) + name)
 
-    def sink_intent(self, sink: str) -> dict | None:
-        """The intent ``put_sink_intent`` left for ``sink`` (None: no commit in progress)."""
-        with self._read() as txn:
-            raw = txn.get(_INTENT + check_name(sink, "sink").encode())
-        return None if raw is None else json.loads(raw)
+    def sink_marks(self, topic: str, partition: int) -> dict[str, SinkMark]:
+        """Every sink's mark on a partition (sink id -> mark)."""
+        return {sink: SinkMark(*_MARK.unpack(raw))
+                for sink, raw in self._scan(_marks_prefix(topic, partition))}
 
-    def put_sink_intent(self, sink: str, intent: dict) -> None:
-        """Durably note what a sink commit is about to append, before it appends anything."""
+    def sink_intents(self, topic: str, partition: int) -> dict[str, dict]:
+        """Every sink's intent on a partition (sink id -> what its commit in progress is
+        about to append there, broker/sinks.py)."""
+        return {sink: json.loads(raw)
+                for sink, raw in self._scan(_marks_prefix(topic, partition, _INTENTS))}
+
+    def put_sink_intents(self, sink: str, intents: Mapping[tuple[str, int], dict]) -> None:
+        """Durably note what a sink commit is about to append per partition, before it
+        appends anything."""
+        name = check_name(sink, "sink").encode()
         with self._write() as txn:
-            txn.put(_INTENT + check_name(sink, "sink").encode(),
-                    json.dumps(intent, separators=(",", ":")).encode())
+            for (topic, partition), intent in intents.items():
+                txn.put(_marks_prefix(topic, partition, _INTENTS) + name,
+                        json.dumps(intent, separators=(",", ":")).encode())
+
+    def put_sink_copies(self, topic: str, partition: int, marks: Mapping[str, SinkMark],
+                        intents: Mapping[str, dict], drop_from: int | None = None) -> None:
+        """A follower: store the marks and intents its leader sent. A mark replaces the
+        sink's intent when it covers it; with ``drop_from``, marks ending past that offset go
+        first (the log was truncated there)."""
+        prefix, iprefix = _marks_prefix(topic, partition), _marks_prefix(topic, partition,
+                                                                           _INTENTS)
+        with self._write() as txn:
+            if drop_from is not None:
+                for sink, raw in self._scan(prefix, txn):
+                    if _MARK.unpack(raw)[1] > drop_from:
+                        txn.delete(prefix + sink.encode())
+            for sink, intent in intents.items():
+                txn.put(iprefix + check_name(sink, "sink").encode(),
+                        json.dumps(intent, separators=(",", ":")).encode())
+            for sink, mark in marks.items():
+                name = check_name(sink, "sink").encode()
+                txn.put(prefix + name, _pack_mark(mark))
+                raw = txn.get(iprefix + name)
+                if raw is not None and json.loads(raw)["batch"] <= mark.batch_id:
+                    txn.delete(iprefix + name)
+
+    def drop_sink_marks(self, topic: str) -> None:
+        """Forget every sink mark and intent of a topic (deleted)."""
+        for kind in (_MARKS, _INTENTS):
+            prefix = kind + check_name(topic).encode() + b"\x00"
+            with self._write() as txn:
+                cursor = txn.cursor()
+                if cursor.set_range(prefix):
+                    while cursor.key().startswith(prefix):
+                        cursor.delete()
+
+    def _scan(self, prefix: bytes, txn: lmdb.Transaction | None = None) -> list[tuple[str, bytes]]:
+        """(key suffix, value) of every key under ``prefix``."""
+        if txn is None:
+            with self._read() as own:
+                return self._scan(prefix, own)
+        out = []
+        cursor = txn.cursor()
+        if cursor.set_range(prefix):
+            for key, raw in cursor:
+                if not key.startswith(prefix):
+                    break
+                out.append((bytes(key[len(prefix):]).decode(), bytes(raw)))
+        return out
 
     def close(self) -> None:
         if not self._closed:
@@ -186,6 +264,10 @@ class OffsetStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("offset store is closed")
+
+
+def _pack_mark(mark: SinkMark) -> bytes:
+    return _MARK.pack(mark.batch_id, mark.end_offset, mark.leader_epoch)
 
 
 def _check(partition: object, offset: object, metadata: object) -> None:

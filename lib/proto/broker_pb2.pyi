@@ -341,7 +341,7 @@ class EpochStart(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchData(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches", "group_offsets", "offsets_incarnation", "offsets_version")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches", "group_offsets", "offsets_incarnation", "offsets_version", "sink_marks", "has_sink_marks", "sink_intents")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -358,6 +358,9 @@ class ReplicaFetchData(_message.Message):
     GROUP_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SINK_MARKS_FIELD_NUMBER: _ClassVar[int]
+    HAS_SINK_MARKS_FIELD_NUMBER: _ClassVar[int]
+    SINK_INTENTS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: str
@@ -374,7 +377,30 @@ class ReplicaFetchData(_message.Message):
     group_offsets: _containers.RepeatedCompositeFieldContainer[GroupOffset]
     offsets_incarnation: int
     offsets_version: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ..., group_offsets: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ..., offsets_incarnation: _Optional[int] = ..., offsets_version: _Optional[int] = ...) -> None: ...
+    sink_marks: _containers.RepeatedCompositeFieldContainer[SinkMark]
+    has_sink_marks: bool
+    sink_intents: _containers.RepeatedCompositeFieldContainer[SinkIntent]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ..., group_offsets: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ..., offsets_incarnation: _Optional[int] = ..., offsets_version: _Optional[int] = ..., sink_marks: _Optional[_Iterable[_Union[SinkMark, _Mapping]]] = ..., has_sink_marks: _Optional[bool] = ..., sink_intents: _Optional[_Iterable[_Union[SinkIntent, _Mapping]]] = ...) -> None: ...
+
+class SinkIntent(_message.Message):
+    __slots__ = ("sink", "intent")
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    sink: str
+    intent: str
+    def __init__(self, sink: _Optional[str] = ..., intent: _Optional[str] = ...) -> None: ...
+
+class SinkMark(_message.Message):
+    __slots__ = ("sink", "batch_id", "end_offset", "leader_epoch")
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    sink: str
+    batch_id: int
+    end_offset: int
+    leader_epoch: int
+    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., end_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
 
 class GroupOffset(_message.Message):
     __slots__ = ("group", "offset", "metadata", "commit_time_ms")

@@ -6,7 +6,7 @@ import pytest
 from broker.sink_landing import BatchMark, landed_records
 from lib.records import drop_records, encode_batch
 from lib.records.layout import Record
-from storage.offsets import OffsetStore
+from storage.offsets import OffsetStore, SinkMark
 from storage.store import Store
 
 
@@ -60,11 +60,28 @@ def test_drop_records_leaves_the_tail_of_a_batch_zero_copy(store):
         drop_records(view, 11)
 
 
-def test_a_sink_commit_record_replaces_its_intent_in_one_transaction(tmp_path):
+def test_a_sink_commit_record_replaces_its_intents_in_one_transaction(tmp_path):
     offsets = OffsetStore(tmp_path / "lmdb", map_size=1 << 24)
-    offsets.put_sink_intent("q", {"batch": 3, "parts": []})
-    assert offsets.sink_intent("q") == {"batch": 3, "parts": []}
-    assert offsets.groups() == []  # sink records are not groups
-    offsets.commit_sink("q", 3)
-    assert offsets.sink_intent("q") is None and offsets.sink_committed("q") == 3
+    intent = {"batch": 3, "landed": 0, "from": 7, "marks": [[1, 2, 3, 4]]}
+    offsets.put_sink_intents("q", {("t", 0): intent, ("t", 1): intent})
+    assert offsets.sink_intents("t", 0) == {"q": intent}
+    assert offsets.groups() == [] and offsets.group_topics() == set()  # not groups
+    offsets.commit_sink("q", 3, {("t", 0): SinkMark(3, 9, 1)})
+    assert offsets.sink_intents("t", 0) == {} and offsets.sink_committed("q") == 3
+    assert offsets.sink_marks("t", 0) == {"q": SinkMark(3, 9, 1)}
+    assert offsets.sink_intents("t", 1) == {"q": intent}, "another partition's stays"
+    offsets.close()
+
+
+def test_a_follower_drops_an_intent_only_for_the_mark_that_covers_it(tmp_path):
+    offsets = OffsetStore(tmp_path / "lmdb", map_size=1 << 24)
+    intent = {"batch": 5, "landed": 0, "from": 7, "marks": []}
+    offsets.put_sink_copies("t", 0, {"q": SinkMark(4, 7, 1)}, {"q": intent})
+    assert offsets.sink_intents("t", 0) == {"q": intent}, "mark 4 does not cover batch 5"
+    offsets.put_sink_copies("t", 0, {"q": SinkMark(5, 12, 1), "r": SinkMark(1, 3, 1)}, {})
+    assert offsets.sink_intents("t", 0) == {}
+    offsets.put_sink_copies("t", 0, {}, {}, drop_from=10)  # truncated at 10
+    assert offsets.sink_marks("t", 0) == {"r": SinkMark(1, 3, 1)}
+    offsets.drop_sink_marks("t")
+    assert offsets.sink_marks("t", 0) == {} == offsets.sink_intents("t", 0)
     offsets.close()
