@@ -2,7 +2,7 @@
 
     .venv/bin/python -m load.bench_replication [--messages 100000] [--rounds 3] [--tries 3]
 
-Starts 1 master (``replication_preview``) and 3 brokers as real processes on 127.0.0.1
+Starts 1 master and 3 brokers as real processes on 127.0.0.1
 (``tests/cluster.py``). Throughput: one producer sends ``--messages`` records of 1 KiB to a
 topic of 3 partitions with one copy, with three copies and acks=1, and with three copies and
 acks=all, interleaved for ``--rounds`` rounds; the medians are compared in the same run (the
@@ -113,9 +113,7 @@ def run(messages: int, rounds: int, tries: int) -> dict:
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-replication-"))
-    conf = root / "master.toml"
-    conf.write_text("[master]\nreplication_preview = true\n")
-    cluster = Cluster(root / "c", master_args=["--config", str(conf)])
+    cluster = Cluster(root / "c")
     try:
         cluster.start(brokers=3)
         cluster.use_admin_env()  # auth is on: clients log in as the admin

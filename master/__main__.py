@@ -39,8 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--admin-password-file", dest="admin_password_file",
                    help="the first admin's password, for a new cluster")
     p.add_argument("--replication-preview", dest="replication_preview", action="store_true",
-                   default=None, help="let topics ask for replication_factor > 1 while "
-                                      "replication is being built (see the README)")
+                   default=None, help=argparse.SUPPRESS)  # deprecated: no effect
     add_server_args(p)
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)

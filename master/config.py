@@ -17,11 +17,7 @@ MiB = 1 << 20
 DAY_MS = 24 * 3600 * 1000
 MAX_MESSAGE_LIMIT = 16 * MiB  # largest max_message_bytes a topic may ask for
 DURABILITIES = ("async", "sync")
-# Replication is being built: followers copy their leaders and consumers read below the high
-# watermark, but the ISR does not shrink, no leader fails over and acks=all is missing. Until
-# then a topic keeps one copy, unless the master runs with replication_preview.
-MAX_SERVED_REPLICATION_FACTOR = 1
-MAX_REPLICATION_FACTOR = 16  # with replication_preview
+MAX_REPLICATION_FACTOR = 16  # copies of a partition a topic may ask for
 
 
 @dataclass(frozen=True)
@@ -51,7 +47,8 @@ class MasterConfig:
     default_min_insync_replicas: int = 1  # acks=all needs this many in-sync copies
     # No live in-sync replica: elect another live replica (losing what only the ISR held)?
     default_unclean_leader_election: bool = False
-    # Lets topics ask for replication_factor > 1 while replication is being built (above).
+    # Deprecated, no effect: replication used to be a preview behind this flag. Still accepted
+    # so that configs written for it load.
     replication_preview: bool = False
     max_partitions_per_topic: int = 1024
     max_topics: int = 10_000
@@ -132,8 +129,7 @@ class MasterConfig:
 
     @property
     def max_replication_factor(self) -> int:
-        return MAX_REPLICATION_FACTOR if self.replication_preview \
-            else MAX_SERVED_REPLICATION_FACTOR
+        return MAX_REPLICATION_FACTOR
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -176,9 +172,7 @@ class MasterConfig:
                 f"MasterConfig.default_max_message_bytes must be in [1, {MAX_MESSAGE_LIMIT}]")
         most = self.max_replication_factor
         require(1 <= self.default_replication_factor <= most,
-                f"MasterConfig.default_replication_factor must be in [1, {most}]"
-                + ("" if self.replication_preview else
-                   " (brokers of this version keep one copy; see replication_preview)"))
+                f"MasterConfig.default_replication_factor must be in [1, {most}]")
         require(1 <= self.default_min_insync_replicas <= self.default_replication_factor,
                 "MasterConfig.default_min_insync_replicas must be in "
                 "[1, default_replication_factor]")

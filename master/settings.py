@@ -92,10 +92,7 @@ def check(s: dict[str, Any], config: MasterConfig) -> None:
              s["max_message_bytes"], f"1..{MAX_MESSAGE_LIMIT}")
     most = config.max_replication_factor
     _require(1 <= s["replication_factor"] <= most, "replication_factor",
-             s["replication_factor"],
-             f"1..{most}" if config.replication_preview else
-             f"1..{most} (brokers of this version keep {most} copy of each partition; a "
-             "master with replication_preview = true lets topics ask for more)")
+             s["replication_factor"], f"1..{most}")
     _require(1 <= s["min_insync_replicas"] <= s["replication_factor"], "min_insync_replicas",
              s["min_insync_replicas"], f"1..replication_factor ({s['replication_factor']})")
     _require(isinstance(s["unclean_leader_election"], bool), "unclean_leader_election",

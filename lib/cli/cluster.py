@@ -117,7 +117,6 @@ class ClusterPlan:
     portal_port: int
     tls: bool = False  # a private CA and certificates under <data_dir>/tls (lib/auth/pki.py)
     tls_client_auth: bool = False  # mutual TLS: clients present certificates too
-    replication_preview: bool = False  # masters let topics keep several copies
 
     @property
     def pki(self) -> LocalPki:
@@ -161,9 +160,7 @@ class ClusterPlan:
         return Child(f"master{i}", d, ["master", "--data-dir", str(d), "--host", self.host,
                                        "--metrics-port", "0", "--admin-password-file",
                                        str(self.data_dir / ADMIN_PASSWORD), *args,
-                                       *self.tls_args(),
-                                       *(["--replication-preview"]
-                                         if self.replication_preview else [])], env=env)
+                                       *self.tls_args()], env=env)
 
     def credentials_file(self) -> Path:
         """The admin's credentials for clients (TUBEQ_CREDENTIALS_FILE), made once: the

@@ -94,11 +94,9 @@ def cluster() -> None:
                                           "certificates made under DATA_DIR/tls.")
 @click.option("--tls-client-auth", is_flag=True,
               help="Mutual TLS (implies --tls): clients present a certificate the CA signed.")
-@click.option("--replication-preview", is_flag=True,
-              help="Let topics keep several copies (replication is being built: README).")
 def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_port: int,
                broker_port: int, portal: bool, portal_port: int, tls: bool,
-               tls_client_auth: bool, replication_preview: bool) -> None:
+               tls_client_auth: bool) -> None:
     """Start masters, brokers and the portal as child processes; Ctrl-C stops them all."""
     from lib.cli.cluster import ClusterPlan, run_cluster
 
@@ -109,7 +107,7 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
                                  f"survives no more failures than of {n_masters - 1})")
     run_cluster(ClusterPlan(data_dir.resolve(), host, n_masters, brokers, master_port,
                             broker_port, portal, portal_port, tls or tls_client_auth,
-                            tls_client_auth, replication_preview))
+                            tls_client_auth))
 
 
 for _module in (cli_admin, cli_data, cli_bench, cli_spark, cli_security, cli_load):

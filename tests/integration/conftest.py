@@ -43,18 +43,17 @@ def _toml(table: str, settings: dict) -> str:
 
 @pytest.fixture
 def replicated_cluster(cluster_factory, tmp_path):
-    """Start clusters with replication enabled: ``make(brokers=2, master_settings=None,
-    **broker_settings)`` writes the master's TOML (``replication_preview = true`` plus
-    ``master_settings``) and, given any ``broker_settings``, the brokers' TOML into
-    ``tmp_path``, then starts the cluster through ``cluster_factory``."""
+    """Start clusters for the replication tests: ``make(brokers=2, master_settings=None,
+    **broker_settings)`` writes the master's TOML (``master_settings``) and, given any
+    ``broker_settings``, the brokers' TOML into ``tmp_path``, then starts the cluster
+    through ``cluster_factory``."""
     made = itertools.count()
 
     def make(brokers: int = 2, *, master_settings: dict | None = None,
              **broker_settings) -> Cluster:
         n = next(made)
         master_conf = tmp_path / f"master{n}.toml"
-        master_conf.write_text(_toml("master", {"replication_preview": True,
-                                                **(master_settings or {})}))
+        master_conf.write_text(_toml("master", master_settings or {}))
         broker_args = None
         if broker_settings:
             broker_conf = tmp_path / f"broker{n}.toml"

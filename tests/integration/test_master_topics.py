@@ -56,9 +56,11 @@ def test_a_broker_declares_its_rack_and_more_copies_than_brokers_serve_is_refuse
     m.register(2)
     brokers = m.call(m.admin.ListBrokers, apb.ListBrokersRequest()).brokers
     assert [(b.broker_id, b.rack) for b in brokers] == [(1, "zone-a"), (2, "")]
-    with pytest.raises(errors.InvalidArgument, match=r"replication_factor=2: must be 1\.\.1 "
-                                                     r"\(brokers of this version keep 1 copy"):
-        create(m, "t", replication_factor=2)
+    with pytest.raises(errors.InvalidArgument, match=r"replication_factor=17: must be 1\.\.16"):
+        create(m, "t", replication_factor=17)
+    with pytest.raises(errors.NotEnoughBrokers, match="replication_factor 3 needs 3 live "
+                                                      "brokers"):
+        create(m, "t", replication_factor=3)
     with pytest.raises(errors.InvalidArgument, match=r"min_insync_replicas=2: must be "
                                                      r"1\.\.replication_factor \(1\)"):
         create(m, "t", min_insync_replicas=2)
@@ -113,7 +115,7 @@ def test_delete_topic_tombstones_it_for_brokers_and_recreate_gets_new_id(m):
     ({"retention_ms": -5}, "retention_ms"),
     ({"retention_bytes": -2}, "retention_bytes"),
     ({"max_message_bytes": (16 << 20) + 1}, "max_message_bytes"),
-    ({"replication_factor": 2}, "replication_factor"),
+    ({"replication_factor": 17}, "replication_factor"),
     ({"min_insync_replicas": 3}, "min_insync_replicas"),
 ])
 def test_bad_topic_settings_are_refused_naming_the_field(m, settings, field):

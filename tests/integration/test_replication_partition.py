@@ -65,7 +65,7 @@ class Partitioned:
 @pytest.fixture
 def partitioned(tmp_path) -> Iterator[Partitioned]:
     master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
-    master_conf.write_text("[master]\nreplication_preview = true\n"
+    master_conf.write_text("[master]\n"
                            "broker_heartbeat_interval_ms = 300\nbroker_timeout_ms = 2000\n")
     broker_conf.write_text("[broker]\nreplica_lag_max_ms = 1500\n")
     cluster = Cluster(tmp_path / "cluster", master_args=["--config", str(master_conf)],

@@ -54,15 +54,3 @@ def test_cluster_up_finds_the_portal_to_start():
     from lib.cli.cluster import portal_available
 
     assert portal_available()
-
-
-def test_replication_preview_reaches_every_master_and_their_config(tmp_path):
-    from master.__main__ import parse_args
-
-    plan = ClusterPlan(tmp_path, "127.0.0.1", 3, 2, 0, 0, False, 0, replication_preview=True)
-    for child in plan.master_children():
-        assert "--replication-preview" in child.argv
-        assert parse_args(child.argv[1:]).replication_preview is True
-    plain = ClusterPlan(tmp_path, "127.0.0.1", 1, 1, 0, 0, False, 0)
-    assert "--replication-preview" not in plain.master_children()[0].argv
-    assert parse_args(plain.master_children()[0].argv[1:]).replication_preview is None

@@ -16,6 +16,16 @@ def test_config_from_toml_with_overrides(tmp_path):
     assert (cfg.data_dir, cfg.port, cfg.default_partitions) == ("x", 4321, 8)
 
 
+def test_replication_is_on_and_the_old_preview_flag_still_loads(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('[master]\ndata_dir = "d"\nreplication_preview = true\n'
+                    'default_replication_factor = 3\n')
+    assert load(str(path)).default_replication_factor == 3  # an older config still loads
+    assert load(None, data_dir="d", default_replication_factor=16).max_replication_factor == 16
+    with pytest.raises(ConfigError, match=r"default_replication_factor must be in \[1, 16\]"):
+        load(None, data_dir="d", default_replication_factor=17)
+
+
 @pytest.mark.parametrize("values, key", [
     ({"bogus": 1}, "bogus"),
     ({"data_dir": ""}, "data_dir"),
