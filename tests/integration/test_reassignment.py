@@ -17,17 +17,21 @@ from lib.consumer.pull import PullConsumer
 from lib.errors import TubeqError
 from lib.producer.producer import Producer
 from lib.types import TopicInfo, TopicPartition
+from tests.integration.fault_kit import (
+    FAST_FAILOVER,
+    REPLICA_LAG_MAX_MS,
+    NumberedWriter,
+    wait_until,
+)
 from tests.integration.test_cli import tubeq
-from tests.integration.writers import NumberedWriter
 
 TOPIC = "moves"
 
 
 @pytest.fixture
 def cluster(replicated_cluster):
-    return replicated_cluster(3, master_settings={"broker_heartbeat_interval_ms": 300,
-                                                  "broker_timeout_ms": 3000},
-                              replica_lag_max_ms=1500)
+    return replicated_cluster(3, master_settings=FAST_FAILOVER,
+                              replica_lag_max_ms=REPLICA_LAG_MAX_MS)
 
 
 def make_writer(masters: str) -> NumberedWriter:
@@ -58,11 +62,6 @@ class Reader(threading.Thread):
         return {int(v[1:]) for rows in list(self.read.values()) for _, v in rows}
 
 
-def wait_until(check, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def settled(admin: AdminClient) -> TopicInfo:

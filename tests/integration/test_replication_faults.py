@@ -19,7 +19,7 @@ from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.errors import TubeqError
 from lib.types import TopicPartition
-from tests.integration.writers import NumberedWriter
+from tests.integration.fault_kit import NumberedWriter
 
 KILLS = 3
 TOPIC = "jepsen"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +37,7 @@ from lib.types import TopicPartition
 from storage.store import Store
 from tests.cluster import Cluster, ServerProcess
 from tests.helpers import read_all
+from tests.integration.fault_kit import wait_until
 from tests.netcut import Proxy
 
 TOPIC = "split"
@@ -105,11 +106,6 @@ def _wait_registered(cluster: Cluster, want: dict[int, str], timeout: float = 30
         wait_until(registered, f"brokers registered at {want}", timeout)
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.1)
 
 
 def produce_acked(cluster: Cluster, prefix: str, n: int) -> list[bytes]:

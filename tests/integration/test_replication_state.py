@@ -22,15 +22,15 @@ from lib.proto import broker_pb2_grpc
 from lib.records import Record, encode_batch
 from lib.rpc import invoke
 from lib.types import TopicPartition
+from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
 
 PID = 77
 
 
 @pytest.fixture
 def cluster(replicated_cluster):
-    return replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
-                                                  "broker_timeout_ms": 2000},
-                              replica_lag_max_ms=1500)
+    return replicated_cluster(2, master_settings=FAST_FAILOVER,
+                              replica_lag_max_ms=REPLICA_LAG_MAX_MS)
 
 
 def batch(seq: int, n: int, topic: str = "idem") -> pb.ProduceRequest:
@@ -52,11 +52,6 @@ def log_end(cluster, broker: int, topic: str = "idem") -> int:
     return r.partitions[0].latest
 
 
-def wait_until(check, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def leads(cluster, broker: int, topic: str = "idem") -> bool:

@@ -12,6 +12,11 @@ from broker.sinks import EXIT_AFTER_APPENDS_ENV
 from lib.admin import AdminClient
 from lib.errors import TubeqError
 from lib.sink import SinkClient
+from tests.integration.fault_kit import (
+    FAST_FAILOVER,
+    REPLICA_LAG_MAX_MS,
+    wait_until,
+)
 from tests.integration.test_producer_cluster import fetch_topic
 
 TOPIC = "eos-rep"
@@ -19,20 +24,14 @@ TOPIC = "eos-rep"
 
 @pytest.fixture
 def cluster(replicated_cluster):
-    return replicated_cluster(2, master_settings={"broker_heartbeat_interval_ms": 300,
-                                                  "broker_timeout_ms": 2000},
-                              replica_lag_max_ms=1500)
+    return replicated_cluster(2, master_settings=FAST_FAILOVER,
+                              replica_lag_max_ms=REPLICA_LAG_MAX_MS)
 
 
 def values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}-{i:05d}".encode() for i in range(n)]
 
 
-def wait_until(check, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def partition(admin: AdminClient):
