@@ -157,7 +157,10 @@ def test_cli_errors_are_one_clear_line(local_cluster):
     bad_name = tubeq(info["masters"], "topic", "create", "../etc")
     assert bad_name.returncode == 1 and b"InvalidName" in bad_name.stderr
     copies = tubeq(info["masters"], "topic", "create", "t", "--replication-factor", "3")
-    assert copies.returncode == 1 and b"replication_factor=3: must be 1..1" in copies.stderr
+    assert copies.returncode == 1 and b"replication_factor 3 needs 3 live brokers" in \
+        copies.stderr  # 2 brokers run
+    too_many = tubeq(info["masters"], "topic", "create", "t", "--replication-factor", "17")
+    assert too_many.returncode == 1 and b"replication_factor=17: must be 1..16" in too_many.stderr
 
 
 def test_cluster_up_stops_every_child_on_ctrl_c(local_cluster):

@@ -117,8 +117,8 @@ def test_bad_input_is_a_json_error_naming_the_field(admin_client):
              ({"name": "x", "durability": "maybe"}, "durability"),
              ({"name": "x", "unclean_leader_election": "perhaps"},
               "unclean_leader_election must be true or false"),
-             ({"name": "x", "replication_factor": 2}, "invalid topic setting "
-                                                      "replication_factor=2")]
+             ({"name": "x", "replication_factor": 17}, "invalid topic setting "
+                                                       "replication_factor=17")]
     for body, why in cases:
         got = admin_client.post("/api/v1/topics", json=body, headers=csrf)
         assert got.status_code == 400 and why in got.json["error"]["message"], (body, got.json)
