@@ -185,7 +185,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def SinkCommit(self, request: pb.SinkCommitRequest, context):  # noqa: N802
         """Answered once every in-sync replica holds the appended records and the sink's
         marks (broker/sinks.py), as an acks=all produce and an offset commit are."""
-        response, marks = await self.run(self.sinks.commit_marks, request, _may_produce())
+        response, marks = await self.run(self.sinks.commit, request, _may_produce())
         budget = _wait_budget(context)
         for (topic, partition), mark in sorted(marks.items()):
             await self.replication.replicated(topic, partition, mark.end_offset, budget)

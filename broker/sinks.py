@@ -143,13 +143,7 @@ class SinkPlane:
 
     def commit(self, req: pb.SinkCommitRequest,
                may_produce: Callable[[str], None] = lambda topic: None
-               ) -> pb.SinkCommitResponse:
-        """:meth:`commit_marks` without the marks."""
-        return self.commit_marks(req, may_produce)[0]
-
-    def commit_marks(self, req: pb.SinkCommitRequest,
-                     may_produce: Callable[[str], None] = lambda topic: None
-                     ) -> tuple[pb.SinkCommitResponse, dict[tuple[str, int], SinkMark]]:
+               ) -> tuple[pb.SinkCommitResponse, dict[tuple[str, int], SinkMark]]:
         """Append the named tasks' batches; ``records`` counts the micro-batch's records on
         this broker, including any an interrupted earlier commit already stored.
         ``may_produce(topic)`` raises unless the caller may write every topic staged. Also

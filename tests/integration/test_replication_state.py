@@ -62,6 +62,20 @@ def leads(cluster, broker: int, topic: str = "idem") -> bool:
         return False
 
 
+def produce_and_commit(cluster, tps: list[TopicPartition], prefix: bytes, n: int,
+                       committed: list[int]) -> None:
+    """``n`` records (value ``prefix`` + i to partition i % len(tps)) with acks=all, then
+    group "g" commits ``committed`` on ``tps``."""
+    with Producer(cluster.master_addresses, acks="all") as producer:
+        for i in range(n):
+            producer.send(tps[0].topic, prefix + b"%d" % i, partition=i % len(tps))
+        producer.flush()
+    with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="earliest",
+                      enable_auto_commit=False) as consumer:
+        consumer.assign(tps)
+        consumer.commit(dict(zip(tps, committed, strict=True)))
+
+
 def assert_group_sees(cluster, tps: list[TopicPartition], committed: list[int],
                       values: list[bytes]) -> None:
     """Group "g" finds its committed offsets, and every record (value i sent to partition
@@ -164,14 +178,7 @@ def test_a_broker_whose_disk_was_wiped_rebuilds_its_copies_and_can_lead(cluster)
         def isrs() -> list[list[int]]:
             return [sorted(p.isr) for p in admin.describe_topic("wiped").partitions]
 
-        with Producer(cluster.master_addresses, acks="all") as producer:
-            for i in range(400):
-                producer.send("wiped", b"w%d" % i, partition=i % 2)
-            producer.flush()
-        with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="earliest",
-                          enable_auto_commit=False) as consumer:
-            consumer.assign(tps)
-            consumer.commit({tps[0]: 150, tps[1]: 120})
+        produce_and_commit(cluster, tps, b"w", 400, [150, 120])
         wiped, other = 1, 2
         cluster.brokers[wiped].kill()
         shutil.rmtree(cluster.brokers[wiped].data_dir)
@@ -194,14 +201,7 @@ def test_every_broker_killed_at_once_comes_back_with_every_acknowledged_record(c
     tps = [TopicPartition("cut", 0), TopicPartition("cut", 1)]
     with AdminClient(cluster.master_addresses) as admin:
         admin.create_topic("cut", partitions=2, replication_factor=2, durability="sync")
-        with Producer(cluster.master_addresses, acks="all") as producer:
-            for i in range(200):
-                producer.send("cut", b"c%d" % i, partition=i % 2)
-            producer.flush()
-        with PullConsumer(cluster.master_addresses, group="g", auto_offset_reset="earliest",
-                          enable_auto_commit=False) as consumer:
-            consumer.assign(tps)
-            consumer.commit({tps[0]: 40, tps[1]: 70})
+        produce_and_commit(cluster, tps, b"c", 200, [40, 70])
         for b in (1, 2):
             cluster.brokers[b].kill()
         time.sleep(3.0)  # past broker_timeout_ms: the master sees both dead
