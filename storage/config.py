@@ -51,6 +51,10 @@ class StoreConfig:
     # what is cached but not yet written) is refused with DiskFull. A broker applies its
     # ``[broker.store]`` value to the whole data dir (see storage/space.py).
     disk_reserve_bytes: int = 64 * MiB
+    # The newest bytes of the data log kept in the OS page cache after their fsync (readers
+    # behind the cache blocks find them there); older pages are dropped, so new writes reuse
+    # them instead of filling fresh ones (README "Page cache"). 0 leaves it to the kernel.
+    page_cache_window_bytes: int = 64 * MiB
 
     def validate(self) -> None:
         for name in ("cache_block_bytes", "cache_block_messages", "cache_flush_interval_ms",
@@ -59,6 +63,8 @@ class StoreConfig:
                      "retention_check_interval_ms", "max_message_bytes", "max_batch_bytes"):
             require(getattr(self, name) > 0, f"StoreConfig.{name} must be > 0")
         require(self.disk_reserve_bytes >= 0, "StoreConfig.disk_reserve_bytes must be >= 0")
+        require(self.page_cache_window_bytes >= 0,
+                "StoreConfig.page_cache_window_bytes must be >= 0 (0: never drop)")
         require(self.retention_ms > 0 or self.retention_ms == -1,
                 "StoreConfig.retention_ms must be > 0, or -1 for no age limit")
         require(self.retention_bytes > 0 or self.retention_bytes == -1,

@@ -34,6 +34,7 @@ from storage.segments import Segment, SegmentedLog, SegmentList, pwrite_all
 CHUNK = struct.Struct("<4sIIqIII")
 CHUNK_MAGIC = b"TQCH"
 SUFFIX = ".log"
+DROP_ALIGN = 2 << 20  # drop_cached lets go of whole 2 MiB units (a huge folio)
 
 
 def chunk_header(partition: int, count: int, base_offset: int, frames_len: int,
@@ -75,6 +76,7 @@ class DataLog(SegmentedLog):
         self.segment_bytes = segment_bytes
         self._list = SegmentList(directory, SUFFIX, lambda path: path.stat().st_size)
         self._dirty = False
+        self._uncached = self._list.start  # below this, the page cache was told to let go
 
     def size_bytes(self) -> int:
         return self.end - self.start
@@ -104,6 +106,26 @@ class DataLog(SegmentedLog):
             except OSError as exc:
                 raise StorageError(f"fsync failed on {seg.path}: {exc}") from exc
             self._dirty = False
+
+    def drop_cached(self, below: int) -> None:
+        """Let the kernel drop the page-cache pages of bytes before ``below`` (already synced).
+
+        Why: a page the page cache has never held costs several times its copy to fill on a
+        VM (the hypervisor backs it on first touch); pages dropped behind the writer are
+        reused by its next writes. Only clean pages go, so call it after :meth:`sync`. Inside
+        a file only whole ``DROP_ALIGN`` units go: the kernel keeps a large folio that the
+        range covers only in part, and the next range would start past it.
+        """
+        if not hasattr(os, "posix_fadvise"):  # macOS: the kernel decides alone
+            return
+        segs = self._list.segs
+        for seg in segs:
+            lo, hi = max(seg.base, self._uncached), min(seg.end, below)
+            if hi < seg.end or seg is segs[-1]:
+                hi = seg.base + (hi - seg.base) // DROP_ALIGN * DROP_ALIGN
+            if lo < hi:
+                os.posix_fadvise(seg.fd, lo - seg.base, hi - lo, os.POSIX_FADV_DONTNEED)
+                self._uncached = hi
 
     def read(self, position: int, length: int) -> bytes:
         """Bytes [position, position + length); may span segments."""

@@ -148,6 +148,8 @@ class Flusher:
             s._data.sync()
             self._unsynced = self.policy.synced_now()
             synced = s._data.end
+            if s.config.page_cache_window_bytes:
+                s._data.drop_cached(synced - s.config.page_cache_window_bytes)
         with s._cond:
             if block is not None:
                 for p, entries in block.parts.items():
