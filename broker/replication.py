@@ -301,12 +301,12 @@ class ReplicaLeader:
             signals = {p.topic: self.topics.signal(p.topic) for p in req.partitions
                        if self._known(p.topic)}
             seen = {t: s.version for t, s in signals.items()}
-            parts = await run(self._read_all, req)
+            response = await run(self._read_all, req)
             left = deadline - time.monotonic()
             if any(d.frames or d.error_code or d.diverging_end_offset >= 0 or d.group_offsets
-                   for d in parts) \
+                   for d in response.partitions) \
                     or left <= 0 or not signals:
-                return pb.ReplicaFetchResponse(partitions=parts)
+                return response
             waits = [asyncio.ensure_future(s.wait_async(seen[t], left))
                      for t, s in signals.items()]
             _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -320,21 +320,26 @@ class ReplicaLeader:
         except TubeqError:
             return False
 
-    def _read_all(self, req: pb.ReplicaFetchRequest) -> list[pb.ReplicaFetchData]:
+    def _read_all(self, req: pb.ReplicaFetchRequest) -> pb.ReplicaFetchResponse:
+        """The response, each partition's data built in place: a built ``ReplicaFetchData``
+        handed to the response would be deep-copied, frames and all (1 MiB of frames: 2.5
+        against 1.4-1.8 ms with serialization, for each follower's fetch)."""
         max_bytes = min(req.max_bytes or MAX_REPLICA_BYTES, MAX_REPLICA_BYTES)
-        out = []
+        response = pb.ReplicaFetchResponse()
         for p in req.partitions:
+            reply = response.partitions.add()
             try:
-                out.append(self._read_one(req.replica_id, p, max_bytes))
+                self._read_one(req.replica_id, p, max_bytes, reply)
             except TubeqError as err:
-                out.append(pb.ReplicaFetchData(topic=p.topic, partition=p.partition,
-                                               error_code=err.code, error_message=err.message,
-                                               diverging_end_offset=-1,
-                                               log_start=int(err.details.get("earliest", -1))))
-        return out
+                reply.Clear()  # whatever _read_one filled in before it failed
+                reply.topic, reply.partition, reply.diverging_end_offset = p.topic, p.partition, -1
+                reply.error_code, reply.error_message = err.code, err.message
+                reply.log_start = int(err.details.get("earliest", -1))
+        return response
 
-    def _read_one(self, replica: int, p: pb.ReplicaFetchPartition,
-                  max_bytes: int) -> pb.ReplicaFetchData:
+    def _read_one(self, replica: int, p: pb.ReplicaFetchPartition, max_bytes: int,
+                  reply: pb.ReplicaFetchData) -> None:
+        """Fill ``reply`` (a part of the response, empty) for one partition."""
         topic, partition, offset = p.topic, p.partition, p.fetch_offset
         store = self.topics.store_for(topic, partition)  # NotHosted unless led here
         role = self.topics.role(topic, partition)
@@ -345,14 +350,13 @@ class ReplicaLeader:
             raise Fenced(f"{topic}/{partition}: the follower was told leader epoch "
                          f"{p.leader_epoch}, the leader is at {role.leader_epoch}",
                          topic=topic, partition=partition)
-        reply = pb.ReplicaFetchData(topic=topic, partition=partition, diverging_end_offset=-1,
-                                    log_start=store.earliest(partition),
-                                    log_end=store.latest(partition))
+        reply.topic, reply.partition, reply.diverging_end_offset = topic, partition, -1
+        reply.log_start, reply.log_end = store.earliest(partition), store.latest(partition)
         diverged = self._diverging_end(store, partition, p)
         if diverged is not None:
             reply.diverging_end_offset = diverged
             reply.high_watermark = self.high_watermark(topic, partition) or 0
-            return reply
+            return
         if offset < reply.log_start:
             raise OffsetOutOfRange(
                 f"{topic}/{partition}: follower at {offset}, the leader's log starts at "
@@ -373,7 +377,6 @@ class ReplicaLeader:
         if self.offsets is not None:
             self._follower_offsets_at(topic, partition, replica, p)
             self._add_offsets(reply, p)
-        return reply
 
     def _add_offsets(self, reply: pb.ReplicaFetchData, p: pb.ReplicaFetchPartition) -> None:
         """The groups' offsets committed since the follower's version (broker/offsets.py)."""
