@@ -302,8 +302,13 @@ class Fetcher:
                 cap = PER_PARTITION_BUFFERED * self.config.fetch_max_bytes
                 todo = [(tp, worker.next_offset(tp, pos, ep), ep) for tp, pos, ep in mine
                         if self._buffered.get(tp, 0) < cap]
-                if todo and room:
+                held_back = len(todo) < len(mine)
+                if todo and room and not (held_back and worker.all_at_end(todo)):
                     return todo
+                # Nothing to fetch, or only partitions at their end while one with more data
+                # waits for room: a long-poll on those would hold this worker for
+                # fetch_max_wait_ms after the room came (a 0.5 s stall mid-read of a backlog);
+                # _release wakes us instead.
                 self._cond.wait(0.5)
             return None
 
@@ -319,6 +324,7 @@ class _Worker(threading.Thread):
         super().__init__(name=f"tubeq-fetch-{address}-{topic}-{slot}", daemon=True)
         self.fetcher, self.address, self.topic, self.slot = fetcher, address, topic, slot
         self._next: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, offset)
+        self._latest: dict[TopicPartition, int] = {}  # tp -> its latest offset, last told
         self._call: grpc.Future | None = None
         self.asked: list[tuple[TopicPartition, int, int]] = []  # the call's (tp, offset, epoch)
         self._cancelled = False
@@ -328,6 +334,11 @@ class _Worker(threading.Thread):
     def next_offset(self, tp: TopicPartition, position: int, epoch: int) -> int:
         known = self._next.get(tp)
         return known[1] if known is not None and known[0] == epoch else position
+
+    def all_at_end(self, todo: list[tuple[TopicPartition, int, int]]) -> bool:
+        """Whether every partition of ``todo`` was at its latest offset when last fetched
+        (a fetch of them would long-poll)."""
+        return all(off >= self._latest.get(tp, off + 1) for tp, off, _ in todo)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -384,6 +395,8 @@ class _Worker(threading.Thread):
         if pd.partition not in asked:
             return
         tp, offset, epoch = asked[pd.partition]
+        if pd.latest >= 0:
+            self._latest[tp] = pd.latest
         if pd.error_code:
             self._partition_failed(tp, epoch, pd)
             return
