@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -44,6 +45,11 @@ class BrokerMetrics(ProcessMetrics):
                                   registry=r)
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], PartitionCounters] = {}
+        # topic -> its labelled (bytes, messages) counters, in and out: ``labels()`` takes a
+        # lock and checks its arguments on every call, 13-15 us of a one-record Produce.
+        self._in: dict[str, tuple[Any, Any]] = {}
+        self._out: dict[str, tuple[Any, Any]] = {}
+        self._latency: dict[str, Any] = {}  # method -> its labelled histogram
 
     def watch_space(self, space: SpaceGuard) -> None:
         """Export the data dir's free space and disk-full condition (read at scrape time)."""
@@ -56,22 +62,44 @@ class BrokerMetrics(ProcessMetrics):
               registry=r).set_function(lambda: int(space.status().full))
 
     def produced(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
-        self.bytes_in.labels(topic).inc(nbytes)
-        self.messages_in.labels(topic).inc(messages)
+        counters = self._in.get(topic)
+        if counters is None:
+            counters = self._in[topic] = (self.bytes_in.labels(topic),
+                                          self.messages_in.labels(topic))
+        counters[0].inc(nbytes)
+        counters[1].inc(messages)
         with self._lock:
-            c = self._parts.setdefault((topic, partition), PartitionCounters())
+            c = self._counters(topic, partition)
             c.bytes_in += nbytes
             c.messages_in += messages
 
     def served(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         if not messages:
             return
-        self.bytes_out.labels(topic).inc(nbytes)
-        self.messages_out.labels(topic).inc(messages)
+        counters = self._out.get(topic)
+        if counters is None:
+            counters = self._out[topic] = (self.bytes_out.labels(topic),
+                                           self.messages_out.labels(topic))
+        counters[0].inc(nbytes)
+        counters[1].inc(messages)
         with self._lock:
-            c = self._parts.setdefault((topic, partition), PartitionCounters())
+            c = self._counters(topic, partition)
             c.bytes_out += nbytes
             c.messages_out += messages
+
+    def took(self, method: str, seconds: float) -> None:
+        """One handler call of ``method`` took ``seconds``."""
+        histogram = self._latency.get(method)
+        if histogram is None:
+            histogram = self._latency[method] = self.latency.labels(method)
+        histogram.observe(seconds)
+
+    def _counters(self, topic: str, partition: int) -> PartitionCounters:
+        """The partition's counters (lock held); made once, not on every call."""
+        c = self._parts.get((topic, partition))
+        if c is None:
+            c = self._parts[(topic, partition)] = PartitionCounters()
+        return c
 
     def partition(self, topic: str, partition: int) -> PartitionCounters:
         """A copy of the counters of one partition (totals since the broker started)."""

@@ -68,7 +68,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # noqa: BLE001 - mapped, logged, never kills the server
             await _fail(self.metrics, name, context, exc)
         finally:
-            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+            self.metrics.took(name, time.perf_counter() - started)
 
     return unary
 

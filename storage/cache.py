@@ -72,6 +72,7 @@ class CacheBlock:
                  busy: bool = False) -> None:
         self.base_pos = base_pos
         self.buf = fresh_buffer(capacity, busy)
+        self.mem = memoryview(self.buf)  # appends copy through it
         self.fill = 0
         self.messages = 0
         self.created = created  # clock reading: the flush interval counts from here
@@ -87,10 +88,10 @@ class CacheBlock:
     def add(self, partition: int, base_offset: int, header: bytes, frames: memoryview,
             entries: np.ndarray) -> None:
         """Copy a chunk in (one memcpy for the frames) and record its index entries."""
-        at = self.fill
-        self.buf[at:at + len(header)] = np.frombuffer(header, np.uint8)
+        at, mem = self.fill, self.mem
+        mem[at:at + len(header)] = header  # a memoryview copy: no numpy array per piece
         at += len(header)
-        self.buf[at:at + len(frames)] = np.frombuffer(frames, np.uint8)
+        mem[at:at + len(frames)] = frames
         self.fill = at + len(frames)
         self.messages += len(entries)
         part = self.parts.get(partition)

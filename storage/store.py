@@ -263,12 +263,8 @@ class Store(Closeable):
             block = self._cache.active
             first_in_block = block.fill == 0
             header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch)
-            entries = np.empty(view.count, INDEX_DTYPE)
-            entries["pos"] = frame_starts(view.sizes) + (block.end_pos + CHUNK.size)
-            entries["size"] = view.sizes
-            entries["tag"] = view.tag_hashes
-            entries["ts"] = view.timestamps
-            block.add(partition, base, header, view.frames, entries)
+            block.add(partition, base, header, view.frames,
+                      index_entries(view, block.end_pos + CHUNK.size))
             part.next = base + view.count
             if first_in_block or self._policy.block_full(block):
                 self._cond.notify_all()  # the flusher sleeps until a block needs it
@@ -537,3 +533,18 @@ class Store(Closeable):
             except StorageError as exc:  # stale entries below earliest mislead no one: retried
                 event(log, "store.leader_epochs_write_failed", logging.ERROR,  # on reopen
                       store=str(self.dir), error=exc.message)
+
+
+def index_entries(view: BatchView, first_pos: int) -> np.ndarray:
+    """The index entries of a checked batch whose first frame lands at ``first_pos``. One
+    record (a ``send_sync``) is one ``np.array`` call: the four column assignments and the
+    cumulative sum cost about 10 us more, on the path whose latency counts."""
+    if view.count == 1:
+        return np.array([(first_pos, int(view.sizes[0]), int(view.tag_hashes[0]),
+                          int(view.timestamps[0]))], INDEX_DTYPE)
+    entries = np.empty(view.count, INDEX_DTYPE)
+    entries["pos"] = frame_starts(view.sizes) + first_pos
+    entries["size"] = view.sizes
+    entries["tag"] = view.tag_hashes
+    entries["ts"] = view.timestamps
+    return entries
