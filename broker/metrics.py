@@ -62,30 +62,13 @@ class BrokerMetrics(ProcessMetrics):
               registry=r).set_function(lambda: int(space.status().full))
 
     def produced(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
-        counters = self._in.get(topic)
-        if counters is None:
-            counters = self._in[topic] = (self.bytes_in.labels(topic),
-                                          self.messages_in.labels(topic))
-        counters[0].inc(nbytes)
-        counters[1].inc(messages)
-        with self._lock:
-            c = self._counters(topic, partition)
-            c.bytes_in += nbytes
-            c.messages_in += messages
+        self._count(self._in, (self.bytes_in, self.messages_in), topic, partition, nbytes,
+                    messages, "in")
 
     def served(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
-        if not messages:
-            return
-        counters = self._out.get(topic)
-        if counters is None:
-            counters = self._out[topic] = (self.bytes_out.labels(topic),
-                                           self.messages_out.labels(topic))
-        counters[0].inc(nbytes)
-        counters[1].inc(messages)
-        with self._lock:
-            c = self._counters(topic, partition)
-            c.bytes_out += nbytes
-            c.messages_out += messages
+        if messages:
+            self._count(self._out, (self.bytes_out, self.messages_out), topic, partition,
+                        nbytes, messages, "out")
 
     def took(self, method: str, seconds: float) -> None:
         """One handler call of ``method`` took ``seconds``."""
@@ -93,6 +76,20 @@ class BrokerMetrics(ProcessMetrics):
         if histogram is None:
             histogram = self._latency[method] = self.latency.labels(method)
         histogram.observe(seconds)
+
+    def _count(self, cache: dict[str, tuple[Any, Any]], metrics: tuple[Counter, Counter],
+               topic: str, partition: int, nbytes: int, messages: int, way: str) -> None:
+        """Bump the topic's (bytes, messages) series, labelled once per topic, and the
+        partition's heartbeat counters of ``way`` ("in" or "out")."""
+        counters = cache.get(topic)
+        if counters is None:
+            counters = cache[topic] = (metrics[0].labels(topic), metrics[1].labels(topic))
+        counters[0].inc(nbytes)
+        counters[1].inc(messages)
+        with self._lock:
+            c = self._counters(topic, partition)
+            setattr(c, f"bytes_{way}", getattr(c, f"bytes_{way}") + nbytes)
+            setattr(c, f"messages_{way}", getattr(c, f"messages_{way}") + messages)
 
     def _counters(self, topic: str, partition: int) -> PartitionCounters:
         """The partition's counters (lock held); made once, not on every call."""

@@ -1,0 +1,15 @@
+from broker.metrics import BrokerMetrics, PartitionCounters
+
+
+def test_in_and_out_are_counted_per_partition_and_per_topic():
+    m = BrokerMetrics()
+    m.produced("t", 0, 100, 2)
+    m.produced("t", 0, 50, 1)
+    m.produced("t", 1, 10, 1)
+    m.served("t", 0, 70, 3)
+    m.served("t", 1, 0, 0)  # an empty fetch counts nothing
+    assert m.partition("t", 0) == PartitionCounters(150, 3, 70, 3)
+    assert m.partition("t", 1) == PartitionCounters(10, 1, 0, 0)
+    assert m.partition("u", 0) == PartitionCounters()
+    assert m.bytes_in.labels("t")._value.get() == 160
+    assert m.messages_out.labels("t")._value.get() == 3
