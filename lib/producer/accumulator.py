@@ -104,6 +104,9 @@ class Accumulator:
         self.closed = False  # no more appends; linger ignored
         self.forced = False  # close timed out: fail what is left instead of waiting
         self._room_waiters = 0  # send() calls blocked on a full buffer
+        self._claims: set[int] = set()  # send_sync's direct sends in progress (claim)
+        self._last_claim = 0
+        self._claim_waiters = 0  # flush() calls waiting for claims to end
 
     # ------------------------------------------------------------------ caller side
 
@@ -139,21 +142,57 @@ class Accumulator:
             self._used += size
             return RecordFuture(batch.outcome, index), batch
 
-    def append_alone(self, tp: TopicPartition, pieces: tuple[bytes, ...], size: int,
-                     tag_hash: int, timestamp: int) -> tuple[RecordFuture, Batch | None]:
-        """:meth:`add`, except that when ``tp`` has nothing queued or in flight the record's
-        batch comes back already taken (in flight, sealed) for the caller to send itself:
-        ``send_sync`` then costs one RPC with no hand-off to the sender thread and back. The
-        partition stays blocked for other batches until it is released, as with drain()."""
+    def claim(self, tp: TopicPartition, size: int) -> int:
+        """``send_sync``'s direct path: when ``tp`` has nothing queued or in flight and the
+        buffer has room, mark it in flight for the caller's own RPC and hold ``size`` bytes.
+        Returns the claim's number, or 0 (busy, full or closed: queue the record instead).
+        No batch object: a send that succeeds costs a lock round trip here and one in
+        :meth:`unclaim`; one that fails becomes a batch (:meth:`adopt`)."""
         with self._lock:
-            if (not self.closed and tp not in self._in_flight and not self._queues.get(tp)
-                    and self._used + size <= self.buffer_bytes):
-                batch = Batch(tp, time.monotonic(), sealed=True)
-                self._in_flight.add(tp)
-                self._incomplete.add(batch)
-                return self._put(batch, pieces, size, tag_hash, timestamp), batch
-            batch = self._open_batch(tp, size)
-            return self._put(batch, pieces, size, tag_hash, timestamp), None
+            if (self.closed or tp in self._in_flight or self._queues.get(tp)
+                    or self._used + size > self.buffer_bytes):
+                return 0
+            self._in_flight.add(tp)
+            self._used += size
+            self._last_claim += 1
+            self._claims.add(self._last_claim)
+            return self._last_claim
+
+    def unclaim(self, claim: int, tp: TopicPartition, size: int) -> None:
+        """The claimed send was acknowledged: free its partition and bytes."""
+        with self._lock:
+            self._claims.discard(claim)
+            self._in_flight.discard(tp)
+            self._used -= size
+            if self._queues.get(tp) or self._room_waiters or self._claim_waiters or self.closed:
+                self.cond.notify_all()  # the sender, a blocked send() or a flush() can go on
+
+    def adopt(self, claim: int, tp: TopicPartition, frame: bytes, tag_hash: int,
+              timestamp: int) -> tuple[RecordFuture, Batch]:
+        """A claimed send that failed becomes a sealed one-record batch, still in flight and
+        holding its bytes, for the sender thread to retry or fail like any other."""
+        with self._lock:
+            batch = Batch(tp, time.monotonic(), sealed=True)
+            self._claims.discard(claim)
+            self._used -= len(frame)  # _put counts it again, for the batch
+            self._incomplete.add(batch)
+            future = self._put(batch, (frame,), len(frame), tag_hash, timestamp)
+            self.cond.notify_all()
+            return future, batch
+
+    def claims(self) -> set[int]:
+        """The claimed sends in progress (for flush)."""
+        with self._lock:
+            return set(self._claims)
+
+    def wait_claims(self, claims: set[int], timeout: float | None) -> bool:
+        """Wait until none of ``claims`` is in progress; False on timeout."""
+        with self.cond:
+            self._claim_waiters += 1
+            try:
+                return self.cond.wait_for(lambda: not claims & self._claims, timeout)
+            finally:
+                self._claim_waiters -= 1
 
     def _put(self, batch: Batch, pieces: tuple[bytes, ...], size: int, tag_hash: int,
              timestamp: int) -> RecordFuture:

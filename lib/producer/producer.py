@@ -318,9 +318,15 @@ class Producer(Closeable):
         tp, pieces, size, hashed, ts = self._encode(topic, value, key, tag, headers,
                                                     partition, timestamp)
         deadline = None if timeout is None else time.monotonic() + timeout
-        future, batch = self._acc.append_alone(tp, pieces, size, hashed, ts)
-        if batch is not None:
-            self._sender.send_now(batch, timeout)
+        claim = self._acc.claim(tp, size)
+        if claim:
+            frame = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            outcome = self._sender.send_direct(claim, tp, frame, hashed, ts, timeout)
+            if outcome.__class__ is RecordMetadata:
+                return outcome
+            future = outcome
+        else:
+            future = self._acc.add(tp, pieces, size, hashed, ts)
         if not future.done():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             self.flush_future(future, left)
@@ -344,17 +350,18 @@ class Producer(Closeable):
         (acknowledged or failed; failures are on the futures). RequestTimedOut after
         ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        batches = self._acc.incomplete()
+        batches, claims = self._acc.incomplete(), self._acc.claims()
         with self._acc.cond:
             self._acc.flushing += 1
             self._acc.cond.notify_all()
         try:
-            for batch in batches:
+            for wait in [*(batch.done.wait for batch in batches),
+                         lambda left: self._acc.wait_claims(claims, left)]:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not batch.done.wait(left):
+                if not wait(left):
                     raise RequestTimedOut(
                         f"flush: records still unacknowledged after {timeout} s",
-                        pending=len(self._acc.incomplete()))
+                        pending=len(self._acc.incomplete()) + len(self._acc.claims()))
         finally:
             with self._acc.cond:
                 self._acc.flushing -= 1

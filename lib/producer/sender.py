@@ -6,8 +6,8 @@ that). gRPC completion callbacks only queue the outcome and wake this thread; re
 futures, retry decisions and route refreshes all happen here, so a user's done-callback runs on
 this thread (keep it short: a callback that blocks stalls every partition).
 
-``send_now`` is the exception to "this thread sends": ``send_sync`` on an idle partition sends
-its one-record batch from the caller's thread and settles it there; its failures come here.
+``send_direct`` is the exception to "this thread sends": ``send_sync`` on an idle partition
+sends its record from the caller's thread and settles it there; its failures come here.
 
 Retries: an error with ``retriable`` puts the batch back at the head of its partition after an
 exponential backoff (``retry_backoff_s`` doubling, at most 1 s), invalidating the topic's routes
@@ -40,6 +40,7 @@ import grpc
 from lib.errors import QuotaExceeded, TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
 from lib.producer.accumulator import Accumulator, Batch
+from lib.producer.futures import RecordFuture
 from lib.proto import broker_pb2
 from lib.records import batch_head
 from lib.routes import RouteCache, confirm_unknown
@@ -104,10 +105,10 @@ class Sender(threading.Thread):
         self._producer_id = new_producer_id() if idempotent else -1
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
         self._stopping = False
-        self._counting = threading.Lock()  # send_now settles batches on callers' threads too
+        self._counting = threading.Lock()  # send_direct counts on callers' threads too
         self.records_acked = 0  # read racily by metrics()
         self.records_failed = 0
-        self.records_sent_direct = 0  # acknowledged through send_now
+        self.records_sent_direct = 0  # acknowledged through send_direct
 
     # ------------------------------------------------------------------ thread
 
@@ -169,12 +170,15 @@ class Sender(threading.Thread):
         call = stub.future(batch.payload, timeout=self.request_timeout_s, metadata=metadata)
         call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
 
-    def send_now(self, batch: Batch, timeout: float | None = None) -> None:
-        """Send a batch taken by ``Accumulator.append_alone`` from the *calling* thread, one
-        blocking RPC, and settle it on success. Any failure is handed to the sender thread as
-        a completion, so retries, backoff and route refreshes stay in one place."""
-        topic, partition = batch.tp
-        batch.attempts += 1
+    def send_direct(self, claim: int, tp: TopicPartition, frame: bytes, tag_hash: int,
+                    timestamp: int, timeout: float | None = None
+                    ) -> RecordMetadata | RecordFuture:
+        """Send one encoded record whose partition ``Accumulator.claim`` gave the *calling*
+        thread: one blocking RPC, no batch object, no hand-off. Returns its RecordMetadata;
+        on failure the record becomes a batch handed to the sender thread (retries, backoff
+        and route refreshes stay in one place) and its future comes back instead."""
+        topic, partition = tp
+        address, payload, pid, seq, first_sent = "", b"", -1, -1, time.monotonic()
         try:
             route = self.routes.get(topic)
             address = route.address(partition) if partition < route.count else None
@@ -182,32 +186,60 @@ class Sender(threading.Thread):
                 raise Unavailable(f"no broker hosts {topic}/{partition} right now",
                                   topic=topic, partition=partition)
             stub = self._stub(address)
-            batch.address = address
             wait = self._paused.get(address, 0.0) - time.monotonic()
             if wait > 0:  # throttled by a quota: the caller waits (it asked to)
                 time.sleep(wait)
-            self._seal(batch)
+            if self.idempotent:
+                pid, seq = self._sequence(tp, 1)
+            head = batch_head(frame, (len(frame),), (tag_hash,) if tag_hash else None,
+                              (timestamp,), producer_id=pid,
+                              producer_epoch=0 if pid >= 0 else -1, base_sequence=seq)
+            payload = produce_request(tp, head, frame, self.acks_all)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
-            response = stub(batch.payload, timeout=limit,
+            response = stub(payload, timeout=limit,
                             metadata=self.metadata + self.pool.auth_metadata())
-        except TubeqError as exc:
-            self._hand_over(batch, None, exc)
-        except grpc.RpcError as exc:
-            self._hand_over(batch, None, from_rpc_error(exc))
-        else:
-            with self._counting:
-                self.records_sent_direct += len(batch)
-            self._succeed(batch, response)
+        except (TubeqError, grpc.RpcError) as exc:
+            error = exc if isinstance(exc, TubeqError) else from_rpc_error(exc)
+            future, batch = self.acc.adopt(claim, tp, frame, tag_hash, timestamp)
+            batch.attempts, batch.address, batch.first_sent = 1, address or "", first_sent
+            batch.payload, batch.producer_id, batch.base_sequence = payload, pid, seq
+            if not payload:
+                batch.producer_id = batch.base_sequence = -1  # sealed by the sender's send
+            if self.acc.forced:  # a timed-out close: the sender thread may be gone
+                self.fail(batch, error)
+            else:
+                self._hand_over(batch, None, error)
+            return future
+        self._acknowledged(tp, response, address, 1)
+        with self._counting:
+            self.records_acked += 1
+            self.records_sent_direct += 1
+        self.acc.unclaim(claim, tp, len(frame))
+        return RecordMetadata(topic, partition, response.base_offset, timestamp)
+
+    def _sequence(self, tp: TopicPartition, count: int) -> tuple[int, int]:
+        """The partition's producer id and the base sequence of its next ``count`` records."""
+        pid = self._pids.setdefault(tp, self._producer_id)
+        seq = self._sequences.get(tp, 0)
+        self._sequences[tp] = (seq + count) & 0x7FFFFFFF
+        return pid, seq
+
+    def _acknowledged(self, tp: TopicPartition, response: broker_pb2.ProduceResponse,
+                      address: str, count: int) -> None:
+        """What every acknowledgement says besides the offsets: a quota's throttle, and a
+        count that disagrees with what was sent."""
+        if response.throttle_ms:
+            self._pause(address, response.throttle_ms / 1e3)
+        if response.last_offset - response.base_offset + 1 != count:
+            event(log, "producer.offsets_mismatch", logging.WARNING, topic=tp.topic,
+                  partition=tp.partition, base=response.base_offset,
+                  last=response.last_offset, count=count)
 
     def _seal(self, batch: Batch) -> None:
         """Build the wire batch once; assign the idempotent sequence on the first send."""
         batch.first_sent = time.monotonic()
-        pid = seq = -1
-        if self.idempotent:
-            pid = self._pids.setdefault(batch.tp, self._producer_id)
-            seq = self._sequences.get(batch.tp, 0)
-            self._sequences[batch.tp] = (seq + len(batch)) & 0x7FFFFFFF
+        pid, seq = self._sequence(batch.tp, len(batch)) if self.idempotent else (-1, -1)
         batch.producer_id, batch.base_sequence = pid, seq
         batch.encode()
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
@@ -262,13 +294,9 @@ class Sender(threading.Thread):
             self._paused[address] = until
 
     def _succeed(self, batch: Batch, response: broker_pb2.ProduceResponse) -> None:
-        if response.throttle_ms:
-            self._pause(batch.address, response.throttle_ms / 1e3)
+        self._acknowledged(batch.tp, response, batch.address, len(batch))
         topic, partition = batch.tp
         base = response.base_offset
-        if response.last_offset - base + 1 != len(batch):
-            event(log, "producer.offsets_mismatch", logging.WARNING, topic=topic,
-                  partition=partition, base=base, last=response.last_offset, count=len(batch))
         times = batch.timestamps
         with self._counting:
             self.records_acked += len(batch)

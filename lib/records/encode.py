@@ -1,7 +1,6 @@
 """Encoding frames and batches (producers; tests). The broker never encodes a frame."""
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +13,11 @@ from lib.records.layout import (
     _U32,
     BATCH_HEADER,
     COLUMN_BYTES_PER_RECORD,
+    COLUMNS_OF,
     COUNT_AT,
     CRC_AT,
     CRC_END,
+    FEW_COLUMNS,
     FRAME_DTYPE,
     FRAME_HEAD,
     FRAME_HEADER_SIZE,
@@ -110,7 +111,6 @@ def assemble_batch(
     return head + body
 
 
-FEW_COLUMNS = 16
 ROWS_UP_TO = 512  # encode_columns lays out fixed-size records up to this size as 2-D rows
 MAX_BULK_FIELD = 1 << 26  # encode_columns packs value and key lengths into one int64
 
@@ -130,20 +130,19 @@ def batch_head(
     so the caller joins them once, into whatever envelope it sends (the producer's request).
     ``tag_hashes`` None means no record has a tag."""
     n = len(sizes)
-    if n <= FEW_COLUMNS:  # struct beats numpy's fixed cost for a handful (send_sync)
-        columns = struct.pack(f"<{n}I{n}I{n}q", *sizes,
-                              *([0] * n if tag_hashes is None else tag_hashes), *timestamps)
+    if n <= FEW_COLUMNS:
+        columns = COLUMNS_OF[n].pack(*sizes, *([0] * n if tag_hashes is None else tag_hashes),
+                                     *timestamps)
     else:
         tags = np.zeros(n, dtype=_U32) if tag_hashes is None else \
             np.fromiter(tag_hashes, dtype=_U32, count=n)
         columns = b"".join((np.array(sizes, dtype=_U32).tobytes(), tags.tobytes(),
                             np.array(timestamps, dtype=_I64).tobytes()))
-    header = bytearray(BATCH_HEADER.pack(
-        MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + len(frames), 0, n, producer_id,
-        producer_epoch, 0, base_sequence, 0))
-    crc = crc32(columns, crc32(header[CRC_END:], crc32(header[:CRC_AT])))
-    struct.pack_into("<I", header, CRC_AT, crc)
-    return bytes(header) + columns
+    fields = [MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + len(frames), 0, n,
+              producer_id, producer_epoch, 0, base_sequence, 0]
+    header = BATCH_HEADER.pack(*fields)
+    fields[5] = crc32(columns, crc32(header[CRC_END:], crc32(header[:CRC_AT])))
+    return BATCH_HEADER.pack(*fields) + columns
 
 
 def batch_crc(buf: memoryview, version: int = VERSION) -> int:

@@ -26,6 +26,10 @@ HEADER_SIZE = BATCH_HEADER.size  # 40: keeps the i64 column 8-byte aligned
 CRC_AT, CRC_END = 12, 16  # the batch crc covers [:CRC_AT] and [CRC_END:frames] (v1: to the end)
 COUNT_AT = 16
 COLUMN_BYTES_PER_RECORD = 16
+# Up to FEW_COLUMNS records (send_sync, low rates) a batch's columns (sizes, tag hashes,
+# timestamps) are packed and read with one struct call each: numpy's fixed cost dominates there.
+FEW_COLUMNS = 16
+COLUMNS_OF = [struct.Struct(f"<{n}I{n}I{n}q") for n in range(FEW_COLUMNS + 1)]  # by count
 
 FRAME_HEAD = struct.Struct("<II")
 FRAME_TAIL = struct.Struct("<BBqHiHI")

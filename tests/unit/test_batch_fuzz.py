@@ -189,7 +189,7 @@ def test_the_frame_by_frame_check_agrees_with_the_whole_array_check(frames):
                          (_many_columns, np.array([len(f) for f in frames], np.uint32))):
         try:
             tags, times = check(body, sizes)
-            verdicts.append((tags.tolist(), times.tolist()))
+            verdicts.append((list(tags), list(times)))
         except CorruptRecord:
             verdicts.append("refused")
     assert verdicts[0] == verdicts[1]

@@ -120,29 +120,47 @@ def test_blocked_append_proceeds_when_a_batch_is_released():
     assert acc.used_bytes == 20
 
 
-def test_a_record_alone_on_an_idle_partition_is_taken_for_the_caller_to_send():
+def test_an_idle_partition_is_claimed_for_the_caller_to_send_and_a_busy_one_is_not():
     acc = _acc(linger_s=60)
-    future, taken = acc.append_alone(A0, (b"x" * 10,), 10, 0, 0)
-    assert taken is not None and taken.sealed and len(taken) == 1
-    assert _drain(acc)[0] == []  # in flight: the sender does not take it (or anything of A0)
-    _add(acc, A0)
-    later, again = acc.append_alone(A0, (b"y" * 10,), 10, 0, 0)
-    assert again is None  # A0 is busy: queued behind, in order, for the sender
-    acc.release(taken)
+    claim = acc.claim(A0, 10)
+    assert claim and acc.used_bytes == 10 and acc.claims() == {claim}
+    assert _drain(acc)[0] == []  # in flight: the sender takes nothing of A0
+    later = _add(acc, A0)
+    assert acc.claim(A0, 10) == 0  # A0 is busy: the record is queued behind, in order
+    acc.unclaim(claim, A0, 10)
+    assert acc.claims() == set() and acc.used_bytes == 10
     ready, _ = _drain(acc, time.monotonic() + 120)
-    assert [b.frames() for b in ready] == [[b"x" * 10, b"y" * 10]]
-    assert future is not later and not future.done()
+    assert [b.tp for b in ready] == [A0] and not later.done()
 
 
-def test_a_record_is_not_taken_alone_behind_queued_records_or_over_the_buffer():
+def test_a_claim_is_refused_behind_queued_records_over_the_buffer_or_closed():
     acc = _acc(buffer_bytes=25, linger_s=60)
     _add(acc, A1)
-    assert acc.append_alone(A1, (b"x" * 10,), 10, 0, 0)[1] is None  # A1 has a batch queued
-    with pytest.raises(RequestTimedOut):
-        acc.append_alone(A0, (b"x" * 10,), 10, 0, 0)  # 20 of 25 bytes held: waits, then fails
+    assert acc.claim(A1, 10) == 0  # A1 has a batch queued
+    assert acc.claim(A0, 20) == 0  # 30 of 25 bytes: the queued path waits for room instead
     acc.closed = True
-    with pytest.raises(ClientClosed):
-        acc.append_alone(A0, (b"x",), 1, 0, 0)
+    assert acc.claim(A0, 1) == 0
+
+
+def test_a_failed_claimed_send_becomes_an_in_flight_batch_that_holds_its_bytes():
+    acc = _acc(linger_s=0)
+    claim = acc.claim(A0, 10)
+    future, batch = acc.adopt(claim, A0, b"x" * 10, 0, 7)
+    assert acc.claims() == set() and acc.used_bytes == 10
+    assert batch.sealed and batch.frames() == [b"x" * 10] and batch.timestamps == [7]
+    assert _drain(acc)[0] == []  # still in flight: the sender retries it, nothing overtakes
+    acc.release(batch)
+    assert acc.used_bytes == 0 and not future.done()
+
+
+def test_wait_claims_returns_once_the_claims_it_was_given_are_over():
+    acc = _acc()
+    first = acc.claim(A0, 10)
+    assert not acc.wait_claims({first}, 0.05)
+    threading.Timer(0.05, acc.unclaim, (first, A0, 10)).start()
+    second = acc.claim(A1, 10)  # a later claim does not hold up a flush that began before it
+    assert acc.wait_claims({first}, 5)
+    acc.unclaim(second, A1, 10)
 
 
 def test_release_twice_frees_the_bytes_once():
