@@ -26,7 +26,8 @@ import numpy as np
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.producer.bulk import batch_bounds
 from lib.producer.futures import BatchOutcome, RecordFuture
-from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH, encode_columns
+from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH
+from lib.records.encode import column_pieces
 from lib.types import TopicPartition
 
 
@@ -47,7 +48,8 @@ class Batch:
 
     tp: TopicPartition
     created: float
-    buf: bytearray | memoryview = field(default_factory=bytearray)  # a view: append_run
+    # frames; a view: append_run; a list of pieces to join: plain values once encoded
+    buf: bytearray | memoryview | list = field(default_factory=bytearray)
     sizes: list[int] = field(default_factory=list)
     tag_hashes: list[int] | None = None
     timestamps: list[int] = field(default_factory=list)
@@ -68,18 +70,21 @@ class Batch:
         return len(self.timestamps)
 
     def encode(self) -> None:
-        """Encode the plain values into ``buf`` and ``sizes`` (once: the sender seals it)."""
+        """Encode the plain values into ``buf`` (pieces the request joins: one copy of the
+        frames, not two) and ``sizes``, once: the sender seals the batch."""
         if self.values is not None:
-            run = encode_columns(self.values, np.array(self.timestamps, np.int64))
-            self.buf, self.sizes, self.values = run.frames, run.sizes, None
+            self.buf, self.sizes, _ = column_pieces(self.values,
+                                                    np.array(self.timestamps, np.int64))
+            self.values = None
 
     def frames(self) -> list[bytes]:
         """The frames one by one, until the batch is sent (for tests and debugging: sending
         uses ``buf`` whole, then frees it)."""
         self.encode()
+        buf = b"".join(self.buf) if isinstance(self.buf, list) else self.buf
         out, pos = [], 0
         for size in self.sizes:
-            out.append(bytes(self.buf[pos:pos + size]))
+            out.append(bytes(buf[pos:pos + size]))
             pos += size
         return out
 

@@ -43,6 +43,7 @@ from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
 from lib.proto import broker_pb2
 from lib.records import batch_head
+from lib.records.encode import Pieces, joined_len
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
 from lib.types import RecordMetadata, TopicPartition
@@ -62,17 +63,22 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def produce_request(tp: TopicPartition, head: bytes, frames: bytes | bytearray,
+def produce_request(tp: TopicPartition, head: bytes,
+                    frames: bytes | bytearray | memoryview | Pieces,
                     acks_all: bool = False) -> bytes:
     """A serialized ``ProduceRequest`` (topic = 1, partition = 2, batch = 3 is ``head`` +
-    ``frames``, acks_all = 4), built with one join: the protobuf message would copy a batch of
-    up to 4 MiB twice more (into the message, then out of it).
-    tests/unit/test_producer_accumulator.py checks it parses as the same message."""
+    ``frames``, acks_all = 4), built with one join (``frames`` whole or as pieces): the
+    protobuf message would copy a batch of up to 4 MiB twice more (into the message, then out
+    of it). tests/unit/test_producer_accumulator.py checks it parses as the same message."""
     topic = tp.topic.encode()
     parts = [b"\x0a", _varint(len(topic)), topic]
     if tp.partition:
         parts += (b"\x10", _varint(tp.partition))
-    parts += (b"\x1a", _varint(len(head) + len(frames)), head, frames)
+    parts += (b"\x1a", _varint(len(head) + joined_len(frames)), head)
+    if isinstance(frames, list):
+        parts += frames
+    else:
+        parts.append(frames)
     if acks_all:
         parts.append(b"\x20\x01")
     return b"".join(parts)

@@ -116,7 +116,7 @@ MAX_BULK_FIELD = 1 << 26  # encode_columns packs value and key lengths into one 
 
 
 def batch_head(
-    frames: bytes | bytearray,
+    frames: bytes | bytearray | memoryview | Pieces,
     sizes: Sequence[int],
     tag_hashes: Iterable[int] | None,
     timestamps: Sequence[int],
@@ -126,9 +126,10 @@ def batch_head(
     base_sequence: int = -1,
 ) -> bytes:
     """Header and column arrays of a batch whose frames are already laid out back to back in
-    ``frames``: ``batch_head(...) + frames`` is the batch. The crc is computed over the pieces,
-    so the caller joins them once, into whatever envelope it sends (the producer's request).
-    ``tag_hashes`` None means no record has a tag."""
+    ``frames`` (bytes, or a list of pieces to join): ``batch_head(...) + frames`` is the
+    batch. The crc is computed over the pieces, so the caller joins them once, into whatever
+    envelope it sends (the producer's request). ``tag_hashes`` None means no record has a
+    tag."""
     n = len(sizes)
     if n <= FEW_COLUMNS:
         columns = COLUMNS_OF[n].pack(*sizes, *([0] * n if tag_hashes is None else tag_hashes),
@@ -138,11 +139,26 @@ def batch_head(
             np.fromiter(tag_hashes, dtype=_U32, count=n)
         columns = b"".join((np.array(sizes, dtype=_U32).tobytes(), tags.tobytes(),
                             np.array(timestamps, dtype=_I64).tobytes()))
-    fields = [MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + len(frames), 0, n,
+    fields = [MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + joined_len(frames), 0, n,
               producer_id, producer_epoch, 0, base_sequence, 0]
     header = BATCH_HEADER.pack(*fields)
     fields[5] = crc32(columns, crc32(header[CRC_END:], crc32(header[:CRC_AT])))
     return BATCH_HEADER.pack(*fields) + columns
+
+
+class Pieces(list):
+    """Frames as pieces to join once, into whatever carries them, and their total bytes."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, pieces: Iterable[Any], nbytes: int) -> None:
+        super().__init__(pieces)
+        self.nbytes = nbytes
+
+
+def joined_len(frames: bytes | bytearray | memoryview | Pieces) -> int:
+    """Bytes of ``frames``, whole or as :class:`Pieces`."""
+    return frames.nbytes if isinstance(frames, Pieces) else len(frames)
 
 
 def batch_crc(buf: memoryview, version: int = VERSION) -> int:
@@ -177,10 +193,20 @@ class EncodedRun:
 def encode_columns(values: Sequence[bytes], timestamp: int | np.ndarray,
                    keys: Sequence[bytes] | None = None,
                    tags: Sequence[str] | None = None) -> EncodedRun:
-    """Frames for many records without headers in one pass over columns (the bulk producer,
-    and ``Producer.send``'s plain records when their batch is sealed). ``timestamp`` is one
-    for all or an int64 array, one per record; ``keys`` (bytes each) and ``tags`` (str each,
-    "" for none) are per record when given.
+    """Frames for many records without headers in one pass over columns (the bulk producer):
+    :func:`column_pieces` joined."""
+    pieces, sizes, tag_hashes = column_pieces(values, timestamp, keys, tags)
+    return EncodedRun(b"".join(pieces), sizes, tag_hashes)
+
+
+def column_pieces(values: Sequence[bytes], timestamp: int | np.ndarray,
+                  keys: Sequence[bytes] | None = None, tags: Sequence[str] | None = None
+                  ) -> tuple[Pieces, np.ndarray, np.ndarray | None]:
+    """The frames of many records without headers as pieces to join, with their sizes and
+    tag hashes. The producer joins the pieces once, into its request (``Producer.send``'s
+    plain records, when their batch is sealed). ``timestamp`` is one for all or an int64
+    array, one per record; ``keys`` (bytes each) and ``tags`` (str each, "" for none) are per
+    record when given.
 
     Byte for byte what :func:`encode_frame` builds per record, with no Python bytecode per
     record: the 30-byte frame headers are one numpy structured array; the CRCs are C-level
@@ -219,16 +245,12 @@ def encode_columns(values: Sequence[bytes], timestamp: int | np.ndarray,
         + vlen
     head["length"] = sizes
     shape = (vlen << 35) | ((key_lens + 1) << 9) | head["tag_len"]
-    if isinstance(timestamp, np.ndarray) and n and timestamp.min() != timestamp.max():
-        # Tails differ by timestamp too: number each (shape, timestamp) pair.
-        _, shape_id = np.unique(shape, return_inverse=True)
-        _, ts_id = np.unique(timestamp, return_inverse=True)
-        shape = shape_id.ravel() * (int(ts_id.max()) + 1) + ts_id.ravel()
-    head["crc"] = _frame_crcs(head, columns, shape)
+    stamps = timestamp if isinstance(timestamp, np.ndarray) else None
+    head["crc"] = _frame_crcs(head, columns, *_tail_kinds(shape, stamps))
     widths = [head["tag_len"]] if tags is not None else []
     widths += [key_lens] if keys is not None else []
-    return EncodedRun(_lay_out(head, columns, [*widths, vlen]), sizes.astype(_U32),
-                      tag_hashes)
+    return Pieces(_lay_out(head, columns, [*widths, vlen]), int(sizes.sum())), \
+        sizes.astype(_U32), tag_hashes
 
 
 def encode_run(values: Sequence[bytes], timestamp: int, keys: Sequence[bytes] | None = None,
@@ -249,12 +271,12 @@ def encode_run(values: Sequence[bytes], timestamp: int, keys: Sequence[bytes] | 
 
 
 def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.ndarray]
-             ) -> bytes:
-    """The frames back to back: header, then each column's bytes, per record. When every
-    column has one width (fixed-size records, the usual bulk load) and records are small, the
-    frames are the rows of one 2-D array filled column block by column block (2x faster than
-    the join at 100 B; at 1 KiB its extra copies cost more than they save); else one
-    ``join``."""
+             ) -> list[Any]:
+    """The frames back to back, as pieces to join: header, then each column's bytes, per
+    record. When every column has one width (fixed-size records, the usual bulk load) and
+    records are small, the frames are the rows of one 2-D array filled column block by column
+    block, one piece (2x faster than the join at 100 B; at 1 KiB its extra copies cost more
+    than they save); else a header piece and a piece per column, per record."""
     n = len(head)
     heads = head.view(np.uint8).reshape(n, FRAME_HEADER_SIZE)
     if all(int(w.min()) == int(w.max()) for w in widths) and \
@@ -265,7 +287,7 @@ def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.n
         for column, a, b in zip(columns, cut, cut[1:], strict=False):
             if b > a:
                 rows[:, a:b] = np.frombuffer(b"".join(column), np.uint8).reshape(n, b - a)
-        return rows.tobytes()
+        return [memoryview(rows).cast("B")]
     flat = memoryview(heads.ravel())
     at = range(0, FRAME_HEADER_SIZE * (n + 1), FRAME_HEADER_SIZE)
     pieces: list[Any] = [None] * (n * (len(columns) + 1))
@@ -273,18 +295,42 @@ def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.n
     pieces[::step] = map(flat.__getitem__, map(slice, at, at[1:]))
     for i, column in enumerate(columns, 1):
         pieces[i::step] = column
-    return b"".join(pieces)
+    return pieces
 
 
-def _frame_crcs(head: np.ndarray, columns: list[Sequence[bytes]], shape: np.ndarray
-                ) -> np.ndarray:
-    """Each frame's CRC: crc32 over its tail (header bytes 8..30), then its columns' bytes.
-    ``shape`` is equal exactly where two tails are (their varying fields: the lengths and
-    the timestamp)."""
+def _tail_kinds(shape: np.ndarray, stamps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Which frames have equal tails (header bytes 8..30; they vary by ``shape``, the length
+    fields, and by timestamp): (index of the first frame of each kind, each frame's kind).
+
+    A producer's batch is a few runs of equal tails (one value size, a few milliseconds), so
+    runs of equal neighbours are the kinds, with no sort; when that finds many runs the
+    kinds are the distinct (shape, timestamp) pairs instead (np.unique sorts)."""
+    n = len(shape)
+    if n == 0:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    change = shape[1:] != shape[:-1]
+    if stamps is not None:
+        change |= stamps[1:] != stamps[:-1]
+    starts = np.flatnonzero(change) + 1
+    if len(starts) * 8 <= n:
+        kinds = np.zeros(n, np.intp)
+        kinds[starts] = 1
+        return np.concatenate(([0], starts)), np.cumsum(kinds)
+    if stamps is not None:
+        _, shape_id = np.unique(shape, return_inverse=True)
+        _, ts_id = np.unique(stamps, return_inverse=True)
+        shape = shape_id.ravel() * (int(ts_id.max()) + 1) + ts_id.ravel()
     _kinds, first, inverse = np.unique(shape, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _frame_crcs(head: np.ndarray, columns: list[Sequence[bytes]], first: np.ndarray,
+                kinds: np.ndarray) -> np.ndarray:
+    """Each frame's CRC: crc32 over its tail (header bytes 8..30), then its columns' bytes;
+    one crc32 per kind of tail (:func:`_tail_kinds`)."""
     tails = head.view(np.uint8).reshape(len(head), FRAME_HEADER_SIZE)[first, 8:]
     running: Iterable[int] = np.fromiter(map(_crc32, tails), np.int64, len(first))[
-        inverse.ravel()].tolist()
+        kinds].tolist()
     for column in columns:
         running = map(_crc32, column, running)
     return np.fromiter(running, _U32, len(head))

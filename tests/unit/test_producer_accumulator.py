@@ -230,7 +230,7 @@ def test_plain_values_are_encoded_when_sealed_byte_for_byte_as_send_encodes_them
     assert drained.frames() == [encode_frame(Record(v, timestamp=1000 + i))
                                 for i, v in enumerate(values)]
     head = batch_head(drained.buf, drained.sizes, None, drained.timestamps)
-    assert parse_batch(head + bytes(drained.buf)).timestamps.tolist() == [1000, 1001, 1002]
+    assert parse_batch(head + b"".join(drained.buf)).timestamps.tolist() == [1000, 1001, 1002]
     assert future._index == 2
 
 

@@ -191,6 +191,26 @@ def test_columns_encoder_builds_exactly_what_the_per_record_encoder_builds():
             assert list(run.tag_hashes) == [tag_hash(r.tag) for r in records]
 
 
+@pytest.mark.parametrize("stamps", ["one", "runs", "scattered"])
+@pytest.mark.parametrize("sizes", ["fixed", "varied"])
+def test_columns_encoder_with_a_timestamp_per_record_matches_the_per_record_encoder(
+        stamps, sizes):
+    """Equal frame tails share one CRC start: found as runs of equal neighbours (a producer's
+    batch: one size, a few milliseconds), or as distinct pairs when runs are many."""
+    import numpy as np
+
+    from lib.records import encode_columns
+    rng = np.random.default_rng(7)
+    n = 400
+    values = [b"v" * (20 if sizes == "fixed" else int(rng.integers(0, 60))) for _ in range(n)]
+    ts = {"one": np.full(n, 5, np.int64),
+          "runs": np.repeat(np.arange(4, dtype=np.int64) + 1_000, n // 4),
+          "scattered": rng.integers(0, 3, n).astype(np.int64)}[stamps]
+    run = encode_columns(values, ts)
+    assert run.frames == b"".join(encode_frame(Record(v, timestamp=int(t)))
+                                  for v, t in zip(values, ts, strict=True))
+
+
 def test_the_frame_crc_is_zlibs_crc32_and_comes_from_isal():
     """Frames are checked with ISA-L's CRC-32 (pyproject.toml: 3-5x faster): it must be zlib's
     value for value, chained or not, on any buffer, and the dependency must be the one in use."""
