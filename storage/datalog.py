@@ -28,6 +28,7 @@ import numpy as np
 
 from lib.errors import CorruptRecord, StorageError
 from lib.records import frame_columns, frame_sizes, frame_starts
+from storage.direct import pread_direct
 from storage.index import INDEX_DTYPE
 from storage.segments import Segment, SegmentedLog, SegmentList, pwrite_all
 
@@ -128,7 +129,8 @@ class DataLog(SegmentedLog):
                 self._uncached = hi
 
     def read(self, position: int, length: int) -> bytes:
-        """Bytes [position, position + length); may span segments."""
+        """Bytes [position, position + length); may span segments. Bytes the page cache
+        window dropped are read with O_DIRECT (storage/direct.py: why)."""
         segs = self._list.segs
         parts = []
         for seg in segs:
@@ -139,7 +141,11 @@ class DataLog(SegmentedLog):
             if seg.base > position:
                 raise CorruptRecord(f"data at position {position} is missing (deleted or damaged)")
             n = min(length, seg.end - position)
-            raw = os.pread(seg.fd, n, position - seg.base)
+            raw = None
+            if position + n <= self._uncached:  # dropped from the page cache: read around it
+                raw = pread_direct(seg.fd, n, position - seg.base)
+            if raw is None:
+                raw = os.pread(seg.fd, n, position - seg.base)
             if len(raw) != n:
                 raise CorruptRecord(f"data segment {seg.path} is shorter than expected")
             parts.append(raw)
