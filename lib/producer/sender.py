@@ -217,6 +217,9 @@ class Sender(threading.Thread):
             else:
                 self._hand_over(batch, None, error)
             return future
+        except BaseException:  # a bug or an interrupt: the record was not sent, say so
+            self.acc.unclaim(claim, tp, len(frame))  # and leave the partition free
+            raise
         self._acknowledged(tp, response, address, 1)
         with self._counting:
             self.records_acked += 1

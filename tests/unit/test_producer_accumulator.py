@@ -278,3 +278,26 @@ def test_hand_built_produce_requests_parse_as_the_protobuf_message(topic, partit
     assert (request.topic, request.partition, request.batch) == (topic, partition, head + frames)
     assert request.acks_all is acks_all
     assert raw == request.SerializeToString()
+
+
+def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
+    """send_sync's direct path: an exception that is not a send failure (a bug, an
+    interrupt) reaches the caller, and the partition and its bytes are not left claimed."""
+    from types import SimpleNamespace
+
+    from lib.producer.sender import Sender
+
+    def exploding(*_args, **_kwargs):
+        raise RuntimeError("boom")
+    route = SimpleNamespace(count=1, address=lambda _p: "127.0.0.1:1")
+    routes = SimpleNamespace(get=lambda _topic: route)
+    pool = SimpleNamespace(get_bare=lambda _a: SimpleNamespace(
+        unary_unary=lambda *_a, **_k: exploding), auth_metadata=lambda: ())
+    acc = _acc()
+    sender = Sender(acc, routes, pool, retries=0, retry_backoff_s=0, request_timeout_s=1,
+                    idempotent=False, client_id="t")
+    claim = acc.claim(A0, 40)
+    with pytest.raises(RuntimeError, match="boom"):
+        sender.send_direct(claim, A0, b"x" * 40, 0, 1)
+    assert acc.claims() == set() and acc.used_bytes == 0
+    assert acc.claim(A0, 40)  # free again
