@@ -44,7 +44,7 @@ def consumer(conn: Connection, fail_on_data_loss: bool) -> Iterator[PullConsumer
         c = idle.pop() if idle else None
     if c is None:
         c = PullConsumer(conn.masters, auto_offset_reset="error" if fail_on_data_loss
-                         else "earliest", **_CONSUMER, **conn.clients())
+                         else "earliest", **_CONSUMER, **conn.clients("consumer"))
     ok = False
     try:
         yield c
@@ -67,7 +67,7 @@ def producer(opts: WriteOptions) -> Producer:
             p = _producers[key] = Producer(opts.conn.masters, linger_ms=opts.linger_ms,
                                            batch_bytes=opts.batch_bytes,
                                            idempotent=opts.idempotent, client_id="tubeq-spark",
-                                           **opts.conn.clients())
+                                           **opts.conn.clients("producer"))
         return p
 
 
@@ -79,7 +79,7 @@ def sink_client(conn: Connection, batch_bytes: int) -> SinkClient:
         c = _sink_clients.get(key)
         if c is None:
             c = _sink_clients[key] = SinkClient(conn.masters, batch_bytes=batch_bytes,
-                                                **conn.clients())
+                                                **conn.clients("sink"))
         return c
 
 

@@ -33,7 +33,10 @@ OffsetSpec = str | dict[str, dict[int, int]]
 # Connection). Spark's spark.redaction.regex (default: secret|password|token|...) hides the
 # values of "password" and "token" in its UI and logs.
 CONNECTION_OPTIONS = {"masters", "user", "password", "token", "credentialsfile", "tlsca",
-                      "tlscert", "tlskey"}
+                      "tlscert", "tlskey", "requesttimeoutms"}
+# Each client's own name and unit for requestTimeoutMs (unit: how many ms make one).
+_TIMEOUT_ARGS = {"admin": ("timeout", 1000), "consumer": ("rpc_timeout_s", 1000),
+                 "producer": ("request_timeout_ms", 1), "sink": ("request_timeout_s", 1000)}
 READ_OPTIONS = CONNECTION_OPTIONS | {"subscribe", "subscribepattern", "assign", "startingoffsets",
                 "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
                 "polltimeoutms", "maxoffsetspertrigger", "startingtimestamp",
@@ -73,6 +76,7 @@ class Connection:
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    request_timeout_ms: int | None = None  # None: each client's own default
 
     def credentials(self) -> Credentials | None:
         """The options' credentials (None: the environment's)."""
@@ -90,9 +94,14 @@ class Connection:
             return None
         return Tls(self.tls_ca or None, self.tls_cert or None, self.tls_key or None)
 
-    def clients(self) -> dict[str, Any]:
-        """The keyword arguments every tubeq client takes for these."""
-        return {"credentials": self.credentials(), "tls": self.tls()}
+    def clients(self, kind: str) -> dict[str, Any]:
+        """The keyword arguments a tubeq client of this ``kind`` (admin, consumer, producer,
+        sink) takes for these: the login, TLS and, if given, the request timeout."""
+        args: dict[str, Any] = {"credentials": self.credentials(), "tls": self.tls()}
+        if self.request_timeout_ms is not None:
+            name, unit = _TIMEOUT_ARGS[kind]
+            args[name] = self.request_timeout_ms / unit if unit > 1 else self.request_timeout_ms
+        return args
 
 
 @dataclass(frozen=True)
@@ -222,7 +231,8 @@ def _connection(opts: dict[str, str]) -> Connection:
                                    "chain to")
     return Connection(_masters(opts), opts.get("user", ""), opts.get("password", ""),
                       opts.get("token", ""), opts.get("credentialsfile", ""),
-                      opts.get("tlsca", ""), opts.get("tlscert", ""), opts.get("tlskey", ""))
+                      opts.get("tlsca", ""), opts.get("tlscert", ""), opts.get("tlskey", ""),
+                      _int("requestTimeoutMs", opts.get("requesttimeoutms"), 1, None))
 
 
 def _masters(opts: dict[str, str]) -> str:

@@ -51,7 +51,7 @@ def admin_client(conn: Connection) -> Iterator[AdminClient]:
     """An AdminClient for planning: a cluster that does not answer is reported against the
     ``masters`` option (catch UnknownTopic inside: it also asks for fresh metadata)."""
     try:
-        with AdminClient(conn.masters, **conn.clients()) as admin:
+        with AdminClient(conn.masters, **conn.clients("admin")) as admin:
             yield admin
     except (OptionError, UnknownTopic):
         raise
@@ -167,7 +167,7 @@ def offsets_for_times(conn: Connection, times: dict[tuple[str, int], int],
         by_time.setdefault(ms, []).append(TopicPartition(t, p))
     # No group and nothing polled: assign + seek only set positions, no fetch starts.
     with PullConsumer(conn.masters, enable_auto_commit=False, client_id="tubeq-spark",
-                      **conn.clients()) as c:
+                      **conn.clients("consumer")) as c:
         c.assign([TopicPartition(t, p) for t, p in times])
         for ms, tps in by_time.items():
             c.seek_to_time(ms, *tps)
@@ -182,7 +182,7 @@ def broker_latest(conn: Connection, tps: set[tuple[str, int]]) -> dict[tuple[str
         return {}
     try:
         with PullConsumer(conn.masters, enable_auto_commit=False, client_id="tubeq-spark",
-                          **conn.clients()) as c:
+                          **conn.clients("consumer")) as c:
             c.assign([TopicPartition(t, p) for t, p in tps])
             c.seek_to_end()
             return {(t, p): c.position(TopicPartition(t, p)) for t, p in tps}

@@ -44,8 +44,8 @@ class GroupProgress(Closeable):
         try:
             if self._consumer is None:
                 self._consumer = PullConsumer(self.conn.masters, group=self.group,
-                                              enable_auto_commit=False,
-                                              client_id="tubeq-spark", **self.conn.clients())
+                                              enable_auto_commit=False, client_id="tubeq-spark",
+                                              **self.conn.clients("consumer"))
             self._consumer.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
             self._last = dict(offsets)
         except Exception as exc:

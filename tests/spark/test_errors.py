@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from pyspark.errors.exceptions.captured import CapturedException
 
 from lib.process import free_ports
+from spark_sink.options import OptionError, read_options
 
 
 def load(spark, **options: str):
@@ -61,8 +63,24 @@ def test_offsets_past_the_end_name_the_option(spark, masters, new_topic):
 
 def test_unreachable_cluster_names_the_masters_option(spark):
     (port,) = free_ports(1)
-    message = failure(lambda: load(spark, masters=f"127.0.0.1:{port}", subscribe="t").collect())
+    started = time.monotonic()
+    message = failure(lambda: load(spark, masters=f"127.0.0.1:{port}", subscribe="t",
+                                   requestTimeoutMs="1500").collect())
     assert f"tubeq option 'masters': no tubeq master answered at 127.0.0.1:{port}" in message
+    # requestTimeoutMs bounds the wait (the default is the clients' own 10 s per attempt)
+    assert time.monotonic() - started < 10
+
+
+def test_request_timeout_reaches_every_client_under_its_own_name():
+    conn = read_options({"masters": "h:1", "subscribe": "t", "requestTimeoutMs": "2500"}).conn
+    assert conn.clients("admin")["timeout"] == 2.5
+    assert conn.clients("consumer")["rpc_timeout_s"] == 2.5
+    assert conn.clients("producer")["request_timeout_ms"] == 2500
+    assert conn.clients("sink")["request_timeout_s"] == 2.5
+    assert "timeout" not in read_options({"masters": "h:1", "subscribe": "t"}).conn.clients(
+        "admin")
+    with pytest.raises(OptionError, match="'requestTimeoutMs': must be >= 1, got 0"):
+        read_options({"masters": "h:1", "subscribe": "t", "requestTimeoutMs": "0"})
 
 
 def write(df, **options: str) -> None:
