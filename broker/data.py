@@ -65,6 +65,7 @@ class PartitionReply:
     next_offset: int
     frames: bytes = b""
     offsets: bytes = b""  # little-endian int64 per frame
+    sizes: bytes = b""  # little-endian uint32 per frame
     earliest: int = -1
     latest: int = -1
     error_code: str = ""
@@ -84,6 +85,7 @@ def error_data(partition: int, offset: int, err: TubeqError) -> PartitionReply:
 def result_data(partition: int, res) -> PartitionReply:
     return PartitionReply(
         partition=partition, frames=res.frames, offsets=res.offsets.astype("<i8").tobytes(),
+        sizes=res.sizes.astype("<u4").tobytes(),
         next_offset=res.next_offset, earliest=res.earliest, latest=res.latest)
 
 

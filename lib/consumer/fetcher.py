@@ -86,6 +86,7 @@ class Completed:
     pos: int
     next_offset: int
     nbytes: int
+    sizes: np.ndarray | None = None  # the broker's uint32 size per frame (None: walk them)
 
 
 class Fetcher:
@@ -210,7 +211,11 @@ class Fetcher:
     def _take_columns(self, c: Completed, want: int) -> FrameColumns | None:
         """Check up to ``want`` frames of ``c`` and take them (no decoding); None if ``c`` was
         dropped."""
-        return self._take_run(c, want, checked_run)
+        sizes, first = c.sizes, c.index
+        if sizes is None:
+            return self._take_run(c, want, checked_run)
+        return self._take_run(c, want, lambda frames, offsets, pos, partition, topic: checked_run(
+            frames, offsets, pos, partition, topic, sizes[first:first + len(offsets)]))
 
     def _take(self, c: Completed, want: int) -> list[Record] | None:
         """Decode up to ``want`` records of ``c``; None if ``c`` was dropped."""
@@ -407,9 +412,12 @@ class _Worker(threading.Thread):
         offsets = np.frombuffer(pd.offsets, "<i8").tolist()
         if not offsets and pd.next_offset <= offset:
             return
+        # Sizes that do not match the frames' count are ignored (the frames are walked);
+        # wrong ones fail the frame check as any corruption does.
+        sizes = np.frombuffer(pd.sizes, "<u4") if len(pd.sizes) == 4 * len(offsets) else None
         self._next[tp] = (epoch, pd.next_offset)
         self.fetcher._push(Completed(tp, epoch, offset, pd.frames, offsets, 0, 0,
-                                     pd.next_offset, len(pd.frames)))
+                                     pd.next_offset, len(pd.frames), sizes))
 
     def _partition_failed(self, tp: TopicPartition, epoch: int,
                           pd: broker_pb2.PartitionData) -> None:

@@ -55,7 +55,7 @@ class FetchRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class PartitionData(_message.Message):
-    __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message")
+    __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message", "sizes")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FRAMES_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class PartitionData(_message.Message):
     LATEST_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
     partition: int
     frames: bytes
     offsets: bytes
@@ -72,7 +73,8 @@ class PartitionData(_message.Message):
     latest: int
     error_code: str
     error_message: str
-    def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+    sizes: bytes
+    def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., sizes: _Optional[bytes] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("partitions", "throttle_ms")

@@ -170,7 +170,8 @@ def _check_listed(found: tuple[list[int], list[int]], tag_hashes: Sequence[int],
                  "its tag disagrees with the batch tag-hash column")
 
 
-def frame_columns(frames: memoryview, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def frame_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Check every frame of a run the way decoding will and return each frame's tag hash and
     timestamp: the one frame check of the broker (append) and of recovery (chunk scan).
 
@@ -179,19 +180,22 @@ def frame_columns(frames: memoryview, sizes: np.ndarray) -> tuple[np.ndarray, np
     for the structure; the CRCs are one C-level ``map`` of ``zlib.crc32`` over the frame
     slices (no Python bytecode per record). Raises CorruptRecord naming the first bad frame.
     Up to :data:`FEW_FRAMES` frames are checked one by one instead (:func:`_few_columns`).
+    ``head``: the frames' headers if the caller gathered them already (they are checked here).
     """
     if len(sizes) <= FEW_FRAMES:
         tags, times = _few_columns(frames, sizes.tolist())
         return np.array(tags, _U32), np.array(times, _I64)
-    return _many_columns(frames, sizes)
+    return _many_columns(frames, sizes, head)
 
 
-def _many_columns(frames: memoryview, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`frame_columns` over whole arrays."""
     starts = frame_starts(sizes)
     ends = starts + sizes
     u8 = np.frombuffer(frames, _U8)
-    head = frame_headers(u8, starts)
+    if head is None:
+        head = frame_headers(u8, starts)
     _require(head["length"] == sizes, "its length field disagrees with the batch size column")
     _require(head["flags"] & ~np.uint8(KNOWN_FLAGS) == 0, "it has unknown flags")
     key_lens = head["key_len"].astype(np.int64)

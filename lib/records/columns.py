@@ -11,6 +11,7 @@ are compressed or records with headers are for :meth:`FrameColumns.records`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import repeat
@@ -18,7 +19,7 @@ from itertools import repeat
 import numpy as np
 
 from lib.errors import CorruptRecord
-from lib.records.check import frame_columns
+from lib.records.check import FEW_FRAMES, frame_columns
 from lib.records.decode import decode_frame, decode_span, undecodable
 from lib.records.layout import (
     _U8,
@@ -151,30 +152,48 @@ def walk_sizes(frames: memoryview, count: int = -1) -> list[int]:
     return out
 
 
+def _sized_run(sizes: np.ndarray, room: int) -> int:
+    """The bytes ``sizes`` span, checked to fit ``room`` with every frame at least a header
+    (so whole-array gathers stay inside the run); the frame check then holds each length
+    field equal to its size."""
+    if len(sizes) and int(sizes.min()) < FRAME_HEADER_SIZE:
+        raise CorruptRecord(f"a fetched frame size is below the {FRAME_HEADER_SIZE}-byte header")
+    total = int(sizes.sum(dtype=np.int64))
+    if total > room:
+        raise CorruptRecord(f"fetched frame sizes add up to {total} bytes, {room} came")
+    return total
+
+
 def checked_columns(topic: str, partition: int, frames: memoryview,
-                    offsets: np.ndarray, sizes: list[int] | None = None) -> FrameColumns:
+                    offsets: np.ndarray, sizes: Sequence[int] | np.ndarray | None = None,
+                    ) -> FrameColumns:
     """Check a run of fetched frames as the broker checks a batch (CorruptRecord if any frame
     is bad) and wrap them; the run must hold exactly ``len(offsets)`` frames. ``sizes``: the
-    frames' sizes when the caller has walked them already."""
+    frames' sizes when the caller knows them already (walked, or the broker's)."""
     cols = FrameColumns(topic, partition, frames, np.asarray(offsets, np.int64))
     if sizes is not None:
-        cols.__dict__["sizes"] = np.array(sizes, _U32)
+        cols.__dict__["sizes"] = np.asarray(sizes, _U32)
     if len(cols.sizes) != len(cols.offsets):
         raise CorruptRecord(f"{len(cols.sizes)} fetched frames for {len(cols.offsets)} offsets")
-    frame_columns(frames, cols.sizes)
+    frame_columns(frames, cols.sizes, cols.head if len(cols) > FEW_FRAMES else None)
     return cols
 
 
 def checked_run(frames: bytes, offsets: list[int], pos: int, partition: int,
-                topic: str) -> tuple[FrameColumns, int]:
+                topic: str, sizes: np.ndarray | None = None) -> tuple[FrameColumns, int]:
     """The ``len(offsets)`` frames of a fetch that start at byte ``pos``, checked: (columns,
-    end byte). A bad frame raises CorruptRecord naming its topic, partition and offset."""
+    end byte). ``sizes``: the broker's size of each of these frames (else they are walked;
+    either way every length field must agree). A bad frame raises CorruptRecord naming its
+    topic, partition and offset."""
     mv = memoryview(frames)
     try:
-        sizes = walk_sizes(mv[pos:], len(offsets))
+        if sizes is None:
+            sizes = walk_sizes(mv[pos:], len(offsets))
+            stop = pos + sum(sizes)
+        else:
+            stop = pos + _sized_run(sizes, len(frames) - pos)
         if len(sizes) != len(offsets):
             raise CorruptRecord(f"{len(sizes)} fetched frames for {len(offsets)} offsets")
-        stop = pos + sum(sizes)
         return checked_columns(topic, partition, mv[pos:stop], offsets, sizes), stop
     except CorruptRecord as exc:
         # The record decoder names the offset of the first bad frame; where it finds none

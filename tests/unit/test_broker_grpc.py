@@ -22,6 +22,7 @@ from lib import errors
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
 from lib.records import Record, decode_frames, encode_batch
+from lib.records.columns import walk_sizes
 from lib.rpc import channel, invoke
 
 TOPICS = {"t": TopicSpec(partitions=3, stores=2, topic_id=1),
@@ -69,6 +70,8 @@ def test_produce_then_fetch_returns_the_records_with_offsets(stub):
     assert values_of(pd) == [b"a", b"b", b"c"]
     assert list(np.frombuffer(pd.offsets, "<i8")) == [0, 1, 2]
     assert (pd.next_offset, pd.earliest, pd.latest, pd.error_code) == (3, 0, 3, "")
+    # each frame's size from the index, so clients split the frames without walking them
+    assert np.frombuffer(pd.sizes, "<u4").tolist() == walk_sizes(memoryview(pd.frames))
 
 
 def test_long_poll_wakes_on_produce(stub):

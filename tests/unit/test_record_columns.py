@@ -8,7 +8,7 @@ import pytest
 
 from lib.errors import CorruptRecord
 from lib.records import FLAG_VALUE_ZLIB, Record, decode_span, encode_frame
-from lib.records.columns import checked_columns, walk_sizes
+from lib.records.columns import checked_columns, checked_run, walk_sizes
 
 PLAIN = [Record(b"v0"), Record(b"", key=b""), Record(b"v2" * 300, key=b"k2", tag="red"),
          Record(b"v3", tag="t\u00e9"), Record(b"v4" * 9, key=b"key-4")]
@@ -103,3 +103,34 @@ def test_walk_sizes_stops_at_count_and_refuses_impossible_lengths():
     assert walk_sizes(frames) == sizes and walk_sizes(frames, 2) == sizes[:2]
     with pytest.raises(CorruptRecord, match="impossible length"):
         walk_sizes(memoryview(b"\xff\xff\xff\xff" + bytes(40)))
+
+
+# 5 and 25 frames: the frame-by-frame and the whole-array checks
+@pytest.mark.parametrize("copies", [1, 5])
+def test_the_brokers_sizes_split_a_run_as_walking_it_does(copies):
+    frames, offsets = run(PLAIN * copies)
+    data = b"before" + bytes(frames) + b"next partition"
+    sizes = np.array(walk_sizes(frames), np.uint32)
+    by_sizes, stop = checked_run(data, offsets.tolist(), 6, 0, "t", sizes)
+    walked, walked_stop = checked_run(data, offsets.tolist(), 6, 0, "t")
+    assert stop == walked_stop == 6 + len(frames)
+    assert by_sizes.records() == walked.records()
+    assert (by_sizes.head == walked.head).all()
+
+
+@pytest.mark.parametrize("copies", [1, 5])
+@pytest.mark.parametrize("wrong", ["below a header", "past the end", "shifted", "count"])
+def test_wrong_sizes_from_a_broker_are_refused_as_corruption(copies, wrong):
+    frames, offsets = run(PLAIN * copies)
+    sizes = np.array(walk_sizes(frames), np.uint32)
+    if wrong == "below a header":
+        sizes[0] = 10
+    elif wrong == "past the end":
+        sizes[-1] += 1
+    elif wrong == "shifted":  # same total: the length fields disagree
+        sizes[0] += 1
+        sizes[1] -= 1
+    else:
+        sizes = sizes[:-1]
+    with pytest.raises(CorruptRecord):
+        checked_run(bytes(frames), offsets.tolist(), 0, 0, "t", sizes)
