@@ -200,6 +200,15 @@ def test_bench_latency_and_bulk_produce_report_figures_for_people_and_scripts(cl
     text = bulk.stdout.decode()
     assert "produce\n" in text and "msgs_per_s" in text and "20,000" in text  # a table
     assert "{" not in text  # not a Python dict
+    # Per-record sends in chunks of latency_every(4099) = 2: the odd last one is sent too.
+    single = tubeq(masters, "bench", "produce", "--messages", "4099", "--size", "10", "--topic",
+                   "per-record", "--json", "--no-ceilings")
+    assert single.returncode == 0, single.stderr
+    produced = json.loads(single.stdout)["produce"]
+    assert produced["messages"] == 4099 and produced["failures"] == 0
+    assert 0 < produced["ack_latency"]["p50_ms"] <= produced["ack_latency"]["max_ms"]
+    described = json.loads(tubeq(masters, "topic", "describe", "per-record", "--json").stdout)
+    assert sum(p["latest"] for p in described["partitions"]) == 4099 + 1  # + the warm-up
 
 
 def test_users_api_keys_and_acls_with_the_cli(local_cluster):
