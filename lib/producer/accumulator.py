@@ -129,19 +129,26 @@ class Accumulator:
             batch = self._open_batch(tp, size)
             return self._put(batch, pieces, size, tag_hash, timestamp)
 
-    def add_value(self, batch: Batch | None, tp: TopicPartition, value: bytes,
-                  timestamp: int) -> tuple[RecordFuture, Batch]:
-        """Append a plain value (encoded when the batch is sealed) to ``batch`` if it is still
-        the open plain batch of ``tp`` with room, else to the one that is (opened if needed).
-        Returns the record's future and the batch, for the caller's next record."""
+    def add_value(self, sticky: list, value: bytes, timestamp: int) -> RecordFuture | None:
+        """Append a plain value (encoded when its batch is sealed) to the open batch of
+        ``sticky``, the producer's ``[partition, max frame bytes, batch or None]`` of a topic;
+        a batch sealed meanwhile (linger) is followed by a new one of the same partition.
+        Returns None, appending nothing, when the value is over the max frame bytes or the
+        batch is full: the producer moves on to its next sticky partition (one size check
+        serves both decisions, under the lock)."""
         size = len(value) + FRAME_HEADER_SIZE
+        if size > sticky[1]:
+            return None
+        batch = sticky[2]
         lock = self._lock
         lock.acquire()  # not ``with``: 70 ns against 170 on this path of every send()
         try:
             if batch is None or batch.sealed or batch.size + size > self.batch_bytes or \
                     self._used + size > self.buffer_bytes or self.closed or \
                     len(batch.timestamps) >= MAX_RECORDS_PER_BATCH:
-                batch = self._open_batch(tp, size, plain=True)
+                if batch is not None and batch.size + size > self.batch_bytes:
+                    return None
+                batch = sticky[2] = self._open_batch(sticky[0], size, plain=True)
             index = len(batch.timestamps)
             batch.values.append(value)  # type: ignore[union-attr]
             batch.timestamps.append(timestamp)
@@ -149,7 +156,7 @@ class Accumulator:
             self._used += size
         finally:
             lock.release()
-        return RecordFuture(batch.outcome, index), batch
+        return RecordFuture(batch.outcome, index)
 
     def claim(self, tp: TopicPartition, size: int) -> int:
         """``send_sync``'s direct path: when ``tp`` has nothing queued or in flight and the

@@ -150,14 +150,12 @@ class Producer(Closeable):
             # when sealed, Batch.encode), no route lookup while the topic's sticky batch has
             # room; every other record, and every error, goes through _send_checked.
             sticky = self._sticky.get(topic)
-            if sticky is None or len(value) + FRAME_HEADER_SIZE > sticky[1] or \
-                    sticky[2] is not None and sticky[2].size + len(value) > self._batch_bytes:
-                sticky = self._stick(topic, value)
-                if sticky is None:
+            ts = time.time_ns() // 1_000_000
+            if sticky is None or (future := self._acc.add_value(sticky, value, ts)) is None:
+                sticky = self._stick(topic, value)  # the next partition, or None
+                if sticky is None or (future := self._acc.add_value(sticky, value, ts)) is None:
                     return self._send_checked(topic, value, key, tag, headers, partition,
                                               timestamp)
-            future, sticky[2] = self._acc.add_value(sticky[2], sticky[0], value,
-                                                    time.time_ns() // 1_000_000)
         else:
             return self._send_checked(topic, value, key, tag, headers, partition, timestamp)
         self._sent += 1

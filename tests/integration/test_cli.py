@@ -207,8 +207,13 @@ def test_bench_latency_and_bulk_produce_report_figures_for_people_and_scripts(cl
     produced = json.loads(single.stdout)["produce"]
     assert produced["messages"] == 4099 and produced["failures"] == 0
     assert 0 < produced["ack_latency"]["p50_ms"] <= produced["ack_latency"]["max_ms"]
-    described = json.loads(tubeq(masters, "topic", "describe", "per-record", "--json").stdout)
-    assert sum(p["latest"] for p in described["partitions"]) == 4099 + 1  # + the warm-up
+    stored, deadline = -1, time.monotonic() + 20
+    while stored != 4099 + 1 and time.monotonic() < deadline:  # + the warm-up record
+        time.sleep(0.5)  # describe's offsets come with the broker's next heartbeat
+        described = json.loads(tubeq(masters, "topic", "describe", "per-record",
+                                     "--json").stdout)
+        stored = sum(p["latest"] for p in described["partitions"])
+    assert stored == 4099 + 1
 
 
 def test_users_api_keys_and_acls_with_the_cli(local_cluster):

@@ -19,6 +19,11 @@ def _acc(batch_bytes=100, buffer_bytes=10_000, linger_s=0.05, max_block_s=0.1) -
     return Accumulator(batch_bytes, buffer_bytes, linger_s, max_block_s)
 
 
+def _sticky(tp: TopicPartition = A0, max_frame: int = 1 << 20) -> list:
+    """The producer's sticky state of a topic: [partition, max frame bytes, open batch]."""
+    return [tp, max_frame, None]
+
+
 def _add(acc: Accumulator, tp: TopicPartition, size: int = 10) -> Future:
     return acc.append(tp, b"x" * size, 0, 0)
 
@@ -222,11 +227,11 @@ def test_plain_values_are_encoded_when_sealed_byte_for_byte_as_send_encodes_them
 
     acc = _acc(batch_bytes=10_000, linger_s=0)
     values = [b"a", b"", b"c" * 300]
-    batch = None
+    sticky = _sticky()
     for i, value in enumerate(values):
-        future, batch = acc.add_value(batch, A0, value, 1000 + i)  # timestamps differ
+        future = acc.add_value(sticky, value, 1000 + i)  # timestamps differ
     (drained,), _ = _drain(acc)
-    assert drained is batch and drained.values == values and len(drained) == 3
+    assert drained is sticky[2] and drained.values == values and len(drained) == 3
     assert drained.frames() == [encode_frame(Record(v, timestamp=1000 + i))
                                 for i, v in enumerate(values)]
     head = batch_head(drained.buf, drained.sizes, None, drained.timestamps)
@@ -236,9 +241,12 @@ def test_plain_values_are_encoded_when_sealed_byte_for_byte_as_send_encodes_them
 
 def test_a_record_of_the_other_kind_opens_a_batch_behind_and_the_first_takes_no_more():
     acc = _acc(batch_bytes=10_000, linger_s=60)
-    _, plain = acc.add_value(None, A0, b"p1", 1)
+    sticky = _sticky()
+    acc.add_value(sticky, b"p1", 1)
+    plain = sticky[2]
     _add(acc, A0)  # an encoded frame: may not join the plain batch (nor go ahead of it)
-    _, again = acc.add_value(plain, A0, b"p2", 2)
+    acc.add_value(sticky, b"p2", 2)
+    again = sticky[2]
     assert plain.sealed and again is not plain and again.values == [b"p2"]
     with acc.cond:
         acc.flushing = 1
@@ -255,14 +263,19 @@ def test_a_record_of_the_other_kind_opens_a_batch_behind_and_the_first_takes_no_
 
 def test_plain_values_respect_the_batch_size_the_buffer_and_close():
     acc = _acc(batch_bytes=40, buffer_bytes=100, linger_s=60, max_block_s=0.05)
-    _, first = acc.add_value(None, A0, b"x" * 5, 1)  # 35 bytes framed
-    _, second = acc.add_value(first, A0, b"x" * 5, 1)  # would make 70 > 40: a new batch
-    assert second is not first and first.sealed
+    sticky = _sticky(max_frame=75)
+    assert acc.add_value(sticky, b"x" * 5, 1) is not None  # 35 bytes framed
+    first = sticky[2]
+    assert acc.add_value(sticky, b"x" * 5, 1) is None  # 70 > 40: full, nothing appended
+    assert first.values == [b"x" * 5] and sticky[2] is first and not first.sealed
+    assert acc.add_value(sticky, b"x" * 46, 1) is None  # 76 > the 75-byte max frame
+    sticky = _sticky(max_frame=75)  # the producer's next sticky partition: a new batch
+    assert acc.add_value(sticky, b"x" * 5, 1) is not None and sticky[2] is not first
     with pytest.raises(RequestTimedOut):
-        acc.add_value(second, A0, b"x" * 40, 1)  # 70 + 70 > the 100-byte buffer
+        acc.add_value(_sticky(max_frame=75), b"x" * 40, 1)  # 70 + 70 > the 100-byte buffer
     acc.closed = True
     with pytest.raises(ClientClosed):
-        acc.add_value(second, A0, b"x", 1)
+        acc.add_value(_sticky(), b"x", 1)
 
 
 @pytest.mark.parametrize("topic, partition, frames_len, acks_all", [
