@@ -29,7 +29,7 @@ MB = 1_000_000
 IDLE_END_S = 5.0
 # At full speed one record in every ``latency_every(count)`` carries an ack-latency callback:
 # about LATENCY_SAMPLES of them per run. A callback costs the producer a closure, a waiter and
-# a call on settle (3-4 us): on every 16th record that was 0.2 us a record, a tenth of `send`.
+# a call on settle: on every 16th record (as before) that was the benchmark's own cost.
 LATENCY_SAMPLES = 2000
 
 
