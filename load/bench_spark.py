@@ -1,6 +1,7 @@
 """Spark batch write and read through ``format("tubeq")``, against Spark's own parquet files.
 
-    .venv/bin/python -m load.bench_spark [--rows 1000000] [--size 1024] [--out FILE]
+    .venv/bin/python -m load.bench_spark [--rows 1000000] [--size 1024] [--rounds 3]
+                                         [--out FILE]
 
 Starts 1 master and 1 broker as real processes on 127.0.0.1 (``tests/cluster.py``; an async
 topic of 4 partitions) and a Spark ``local[2]`` session bound to 127.0.0.1. One DataFrame of
@@ -11,7 +12,9 @@ materialised. Parquet in the same run is the ceiling: the ratios (tubeq / parque
 what to compare between runs on this small, noisy machine. A third source shows what a Python
 data source can reach at all (``load/spark_ceiling.py``: ready-made Arrow batches in, Arrow
 batches dropped out): ``pyds_ceiling_*`` and tubeq's ratio to it. A warm-up of 1,000 rows
-goes through each first (Python workers, JIT, connections), untimed. Prints one JSON object
+goes through each first (Python workers, JIT, connections), untimed; then ``--rounds`` rounds
+of all six runs, each round on a topic and files of its own and starting with another source;
+each figure is the median of its rounds (``rounds_seconds`` has them all). Prints one JSON object
 (and writes it to ``--out``), with the 1-minute load average before and after as a hint of
 other work.
 Every process is stopped by PID and the temp dir removed, also on error or SIGTERM.
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -79,6 +83,15 @@ class Targets:
         return read_totals(self.spark.read.format("tubeq").option("masters", self.masters)
                            .option("subscribe", topic).load())
 
+    def drop(self, name: str) -> None:
+        """A round's topic and parquet files go once measured (1M rows: 1 GiB each)."""
+        from spark_sink.options import Connection
+        from spark_sink.plan import admin_client
+
+        with admin_client(Connection(self.masters)) as admin:
+            admin.delete_topic(name)
+        shutil.rmtree(self.root / name, ignore_errors=True)
+
     def parquet_write(self, frame: Any, name: str) -> None:
         frame.write.mode("overwrite").parquet(str(self.root / name))
 
@@ -103,41 +116,34 @@ def timed(fn: Any, *args: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def measure(spark: Any, masters: str, root: Path, rows: int, size: int) -> dict[str, Any]:
-    """The four timed runs over one cached DataFrame; the figures as one dict."""
+FIGURES = ("tubeq_write", "parquet_write", "pyds_ceiling_write",
+           "tubeq_read", "parquet_read", "pyds_ceiling_read")
+
+
+def measure(spark: Any, masters: str, root: Path, rows: int, size: int,
+            rounds: int = 1) -> dict[str, Any]:
+    """``rounds`` rounds of the six timed runs over one cached DataFrame; medians as one dict.
+
+    Why rounds: the JVM compiles each path (Arrow in from a Python worker, Arrow out to one,
+    parquet's scan) only once it has run a while, and a 1,000-row warm-up does not get there;
+    measured once, whichever source ran first on a shared path paid for the others' warm-up
+    (a Python data source read read 34k rows/s cold and 240k warm on the same topic). Each
+    round starts with a different source, so none always follows another."""
     frame = values_frame(spark, rows, size).cache()
     cached_rows, cached_bytes = read_totals(frame)  # fills the cache, untimed
     if (cached_rows, cached_bytes) != (rows, rows * size):
         raise RuntimeError(f"generated {cached_rows} rows / {cached_bytes} bytes, "
                            f"expected {rows} / {rows * size}")
     t = Targets(spark, masters, root)
-    warm = frame.limit(WARM_UP_ROWS)
-    for topic in ("bench-spark-warm-up", "bench-spark"):
-        t.create_topic(topic)
-    t.tubeq_write(warm, "bench-spark-warm-up")
-    t.tubeq_read("bench-spark-warm-up")
-    t.parquet_write(warm, "warm-up")
-    t.parquet_read("warm-up")
-    t.ceiling_write(warm)
-    t.ceiling_read(WARM_UP_ROWS, size)
-
-    tq_write_s, _ = timed(t.tubeq_write, frame, "bench-spark")
-    pq_write_s, _ = timed(t.parquet_write, frame, "bench-spark")
-    tq_read_s, (tq_rows, tq_bytes) = timed(t.tubeq_read, "bench-spark")
-    pq_read_s, (pq_rows, pq_bytes) = timed(t.parquet_read, "bench-spark")
-    ceil_write_s, _ = timed(t.ceiling_write, frame)
-    ceil_read_s, (ceil_rows, ceil_bytes) = timed(t.ceiling_read, rows, size)
+    warm_up(t, frame.limit(WARM_UP_ROWS), size)
+    per_round = [one_round(t, frame, rows, size, i) for i in range(rounds)]
     frame.unpersist()
-    if (ceil_rows, ceil_bytes) != (rows, rows * size):
-        raise RuntimeError(f"the ceiling source read {ceil_rows} rows / {ceil_bytes} bytes, "
-                           f"expected {rows} / {rows * size}")
-    figures = {"tubeq_write": rows / tq_write_s, "tubeq_read": tq_rows / tq_read_s,
-               "parquet_write": rows / pq_write_s, "parquet_read": pq_rows / pq_read_s,
-               "pyds_ceiling_write": rows / ceil_write_s,
-               "pyds_ceiling_read": rows / ceil_read_s}
+    seconds = {k: statistics.median(r[k] for r in per_round) for k in FIGURES}
+    figures = {k: rows / s for k, s in seconds.items()}
     return {
         "rows": rows,
         "value_bytes": size,
+        "rounds": rounds,
         **{f"{k}_rows_per_s": round(v) for k, v in figures.items()},
         **{f"{k}_MBps": round(v * size / 1e6, 1) for k, v in figures.items()},
         "write_ratio": round(figures["tubeq_write"] / figures["parquet_write"], 3),
@@ -149,16 +155,48 @@ def measure(spark: Any, masters: str, root: Path, rows: int, size: int) -> dict[
                                          / figures["parquet_read"], 3),
         "write_of_ceiling": round(figures["tubeq_write"] / figures["pyds_ceiling_write"], 3),
         "read_of_ceiling": round(figures["tubeq_read"] / figures["pyds_ceiling_read"], 3),
-        "tubeq_read_rows": tq_rows, "tubeq_read_value_bytes": tq_bytes,
-        "parquet_read_rows": pq_rows, "parquet_read_value_bytes": pq_bytes,
-        "seconds": {"tubeq_write": round(tq_write_s, 2), "parquet_write": round(pq_write_s, 2),
-                    "tubeq_read": round(tq_read_s, 2), "parquet_read": round(pq_read_s, 2),
-                    "pyds_ceiling_write": round(ceil_write_s, 2),
-                    "pyds_ceiling_read": round(ceil_read_s, 2)},
+        "tubeq_read_rows": rows, "tubeq_read_value_bytes": rows * size,
+        "parquet_read_rows": rows, "parquet_read_value_bytes": rows * size,
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "rounds_seconds": [{k: round(r[k], 2) for k in FIGURES} for r in per_round],
     }
 
 
-def run(rows: int, size: int) -> dict[str, Any]:
+def warm_up(t: Targets, warm: Any, size: int) -> None:
+    """Untimed: Python workers, connections and a first pass of every path."""
+    t.create_topic("bench-spark-warm-up")
+    t.tubeq_write(warm, "bench-spark-warm-up")
+    t.tubeq_read("bench-spark-warm-up")
+    t.parquet_write(warm, "warm-up")
+    t.parquet_read("warm-up")
+    t.ceiling_write(warm)
+    t.ceiling_read(WARM_UP_ROWS, size)
+
+
+def one_round(t: Targets, frame: Any, rows: int, size: int, index: int) -> dict[str, float]:
+    """Seconds of each figure, writes before reads, the sources rotated by ``index``. Every
+    read must return every row and byte written, or the figure would be of something else."""
+    name = f"bench-spark-{index}"
+    t.create_topic(name)
+    runs = {"tubeq_write": lambda: t.tubeq_write(frame, name),
+            "parquet_write": lambda: t.parquet_write(frame, name),
+            "pyds_ceiling_write": lambda: t.ceiling_write(frame),
+            "tubeq_read": lambda: t.tubeq_read(name),
+            "parquet_read": lambda: t.parquet_read(name),
+            "pyds_ceiling_read": lambda: t.ceiling_read(rows, size)}
+    turn = index % 3
+    order = [*FIGURES[:3][turn:], *FIGURES[:3][:turn], *FIGURES[3:][turn:], *FIGURES[3:][:turn]]
+    seconds = {}
+    for figure in order:
+        seconds[figure], result = timed(runs[figure])
+        if figure.endswith("_read") and result != (rows, rows * size):
+            raise RuntimeError(f"{figure} read {result[0]} rows / {result[1]} bytes, "
+                               f"expected {rows} / {rows * size}")
+    t.drop(name)
+    return seconds
+
+
+def run(rows: int, size: int, rounds: int = 1) -> dict[str, Any]:
     """Start the cluster and Spark, measure, stop both (by PID) and remove the temp dir."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -176,7 +214,8 @@ def run(rows: int, size: int) -> dict[str, Any]:
             from load.spark_ceiling import CeilingSource
 
             spark.dataSource.register(CeilingSource)
-            result = measure(spark, cluster.master_addresses, root / "parquet", rows, size)
+            result = measure(spark, cluster.master_addresses, root / "parquet", rows, size,
+                             rounds)
     finally:
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)
@@ -193,12 +232,14 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000, help="rows written and read")
     p.add_argument("--size", type=int, default=1024, help="bytes per value")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of all six runs; the figures are their medians")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args(argv)
-    if args.rows < 1 or args.size < 1:
-        p.error("--rows and --size must be >= 1")
+    if args.rows < 1 or args.size < 1 or args.rounds < 1:
+        p.error("--rows, --size and --rounds must be >= 1")
     stop_on_sigterm()
-    text = json.dumps(run(args.rows, args.size), indent=2)
+    text = json.dumps(run(args.rows, args.size, args.rounds), indent=2)
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n")

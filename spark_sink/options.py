@@ -22,6 +22,7 @@ from typing import Any
 from lib.auth.client import Credentials
 from lib.errors import InvalidArgument
 from lib.names import check_name
+from lib.producer.producer import MAX_BATCH_BYTES
 from lib.tls import Tls
 
 EARLIEST, LATEST = -2, -1
@@ -193,7 +194,8 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         conn=_connection(opts), topic=topic,
         idempotent=_bool("idempotent", opts.get("idempotent", "true")),
         linger_ms=_int("lingerMs", opts.get("lingerms"), 0, 5),
-        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024),
+        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024,
+                         high=MAX_BATCH_BYTES),
         sink_id=_sink_id(opts["sinkid"]) if opts.get("sinkid") else None,
         checkpoint_location=opts.get("checkpointlocation") or None)
 
@@ -331,7 +333,7 @@ def _group(text: str) -> str | None:
         raise OptionError("groupId", exc.message) from None
 
 
-def _int(option: str, text: str | None, low: int, default: Any) -> Any:
+def _int(option: str, text: str | None, low: int, default: Any, high: int | None = None) -> Any:
     if text is None or text.strip() == "":
         return default
     try:
@@ -340,6 +342,8 @@ def _int(option: str, text: str | None, low: int, default: Any) -> Any:
         raise OptionError(option, f"expected an integer, got {text!r}") from None
     if value < low:
         raise OptionError(option, f"must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise OptionError(option, f"must be <= {high}, got {value}")
     return value
 
 

@@ -60,6 +60,9 @@ from lib.types import BulkMetadata, RecordMetadata, TopicPartition
 
 _BYTES = (bytes, bytearray)
 YIELD_EVERY_MASK = 255  # send() yields the GIL once every 256 records
+# A batch passes batch_bytes by at most one message (1 MiB by default) and must stay within
+# the broker's default max_batch_bytes (4 MiB).
+MAX_BATCH_BYTES = DEFAULT_MAX_BATCH_BYTES // 2
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class ProducerConfig:
     metadata_max_age_ms: int = 30_000  # routes are refreshed at least this often
 
     def validate(self) -> None:
-        limit = DEFAULT_MAX_BATCH_BYTES // 2
+        limit = MAX_BATCH_BYTES
         checks = [
             (self.linger_ms >= 0, "linger_ms must be >= 0"),
             (0 < self.batch_bytes <= limit, f"batch_bytes must be in 1..{limit}"),

@@ -1,4 +1,5 @@
-"""load/bench_spark.py runs end to end on a tiny dataset: every figure, and every row read back.
+"""load/bench_spark.py runs end to end on a tiny dataset: every figure, every row read back, in
+rounds.
 
 It runs in its own process: it starts its own cluster and its own Spark JVM, and a process has
 one SparkContext (this one's belongs to the session fixture). No timing is asserted.
@@ -24,8 +25,8 @@ def test_bench_spark_reports_every_figure_and_reads_back_every_row(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "load.bench_spark", "--rows", str(ROWS), "--size", str(SIZE),
-         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-        stdin=subprocess.DEVNULL)
+         "--rounds", "2", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert json.loads(done.stdout) == result
@@ -35,3 +36,9 @@ def test_bench_spark_reports_every_figure_and_reads_back_every_row(tmp_path):
     assert result["write_ratio"] > 0 and result["read_ratio"] > 0
     assert result["tubeq_read_rows"] == result["parquet_read_rows"] == ROWS
     assert result["tubeq_read_value_bytes"] == result["parquet_read_value_bytes"] == ROWS * SIZE
+    # Two rounds, each timing all six runs (each read checked whole inside the benchmark);
+    # the reported seconds are their medians.
+    assert result["rounds"] == 2 and len(result["rounds_seconds"]) == 2
+    for name, seconds in result["seconds"].items():
+        each = sorted(r[name] for r in result["rounds_seconds"])
+        assert all(s > 0 for s in each) and each[0] <= seconds <= each[1], name

@@ -49,3 +49,15 @@ def test_min_partitions_splits_ranges_in_proportion_to_their_size_without_gaps()
     assert split_ranges(ranges, 2) == ranges
     assert split_ranges([OffsetRange("a", 0, 0, 3)], 10) == [
         OffsetRange("a", 0, i, i + 1) for i in range(3)]
+
+
+def test_batch_bytes_above_the_producers_limit_is_refused_at_planning_naming_the_option():
+    from lib.producer.producer import MAX_BATCH_BYTES, ProducerConfig
+    from spark_sink.options import write_options
+
+    base = {"masters": "h:1", "topic": "a"}
+    assert write_options(base).batch_bytes == ProducerConfig().batch_bytes
+    assert write_options({**base, "batchBytes": str(MAX_BATCH_BYTES)}).batch_bytes \
+        == MAX_BATCH_BYTES
+    with pytest.raises(OptionError, match=f"batchBytes.*<= {MAX_BATCH_BYTES}, got"):
+        write_options({**base, "batchBytes": str(MAX_BATCH_BYTES + 1)})
