@@ -127,7 +127,7 @@ def measure(spark: Any, masters: str, root: Path, rows: int, size: int,
     Why rounds: the JVM compiles each path (Arrow in from a Python worker, Arrow out to one,
     parquet's scan) only once it has run a while, and a 1,000-row warm-up does not get there;
     measured once, whichever source ran first on a shared path paid for the others' warm-up
-    (a Python data source read read 34k rows/s cold and 240k warm on the same topic). Each
+    (tubeq's read of one topic: 34k rows/s cold, 240k warm). Each
     round starts with a different source, so none always follows another."""
     frame = values_frame(spark, rows, size).cache()
     cached_rows, cached_bytes = read_totals(frame)  # fills the cache, untimed
