@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -295,6 +296,7 @@ def run(fetches: int, streams: int, sends: int, budget_s: float) -> dict[str, An
         if holder is not None:
             holder.stop()
         cluster.stop_all()
+        shutil.rmtree(root, ignore_errors=True)  # its data dirs are the benchmark's alone
     return {
         "setup": f"1 master, 1 broker, {os.cpu_count()} CPUs; send_sync of 100 B to an async "
                  f"topic, one at a time; {fetches} long-polls (30 s) and {streams} push streams "

@@ -3,6 +3,7 @@ well-formed JSON object. Speeds are not asserted: benchmarks are not timed tests
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,12 @@ from load.bench_cluster import TARGETS, best
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_tiny_run_reports_every_target_with_ceilings():
+def test_a_tiny_run_reports_every_target_with_ceilings(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "load.bench_cluster", "--scale", "0.01"],
+                          env={**os.environ, "TMPDIR": str(tmp_path)},
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp_path.glob("tubeq-bench-*")), "the benchmark left its data behind"
     out = json.loads(proc.stdout)
     assert set(out["met"]) == set(TARGETS)
     figures = out["figures"]
