@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,16 @@ class Batch:
     values: list[bytes] | None = None  # plain values not encoded yet (see above)
     done: threading.Event = field(default_factory=threading.Event)
     outcome: BatchOutcome = field(default_factory=BatchOutcome)  # shared by its futures
+    base_offset: int = -1  # once acknowledged
+    # Cut into pieces after its broker refused it as too large (lib/producer/split.py):
+    split: Any = None  # the Split this batch is a piece of
+    offset_runs: list[tuple[int, int]] | None = None  # (first record, its offset) per piece
+    abandoned: Any = None  # an earlier piece failed for good: fail this one, unsent
+
+    def runs(self) -> list[tuple[int, int]]:
+        """(first record index, its offset) of each run of consecutive offsets, once
+        acknowledged: one run, unless the batch went out in pieces."""
+        return self.offset_runs or [(0, self.base_offset)]
 
     def __len__(self) -> int:
         return len(self.timestamps)
@@ -333,6 +344,16 @@ class Accumulator:
         with self.cond:
             batch.retry_at = retry_at
             self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+            self._in_flight.discard(batch.tp)
+            self.cond.notify_all()
+
+    def replace(self, batch: Batch, pieces: list[Batch]) -> None:
+        """``batch`` (in flight, or just drained) goes back as ``pieces`` holding the same
+        bytes, at the head of its partition in order, to be sent before anything else."""
+        with self.cond:
+            self._incomplete.discard(batch)
+            self._incomplete.update(pieces)
+            self._queues.setdefault(batch.tp, deque()).extendleft(reversed(pieces))
             self._in_flight.discard(batch.tp)
             self.cond.notify_all()
 

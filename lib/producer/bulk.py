@@ -63,6 +63,15 @@ def take(column: Sequence | None, idx: np.ndarray | None) -> Sequence | None:
     return list(map(column.__getitem__, idx.tolist()))
 
 
+def batch_offsets(batch: Any) -> np.ndarray:
+    """Every record's offset in an acknowledged batch: consecutive, unless it went out in
+    pieces (lib/producer/split.py)."""
+    runs = batch.runs()
+    ends = [s for s, _ in runs[1:]] + [len(batch)]
+    return np.concatenate([base + np.arange(end - start, dtype=np.int64)
+                           for (start, base), end in zip(runs, ends, strict=True)])
+
+
 class BulkFuture(Future):
     """The future of one ``send_batch``: done when every batch it was split into is."""
 
@@ -95,7 +104,7 @@ class BulkFuture(Future):
                 return
             mine = np.arange(first, first + len(batch))
             at = mine if idx is None else idx[mine]
-            self._offsets[at] = fut.result().offset + np.arange(len(batch))
+            self._offsets[at] = batch_offsets(batch)
             self._left -= 1
             if self._left == 0:
                 self.set_result(BulkMetadata(self._topic, self._parts, self._offsets, self._ts))

@@ -19,6 +19,10 @@ broker's byte-rate quota of our principal is in debt, lib/auth/quotas.py); batch
 wait at the head of their partitions, and a ``send_sync`` waits in its caller's thread. A
 ``QuotaExceeded`` refusal pauses the broker the same way and retries without using up a retry.
 
+Too large: a batch its broker refuses as too large (``BatchTooLarge``, naming its limit) is
+sent again in pieces within the limit, and later batches of that partition are cut the same
+way before they go (lib/producer/split.py).
+
 Idempotence: a batch gets its producer id and base sequence once, on its first send, and keeps
 them for every retry, so the broker can acknowledge a retried batch instead of appending it
 twice. When a sequenced batch fails for good, the partition moves to a fresh producer id: the
@@ -36,14 +40,17 @@ from concurrent.futures._base import PENDING
 from typing import Any
 
 import grpc
+import numpy as np
 
-from lib.errors import QuotaExceeded, TubeqError, Unavailable, UnknownTopic
+from lib.errors import BatchTooLarge, QuotaExceeded, TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
+from lib.producer.split import Split, cut, frames_of, piece_bounds
 from lib.proto import broker_pb2
-from lib.records import batch_head
+from lib.records import HEADER_SIZE, batch_head
 from lib.records.encode import Pieces, joined_len
+from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
 from lib.types import RecordMetadata, TopicPartition
@@ -110,6 +117,7 @@ class Sender(threading.Thread):
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = new_producer_id() if idempotent else -1
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
+        self._limits: dict[TopicPartition, int] = {}  # batch bytes its broker refused above
         self._stopping = False
         self._counting = threading.Lock()  # send_direct counts on callers' threads too
         self.records_acked = 0  # read racily by metrics()
@@ -152,6 +160,9 @@ class Sender(threading.Thread):
     # ------------------------------------------------------------------ sending
 
     def _send(self, batch: Batch) -> None:
+        if batch.abandoned is not None:  # a piece after one that failed: never sent
+            self.fail(batch, batch.abandoned)
+            return
         topic, partition = batch.tp
         batch.attempts += 1
         try:
@@ -172,6 +183,9 @@ class Sender(threading.Thread):
             return
         batch.address = address
         if not batch.payload:
+            limit = self._limits.get(batch.tp)
+            if limit is not None and self._split(batch, limit):
+                return
             self._seal(batch)
         call = stub.future(batch.payload, timeout=self.request_timeout_s, metadata=metadata)
         call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
@@ -257,6 +271,45 @@ class Sender(threading.Thread):
         batch.payload = produce_request(batch.tp, head, batch.buf, self.acks_all)
         batch.buf = bytearray()  # the request holds the frames now: free the second copy
 
+    def _split(self, batch: Batch, limit: int) -> bool:
+        """Put ``batch`` back as pieces of at most ``limit`` bytes; False when it fits
+        whole, or when one of its records alone does not fit (it fails as it is)."""
+        if HEADER_SIZE + COLUMN_BYTES_PER_RECORD * len(batch) + batch.size <= limit:
+            return False
+        frames = frames_of(batch, 2 if self.acks_all else 0)  # encodes plain values
+        bounds = piece_bounds(np.asarray(batch.sizes), limit)
+        if bounds is None or len(bounds) <= 2:
+            return False
+        pieces = cut(batch, frames, bounds)
+        Split(batch, pieces, bounds)
+        self.acc.replace(batch, pieces)
+        event(log, "producer.batch_split", logging.INFO, topic=batch.tp.topic,
+              partition=batch.tp.partition, records=len(batch), bytes=batch.size,
+              pieces=len(pieces), limit=limit)
+        return True
+
+    def _split_refused(self, batch: Batch, error: BatchTooLarge) -> bool:
+        """A batch refused as too large: nothing of it was appended, so its pieces take
+        its sequence numbers (nothing after it was sequenced: it was the partition's one
+        batch in flight)."""
+        limit = error.details.get("limit")
+        if not isinstance(limit, int) or limit <= HEADER_SIZE or len(batch) < 2:
+            return False
+        self._limits[batch.tp] = limit
+        if not self._split(batch, limit):
+            return False
+        if batch.producer_id >= 0 and self._pids.get(batch.tp) == batch.producer_id:
+            self._sequences[batch.tp] = batch.base_sequence
+        return True
+
+    def _settle_split(self, piece: Batch, error: TubeqError | None) -> None:
+        """A piece finished: settle the batches it was cut from, as far up as that goes."""
+        while piece.split is not None:
+            parent = piece.split.settled(piece, error)
+            if parent is None:
+                return
+            piece = parent
+
     def _stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:
         stub = self._stubs.get(address)
         if stub is None:
@@ -309,10 +362,16 @@ class Sender(threading.Thread):
         times = batch.timestamps
         with self._counting:
             self.records_acked += len(batch)
+        batch.base_offset = base
         batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i, times[i]))
         self.acc.release(batch)
+        if batch.split is not None:
+            self._settle_split(batch, None)
 
     def _retry_or_fail(self, batch: Batch, error: TubeqError) -> None:
+        if isinstance(error, BatchTooLarge) and not self.acc.forced and \
+                self._split_refused(batch, error):
+            return
         if error.refresh_metadata:
             self.routes.invalidate(batch.tp.topic)
         if isinstance(error, UnknownTopic):
@@ -346,6 +405,8 @@ class Sender(threading.Thread):
                 self.records_failed += len(batch)
         batch.outcome.fail(error)
         self.acc.release(batch, in_flight)
+        if batch.split is not None:
+            self._settle_split(batch, error)
 
     def fail_all(self, error: TubeqError) -> None:
         """Fail every unfinished batch, queued and in flight (forced close, crash)."""
