@@ -137,7 +137,7 @@ class WriteOptions:
     topic: str | None = None
     idempotent: bool = True
     linger_ms: int = 5
-    batch_bytes: int = 512 * 1024
+    batch_bytes: int = MAX_BATCH_BYTES  # the producer's default
     sink_id: str | None = None  # streaming: names the exactly-once sink
     checkpoint_location: str | None = None  # streaming: the sink id comes from it by default
 
@@ -194,7 +194,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         conn=_connection(opts), topic=topic,
         idempotent=_bool("idempotent", opts.get("idempotent", "true")),
         linger_ms=_int("lingerMs", opts.get("lingerms"), 0, 5),
-        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, 512 * 1024,
+        batch_bytes=_int("batchBytes", opts.get("batchbytes"), 1, MAX_BATCH_BYTES,
                          high=MAX_BATCH_BYTES),
         sink_id=_sink_id(opts["sinkid"]) if opts.get("sinkid") else None,
         checkpoint_location=opts.get("checkpointlocation") or None)

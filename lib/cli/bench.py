@@ -294,7 +294,8 @@ def with_common(fn):
 @with_common
 @click.option("--rate", type=float, default=None, help="Messages per second (default: max).")
 @click.option("--linger-ms", type=int, default=5, show_default=True)
-@click.option("--batch-bytes", type=int, default=512 << 10, show_default=True)
+@click.option("--batch-bytes", type=int, default=None,
+              help="Producer batch_bytes (default: the producer's, 2 MiB).")
 @click.option("--bulk", type=int, default=0, show_default=True,
               help="Send with Producer.send_batch, this many values per call (0: send()).")
 @click.pass_context
@@ -302,7 +303,9 @@ def bench_produce(ctx, topic, count, size, partitions, durability, as_json, no_c
                   rate, linger_ms, batch_bytes, bulk) -> None:
     masters = ctx.obj["masters"]
     ensure_topic(masters, topic, partitions, durability)
-    opts = dict(linger_ms=linger_ms, batch_bytes=batch_bytes)
+    opts = dict(linger_ms=linger_ms)
+    if batch_bytes is not None:
+        opts["batch_bytes"] = batch_bytes
     if bulk > 0:
         produced = run_produce_bulk(masters, topic, count, size, bulk, **opts)
     else:

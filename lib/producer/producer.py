@@ -70,7 +70,10 @@ class ProducerConfig:
     """Every producer setting; ``Producer(masters, **settings)`` builds one."""
 
     linger_ms: int = 5  # how long a batch waits for more records before it is sent
-    batch_bytes: int = 512 * 1024  # a batch is sent once it holds this many frame bytes
+    # A batch is sent once it holds this many frame bytes. 2 MiB batches cost a quarter less
+    # CPU per 1 KiB record than 512 KiB ones, on both sides; a broker with a lower
+    # max_batch_bytes gets them in pieces (lib/producer/split.py).
+    batch_bytes: int = MAX_BATCH_BYTES
     buffer_bytes: int = 64 * 1024 * 1024  # bytes held (queued + in flight) before send() blocks
     max_block_ms: int = 60_000  # how long send() blocks on a full buffer before raising
     retries: int = 5  # retries of a batch on retriable errors
