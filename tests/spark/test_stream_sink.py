@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -130,7 +131,13 @@ def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
 
 
 def _driver(masters: str, source: str, target: str, ckpt: str, log) -> subprocess.Popen:
-    env = dict(os.environ, **SPARK_ENV)
+    # A SIGKILLed JVM leaves its scratch dirs (blockmgr-*, spark-*, artifacts-*) behind: keep
+    # them in the test's own dir, not in /tmp.
+    scratch = Path(ckpt).parent / "spark-scratch"
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ, **SPARK_ENV, SPARK_LOCAL_DIRS=str(scratch),
+               PYSPARK_SUBMIT_ARGS=f"--driver-java-options -Djava.io.tmpdir={scratch} "
+                                   "pyspark-shell")
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark.stream_sink_worker", masters, source, target, ckpt,
          "500"], cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
