@@ -15,16 +15,14 @@ appended: as after a timeout, some of the records may be in the topic).
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from lib.producer.accumulator import Batch
 from lib.records import HEADER_SIZE
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.types import RecordMetadata
-
-if TYPE_CHECKING:
-    from lib.producer.accumulator import Batch
 
 
 def piece_bounds(sizes: np.ndarray, limit: int) -> list[int] | None:
@@ -57,8 +55,6 @@ def frames_of(batch: Batch, trailer: int) -> memoryview:
 
 def cut(batch: Batch, frames: memoryview, bounds: list[int]) -> list[Batch]:
     """The pieces of ``batch`` (not sealed: each gets its producer sequence when sent)."""
-    from lib.producer.accumulator import Batch  # the piece is a batch like any other
-
     sizes = np.asarray(batch.sizes, np.int64)
     starts = np.concatenate(([0], np.cumsum(sizes)))
     times = np.asarray(batch.timestamps, np.int64)
