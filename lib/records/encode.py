@@ -288,7 +288,7 @@ def _lay_out(head: np.ndarray, columns: list[Sequence[bytes]], widths: list[np.n
             if b > a:
                 rows[:, a:b] = np.frombuffer(b"".join(column), np.uint8).reshape(n, b - a)
         return [memoryview(rows).cast("B")]
-    flat = memoryview(heads.ravel())
+    flat = heads.tobytes()  # bytes slices, not memoryviews: untracked by the cyclic GC
     at = range(0, FRAME_HEADER_SIZE * (n + 1), FRAME_HEADER_SIZE)
     pieces: list[Any] = [None] * (n * (len(columns) + 1))
     step = len(columns) + 1
