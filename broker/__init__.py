@@ -5,3 +5,7 @@ Modules: ``config`` (BrokerConfig), ``topics`` (stores of the placed partitions)
 ``claims`` (committed offsets with generation fencing), ``dedup`` (idempotent producers),
 ``master_link`` (register + heartbeat), ``metrics``, ``service`` (gRPC servicer), ``server``.
 """
+from lib.process import one_blas_thread
+
+one_blas_thread()  # before any module of the package loads numpy
+

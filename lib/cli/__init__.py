@@ -2,6 +2,10 @@
 a local cluster (starts masters and brokers as processes), ``admin.py`` topics, groups and
 brokers, ``data.py`` produce and consume, ``bench.py`` benchmarks, ``spark.py`` Spark pipelines
 (pyspark imported only when one runs), ``common.py`` what they share."""
-from lib.cli.main import main
+from lib.process import one_blas_thread
+
+one_blas_thread()  # before the commands' imports load numpy
+
+from lib.cli.main import main  # noqa: E402
 
 __all__ = ["main"]
