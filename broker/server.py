@@ -57,6 +57,7 @@ from lib.auth.server import (
 from lib.decoding import AioStrictDecoding
 from lib.errors import ConfigError, TubeqError
 from lib.logs import event
+from lib.produce_wire import PRODUCE_METHOD, parse_produce
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
@@ -144,7 +145,8 @@ class Broker:
         """Build, bind and start the aio server on the loop; returns the bound port."""
         cfg = self.config
         server = grpc.aio.server(options=SERVER_OPTIONS,
-                                 interceptors=[AioStrictDecoding(), *self._auth()])
+                                 interceptors=[AioStrictDecoding({PRODUCE_METHOD: parse_produce}),
+                                               *self._auth()])
         broker_pb2_grpc.add_BrokerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         try:

@@ -10,7 +10,7 @@ interceptor and the handlers only ever see parsed requests.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -64,12 +64,14 @@ _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler, False),
           ("stream_stream", grpc.stream_stream_rpc_method_handler, True))
 
 
-def _rebuilt(handler: Any, method: str, wrap: Callable[[Any, bool], Any]) -> Any:
+def _rebuilt(handler: Any, method: str, wrap: Callable[[Any, bool], Any],
+             deserializer: Callable[[bytes], Any] | None = None) -> Any:
     for kind, factory, request_streams in _KINDS:
         behaviour = getattr(handler, kind)
         if behaviour is not None:
             return factory(wrap(behaviour, request_streams),
-                           request_deserializer=_lenient(handler.request_deserializer, method),
+                           request_deserializer=_lenient(
+                               deserializer or handler.request_deserializer, method),
                            response_serializer=handler.response_serializer)
     return handler
 
@@ -96,13 +98,20 @@ class StrictDecoding(grpc.ServerInterceptor):
 
 class AioStrictDecoding(grpc.aio.ServerInterceptor):
     """For an asyncio server (the broker). A stream of requests is checked as it is read: the
-    handler gets the InvalidArgument from its iterator and answers it as any error of its own."""
+    handler gets the InvalidArgument from its iterator and answers it as any error of its own.
+    ``deserializers``: a method's own request reader in place of its protobuf message (one
+    that raises on bytes the message would not parse: broker/produce_view.py)."""
+
+    def __init__(self, deserializers: Mapping[str, Callable[[bytes], Any]] | None = None
+                 ) -> None:
+        self._deserializers = dict(deserializers or {})
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        return _rebuilt(handler, handler_call_details.method, self._wrap)
+        method = handler_call_details.method
+        return _rebuilt(handler, method, self._wrap, self._deserializers.get(method))
 
     @staticmethod
     def _wrap(behaviour: Callable[..., Any], request_streams: bool) -> Callable[..., Any]:

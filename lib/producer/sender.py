@@ -44,12 +44,12 @@ import numpy as np
 
 from lib.errors import BatchTooLarge, QuotaExceeded, TubeqError, Unavailable, UnknownTopic
 from lib.logs import event
+from lib.produce_wire import PRODUCE_METHOD, produce_request
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
 from lib.producer.split import Split, cut, frames_of, piece_bounds
 from lib.proto import broker_pb2
 from lib.records import HEADER_SIZE, batch_head
-from lib.records.encode import Pieces, joined_len
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
@@ -58,39 +58,6 @@ from lib.wire_errors import from_rpc_error
 
 log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
-PRODUCE_METHOD = "/tubeq.broker.Broker/Produce"  # called with pre-serialized requests
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def produce_request(tp: TopicPartition, head: bytes,
-                    frames: bytes | bytearray | memoryview | Pieces,
-                    acks_all: bool = False) -> bytes:
-    """A serialized ``ProduceRequest`` (topic = 1, partition = 2, batch = 3 is ``head`` +
-    ``frames``, acks_all = 4), built with one join (``frames`` whole or as pieces): the
-    protobuf message would copy a batch of up to 4 MiB twice more (into the message, then out
-    of it). tests/unit/test_producer_accumulator.py checks it parses as the same message."""
-    topic = tp.topic.encode()
-    parts = [b"\x0a", _varint(len(topic)), topic]
-    if tp.partition:
-        parts += (b"\x10", _varint(tp.partition))
-    parts += (b"\x1a", _varint(len(head) + joined_len(frames)), head)
-    if isinstance(frames, list):
-        parts += frames
-    else:
-        parts.append(frames)
-    if acks_all:
-        parts.append(b"\x20\x01")
-    return b"".join(parts)
-
-
 def new_producer_id() -> int:
     """A random 63-bit producer id (non-negative: negative means "not idempotent")."""
     return random.getrandbits(63)

@@ -195,7 +195,7 @@ def test_closed_accumulator_refuses_appends_and_ignores_linger():
 
 
 def test_plain_appends_are_the_codec_frames_and_mixed_batches_keep_tag_columns_aligned():
-    from lib.producer.sender import produce_request
+    from lib.produce_wire import produce_request
     from lib.records import (
         FRAME_HEADER_SIZE,
         Record,
@@ -276,21 +276,6 @@ def test_plain_values_respect_the_batch_size_the_buffer_and_close():
     acc.closed = True
     with pytest.raises(ClientClosed):
         acc.add_value(_sticky(), b"x", 1)
-
-
-@pytest.mark.parametrize("topic, partition, frames_len, acks_all", [
-    ("a", 0, 0, False), ("orders", 1, 300, True), ("t" * 200, 70_000, 5 << 20, False)])
-def test_hand_built_produce_requests_parse_as_the_protobuf_message(topic, partition,
-                                                                   frames_len, acks_all):
-    from lib.producer.sender import produce_request
-    from lib.proto import broker_pb2
-
-    head, frames = b"H" * 40, bytes(range(256)) * (frames_len // 256) + b"x" * (frames_len % 256)
-    raw = produce_request(TopicPartition(topic, partition), head, frames, acks_all)
-    request = broker_pb2.ProduceRequest.FromString(raw)
-    assert (request.topic, request.partition, request.batch) == (topic, partition, head + frames)
-    assert request.acks_all is acks_all
-    assert raw == request.SerializeToString()
 
 
 def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
