@@ -100,7 +100,7 @@ class AioStrictDecoding(grpc.aio.ServerInterceptor):
     """For an asyncio server (the broker). A stream of requests is checked as it is read: the
     handler gets the InvalidArgument from its iterator and answers it as any error of its own.
     ``deserializers``: a method's own request reader in place of its protobuf message (one
-    that raises on bytes the message would not parse: broker/produce_view.py)."""
+    that raises on bytes the message would not parse: lib/produce_wire.py)."""
 
     def __init__(self, deserializers: Mapping[str, Callable[[bytes], Any]] | None = None
                  ) -> None:
