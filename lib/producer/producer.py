@@ -59,7 +59,7 @@ from lib.tls import Tls
 from lib.types import BulkMetadata, RecordMetadata, TopicPartition
 
 _BYTES = (bytes, bytearray)
-YIELD_EVERY_MASK = 255  # send() yields the GIL once every 256 records
+_time_ns = time.time_ns
 # A batch passes batch_bytes by at most one message (1 MiB by default) and must stay within
 # the broker's default max_batch_bytes (4 MiB).
 MAX_BATCH_BYTES = DEFAULT_MAX_BATCH_BYTES // 2
@@ -136,7 +136,6 @@ class Producer(Closeable):
         # topic -> [partition, max frame bytes, open batch]: send()'s plain values (_stick)
         self._sticky: dict[str, list] = {}
         self._closed = False
-        self._sent = 0  # racy across threads on purpose: it only paces GIL yields
         self._sender.start()
 
     # ------------------------------------------------------------------ sending
@@ -156,21 +155,14 @@ class Producer(Closeable):
             # when sealed, Batch.encode), no route lookup while the topic's sticky batch has
             # room; every other record, and every error, goes through _send_checked.
             sticky = self._sticky.get(topic)
-            ts = time.time_ns() // 1_000_000
-            if sticky is None or (future := self._acc.add_value(sticky, value, ts)) is None:
+            now = _time_ns()
+            if sticky is None or (future := self._acc.add_value(sticky, value, now)) is None:
                 sticky = self._stick(topic, value)  # the next partition, or None
-                if sticky is None or (future := self._acc.add_value(sticky, value, ts)) is None:
+                if sticky is None or (future := self._acc.add_value(sticky, value, now)) is None:
                     return self._send_checked(topic, value, key, tag, headers, partition,
                                               timestamp)
-        else:
-            return self._send_checked(topic, value, key, tag, headers, partition, timestamp)
-        self._sent += 1
-        if not self._sent & YIELD_EVERY_MASK:
-            # A thread calling send() in a loop keeps the GIL for the whole 5 ms switch
-            # interval, stalling the sender thread and gRPC completions of the one in-flight
-            # batch per partition; yielding every 256 records (about 1 ms) bounds that wait.
-            time.sleep(0)
-        return future
+            return future
+        return self._send_checked(topic, value, key, tag, headers, partition, timestamp)
 
     def _stick(self, topic: str, value: bytes) -> list | None:
         """The topic's next sticky partition for plain values: [partition, max frame bytes,
@@ -192,9 +184,7 @@ class Producer(Closeable):
         """:meth:`send` for every record not on its inline path (and for every error)."""
         tp, pieces, size, hashed, ts = self._encode(topic, value, key, tag, headers,
                                                     partition, timestamp)
-        future = self._acc.add(tp, pieces, size, hashed, ts)
-        self._sent += 1
-        return future
+        return self._acc.add(tp, pieces, size, hashed, ts)
 
     def _encode(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
                 headers: Mapping[str, bytes] | None, partition: int | None,

@@ -330,7 +330,8 @@ class Sender(threading.Thread):
         with self._counting:
             self.records_acked += len(batch)
         batch.base_offset = base
-        batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i, times[i]))
+        batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i,
+                                                          int(times[i])))
         self.acc.release(batch)
         if batch.split is not None:
             self._settle_split(batch, None)

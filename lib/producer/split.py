@@ -111,7 +111,7 @@ class Split:
 
             def metadata(i: int) -> RecordMetadata:
                 start, base = runs[bisect.bisect_right(firsts, i) - 1]
-                return RecordMetadata(topic, partition, base + i - start, times[i])
+                return RecordMetadata(topic, partition, base + i - start, int(times[i]))
 
             parent.outcome.succeed(metadata)
         parent.done.set()

@@ -116,6 +116,21 @@ def test_plain_and_other_records_sent_to_one_partition_are_stored_in_send_order(
     assert [r.tag for r in stored][5::7] == ["t"] * len(sent[5::7])
 
 
+def test_plain_sends_carry_their_send_time_in_milliseconds(cluster):
+    """send()'s lean path takes nanoseconds and the batch turns them into milliseconds when
+    sealed: metadata and stored records say the same int, inside the sending window."""
+    create(cluster, "clock", partitions=1)
+    with Producer(cluster.master_addresses, linger_ms=50) as producer:
+        before = time.time_ns() // 1_000_000
+        futures = [producer.send("clock", b"v%d" % i) for i in range(300)]
+        after = time.time_ns() // 1_000_000
+        metas = [f.result(30) for f in futures]
+    stamps = [m.timestamp for m in metas]
+    assert all(type(t) is int for t in stamps) and before <= min(stamps) <= max(stamps) <= after
+    assert stamps == sorted(stamps)
+    assert [r.timestamp for r in fetch_topic(cluster, "clock")[0]] == stamps
+
+
 def test_send_sync_returns_metadata_and_tag_headers_and_zlib_values_round_trip(cluster):
     create(cluster, "rich", partitions=1)
     value = b"compress me " * 200

@@ -229,7 +229,7 @@ def test_plain_values_are_encoded_when_sealed_byte_for_byte_as_send_encodes_them
     values = [b"a", b"", b"c" * 300]
     sticky = _sticky()
     for i, value in enumerate(values):
-        future = acc.add_value(sticky, value, 1000 + i)  # timestamps differ
+        future = acc.add_value(sticky, value, (1000 + i) * 1_000_000)  # ns; differ
     (drained,), _ = _drain(acc)
     assert drained is sticky[2] and drained.values == values and len(drained) == 3
     assert drained.frames() == [encode_frame(Record(v, timestamp=1000 + i))
