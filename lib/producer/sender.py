@@ -1,8 +1,8 @@
 """The producer's one background thread: sends ready batches, retries, resolves futures.
 
-Each ready batch becomes one ``Broker.Produce`` call made with the stub's ``.future()`` so many
+Each ready batch becomes one blocking ``Broker.Produce`` call on a pool of call threads, so many
 partitions are in flight at once while each partition has at most one (the accumulator enforces
-that). gRPC completion callbacks only queue the outcome and wake this thread; resolving record
+that). A call thread only queues the outcome and wakes this thread; resolving record
 futures, retry decisions and route refreshes all happen here, so a user's done-callback runs on
 this thread (keep it short: a callback that blocks stalls every partition).
 
@@ -36,6 +36,7 @@ import queue
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures._base import PENDING
 from typing import Any
 
@@ -58,6 +59,8 @@ from lib.wire_errors import from_rpc_error
 
 log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
+# Produce calls in flight at once per producer (one per partition at most); more wait their turn.
+MAX_CALLS_IN_FLIGHT = 32
 def new_producer_id() -> int:
     """A random 63-bit producer id (non-negative: negative means "not idempotent")."""
     return random.getrandbits(63)
@@ -85,6 +88,13 @@ class Sender(threading.Thread):
         self._producer_id = new_producer_id() if idempotent else -1
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
         self._limits: dict[TopicPartition, int] = {}  # batch bytes its broker refused above
+        # Blocking calls on threads of our own, not .future(): grpc's synchronous channel
+        # starts a thread to complete futures whenever a call begins on an idle channel and
+        # ends it with the last call, so a producer sending a batch at a time started one per
+        # batch, each start holding this thread ~0.8 ms until the new thread got the GIL from
+        # the caller's send() loop (450-510 starts per 2M records of 100 B). These threads
+        # stay once started (as many as calls were ever in flight at once, at most the cap).
+        self._calls = ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, f"tubeq-produce-{client_id}")
         self._stopping = False
         self._counting = threading.Lock()  # send_direct counts on callers' threads too
         self.records_acked = 0  # read racily by metrics()
@@ -99,6 +109,8 @@ class Sender(threading.Thread):
         except Exception as exc:  # a bug here must not leave futures pending forever
             log.exception("producer sender thread crashed")
             self.fail_all(Unavailable(f"producer sender thread crashed: {exc!r}"))
+        finally:
+            self._calls.shutdown(wait=False)  # calls still running end with the channels
 
     def _loop(self) -> None:
         while True:
@@ -154,8 +166,7 @@ class Sender(threading.Thread):
             if limit is not None and self._split(batch, limit):
                 return
             self._seal(batch)
-        call = stub.future(batch.payload, timeout=self.request_timeout_s, metadata=metadata)
-        call.add_done_callback(lambda fut, b=batch: self._on_done(b, fut))
+        self._calls.submit(self._call, stub, batch, metadata)
 
     def send_direct(self, claim: int, tp: TopicPartition, frame: bytes, tag_hash: int,
                     timestamp: int, timeout: float | None = None
@@ -286,10 +297,12 @@ class Sender(threading.Thread):
                 response_deserializer=broker_pb2.ProduceResponse.FromString)
         return stub
 
-    def _on_done(self, batch: Batch, fut: grpc.Future) -> None:
-        """gRPC thread: hand the outcome to the sender thread, do nothing else here."""
+    def _call(self, stub: grpc.UnaryUnaryMultiCallable, batch: Batch,
+              metadata: tuple[tuple[str, str], ...]) -> None:
+        """A call thread: one blocking Produce call, its outcome handed to the sender thread."""
         try:
-            result, error = fut.result(), None
+            result, error = stub(batch.payload, timeout=self.request_timeout_s,
+                                 metadata=metadata), None
         except grpc.RpcError as exc:
             result, error = None, from_rpc_error(exc)
         except Exception as exc:  # noqa: BLE001 - e.g. cancelled on close: still report it

@@ -131,6 +131,22 @@ def test_plain_sends_carry_their_send_time_in_milliseconds(cluster):
     assert [r.timestamp for r in fetch_topic(cluster, "clock")[0]] == stamps
 
 
+def test_batches_sent_one_at_a_time_start_no_thread_each(cluster, monkeypatch):
+    """grpc's .future() started a completion thread whenever a call began on an idle channel,
+    a thread per batch here (each start stalled the sender); the call threads stay."""
+    create(cluster, "idle", partitions=1)
+    with Producer(cluster.master_addresses, linger_ms=0) as producer:
+        producer.send("idle", b"warm").result(30)
+        started = []
+        real_start = threading.Thread.start
+        monkeypatch.setattr(threading.Thread, "start",
+                            lambda self: (started.append(self.name), real_start(self))[1])
+        for i in range(20):
+            assert producer.send("idle", b"v%d" % i).result(30).offset == i + 1
+        monkeypatch.undo()
+    assert started == []
+
+
 def test_send_sync_returns_metadata_and_tag_headers_and_zlib_values_round_trip(cluster):
     create(cluster, "rich", partitions=1)
     value = b"compress me " * 200
