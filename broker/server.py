@@ -38,7 +38,7 @@ from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.replica_fetcher import ReplicaFetcher
-from broker.replication import IsrChange, ReplicaLeader
+from broker.replication import REPLICA_FETCH_METHOD, IsrChange, ReplicaLeader
 from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark
@@ -61,6 +61,7 @@ from lib.produce_wire import PRODUCE_METHOD, parse_produce
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
+from lib.wire import Spliced
 from storage.offsets import OffsetStore
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,10 @@ class Broker:
         """Build, bind and start the aio server on the loop; returns the bound port."""
         cfg = self.config
         server = grpc.aio.server(options=SERVER_OPTIONS,
-                                 interceptors=[AioStrictDecoding({PRODUCE_METHOD: parse_produce}),
-                                               *self._auth()])
+                                 interceptors=[AioStrictDecoding(
+                                     {PRODUCE_METHOD: parse_produce},
+                                     {REPLICA_FETCH_METHOD: Spliced.SerializeToString}),
+                                     *self._auth()])
         broker_pb2_grpc.add_BrokerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         try:

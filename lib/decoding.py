@@ -65,14 +65,15 @@ _KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler, False),
 
 
 def _rebuilt(handler: Any, method: str, wrap: Callable[[Any, bool], Any],
-             deserializer: Callable[[bytes], Any] | None = None) -> Any:
+             deserializer: Callable[[bytes], Any] | None = None,
+             serializer: Callable[[Any], bytes] | None = None) -> Any:
     for kind, factory, request_streams in _KINDS:
         behaviour = getattr(handler, kind)
         if behaviour is not None:
             return factory(wrap(behaviour, request_streams),
                            request_deserializer=_lenient(
                                deserializer or handler.request_deserializer, method),
-                           response_serializer=handler.response_serializer)
+                           response_serializer=serializer or handler.response_serializer)
     return handler
 
 
@@ -100,18 +101,21 @@ class AioStrictDecoding(grpc.aio.ServerInterceptor):
     """For an asyncio server (the broker). A stream of requests is checked as it is read: the
     handler gets the InvalidArgument from its iterator and answers it as any error of its own.
     ``deserializers``: a method's own request reader in place of its protobuf message (one
-    that raises on bytes the message would not parse: lib/produce_wire.py)."""
+    that raises on bytes the message would not parse: lib/produce_wire.py); ``serializers``:
+    a method's own response writer (an answer built by hand: lib/wire.py's ``Spliced``)."""
 
-    def __init__(self, deserializers: Mapping[str, Callable[[bytes], Any]] | None = None
-                 ) -> None:
+    def __init__(self, deserializers: Mapping[str, Callable[[bytes], Any]] | None = None,
+                 serializers: Mapping[str, Callable[[Any], bytes]] | None = None) -> None:
         self._deserializers = dict(deserializers or {})
+        self._serializers = dict(serializers or {})
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
-        return _rebuilt(handler, method, self._wrap, self._deserializers.get(method))
+        return _rebuilt(handler, method, self._wrap, self._deserializers.get(method),
+                        self._serializers.get(method))
 
     @staticmethod
     def _wrap(behaviour: Callable[..., Any], request_streams: bool) -> Callable[..., Any]:

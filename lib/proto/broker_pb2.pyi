@@ -343,7 +343,7 @@ class EpochStart(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchData(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches", "group_offsets", "offsets_incarnation", "offsets_version", "sink_marks", "has_sink_marks", "sink_intents")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start", "log_end", "base_offset", "frames", "sizes", "epochs", "diverging_end_offset", "producer_batches", "group_offsets", "offsets_incarnation", "offsets_version", "sink_marks", "has_sink_marks", "sink_intents", "frames_crc")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -363,6 +363,7 @@ class ReplicaFetchData(_message.Message):
     SINK_MARKS_FIELD_NUMBER: _ClassVar[int]
     HAS_SINK_MARKS_FIELD_NUMBER: _ClassVar[int]
     SINK_INTENTS_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_CRC_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: str
@@ -382,7 +383,8 @@ class ReplicaFetchData(_message.Message):
     sink_marks: _containers.RepeatedCompositeFieldContainer[SinkMark]
     has_sink_marks: bool
     sink_intents: _containers.RepeatedCompositeFieldContainer[SinkIntent]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ..., group_offsets: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ..., offsets_incarnation: _Optional[int] = ..., offsets_version: _Optional[int] = ..., sink_marks: _Optional[_Iterable[_Union[SinkMark, _Mapping]]] = ..., has_sink_marks: _Optional[bool] = ..., sink_intents: _Optional[_Iterable[_Union[SinkIntent, _Mapping]]] = ...) -> None: ...
+    frames_crc: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., base_offset: _Optional[int] = ..., frames: _Optional[bytes] = ..., sizes: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., diverging_end_offset: _Optional[int] = ..., producer_batches: _Optional[_Iterable[_Union[ProducerBatch, _Mapping]]] = ..., group_offsets: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ..., offsets_incarnation: _Optional[int] = ..., offsets_version: _Optional[int] = ..., sink_marks: _Optional[_Iterable[_Union[SinkMark, _Mapping]]] = ..., has_sink_marks: _Optional[bool] = ..., sink_intents: _Optional[_Iterable[_Union[SinkIntent, _Mapping]]] = ..., frames_crc: _Optional[int] = ...) -> None: ...
 
 class SinkIntent(_message.Message):
     __slots__ = ("sink", "intent")

@@ -171,7 +171,7 @@ def _check_listed(found: tuple[list[int], list[int]], tag_hashes: Sequence[int],
 
 
 def frame_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  *, contents: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Check every frame of a run the way decoding will and return each frame's tag hash and
     timestamp: the one frame check of the broker (append) and of recovery (chunk scan).
 
@@ -181,15 +181,18 @@ def frame_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
     slices (no Python bytecode per record). Raises CorruptRecord naming the first bad frame.
     Up to :data:`FEW_FRAMES` frames are checked one by one instead (:func:`_few_columns`).
     ``head``: the frames' headers if the caller gathered them already (they are checked here).
+    ``contents=False`` checks the structure alone, not each frame's CRC nor that compressed
+    values inflate: for frames whose bytes a CRC of the whole run vouches for, a follower's
+    copy of its leader's frames (the leader checked each frame when it came in).
     """
     if len(sizes) <= FEW_FRAMES:
-        tags, times = _few_columns(frames, sizes.tolist())
+        tags, times = _few_columns(frames, sizes.tolist(), contents)
         return np.array(tags, _U32), np.array(times, _I64)
-    return _many_columns(frames, sizes, head)
+    return _many_columns(frames, sizes, head, contents)
 
 
 def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  contents: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """:func:`frame_columns` over whole arrays."""
     starts = frame_starts(sizes)
     ends = starts + sizes
@@ -206,9 +209,10 @@ def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
     pos = _walk_headers(u8, pos, ends, head["header_count"])
     _require(pos + head["value_len"] == ends, "its field lengths do not add up to the frame "
              "length")
-    _require(range_crcs(frames, starts + 8, ends) == head["crc"],
-             "its CRC does not match its bytes")
-    _check_compressed(frames, head, ends)
+    if contents:
+        _require(range_crcs(frames, starts + 8, ends) == head["crc"],
+                 "its CRC does not match its bytes")
+        _check_compressed(frames, head, ends)
     tagged = np.flatnonzero(tag_lens)
     hashes = np.zeros(len(sizes), _U32)
     if len(tagged):
@@ -217,7 +221,8 @@ def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
     return hashes, head["ts"]
 
 
-def _few_columns(frames: memoryview, sizes: Sequence[int]) -> tuple[list[int], list[int]]:
+def _few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
+                 ) -> tuple[list[int], list[int]]:
     """:func:`frame_columns` frame by frame, for batches of a few records (``send_sync``, low
     rates): there the two dozen whole-array numpy calls cost ~50 µs whatever the batch size,
     ten times these checks. The same checks with the same messages; where a batch has several
@@ -231,11 +236,11 @@ def _few_columns(frames: memoryview, sizes: Sequence[int]) -> tuple[list[int], l
             _FRAME.unpack_from(frames, start)
         bad = _first_fault(frames, start, end, length, flags, tag_len, key_len, n_headers,
                            value_len)
-        if bad is None and crc32(frames[start + 8:end]) != crc:
+        if bad is None and contents and crc32(frames[start + 8:end]) != crc:
             bad = "its CRC does not match its bytes"
         if bad is not None:
             raise CorruptRecord(f"frame {i} of the batch is malformed: {bad}")
-        if flags & FLAG_VALUE_ZLIB:
+        if flags & FLAG_VALUE_ZLIB and contents:
             _inflates(frames[end - value_len:end], i)
         tag_at = start + FRAME_HEADER_SIZE
         hashes.append(max(crc32(frames[tag_at:tag_at + tag_len]), 1) if tag_len else 0)

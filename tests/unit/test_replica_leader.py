@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from broker.replica_fetcher import read_answer
 from broker.replication import ReplicaLeader
 from broker.topics import PartitionRole, TopicManager, TopicSpec
 from lib.proto import broker_pb2 as pb
@@ -33,7 +34,8 @@ def fetch(leader: ReplicaLeader, offset: int, epoch: int, last_epoch: int):
     req = pb.ReplicaFetchRequest(replica_id=2, max_wait_ms=0, partitions=[
         pb.ReplicaFetchPartition(topic="t", partition=0, topic_id=1, fetch_offset=offset,
                                  leader_epoch=epoch, last_fetched_epoch=last_epoch)])
-    return asyncio.run(leader.fetch(req, run)).partitions[0]
+    answer = asyncio.run(leader.fetch(req, run))
+    return read_answer(answer.SerializeToString(), "leader")[0][0]  # as the wire has it
 
 
 def test_the_high_watermark_follows_the_slowest_in_sync_replica(tm):

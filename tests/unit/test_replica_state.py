@@ -17,7 +17,7 @@ from broker.data import DataPlane
 from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
-from broker.replica_fetcher import ReplicaFetcher, _LeaderLoop
+from broker.replica_fetcher import ReplicaFetcher, _LeaderLoop, read_answer
 from broker.replication import ReplicaLeader
 from broker.term import TermWatermark
 from broker.topics import PartitionRole, TopicManager, TopicSpec
@@ -84,8 +84,9 @@ class Side:
 
         async def run(fn, *args):
             return fn(*args)
-        data = asyncio.run(leader.leader.fetch(req, run)).partitions[0]
-        self.loop._apply(store, key, data)
+        answer = asyncio.run(leader.leader.fetch(req, run))  # as the wire carries it
+        data, frames = read_answer(answer.SerializeToString(), "leader")[0]
+        self.loop._apply(store, key, data, frames)
         return data
 
     def commit(self, group: str, offset: int) -> None:
