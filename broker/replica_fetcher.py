@@ -292,7 +292,7 @@ def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData,
 
     A leader that sends their CRC vouches for them as sent (it checked each frame when it
     came in): one CRC of the whole run here, and the frames' structure, instead of each
-    frame's CRC (a third of a follower's CPU per record). Frames that rotted on the leader's
+    frame's CRC (a slice and a call per frame). Frames that rotted on the leader's
     disk are copied as they are, and refused by consumers (by offset) wherever they read them.
     """
     whole = data.HasField("frames_crc")

@@ -10,7 +10,8 @@ and hands the batch on as a memoryview of the bytes received.
 The fields are lib/proto/broker.proto's: topic = 1, partition = 2, batch = 3, acks_all = 4.
 The reader reads what protobuf reads (fields in any order, the last of a field wins, unknown
 fields skipped) and raises ValueError on bytes protobuf would refuse; lib.decoding turns that
-into INVALID_ARGUMENT. tests/unit/test_produce_wire.py holds both to the protobuf message.
+into INVALID_ARGUMENT (the field walk is lib/wire.py's). tests/unit/test_produce_wire.py holds
+both to the protobuf message.
 """
 from __future__ import annotations
 
