@@ -317,13 +317,14 @@ class Master:
 
 def raft_settings(c: MasterConfig) -> RaftSettings:
     port = c.raft_port or free_ports(1, c.host)[0]  # validated: 0 only for a lone master
-    # A lone master has nobody to split votes with: elect itself at once (pysyncobj needs the
-    # timeout above 3 append periods).
+    # A lone master has nobody to split votes with or to send entries to: it elects itself
+    # at once (pysyncobj needs the timeout above 3 append periods, which only pace peers).
     election = (c.raft_election_min_ms / 1000, c.raft_election_max_ms / 1000) if c.peers \
-        else (0.35, 0.4)
+        else (0.07, 0.08)
     return RaftSettings(
         node=f"{c.host}:{port}", peers=c.peers, password=resolve_password(c.raft_password, c.peers),
         data_dir=c.data_dir, election_min_s=election[0], election_max_s=election[1],
+        append_period_s=0.1 if c.peers else 0.02,
         leader_fallback_s=c.raft_leader_fallback_ms / 1000,
         compaction_entries=c.raft_compaction_entries, compaction_min_s=c.raft_compaction_min_s)
 

@@ -43,6 +43,11 @@ class ServerProcess:
         return self.popen is not None and self.popen.poll() is None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
+        return self.launch().await_ready(timeout)
+
+    def launch(self) -> ServerProcess:
+        """Start the process without waiting for it (:meth:`await_ready` waits): a cluster's
+        brokers start side by side, as they would on their machines."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         clear_ready(self.data_dir)
         log = open(self.data_dir / "log.txt", "ab")  # noqa: SIM115 - owned by the child
@@ -51,6 +56,11 @@ class ServerProcess:
             [sys.executable, "-m", self.role, *self.args], cwd=ROOT, env=env,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        return self
+
+    def await_ready(self, timeout: float = 30.0) -> ServerProcess:
+        """Block until the launched process is ready; stopped (with its log in the error) if
+        it dies or times out first."""
         try:
             self.info = wait_ready(self.data_dir, self.pid, timeout, alive=self.alive)
         except BaseException as exc:  # also SIGTERM/Ctrl-C meanwhile: no child left behind
@@ -66,15 +76,23 @@ class ServerProcess:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
+        self.terminate()
+        return self.reap(timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM without waiting (:meth:`reap` waits)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+
+    def reap(self, timeout: float = 15.0) -> int | None:
+        """Wait up to ``timeout`` for the process to exit, then SIGKILL it."""
         if self.popen is None:
             return None
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(10)
         return self.popen.returncode
 
     def kill(self) -> None:
@@ -180,12 +198,24 @@ class Cluster:
         return self.broker_process(broker_id).start()
 
     def start(self, brokers: int = 2) -> Cluster:
-        for i in range(self.master_count):
-            self.start_master(i)
-        for i in range(1, brokers + 1):
-            self.start_broker(i)
+        """Start the masters side by side, then the brokers side by side (each group waits
+        for all of its members to be ready; a test that starts one at a time still can)."""
+        self._launch_all([self.master_process(i) for i in range(self.master_count)])
+        self._launch_all([self.broker_process(i) for i in range(1, brokers + 1)])
         self.wait_brokers_registered()
         return self
+
+    @staticmethod
+    def _launch_all(procs: list[ServerProcess]) -> None:
+        try:
+            for proc in procs:
+                proc.launch()
+            for proc in procs:
+                proc.await_ready()
+        except BaseException:
+            for proc in procs:
+                proc.stop()
+            raise
 
     def wait_brokers_registered(self, timeout: float = 30.0) -> None:
         """Block until the master lets the admin in and lists every running broker as alive
@@ -263,5 +293,10 @@ class Cluster:
         return [*self.brokers.values(), *self.masters]
 
     def stop_all(self) -> None:
-        for proc in self.all_processes():
-            proc.stop()
+        """SIGTERM the brokers together and wait for them (a clean shutdown still reaches
+        the masters), then the masters together."""
+        for group in (list(self.brokers.values()), self.masters):
+            for proc in group:
+                proc.terminate()
+            for proc in group:
+                proc.reap()
