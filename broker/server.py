@@ -57,6 +57,7 @@ from lib.auth.server import (
 from lib.decoding import AioStrictDecoding
 from lib.errors import ConfigError, TubeqError
 from lib.logs import event
+from lib.process import wait_awake
 from lib.produce_wire import PRODUCE_METHOD, parse_produce
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
@@ -263,7 +264,8 @@ class Broker:
             loop.close()
 
     def wait(self) -> None:
-        self._stopped.wait()
+        """Block until :meth:`stop` has run (waking to let the main thread take signals)."""
+        wait_awake(self._stopped)
 
 
 async def _cancel_tasks() -> None:

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,17 @@ def write_ready(data_dir: str | Path, info: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps({**info, "pid": os.getpid()}))
     os.replace(tmp, path)
     return path
+
+
+def wait_awake(event: threading.Event, step_s: float = 0.5) -> None:
+    """Block the main thread until ``event`` is set, waking every ``step_s``.
+
+    Python runs a signal handler only in the main thread, when that thread runs bytecode. The
+    kernel may hand SIGTERM to any thread of a process (it did to a broker after a
+    SIGSTOP/SIGCONT); a main thread asleep in a wait with no timeout then never runs the
+    handler, and the server ignores SIGTERM until SIGKILL (no flush, no hand-off)."""
+    while not event.wait(step_s):
+        pass
 
 
 def clear_ready(data_dir: str | Path) -> None:

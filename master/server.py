@@ -26,7 +26,7 @@ from lib.auth.server import Authenticator, ServerAuth, announce_auth_off, certif
 from lib.decoding import StrictDecoding
 from lib.errors import TubeqError
 from lib.logs import event
-from lib.process import free_ports
+from lib.process import free_ports, wait_awake
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
 from master import admin, election, security, service
@@ -310,9 +310,8 @@ class Master:
         event(log, "master.stopped", epoch=self.epoch)
 
     def wait(self) -> None:
-        """Block until :meth:`stop` has run."""
-        while not self._stopped.wait(0.5):
-            pass
+        """Block until :meth:`stop` has run (waking to let the main thread take signals)."""
+        wait_awake(self._stopped)
 
 
 def raft_settings(c: MasterConfig) -> RaftSettings:

@@ -11,7 +11,7 @@ from cheroot import wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from lib.logs import event
-from lib.process import write_ready
+from lib.process import wait_awake, write_ready
 from portal_web.app import create_app
 from portal_web.config import PortalConfig
 
@@ -56,5 +56,5 @@ def serve(config: PortalConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     server.start()
-    done.wait()
+    wait_awake(done)
     server.stop()
