@@ -74,7 +74,12 @@ def test_a_drained_broker_gets_no_new_partitions_and_undrain_brings_it_back(pair
     assert next(b for b in admin.list_brokers() if b.broker_id == 2).replicas == 0
     with Producer(pair.master_addresses) as producer:
         assert producer.send_sync("drain-before", b"after", partition=on_two).offset == 1
-    kept = admin.describe_topic("drain-before").partitions[on_two]
+    # broker 1 hears that it is the only replica at its next heartbeat: until then its high
+    # watermark (what describe reports as latest) may still wait for broker 2
+    deadline = time.monotonic() + 10
+    while (kept := admin.describe_topic("drain-before").partitions[on_two]).latest != 2 \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert kept.broker_id == 1 and kept.available and kept.latest == 2
 
     assert admin.drain_broker(2).draining  # idempotent: no error, no second audit entry
