@@ -20,8 +20,10 @@ from broker.metrics import BrokerMetrics
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
 from lib.errors import InvalidArgument, PartitionNotHosted, TubeqError
+from lib.fetch_wire import fetch_answer
 from lib.proto import broker_pb2 as pb
 from lib.records import MAX_TAG_BYTES, BatchView
+from lib.wire import Spliced
 from storage.store import Store
 
 MAX_TAGS = 256
@@ -73,6 +75,11 @@ class PartitionReply:
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+    def entry(self) -> tuple[pb.PartitionData, bytes]:
+        """The message without its frames, and the frames (a Fetch answer joins them in)."""
+        return pb.PartitionData(**{name: getattr(self, name) for name in self.__slots__
+                                   if name != "frames"}), self.frames
 
 
 def error_data(partition: int, offset: int, err: TubeqError) -> PartitionReply:
@@ -184,13 +191,14 @@ class DataPlane:
 
     # ---------------------------------------------------------------- fetch
 
-    async def fetch(self, req: pb.FetchRequest, run: Runner) -> pb.FetchResponse:
+    async def fetch(self, req: pb.FetchRequest, run: Runner) -> Spliced:
         """Read every requested partition; wait for data (long-poll) when none has any.
 
         A coroutine on the broker's event loop; the wait parks on the topic's Signal and holds
         no thread, and a cancelled call is cancelled here by gRPC. After the first read, a
         partition is read again only when its latest offset moved. Reads near the tail run
-        inline, others in the executor (:func:`read_inline`)."""
+        inline, others in the executor (:func:`read_inline`). The answer keeps each
+        partition's frames aside, joined in once when gRPC serializes it (lib/fetch_wire.py)."""
         signal = self.topics.signal(req.topic)
         tags = check_tags(req.tags)
         if not req.partitions:
@@ -212,7 +220,7 @@ class DataPlane:
             if left <= 0 or signal.closed:
                 break
             await signal.wait_async(seen, left)
-        return pb.FetchResponse(partitions=[part.fields() for part in parts])
+        return fetch_answer([part.entry() for part in parts])
 
     def _lag(self, req: pb.FetchRequest) -> int | None:
         """How far the furthest requested offset is behind its partition's latest (0: nothing

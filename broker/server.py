@@ -56,6 +56,7 @@ from lib.auth.server import (
 )
 from lib.decoding import AioStrictDecoding
 from lib.errors import ConfigError, TubeqError
+from lib.fetch_wire import FETCH_METHOD
 from lib.logs import event
 from lib.process import wait_awake
 from lib.produce_wire import PRODUCE_METHOD, parse_produce
@@ -149,7 +150,8 @@ class Broker:
         server = grpc.aio.server(options=SERVER_OPTIONS,
                                  interceptors=[AioStrictDecoding(
                                      {PRODUCE_METHOD: parse_produce},
-                                     {REPLICA_FETCH_METHOD: Spliced.SerializeToString}),
+                                     {REPLICA_FETCH_METHOD: Spliced.SerializeToString,
+                                      FETCH_METHOD: Spliced.SerializeToString}),
                                      *self._auth()])
         broker_pb2_grpc.add_BrokerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

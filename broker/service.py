@@ -213,9 +213,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             quotas.admit("consume", principal, request.group)
         response = await self.data.fetch(request, self.run)
         if metered:
-            response.throttle_ms = quotas.charge(
+            response.head.throttle_ms = quotas.charge(
                 "consume", principal, request.group,
-                sum(len(part.frames) for part in response.partitions))
+                sum(len(frames) for _, frames in response.entries))
         return response
 
     async def Subscribe(self, request_iterator: AsyncIterator[pb.SubscribeRequest],  # noqa: N802

@@ -31,6 +31,7 @@ from lib import errors
 from lib.config import require
 from lib.consumer.coordinator import OffsetClient
 from lib.consumer.subscription import SubscriptionState
+from lib.fetch_wire import FETCH_METHOD, read_fetch
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_span
@@ -80,7 +81,7 @@ class Completed:
     tp: TopicPartition
     epoch: int
     expected: int
-    frames: bytes
+    frames: bytes | memoryview  # a view of the Fetch answer (lib/fetch_wire.py)
     offsets: list[int]
     index: int
     pos: int
@@ -219,6 +220,8 @@ class Fetcher:
 
     def _take(self, c: Completed, want: int) -> list[Record] | None:
         """Decode up to ``want`` records of ``c``; None if ``c`` was dropped."""
+        if c.frames.__class__ is not bytes:  # records slice their values out of bytes
+            c.frames = bytes(c.frames)
         return self._take_run(c, want, decode_span)
 
     def _take_run(self, c: Completed, want: int,
@@ -363,7 +366,9 @@ class _Worker(threading.Thread):
     def run(self) -> None:
         f = self.fetcher
         cfg = f.config
-        stub = f.offsets.stub(self.address)
+        # The answer as bytes: split here, each partition's frames a view (lib/fetch_wire.py)
+        fetch = f.offsets.pool.get(self.address).unary_unary(
+            FETCH_METHOD, request_serializer=broker_pb2.FetchRequest.SerializeToString)
         while not self._cancelled:
             todo = f._work_for(self)
             if todo is None:
@@ -376,9 +381,9 @@ class _Worker(threading.Thread):
                             for tp, off, _ in todo])
             self._interrupted, self.asked = False, todo
             try:
-                self._call = stub.Fetch.future(
+                self._call = fetch.future(
                     req, timeout=cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s)
-                resp = self._call.result()
+                resp, parts = read_fetch(self._call.result(), self.address)
             except grpc.FutureCancelledError:  # only cancel() and interrupt() cancel
                 if self._cancelled:
                     return
@@ -389,14 +394,18 @@ class _Worker(threading.Thread):
                 if not self._interrupted:
                     self._call_failed(from_rpc_error(exc), todo)
                 continue
+            except errors.CorruptRecord as exc:
+                self._call_failed(exc, todo)
+                continue
             finally:
                 self._call, self.asked = None, []
-            for pd in resp.partitions:
-                self._handle(pd, {tp.partition: (tp, off, ep) for tp, off, ep in todo})
+            asked = {tp.partition: (tp, off, ep) for tp, off, ep in todo}
+            for pd, frames in parts:
+                self._handle(pd, frames, asked)
             if resp.throttle_ms:  # a consume quota of ours is in debt on this broker: wait
                 self._woken.wait(resp.throttle_ms / 1e3)
 
-    def _handle(self, pd: broker_pb2.PartitionData, asked: dict) -> None:
+    def _handle(self, pd: broker_pb2.PartitionData, frames: memoryview, asked: dict) -> None:
         if pd.partition not in asked:
             return
         tp, offset, epoch = asked[pd.partition]
@@ -416,8 +425,8 @@ class _Worker(threading.Thread):
         # wrong ones fail the frame check as any corruption does.
         sizes = np.frombuffer(pd.sizes, "<u4") if len(pd.sizes) == 4 * len(offsets) else None
         self._next[tp] = (epoch, pd.next_offset)
-        self.fetcher._push(Completed(tp, epoch, offset, pd.frames, offsets, 0, 0,
-                                     pd.next_offset, len(pd.frames), sizes))
+        self.fetcher._push(Completed(tp, epoch, offset, frames, offsets, 0, 0,
+                                     pd.next_offset, len(frames), sizes))
 
     def _partition_failed(self, tp: TopicPartition, epoch: int,
                           pd: broker_pb2.PartitionData) -> None:

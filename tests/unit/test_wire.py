@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError
 from broker.replica_fetcher import append_copied, read_answer
 from broker.replication import REPLICA_ENTRIES, REPLICA_FRAMES
 from lib.errors import CorruptRecord
+from lib.fetch_wire import fetch_answer, read_fetch
 from lib.proto import broker_pb2 as pb
 from lib.records import Record, encode_batch, frame_columns, parse_batch
 from lib.records.layout import crc32
@@ -149,3 +150,25 @@ def test_a_follower_refuses_frames_that_do_not_match_the_leaders_crc(tmp_path):
             append_copied(store, 0, data, memoryview(bytes(damaged)))
     finally:
         store.close()
+
+
+def test_a_fetch_answer_is_the_protobuf_fetch_response_and_reads_back_as_views():
+    datas = [pb.PartitionData(partition=0, next_offset=3, offsets=b"\x00" * 8, latest=3),
+             pb.PartitionData(partition=2, next_offset=9, error_code="OFFSET_OUT_OF_RANGE"),
+             pb.PartitionData(partition=5, next_offset=1, sizes=b"\x07" * 4)]
+    frames = [b"f" * 70_000, b"", b"abc"]
+    answer = fetch_answer(list(zip(datas, frames, strict=True)))
+    answer.head.throttle_ms = 40
+    raw = answer.SerializeToString()
+    expected = pb.FetchResponse(throttle_ms=40)
+    for data, blob in zip(datas, frames, strict=True):
+        whole = expected.partitions.add()
+        whole.CopyFrom(data)
+        whole.frames = blob
+    assert pb.FetchResponse.FromString(raw) == expected  # what a plain stub reads
+    head, got = read_fetch(raw, "b1")
+    assert head == pb.FetchResponse(throttle_ms=40)
+    assert [(d, bytes(f)) for d, f in got] == list(zip(datas, frames, strict=True))
+    assert all(f.obj is raw for _, f in got if len(f)), "views of the bytes received"
+    with pytest.raises(CorruptRecord, match="the Fetch answer of b1 does not parse"):
+        read_fetch(raw[:-1], "b1")
