@@ -26,9 +26,13 @@ browser:
 	       apt-get install -y -q chromium chromium-driver >/dev/null; }; \
 	else echo "no chromium: the portal's browser tests will skip (apt-get install chromium chromium-driver)"; fi
 
+# The suite's files run in TEST_WORKERS processes (pytest-xdist; a file's tests stay together
+# in one, so module fixtures are shared): most tests wait on real servers, not on the CPU.
+TEST_WORKERS ?= 3
+
 test: $(STAMP) browser
 	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests/unit
