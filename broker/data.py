@@ -78,8 +78,9 @@ class PartitionReply:
 
     def entry(self) -> tuple[pb.PartitionData, bytes]:
         """The message without its frames, and the frames (a Fetch answer joins them in)."""
-        return pb.PartitionData(**{name: getattr(self, name) for name in self.__slots__
-                                   if name != "frames"}), self.frames
+        fields = self.fields()
+        frames = fields.pop("frames")
+        return pb.PartitionData(**fields), frames
 
 
 def error_data(partition: int, offset: int, err: TubeqError) -> PartitionReply:

@@ -400,12 +400,16 @@ class _Worker(threading.Thread):
             finally:
                 self._call, self.asked = None, []
             asked = {tp.partition: (tp, off, ep) for tp, off, ep in todo}
+            # A view keeps the whole answer alive: with several partitions in it, each takes
+            # its own copy, so the ready queue's byte bound stays what the memory holds.
+            several = len(parts) > 1
             for pd, frames in parts:
-                self._handle(pd, frames, asked)
+                self._handle(pd, bytes(frames) if several else frames, asked)
             if resp.throttle_ms:  # a consume quota of ours is in debt on this broker: wait
                 self._woken.wait(resp.throttle_ms / 1e3)
 
-    def _handle(self, pd: broker_pb2.PartitionData, frames: memoryview, asked: dict) -> None:
+    def _handle(self, pd: broker_pb2.PartitionData, frames: bytes | memoryview,
+                asked: dict) -> None:
         if pd.partition not in asked:
             return
         tp, offset, epoch = asked[pd.partition]
