@@ -21,7 +21,8 @@ wait at the head of their partitions, and a ``send_sync`` waits in its caller's 
 
 Too large: a batch its broker refuses as too large (``BatchTooLarge``, naming its limit) is
 sent again in pieces within the limit, and later batches of that partition are cut the same
-way before they go (lib/producer/split.py).
+way before they go while it stays on that broker, for up to five minutes
+(lib/producer/split.py).
 
 Idempotence: a batch gets its producer id and base sequence once, on its first send, and keeps
 them for every retry, so the broker can acknowledge a retried batch instead of appending it
@@ -48,7 +49,7 @@ from lib.logs import event
 from lib.produce_wire import PRODUCE_METHOD, produce_request
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
-from lib.producer.split import Split, cut, frames_of, piece_bounds
+from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
 from lib.proto import broker_pb2
 from lib.records import HEADER_SIZE, batch_head
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
@@ -87,7 +88,7 @@ class Sender(threading.Thread):
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = new_producer_id() if idempotent else -1
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
-        self._limits: dict[TopicPartition, int] = {}  # batch bytes its broker refused above
+        self._limits = RefusedLimits()  # batch bytes a partition's broker refused above
         # Blocking calls on threads of our own, not .future(): grpc's synchronous channel
         # starts a thread to complete futures whenever a call begins on an idle channel and
         # ends it with the last call, so a producer sending a batch at a time started one per
@@ -162,7 +163,7 @@ class Sender(threading.Thread):
             return
         batch.address = address
         if not batch.payload:
-            limit = self._limits.get(batch.tp)
+            limit = self._limits.get(batch.tp, address)
             if limit is not None and self._split(batch, limit):
                 return
             self._seal(batch)
@@ -273,7 +274,7 @@ class Sender(threading.Thread):
         limit = error.details.get("limit")
         if not isinstance(limit, int) or limit <= HEADER_SIZE or len(batch) < 2:
             return False
-        self._limits[batch.tp] = limit
+        self._limits.remember(batch.tp, batch.address, limit)
         if not self._split(batch, limit):
             return False
         if batch.producer_id >= 0 and self._pids.get(batch.tp) == batch.producer_id:

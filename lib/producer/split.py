@@ -5,7 +5,9 @@ set it, topics with large messages raise it), and a batch over it is refused who
 (``BatchTooLarge``, naming the limit), so nothing of it was appended. Failing those records
 would make a producer's ``batch_bytes`` a setting that has to match every broker; instead the
 sender cuts the batch into pieces within the limit and sends them in order, and sends later
-batches of that partition cut the same way before they go (it remembers the limit).
+batches of that partition cut the same way before they go. It remembers the limit
+(:class:`RefusedLimits`) for that partition's broker only, and for a while: a partition whose
+leader moves, or a broker whose limit is raised, gets whole batches again.
 
 The records' futures belong to the refused batch (one shared outcome): :class:`Split` settles
 it once every piece has, each record's offset taken from its piece. A piece that fails for good
@@ -15,6 +17,8 @@ appended: as after a timeout, some of the records may be in the topic).
 from __future__ import annotations
 
 import bisect
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,7 +26,36 @@ import numpy as np
 from lib.producer.accumulator import Batch
 from lib.records import HEADER_SIZE
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
-from lib.types import RecordMetadata
+from lib.types import RecordMetadata, TopicPartition
+
+LIMIT_MEMORY_S = 300.0  # a refused batch limit is trusted this long, then learnt again
+
+
+class RefusedLimits:
+    """The batch limit each partition's broker refused a batch above, per broker address.
+
+    Why not for good: the limit belongs to the broker (its ``max_batch_bytes``, or the topic's
+    when larger), so a leader change to another broker forgets it, and after
+    ``memory_s`` a batch goes whole again (one refusal, then pieces) in case it was raised."""
+
+    def __init__(self, memory_s: float = LIMIT_MEMORY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.memory_s, self.clock = memory_s, clock
+        self._known: dict[TopicPartition, tuple[str, int, float]] = {}
+
+    def remember(self, tp: TopicPartition, address: str, limit: int) -> None:
+        self._known[tp] = (address, limit, self.clock())
+
+    def get(self, tp: TopicPartition, address: str) -> int | None:
+        """The limit to cut ``tp``'s batches to before sending them to ``address``."""
+        known = self._known.get(tp)
+        if known is None:
+            return None
+        broker, limit, learnt = known
+        if broker != address or self.clock() - learnt > self.memory_s:
+            del self._known[tp]
+            return None
+        return limit
 
 
 def piece_bounds(sizes: np.ndarray, limit: int) -> list[int] | None:

@@ -9,7 +9,7 @@ import pytest
 from lib.errors import DiskFull
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.bulk import batch_offsets
-from lib.producer.split import Split, cut, frames_of, piece_bounds
+from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
 from lib.records import HEADER_SIZE
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.types import TopicPartition
@@ -98,3 +98,18 @@ def test_replaced_pieces_go_first_and_keep_the_bytes_accounted():
     assert acc.drain(time.monotonic())[0] == [pieces[0]]
     acc.release(pieces[0])
     assert acc.drain(time.monotonic())[0] == [pieces[1]]
+
+
+def test_a_refused_limit_holds_for_its_broker_only_and_for_a_while():
+    now = [100.0]
+    limits = RefusedLimits(memory_s=60.0, clock=lambda: now[0])
+    limits.remember(TP, "b1:1", 70_000)
+    assert limits.get(TP, "b1:1") == 70_000
+    assert limits.get(TopicPartition("t", 1), "b1:1") is None  # another partition
+    assert limits.get(TP, "b2:1") is None  # the leader moved: that broker's limit is unknown
+    assert limits.get(TP, "b1:1") is None  # and forgotten, even if it moves back
+    limits.remember(TP, "b1:1", 70_000)
+    now[0] += 59.0
+    assert limits.get(TP, "b1:1") == 70_000
+    now[0] += 2.0
+    assert limits.get(TP, "b1:1") is None  # old enough to try a whole batch again
