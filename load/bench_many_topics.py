@@ -10,8 +10,9 @@ then for each topic count (created as it goes, 1 partition each, async durabilit
 ``--messages`` records of ``--size`` bytes from one producer, ``--run`` records to a topic
 before moving to the next, round robin over every topic, as many producers each writing their
 own topic would. Each phase reports msgs/s, the broker's CPU seconds, RSS and open file
-descriptors after it, and every phase's throughput as a ratio to the first (one topic) in the
-same run. Prints one JSON object; every process is stopped by PID at the end.
+descriptors after it (all, and those on its data files; taken once every topic's files exist:
+a store creates them at its first flush), and every phase's throughput as a ratio to the first
+(one topic) in the same run. Prints one JSON object; every process is stopped by PID at the end.
 """
 from __future__ import annotations
 
@@ -39,6 +40,31 @@ def process_figures(pid: int) -> dict[str, float]:
         raise RuntimeError(f"process {pid} is gone")
     figures.pop("disk_mib")
     return figures
+
+
+def data_fds(pid: int, data_dir: Path) -> int:
+    """Descriptors of ``pid`` open on files under ``data_dir``: what its topics cost it,
+    without the sockets, pipes and event fds whose count moves on its own."""
+    root, count = str(data_dir.resolve()), 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(root + os.sep)
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+def files_in(data_dir: Path, topics: int, timeout: float = 10.0) -> dict[str, int]:
+    """The data and index files under ``data_dir``, once there are at least ``topics`` of
+    each (up to ``timeout`` s): a store creates its files at its first flush, which may come
+    after the records were acknowledged, and the phase's figures are taken once it has."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = {"data_files": sum(1 for _ in data_dir.rglob("*.log")),
+                 "index_files": sum(1 for _ in data_dir.rglob("*.idx"))}
+        if min(files.values()) >= topics or time.monotonic() >= deadline:
+            return files
+        time.sleep(0.05)
 
 
 def create_topics(admin, have: int, want: int) -> float:
@@ -95,13 +121,14 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                 wait_served(producer, [TOPIC.format(i) for i in range(count)])
                 before = process_figures(broker.pid)
                 result = produce(producer, count, messages, size, min(run_len, messages))
+                files_in(broker.data_dir, count)
                 after = process_figures(broker.pid)
                 phases.append({
                     "topics": count, **result, "create_topics_s": created_s,
                     "broker_cpu_s": round(after["cpu_s"] - before["cpu_s"], 2),
                     "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],
-                    "data_files": sum(1 for _ in (broker.data_dir).rglob("*.log")),
-                    "index_files": sum(1 for _ in (broker.data_dir).rglob("*.idx"))})
+                    "broker_data_fds": data_fds(broker.pid, broker.data_dir),
+                    **files_in(broker.data_dir, 0)})
     finally:
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)  # 1,000 topics' files

@@ -12,7 +12,7 @@ from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from lib.proto import admin_pb2 as apb
 from lib.proto import master_pb2 as mpb
-from tests.integration.test_master_common import MasterSession, wait_for
+from tests.integration.test_master_common import MasterSession, Repeater, wait_for
 
 
 @pytest.fixture
@@ -160,15 +160,22 @@ def test_every_admin_change_is_audited_with_principal_and_peer(m):
     """The audit names who logged in; a ``tubeq-principal`` header claiming another name is
     ignored."""
     m.register(1)
-    with AdminClient(m.proc.address) as admin:
-        admin.add_user("alice", "alice-password-1")
-        admin.add_user("bob", "bob-password-12")
-        admin.add_acl("user:alice", "create", "topic", "t")
-        admin.add_acl("user:bob", "alter", "topic", "t")
-    with AdminClient(m.proc.address, credentials=Credentials("alice", "alice-password-1")) as a:
-        a.create_topic("t")
-    with AdminClient(m.proc.address, credentials=Credentials("bob", "bob-password-12")) as b:
-        b.alter_topic("t", partitions=4)
+    # Password hashing and logins take seconds on a loaded machine: broker 1 stays alive
+    # (beyond the 1.2 s broker timeout) so that alter_topic has a broker to place on.
+    alive = Repeater(lambda: m.heartbeat(1), 0.2)
+    try:
+        with AdminClient(m.proc.address) as admin:
+            admin.add_user("alice", "alice-password-1")
+            admin.add_user("bob", "bob-password-12")
+            admin.add_acl("user:alice", "create", "topic", "t")
+            admin.add_acl("user:bob", "alter", "topic", "t")
+        with AdminClient(m.proc.address,
+                         credentials=Credentials("alice", "alice-password-1")) as a:
+            a.create_topic("t")
+        with AdminClient(m.proc.address, credentials=Credentials("bob", "bob-password-12")) as b:
+            b.alter_topic("t", partitions=4)
+    finally:
+        alive.close()
     m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="t"), principal="mallory")
     entries = [e for e in m.call(m.admin.AuditLog, apb.AuditLogRequest(limit=10)).entries
                if e.principal != "system"]  # the bootstrap's first admin and signing key

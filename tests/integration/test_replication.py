@@ -303,8 +303,11 @@ def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(repli
     """The cluster up supervisor restarts a crashed broker within a second, long before the
     master's broker timeout. An async leader's crash costs it the tail still in its cache,
     which its follower holds (acks=all): it must not lead the follower back over it."""
-    # the master's default 6 s broker timeout; blocks stay in the cache for a minute
-    cluster = replicated_cluster(2, store={"cache_flush_interval_ms": 60_000})
+    # Blocks stay in the cache for a minute. A broker timeout of a minute too: the restart
+    # alone must move the leadership (under a loaded test run a restart once took longer
+    # than the default 6 s, and the timeout elected the heir first).
+    cluster = replicated_cluster(2, master_settings={"broker_timeout_ms": 60_000},
+                                 store={"cache_flush_interval_ms": 60_000})
     with AdminClient(cluster.master_addresses) as admin:
         old = admin.create_topic("crash", partitions=1, replication_factor=2) \
             .partitions[0].broker_id
@@ -315,7 +318,7 @@ def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(repli
             assert [f.result(10).offset for f in acked] == list(range(30))
         cluster.brokers[old].kill()  # the 30 records were only in its cache block
         cluster.start_broker(old)  # back at once, with a new incarnation
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while admin.describe_topic("crash").partitions[0].broker_id != heir \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
