@@ -149,7 +149,7 @@ def test_broker_missing_heartbeats_is_marked_down_and_its_partitions_unavailable
         m.heartbeat(1)
         brokers = m.call(m.admin.ListBrokers, apb.ListBrokersRequest()).brokers
         return [(b.broker_id, b.alive) for b in brokers] == [(1, True), (2, False)]
-    wait_for(broker2_down, 5.0, "broker 2 to be marked down", interval=0.2)
+    wait_for(broker2_down, 10.0, "broker 2 to be marked down", interval=0.2)
     route = m.call(m.master.GetRoutes, mpb.GetRoutesRequest()).routes[0]
     assert [(p.broker_id, p.available) for p in route.partitions] == [(1, True), (2, False)]
     assert route.partitions[1].address == "127.0.0.1:2"
