@@ -2,6 +2,11 @@
 
 Each :class:`BrokerMetrics` has its own registry (no process-global state), so several brokers
 can live in one test process. Counters are bumped once per batch or fetch, never per record.
+
+The bytes and messages in and out are kept once, as plain per-partition counters under one lock
+(the heartbeats carry them), and the per-topic Prometheus series are their sums, computed at
+scrape time (:class:`_TopicTotals`): two labelled Prometheus counters per request cost a
+one-record Produce 4.4 us of its path against 0.65 for the plain counters (hot loop).
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from lib.metrics import ProcessMetrics
 from storage.space import SpaceGuard
@@ -25,18 +31,36 @@ class PartitionCounters:
     messages_out: int = 0
 
 
+# (the PartitionCounters field, the Prometheus series, its help) of the per-topic totals
+_TOTALS = (("bytes_in", "tubeq_broker_bytes_in", "Batch bytes appended"),
+           ("messages_in", "tubeq_broker_messages_in", "Messages appended"),
+           ("bytes_out", "tubeq_broker_bytes_out", "Frame bytes served (fetch + push)"),
+           ("messages_out", "tubeq_broker_messages_out", "Messages served"))
+
+
+class _TopicTotals:
+    """A Prometheus collector: per topic, the sums of its partitions' counters."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self):
+        sums: dict[str, list[int]] = {}
+        for (topic, _), c in self._metrics.snapshot().items():
+            total = sums.setdefault(topic, [0, 0, 0, 0])
+            for i, (field, _, _) in enumerate(_TOTALS):
+                total[i] += getattr(c, field)
+        for i, (_, name, help_text) in enumerate(_TOTALS):
+            family = CounterMetricFamily(name, help_text, labels=["topic"])
+            for topic, total in sorted(sums.items()):
+                family.add_metric([topic], total[i])
+            yield family
+
+
 class BrokerMetrics(ProcessMetrics):
     def __init__(self) -> None:
         super().__init__()
         r = self.registry
-        self.bytes_in = Counter("tubeq_broker_bytes_in", "Batch bytes appended", ["topic"],
-                                registry=r)
-        self.messages_in = Counter("tubeq_broker_messages_in", "Messages appended", ["topic"],
-                                   registry=r)
-        self.bytes_out = Counter("tubeq_broker_bytes_out", "Frame bytes served (fetch + push)",
-                                 ["topic"], registry=r)
-        self.messages_out = Counter("tubeq_broker_messages_out", "Messages served", ["topic"],
-                                    registry=r)
         self.errors = Counter("tubeq_broker_request_errors", "Requests that failed",
                               ["method", "code"], registry=r)
         self.latency = Histogram("tubeq_broker_request_seconds", "Handler latency", ["method"],
@@ -45,11 +69,8 @@ class BrokerMetrics(ProcessMetrics):
                                   registry=r)
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], PartitionCounters] = {}
-        # topic -> its labelled (bytes, messages) counters, in and out: ``labels()`` takes a
-        # lock and checks its arguments on every call, 13-15 us of a one-record Produce.
-        self._in: dict[str, tuple[Any, Any]] = {}
-        self._out: dict[str, tuple[Any, Any]] = {}
         self._latency: dict[str, Any] = {}  # method -> its labelled histogram
+        r.register(_TopicTotals(self))
 
     def watch_space(self, space: SpaceGuard) -> None:
         """Export the data dir's free space and disk-full condition (read at scrape time)."""
@@ -62,13 +83,17 @@ class BrokerMetrics(ProcessMetrics):
               registry=r).set_function(lambda: int(space.status().full))
 
     def produced(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
-        self._count(self._in, (self.bytes_in, self.messages_in), topic, partition, nbytes,
-                    messages, "in")
+        with self._lock:
+            c = self._parts.get((topic, partition)) or self._counters(topic, partition)
+            c.bytes_in += nbytes
+            c.messages_in += messages
 
     def served(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         if messages:
-            self._count(self._out, (self.bytes_out, self.messages_out), topic, partition,
-                        nbytes, messages, "out")
+            with self._lock:
+                c = self._parts.get((topic, partition)) or self._counters(topic, partition)
+                c.bytes_out += nbytes
+                c.messages_out += messages
 
     def took(self, method: str, seconds: float) -> None:
         """One handler call of ``method`` took ``seconds``."""
@@ -77,26 +102,17 @@ class BrokerMetrics(ProcessMetrics):
             histogram = self._latency[method] = self.latency.labels(method)
         histogram.observe(seconds)
 
-    def _count(self, cache: dict[str, tuple[Any, Any]], metrics: tuple[Counter, Counter],
-               topic: str, partition: int, nbytes: int, messages: int, way: str) -> None:
-        """Bump the topic's (bytes, messages) series, labelled once per topic, and the
-        partition's heartbeat counters of ``way`` ("in" or "out")."""
-        counters = cache.get(topic)
-        if counters is None:
-            counters = cache[topic] = (metrics[0].labels(topic), metrics[1].labels(topic))
-        counters[0].inc(nbytes)
-        counters[1].inc(messages)
-        with self._lock:
-            c = self._counters(topic, partition)
-            setattr(c, f"bytes_{way}", getattr(c, f"bytes_{way}") + nbytes)
-            setattr(c, f"messages_{way}", getattr(c, f"messages_{way}") + messages)
-
     def _counters(self, topic: str, partition: int) -> PartitionCounters:
         """The partition's counters (lock held); made once, not on every call."""
         c = self._parts.get((topic, partition))
         if c is None:
             c = self._parts[(topic, partition)] = PartitionCounters()
         return c
+
+    def snapshot(self) -> dict[tuple[str, int], PartitionCounters]:
+        """A copy of every partition's counters (totals since the broker started)."""
+        with self._lock:
+            return {key: PartitionCounters(**vars(c)) for key, c in self._parts.items()}
 
     def partition(self, topic: str, partition: int) -> PartitionCounters:
         """A copy of the counters of one partition (totals since the broker started)."""
