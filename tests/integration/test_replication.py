@@ -302,10 +302,13 @@ def test_a_broker_stopping_cleanly_hands_its_leaderships_off_first(replicated):
 def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(replicated_cluster):
     """The cluster up supervisor restarts a crashed broker within a second, long before the
     master's broker timeout. An async leader's crash costs it the tail still in its cache,
-    which its follower holds (acks=all): it must not lead the follower back over it."""
-    # Blocks stay in the cache for a minute. A broker timeout of a minute too: the restart
-    # alone must move the leadership (under a loaded test run a restart once took longer
-    # than the default 6 s, and the timeout elected the heir first).
+    which its follower holds (acks=all): it must not lead the follower back over it.
+
+    The restart's registration must be what moves the leadership. Two other paths would get
+    there first when a restart is slow (a loaded run took seconds): the broker timeout (a
+    minute here) and the follower reporting its leader unreachable (master/brokers.py
+    suspects), so the follower is paused (SIGSTOP) until the restarted broker registered."""
+    # Blocks stay in the cache for a minute.
     cluster = replicated_cluster(2, master_settings={"broker_timeout_ms": 60_000},
                                  store={"cache_flush_interval_ms": 60_000})
     with AdminClient(cluster.master_addresses) as admin:
@@ -316,15 +319,19 @@ def test_a_leader_restarted_after_a_crash_leads_nothing_until_it_caught_up(repli
             acked = [producer.send("crash", b"r%d" % i, partition=0) for i in range(30)]
             producer.flush()
             assert [f.result(10).offset for f in acked] == list(range(30))
-        cluster.brokers[old].kill()  # the 30 records were only in its cache block
-        cluster.start_broker(old)  # back at once, with a new incarnation
-        deadline = time.monotonic() + 30
-        while admin.describe_topic("crash").partitions[0].broker_id != heir \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
-        now = admin.describe_topic("crash").partitions[0]
-        assert (now.broker_id, now.leader_epoch) == (heir, 2)
-        # Moved when it registered again, not by the broker timeout.
+        cluster.brokers[heir].signal(signal.SIGSTOP)  # reports nothing while paused
+        try:
+            cluster.brokers[old].kill()  # the 30 records were only in its cache block
+            cluster.start_broker(old)  # back at once, with a new incarnation
+            deadline = time.monotonic() + 30
+            while admin.describe_topic("crash").partitions[0].broker_id != heir \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            now = admin.describe_topic("crash").partitions[0]
+            assert (now.broker_id, now.leader_epoch) == (heir, 2)
+        finally:
+            cluster.brokers[heir].signal(signal.SIGCONT)
+        # Moved when it registered again, not by the broker timeout or a follower's report.
         assert [e.action for e in admin.audit_log(limit=20)
                 if e.action in ("broker_restarted", "elect_leaders")] == ["broker_restarted"]
         with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as consumer:
