@@ -82,9 +82,12 @@ def test_two_local_workers_under_a_locust_master(cluster, tmp_path):
     accounting = _check(summary)
     assert len(list((folder / "ledger").glob("ledger-*.npz"))) == 2  # one per worker
     # Locust's figures are the master's, whatever order the workers quit in: forked workers
-    # once wrote their own empty --json-file over the master's.
+    # once wrote their own empty --json-file over the master's. The ledger is exact; Locust's
+    # count may miss each user's last task (a worker's last stats report can reach the master
+    # after it summed up: 99 of 100 once in CI), never more.
     sends = summary["locust"]["send x50"]
-    assert sends["requests"] * 50 == accounting["acknowledged"], (sends, accounting)
+    assert 0 <= accounting["acknowledged"] - sends["requests"] * 50 <= 2 * 50, \
+        (sends, accounting)
 
 
 def test_portal_scenario_logs_in_and_reads_pages(cluster, portal, tmp_path):
