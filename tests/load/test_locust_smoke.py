@@ -83,11 +83,10 @@ def test_two_local_workers_under_a_locust_master(cluster, tmp_path):
     assert len(list((folder / "ledger").glob("ledger-*.npz"))) == 2  # one per worker
     # Locust's figures are the master's, whatever order the workers quit in: forked workers
     # once wrote their own empty --json-file over the master's. The ledger is exact; Locust's
-    # count may miss each user's last task (a worker's last stats report can reach the master
-    # after it summed up: 99 of 100 once in CI), never more.
+    # count may miss what a worker did after its last stats report reached the master (99 of
+    # 100 tasks once in CI, 89 of 113 once under load), never count more.
     sends = summary["locust"]["send x50"]
-    assert 0 <= accounting["acknowledged"] - sends["requests"] * 50 <= 2 * 50, \
-        (sends, accounting)
+    assert 0 < sends["requests"] * 50 <= accounting["acknowledged"], (sends, accounting)
 
 
 def test_portal_scenario_logs_in_and_reads_pages(cluster, portal, tmp_path):
