@@ -84,14 +84,14 @@ class BrokerMetrics(ProcessMetrics):
 
     def produced(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         with self._lock:
-            c = self._parts.get((topic, partition)) or self._counters(topic, partition)
+            c = self._counters(topic, partition)
             c.bytes_in += nbytes
             c.messages_in += messages
 
     def served(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         if messages:
             with self._lock:
-                c = self._parts.get((topic, partition)) or self._counters(topic, partition)
+                c = self._counters(topic, partition)
                 c.bytes_out += nbytes
                 c.messages_out += messages
 

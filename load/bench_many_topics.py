@@ -121,14 +121,14 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                 wait_served(producer, [TOPIC.format(i) for i in range(count)])
                 before = process_figures(broker.pid)
                 result = produce(producer, count, messages, size, min(run_len, messages))
-                files_in(broker.data_dir, count)
+                files = files_in(broker.data_dir, count)
                 after = process_figures(broker.pid)
                 phases.append({
                     "topics": count, **result, "create_topics_s": created_s,
                     "broker_cpu_s": round(after["cpu_s"] - before["cpu_s"], 2),
                     "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],
                     "broker_data_fds": data_fds(broker.pid, broker.data_dir),
-                    **files_in(broker.data_dir, 0)})
+                    **files})
     finally:
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)  # 1,000 topics' files

@@ -161,7 +161,7 @@ def test_every_admin_change_is_audited_with_principal_and_peer(m):
     ignored."""
     m.register(1)
     # Password hashing and logins take seconds on a loaded machine: broker 1 stays alive
-    # (beyond the 1.2 s broker timeout) so that alter_topic has a broker to place on.
+    # (beyond the made-up brokers' timeout) so that alter_topic has a broker to place on.
     alive = Repeater(lambda: m.heartbeat(1), 0.2)
     try:
         with AdminClient(m.proc.address) as admin:
