@@ -49,6 +49,7 @@ from broker.topics import TopicManager
 from lib.errors import (
     Fenced,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     OffsetOutOfRange,
     RequestTimedOut,
     TubeqError,
@@ -167,14 +168,38 @@ class ReplicaLeader:
 
     async def replicated(self, topic: str, partition: int, end: int, timeout: float) -> None:
         """Return once every in-sync replica holds the offsets below ``end`` (the high
-        watermark reached it); RequestTimedOut after ``timeout`` seconds (the records stay
-        stored: an idempotent producer's retry is answered with the same offsets)."""
+        watermark reached it) and those are at least min_insync_replicas copies;
+        RequestTimedOut after ``timeout`` seconds (the records stay stored: an idempotent
+        producer's retry is answered with the same offsets).
+
+        The high watermark also moves when the ISR shrinks (dead followers leave it), so
+        reaching ``end`` alone may mean one copy: then NotEnoughReplicasAfterAppend, never
+        success (Kafka's answer to the same case). The wait looks again every 0.5 s: an ISR
+        recorded through a heartbeat does not signal the topic."""
         def missing() -> str:
             hw = self.high_watermark(topic, partition)
-            return "" if hw is None or hw >= end else \
-                f"acks=all: {topic}/{partition} up to offset {end - 1}"
+            if hw is not None and hw < end:
+                return f"acks=all: {topic}/{partition} up to offset {end - 1}"
+            self._check_copies(topic, partition, end)
+            return ""
 
-        await self._until(topic, missing, timeout, partition=partition)
+        await self._until(topic, missing, timeout, recheck_s=0.5, partition=partition)
+
+    def _check_copies(self, topic: str, partition: int, end: int) -> None:
+        """The records below ``end`` reached the high watermark: refuse the acknowledgement
+        when the ISR that holds them is below the topic's min_insync_replicas."""
+        role = self.topics.role(topic, partition)
+        if role is None or not role.replicated:
+            return
+        need = self.topics.topic(topic).spec.min_insync_replicas
+        if len(role.isr) < need:
+            raise NotEnoughReplicasAfterAppend(
+                f"acks=all not acknowledged for {topic}/{partition} up to offset {end - 1}: "
+                f"stored by the leader, but the in-sync replicas fell to {len(role.isr)} "
+                f"{list(role.isr)} while it waited, the topic needs {need} "
+                f"(min_insync_replicas); it may still appear to consumers, retry with an "
+                f"idempotent producer", topic=topic, partition=partition,
+                isr=len(role.isr), needed=need)
 
     async def offsets_replicated(self, topic: str, partitions: list[int],
                                  timeout: float) -> None:

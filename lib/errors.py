@@ -150,6 +150,16 @@ class NotEnoughReplicas(TubeqError):
     retriable = True
 
 
+class NotEnoughReplicasAfterAppend(NotEnoughReplicas):
+    """acks=all not acknowledged: the leader stored the records, but the ISR fell below the
+    topic's min_insync_replicas while they waited for it (Kafka's
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND). They are on fewer copies than the topic needs and may
+    still appear to consumers; retry with an idempotent producer (the retry is answered
+    with the same offsets, never stored twice)."""
+
+    code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+
+
 class NotEnoughBrokers(TubeqError):
     """No live broker can take the partitions (placement needs at least one that is not
     draining)."""

@@ -36,6 +36,7 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.StorageError: grpc.StatusCode.INTERNAL,
     e.Unavailable: grpc.StatusCode.UNAVAILABLE,
     e.RequestTimedOut: grpc.StatusCode.DEADLINE_EXCEEDED,
+    e.NotEnoughReplicasAfterAppend: grpc.StatusCode.UNAVAILABLE,
     e.NotEnoughReplicas: grpc.StatusCode.UNAVAILABLE,
     e.UnknownTopic: grpc.StatusCode.NOT_FOUND,
     e.UnknownBroker: grpc.StatusCode.NOT_FOUND,
