@@ -15,6 +15,7 @@ changed: a new leader knows which micro-batches its partitions hold.
 """
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Iterable
@@ -24,9 +25,13 @@ from broker.claims import ClaimTable
 from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange
+from lib.logs import event
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
 from storage.offsets import CommittedOffset, OffsetStore, SinkMark
+from storage.store import Store
+
+log = logging.getLogger(__name__)
 
 MAX_REPORTED = 500  # (group, topic) pairs per heartbeat: bounds its size after a restart
 
@@ -64,6 +69,27 @@ class OffsetsPlane:
         self._reported: set[tuple[str, str]] = set()
         self.incarnation = random.randrange(1, 1 << 62)  # versions of another process differ
         self._versions: dict[tuple[str, int], _Versions] = {}
+        # Offsets committed before this process started, checked against each partition's
+        # recovered log end when its store opens (then forgotten).
+        self._unchecked = store.by_partition()
+        topics.on_store_opened(self._clamp_past_end)
+
+    def _clamp_past_end(self, topic: str, store: Store) -> None:
+        """Bring committed offsets past a partition's recovered log end back to it.
+
+        A power cut can take the unsynced tail of an ``async`` partition while a group's
+        commit past those records (in LMDB, synced) survives. Left there, the offsets the
+        lost records had are taken again by new records, and the group would skip them once
+        the log grows past its commit. The store is not serving yet, so the group resumes
+        exactly at the log end: the loss is the lost records, logged here, nothing more."""
+        with self._lock:
+            for p in store.partitions:
+                end = store.latest(p)
+                for group, c in self._unchecked.pop((topic, p), {}).items():
+                    if c.offset > end:
+                        self.store.commit(group, topic, {p: (end, c.metadata)})
+                        event(log, "offsets.past_log_end", logging.WARNING, group=group,
+                              topic=topic, partition=p, committed=c.offset, log_end=end)
 
     def commit(self, req: pb.CommitOffsetsRequest) -> pb.CommitOffsetsResponse:
         group = check_name(req.group, "group")

@@ -27,7 +27,7 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -208,6 +208,12 @@ class TopicManager:
         self._dropped: list[str] = []
         self._leaving: list[_Leaving] = []
         self._removed: list[tuple[str, int]] = []
+        self._on_open: list[Callable[[str, Store], None]] = []
+
+    def on_store_opened(self, check: Callable[[str, Store], None]) -> None:
+        """Call ``check(topic, store)`` for every store opened (recovered) from now on,
+        before it serves anything."""
+        self._on_open.append(check)
 
     # ------------------------------------------------------------------ lookups (hot path)
 
@@ -408,8 +414,11 @@ class TopicManager:
                 # down: the store opens them too, and they leave it as any copy does.
                 parts += [q for q in partition_dirs(d) if q % stores == sid and q not in hosted]
                 slot = self.checkpoints.slot(t.name, t.spec.topic_id, sid, d)
-                t.stores[sid] = Store(self.root, t.name, sid, parts, t.config, self.space,
-                                      checkpoint=slot)
+                opened = Store(self.root, t.name, sid, parts, t.config, self.space,
+                               checkpoint=slot)
+                for check in self._on_open:
+                    check(t.name, opened)
+                t.stores[sid] = opened
             elif p not in store.partitions:
                 store.add_partition(p)
 

@@ -151,6 +151,18 @@ class OffsetStore:
                     pairs.add((group.decode(), topic.decode()))
         return pairs
 
+    def by_partition(self) -> dict[tuple[str, int], dict[str, CommittedOffset]]:
+        """Every committed offset here, by (topic, partition) then group: one scan, for the
+        check of a broker's recovered stores against them (broker/offsets.py)."""
+        out: dict[tuple[str, int], dict[str, CommittedOffset]] = {}
+        with self._read() as txn:
+            for key, raw in txn.cursor():
+                if not key.startswith(b"\x01"):
+                    group, topic, part = bytes(key).split(b"\x00", 2)
+                    where = (topic.decode(), _PART.unpack(part)[0])
+                    out.setdefault(where, {})[group.decode()] = _decode(raw)
+        return out
+
     def delete(self, group: str, topic: str | None = None) -> int:
         """Forget a group's offsets (for one topic or all); returns how many were removed."""
         prefix = _prefix(group, topic)

@@ -68,3 +68,14 @@ def test_offsets_survive_reopen_and_closed_store_refuses(tmp_path):
     again = OffsetStore(tmp_path / "o", map_size=1 << 24)
     assert again.fetch("g", "t")[3].offset == 42
     again.close()
+
+
+def test_by_partition_lists_every_groups_offsets_and_no_sink_records(offsets):
+    offsets.commit("g1", "t", {0: 5, 1: (7, b"m")})
+    offsets.commit("g2", "t", {0: 3})
+    offsets.commit("g2", "u", {2: 9})
+    offsets.commit_sink("sink", 4, {})
+    got = {where: {g: c.offset for g, c in groups.items()}
+           for where, groups in offsets.by_partition().items()}
+    assert got == {("t", 0): {"g1": 5, "g2": 3}, ("t", 1): {"g1": 7}, ("u", 2): {"g2": 9}}
+    assert offsets.by_partition()[("t", 1)]["g1"].metadata == b"m"
