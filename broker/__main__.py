@@ -1,7 +1,8 @@
 """``python -m broker``: run one broker until SIGTERM/SIGINT.
 
 Writes ``<data_dir>/ready.json`` (role, broker_id, address, metrics) once the gRPC server
-listens; registration with the master may still be in progress then.
+listens; registration with the master may still be in progress then. A data dir that group
+or others can read is refused (lib/private_files.py); what the broker writes is 0700/0600.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.memory import keep_freed_memory
+from lib.private_files import enter_data_dir, private_umask
 from lib.process import write_ready
 from lib.tls import add_server_args, server_overrides
 
@@ -41,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_umask()  # nothing this process creates is for other users (lib/private_files.py)
     args = parse_args(argv)
     setup("broker", args.broker_id if args.broker_id is not None else "?", args.log_level)
     keep_freed_memory()  # requests and cache blocks reuse pages (lib/memory.py)
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                       metrics_port=args.metrics_port, advertised_address=args.advertised_address,
                       rack=args.rack,
                       auth=args.auth, **server_overrides(args))
+        enter_data_dir(config.data_dir, config.data_dir_group_access)
         broker = Broker(config).start()
     except TubeqError as err:
         event(log, "broker.start_failed", logging.ERROR, error=err.message)

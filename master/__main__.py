@@ -3,6 +3,8 @@
 Writes ``<data_dir>/ready.json`` (role, address, metrics, epoch, raft) once the gRPC server
 listens (a standby is ready too: it answers with NotLeader). The Raft password comes from the
 config's ``raft_password`` or $TUBEQ_RAFT_PASSWORD, never from the command line (``ps``).
+The data dir holds the token signing keys: a master refuses one that group or others can read
+(lib/private_files.py) and creates what it writes there 0700/0600.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from lib.auth.server import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
+from lib.private_files import enter_data_dir, private_umask
 from lib.process import write_ready
 from lib.tls import add_server_args, server_overrides
 from master.config import load
@@ -46,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_umask()  # nothing this process creates is for other users (lib/private_files.py)
     args = parse_args(argv)
     setup("master", Path(args.data_dir).name if args.data_dir else "?", args.log_level)
     try:
@@ -54,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                       raft_peers=args.raft_peers, auth=args.auth,
                       admin_password_file=args.admin_password_file,
                       replication_preview=args.replication_preview, **server_overrides(args))
+        enter_data_dir(config.data_dir, config.data_dir_group_access)
         master = Master(config).start()
     except TubeqError as err:
         event(log, "master.start_failed", logging.ERROR, error=err.message)

@@ -25,6 +25,9 @@ class MasterConfig:
     """Everything :class:`master.server.Master` needs."""
 
     data_dir: str = ""
+    # The data dir and its files readable by the owner's group too (0750/0640, PostgreSQL's
+    # --allow-group-access); else the owner's alone (0700/0600); never others (private_files.py)
+    data_dir_group_access: bool = False
     host: str = "127.0.0.1"
     port: int = 8715
     metrics_port: int = 0  # 0: any free port; -1: no metrics endpoint

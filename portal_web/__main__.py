@@ -8,6 +8,7 @@ import tomllib
 from lib.config import build
 from lib.errors import ConfigError
 from lib.logs import setup
+from lib.private_files import enter_data_dir, private_umask
 from portal_web.config import PortalConfig
 from portal_web.server import serve
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--monitor-credentials-file",
                         help="the portal's own credentials for sampling the charts")
     parser.add_argument("--log-level", default="INFO")
+    private_umask()  # nothing this process creates is for other users (lib/private_files.py)
     args = parser.parse_args(argv)
     setup("portal", "web", args.log_level)
     try:
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                        port=args.port, data_dir=args.data_dir, tls_cert=args.tls_cert,
                        tls_key=args.tls_key,
                        monitor_credentials_file=args.monitor_credentials_file)
+        enter_data_dir(config.data_dir, config.data_dir_group_access)
     except (ConfigError, OSError, tomllib.TOMLDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

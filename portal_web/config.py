@@ -14,6 +14,7 @@ class PortalConfig:
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port (written to ready.json)
     data_dir: str = "tubeq-data/portal"
+    data_dir_group_access: bool = False  # 0750 instead of 0700 (lib/private_files.py)
     tls_cert: str = ""  # PEM: serve HTTPS (session cookies are then Secure)
     tls_key: str = ""
     session_ttl_s: int = 8 * 3600  # at most the token's life: the master's token_ttl_s

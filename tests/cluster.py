@@ -48,7 +48,9 @@ class ServerProcess:
     def launch(self) -> ServerProcess:
         """Start the process without waiting for it (:meth:`await_ready` waits): a cluster's
         brokers start side by side, as they would on their machines."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # 0700, as the servers make it: they refuse a data dir others can read (and a test's
+        # umask is usually 022)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         clear_ready(self.data_dir)
         log = open(self.data_dir / "log.txt", "ab")  # noqa: SIM115 - owned by the child
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **self.env}

@@ -26,7 +26,7 @@ from lib.auth.client import CLUSTER_UP_MARK, Credentials, user_credentials_path
 from lib.auth.pki import LocalPki
 from lib.auth.server import CLUSTER_SECRET_ENV
 from lib.errors import TubeqError
-from lib.private_files import write_private
+from lib.private_files import own_data_dirs, private_umask, write_private
 from lib.process import READY_FILE, clear_ready, free_ports, wait_ready
 from lib.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 
@@ -62,7 +62,7 @@ class Child:
 
     def spawn(self) -> None:
         """Start the process without waiting for it (see :meth:`ready`)."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         clear_ready(self.data_dir)
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
@@ -301,7 +301,7 @@ def secret_file(data_dir: Path, name: str) -> str:
     data dir, kept in a 0600 file."""
     path = data_dir / name
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_private(path, secrets.token_urlsafe(32))
     return path.read_text().strip()
 
@@ -319,6 +319,7 @@ def run_cluster(plan: ClusterPlan) -> None:
     def on_signal(signum, _frame):
         stop["now"] = True
 
+    check_data_dirs(plan)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
@@ -330,6 +331,18 @@ def run_cluster(plan: ClusterPlan) -> None:
             time.sleep(0.5)
     finally:
         stop_all(plan, children)
+
+
+def check_data_dirs(plan: ClusterPlan) -> None:
+    """The cluster's directory as a server's own (lib/private_files.py), checked with the
+    children's before any starts: this process's umask (which they inherit) makes cluster.json,
+    the logs and the secrets 0600."""
+    private_umask()
+    names = [f"master{i}" for i in range(plan.masters)] + ["portal", "tls"]
+    try:
+        own_data_dirs(plan.data_dir, [*names, *(f"broker{b + 1}" for b in range(plan.brokers))])
+    except TubeqError as err:
+        raise click.ClickException(err.message) from None
 
 
 def stop_all(plan: ClusterPlan, children: list[Child]) -> None:
