@@ -5,8 +5,9 @@ replicated commands (master/state.py applies them; ``OPS`` lists them), so every
 the same principals and keys and a standby that takes over keeps accepting the tokens its
 predecessor issued. Commands carry hashes, never passwords or API keys: the active master
 hashes before it replicates, so the Raft log holds nothing a login could replay. The signing
-secrets themselves are in the state by design (the issue's "cluster secret held in the
-replicated state"): the Raft port is password-protected and the state files are 0600.
+secrets are in the state by design (every master must sign and verify), sealed with the
+cluster secret (master/sealing.py): a copy of the state, the Raft log or a snapshot signs
+nothing without it.
 
 Reads return copies without hashes or secrets, except the two calls a login or a token check
 needs (:meth:`Principals.password_hash`, :meth:`Principals.api_key`, :meth:`Principals.keyring`).
@@ -14,6 +15,7 @@ needs (:meth:`Principals.password_hash`, :meth:`Principals.api_key`, :meth:`Prin
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict
 from typing import Any
 
@@ -24,7 +26,11 @@ from lib.auth.addresses import IpRule
 from lib.auth.quotas import MAX_ENTRIES as MAX_QUOTAS
 from lib.auth.quotas import Quota
 from lib.errors import InvalidArgument, PrincipalExists, UnknownPrincipal
+from lib.logs import event
 from lib.names import check_name
+from master.sealing import Sealer, is_sealed
+
+log = logging.getLogger(__name__)
 
 KINDS = ("user", "service")  # service accounts log in with API keys only
 MAX_ROLES = 32
@@ -65,10 +71,13 @@ def check_roles(roles: Any) -> list[str]:
 class Principals:
     OPS = ("add_user", "set_password", "set_roles", "delete_user", "create_api_key",
            "revoke_api_key", "add_signing_key", "retire_signing_key", "add_acl", "remove_acl",
-           "set_quota", "remove_quota", "add_ip_rule", "remove_ip_rule")
+           "set_quota", "remove_quota", "add_ip_rule", "remove_ip_rule", "reseal_signing_keys")
 
-    def __init__(self, env: Any, users_db: Any, keys_db: Any, meta_db: Any) -> None:
+    def __init__(self, env: Any, users_db: Any, keys_db: Any, meta_db: Any,
+                 sealer: Sealer | None = None) -> None:
         self._users_db, self._keys_db, self._meta_db = users_db, keys_db, meta_db
+        self._sealer = sealer or Sealer()
+        self._clear: tuple[Any, list[tuple[str, bytes, int]]] = (None, [])
         with env.begin() as txn:
             self._users = {bytes(k).decode(): json.loads(bytes(v))
                            for k, v in txn.cursor(db=users_db)}
@@ -108,20 +117,52 @@ class Principals:
         return None if key is None else dict(key)
 
     def keyring(self) -> dict[str, bytes]:
-        """key id -> secret of every live signing key."""
-        return {k["key_id"]: bytes.fromhex(k["secret"]) for k in self._signing}
+        """key id -> secret of every live signing key this master can unseal."""
+        return {key_id: secret for key_id, secret, _ in self._unsealed()}
 
     def signer(self, now_ms: int | None = None, settle_ms: int = 0) -> tuple[str, bytes] | None:
-        """The key to sign with (None before the first one is added): the newest one that is
-        at least ``settle_ms`` old, so every broker has it (they get keys with their
-        heartbeats) before a token it signed reaches them; the oldest if none is. Without
-        ``now_ms``, the newest."""
-        if not self._signing:
+        """The key to sign with (None before the first one is added, or when none can be
+        unsealed): the newest one that is at least ``settle_ms`` old, so every broker has it
+        (they get keys with their heartbeats) before a token it signed reaches them; the
+        oldest if none is. Without ``now_ms``, the newest."""
+        keys = self._unsealed()
+        if not keys:
             return None
-        settled = [k for k in self._signing
-                   if now_ms is None or k["created_ms"] <= now_ms - settle_ms]
-        key = settled[-1] if settled else self._signing[0]
-        return key["key_id"], bytes.fromhex(key["secret"])
+        settled = [k for k in keys if now_ms is None or k[2] <= now_ms - settle_ms]
+        key_id, secret, _ = settled[-1] if settled else keys[0]
+        return key_id, secret
+
+    def seal(self, key_id: str, secret: bytes) -> str:
+        """What an ``add_signing_key`` command carries for a new key (master/sealing.py)."""
+        return self._sealer.seal(key_id, secret)
+
+    def resealed(self) -> dict[str, str]:
+        """key id -> sealed secret of the keys the state still holds in clear (written before
+        keys were sealed), for a ``reseal_signing_keys`` command; {} when there are none or
+        this master has no cluster secret to seal with."""
+        if not self._sealer.can_seal:
+            return {}
+        return {key_id: self._sealer.seal(key_id, secret) for key_id, secret, _ in
+                self._unsealed() if not is_sealed(self._stored(key_id))}
+
+    def _stored(self, key_id: str) -> str:
+        return next(k["secret"] for k in self._signing if k["key_id"] == key_id)
+
+    def _unsealed(self) -> list[tuple[str, bytes, int]]:
+        """(key id, secret, created_ms) oldest first, unsealed once per change of the keys
+        (tokens are checked against them on every call)."""
+        signing = self._signing
+        if self._clear[0] is not signing:
+            keys = []
+            for k in signing:
+                secret = self._sealer.unseal(k["key_id"], k["secret"])
+                if secret is None:
+                    event(log, "master.signing_key_unreadable", logging.ERROR, key_id=k["key_id"],
+                          reason="sealed with another cluster secret: skipped (rotate it out)")
+                else:
+                    keys.append((k["key_id"], secret, k["created_ms"]))
+            self._clear = (signing, keys)
+        return self._clear[1]
 
     def signing_keys(self) -> list[dict[str, Any]]:
         """[{key_id, created_ms}] oldest first (no secrets)."""
@@ -235,6 +276,17 @@ class Principals:
         if self._signing[-1]["key_id"] == key_id:
             raise InvalidArgument("the newest signing key cannot be retired: add a new one first")
         return self._put_signing(ctx, left, {"key_id": key_id})
+
+    def _reseal_signing_keys(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Replace keys stored in clear by their sealed form (keys retired meanwhile, or
+        sealed already, are left alone)."""
+        sealed = {str(k): str(v) for k, v in dict(cmd["keys"]).items() if is_sealed(str(v))}
+        keys = [{**k, "secret": sealed[k["key_id"]]}
+                if k["key_id"] in sealed and not is_sealed(k["secret"]) else k
+                for k in self._signing]
+        done = sorted(k["key_id"] for k, old in zip(keys, self._signing, strict=True)
+                      if k is not old)
+        return self._put_signing(ctx, keys, {"key_ids": done})
 
     def _add_acl(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         """Add one entry (adding one that exists changes nothing)."""

@@ -7,7 +7,9 @@ user or password" whichever part was wrong, so a caller cannot probe which users
 
 :func:`bootstrap` runs when a master becomes active: a cluster without users gets an ``admin``
 with a generated password, written once to ``<data_dir>/admin-password`` (0600; no default
-password exists anywhere), and a cluster without a signing key gets its first one.
+password exists anywhere), and a cluster without a signing key gets its first one. Keys are
+sealed with the cluster secret before they are replicated (master/sealing.py); keys an older
+master stored in clear are sealed then too.
 """
 from __future__ import annotations
 
@@ -62,10 +64,15 @@ def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir
     password is ``password`` if given (from the operator's file, see
     :func:`read_admin_password`), else generated and written to ``<data_dir>/admin-password``."""
     principals = state.principals
-    if principals.signer() is None:
+    if principals.signer() is None:  # a new cluster, or every key sealed by another secret
         key_id, secret = new_signing_key()
         write({"op": "add_signing_key", "time_ms": wall_ms(), "key_id": key_id,
-               "secret": secret.hex(), "audit": _system("add_signing_key", key_id)})
+               "secret": principals.seal(key_id, secret),
+               "audit": _system("add_signing_key", key_id)})
+    resealed = principals.resealed()
+    if resealed:  # kept in clear by a master from before sealing (master/sealing.py)
+        write({"op": "reseal_signing_keys", "time_ms": wall_ms(), "keys": resealed,
+               "audit": _system("reseal_signing_keys", ",".join(sorted(resealed)))})
     if principals.users():
         return
     made = not password
@@ -295,7 +302,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         now = wall_ms()
         key_id, secret = new_signing_key()
         self.write({"op": "add_signing_key", "time_ms": now, "key_id": key_id,
-                    "secret": secret.hex(),
+                    "secret": self.principals.seal(key_id, secret),
                     "audit": self._audit(context, "rotate_signing_key", key_id)})
         keys = self.principals.signing_keys()
         retired = [old["key_id"] for old, new in pairwise(keys)

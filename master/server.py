@@ -40,6 +40,7 @@ from master.guard import Leadership
 from master.metrics import MasterMetrics
 from master.raft import RaftLog, RaftSettings, resolve_password
 from master.routes import RouteBook
+from master.sealing import Sealer
 from master.state import MetaState
 from master.topic_ops import TopicOps
 
@@ -53,7 +54,7 @@ class Master:
         self.config = config
         c = config
         self.state = MetaState(Path(c.data_dir) / "meta", c.lmdb_map_size, c.tombstones_kept,
-                               c.audit_entries_kept)
+                               c.audit_entries_kept, Sealer(c.resolved_cluster_secret))
         self._wake = threading.Event()
         self.raft = RaftLog(raft_settings(c), self.state, on_role_change=self._wake.set)
         self.metrics = MasterMetrics()
@@ -108,7 +109,8 @@ class Master:
         if self.config.auth == "none":
             announce_auth_off(log)
             return ServerAuth(None)
-        return ServerAuth(Authenticator(self.state.principals.keyring,
+        # through self.state each time: a snapshot install replaces the principals
+        return ServerAuth(Authenticator(lambda: self.state.principals.keyring(),
                                         self.config.resolved_cluster_secret),
                           authorizer=security.acl_authorizer(self.state),
                           refusals=self.refusals, certificates=certificate_identities(self.tls),

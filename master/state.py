@@ -49,6 +49,7 @@ from lib.errors import (
 )
 from master import reassign
 from master.principals import Principals
+from master.sealing import Sealer
 from master.settings import SINGLE_COPY
 
 _SEQ = struct.Struct(">Q")  # big-endian so keys sort by sequence
@@ -120,8 +121,10 @@ class MetaState:
     """Topics, placements, tombstones, groups, audit log, master epoch, brokers ever seen."""
 
     def __init__(self, path: str | Path, map_size: int = 1 << 30, tombstones_kept: int = 1000,
-                 audit_kept: int = 100_000) -> None:
+                 audit_kept: int = 100_000, sealer: Sealer | None = None) -> None:
+        """``sealer``: how the signing keys are sealed in the state (master/sealing.py)."""
         self._path, self._map_size = Path(path), map_size
+        self._sealer = sealer
         self._kept = {"tombstones": tombstones_kept, "audit": audit_kept}
         self._lock = threading.Lock()
         self._open()
@@ -159,7 +162,7 @@ class MetaState:
         self._leader: dict[str, Any] = self._meta("leader") or {}
         self._epoch = int(self._meta("epoch") or 0)
         self.principals = Principals(self._env, self._db["users"], self._db["api_keys"],
-                                     self._db["meta"])
+                                     self._db["meta"], self._sealer)
 
     def _meta(self, key: str) -> Any:
         with self._env.begin(db=self._db["meta"]) as txn:
