@@ -164,3 +164,42 @@ def test_without_group_access_a_group_readable_dir_is_refused(tmp_path):
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0
     assert "data_dir_group_access = true" in refused.stderr, refused.stderr
+
+
+def test_cluster_up_refuses_open_dirs_naming_each_before_it_starts_anything(tmp_path):
+    """A dir made by an older tubeq (0755 everywhere): one line per open dir, exit 1, no child
+    started (nothing new in the dirs)."""
+    data = tmp_path / "data"
+    for d in (data, data / "master0", data / "broker1"):
+        d.mkdir(mode=0o755)
+        d.chmod(0o755)
+    up = [sys.executable, "-m", "lib.cli", "cluster", "up", "--data-dir", str(data),
+          "--master-port", "0", "--broker-port", "0", "--no-portal", "--masters", "1",
+          "--brokers", "1"]
+    code, err = _refused_cluster_up(up)
+    assert code == 1 and f"chmod 700 {data} fixes it" in err, err
+    data.chmod(0o700)
+    code, err = _refused_cluster_up(up)
+    assert code == 1, err
+    for child in ("master0", "broker1"):
+        assert f"chmod 700 {data / child} fixes it" in err, err
+    assert sorted(p.name for p in data.iterdir()) == ["broker1", "master0"]
+    assert list((data / "master0").iterdir()) == list((data / "broker1").iterdir()) == []
+
+
+def _refused_cluster_up(argv: list[str]) -> tuple[int, str]:
+    """(exit code, stderr) of a ``cluster up`` expected to refuse at once; one that starts a
+    cluster instead is stopped (SIGINT: it stops its children) and fails the test."""
+    proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, umask=SHELL_UMASK)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        pytest.fail("cluster up started on open data dirs")
+    return proc.returncode, err
