@@ -42,6 +42,7 @@ def small_disk_cluster(tmp_path):
                       "cache_block_bytes = 2097152\nmax_batch_bytes = 1048576\n"
                       "cache_flush_interval_ms = 3000\n"
                       "unflush_interval_ms = 3000\n")
+    topics_dir.parent.mkdir(mode=0o700, parents=True)  # the data dir: the broker's own
     with tiny_fs(topics_dir, 32 * MiB):
         cluster = Cluster(root, broker_args=["--config", str(config)])
         try:
