@@ -90,7 +90,7 @@ def test_cluster_up_keeps_every_directory_and_file_to_its_owner(tmp_path):
     assert not open_to_others
 
 
-@pytest.mark.parametrize("role", ["master", "broker"])
+@pytest.mark.parametrize("role", ["master", "broker", "portal_web"])
 def test_server_refuses_a_data_dir_others_can_read(tmp_path, role):
     """The issue's reproduction: a 0755 data dir (as ``mkdir`` makes it under umask 022). The
     server exits non-zero with one line naming the dir, its mode and the chmod, and writes
@@ -98,9 +98,10 @@ def test_server_refuses_a_data_dir_others_can_read(tmp_path, role):
     d = tmp_path / role
     d.mkdir(mode=0o755)
     d.chmod(0o755)
-    args = (["--port", "0", "--metrics-port", "-1"] if role == "master" else
-            ["--broker-id", "1", "--masters", "127.0.0.1:1", "--port", "0",
-             "--metrics-port", "-1"])
+    args = {"master": ["--port", "0", "--metrics-port", "-1"],
+            "broker": ["--broker-id", "1", "--masters", "127.0.0.1:1", "--port", "0",
+                       "--metrics-port", "-1"],
+            "portal_web": ["--masters", "127.0.0.1:1", "--port", "0"]}[role]
     try:
         done = subprocess.run([sys.executable, "-m", role, "--data-dir", str(d), *args],
                               cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -109,9 +110,9 @@ def test_server_refuses_a_data_dir_others_can_read(tmp_path, role):
     except subprocess.TimeoutExpired:  # (run() has killed it)
         pytest.fail(f"{role} started on a 0755 data dir")
     assert done.returncode != 0
-    lines = [line for line in done.stderr.splitlines() if "start_failed" in line]
+    lines = [line for line in done.stderr.splitlines() if "data directory" in line]
     assert len(lines) == 1, done.stderr
-    error = json.loads(lines[0])["error"]
+    error = lines[0] if role == "portal_web" else json.loads(lines[0])["error"]
     assert f"data directory {d} has mode 0755" in error and f"chmod 700 {d}" in error, error
     assert list(d.iterdir()) == []
 
