@@ -17,11 +17,13 @@ def openapi():
 
 @bp.get("/whoami")
 def whoami():
-    session = g.get("session")
+    session, caller = g.get("session"), g.get("caller")
     if session is None:
-        return jsonify({"principal": None, "roles": None, "via": "api credential"})
+        return jsonify({"principal": caller.principal, "roles": list(caller.roles),
+                        "via": caller.via, "expires_ms": int(caller.expires_at * 1000)})
     return jsonify({"principal": session.user, "roles": list(session.roles),
-                    "via": "session", "csrf_token": session.csrf})
+                    "via": "session", "csrf_token": session.csrf,
+                    "expires_ms": int(session.expires_at * 1000)})
 
 
 @bp.get("/overview")

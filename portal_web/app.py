@@ -22,6 +22,7 @@ from portal_web.charts import line_chart
 from portal_web.config import PortalConfig
 from portal_web.context import SESSION_COOKIE, ClientMaker, Portal, client_factory, portal
 from portal_web.errors import PortalError, as_json, describe
+from portal_web.links import back_link
 
 log = logging.getLogger(__name__)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -80,15 +81,13 @@ def wants_json() -> bool:
 
 def _identify():
     """Who calls; refuse the unidentified and a state change without the CSRF token."""
-    g.session, g.client = None, None
+    g.session, g.caller, g.client = None, None, None
     if request.endpoint in auth.OPEN_ENDPOINTS or request.endpoint == "static":
         return None
     header = request.headers.get("Authorization", "")
     if header and wants_json():
-        g.client = portal().api_clients.for_header(header)
-        if g.client is None:
-            raise PortalError(401, "UNAUTHENTICATED", "Authorization must be 'Bearer <token>' "
-                              "or 'ApiKey <key>'")
+        g.caller = portal().api_clients.for_header(header)  # verified: Unauthenticated (401)
+        g.client = g.caller.client
         return None
     session = portal().sessions.get(request.cookies.get(SESSION_COOKIE, ""))
     if session is None:
@@ -121,10 +120,16 @@ def _error(exc: Exception):
     if isinstance(exc, HTTPException):
         status, code, message = exc.code or 500, exc.name.upper().replace(" ", "_"), \
             exc.description or exc.name
+        if status == 413:
+            message = f"the request body is larger than the {MAX_REQUEST_BYTES} bytes the " \
+                "portal takes"
     else:
         status, code, message = describe(exc)
         if status == 500 and not isinstance(exc, TubeqError | PortalError):
             log.exception("portal.internal_error")
     if wants_json():
         return jsonify(as_json(status, code, message)), status
-    return render_template("error.html", status=status, code=code, message=message), status
+    # A real link, not javascript:history.back(): the portal's own CSP blocks javascript: URLs.
+    back = back_link(request.referrer, request.host, request.full_path.rstrip("?"))
+    return render_template("error.html", status=status, code=code, message=message,
+                           back=back), status

@@ -7,7 +7,9 @@ import secrets
 from flask import Blueprint, g, jsonify, make_response, redirect, render_template, request, url_for
 
 from lib.errors import Unauthenticated
-from portal_web.context import SESSION_COOKIE, portal
+from portal_web.context import SESSION_COOKIE, json_body, portal
+from portal_web.errors import PortalError
+from portal_web.links import local_or_home
 
 bp = Blueprint("auth", __name__)
 OPEN_ENDPOINTS = frozenset({"auth.login", "auth.login_submit", "auth.api_login", "api.openapi"})
@@ -16,13 +18,6 @@ LOGIN_COOKIE = "tubeq_login"  # double-submit token of the login form (no sessio
 
 def _cookie_flags() -> dict:
     return {"httponly": True, "samesite": "Strict", "secure": portal().config.tls, "path": "/"}
-
-
-def _local(target: str | None) -> str:
-    """``target`` if it is a path on this site, else the dashboard (no open redirect)."""
-    if target and target.startswith("/") and not target.startswith(("//", "/\\")):
-        return target
-    return url_for("pages.dashboard")
 
 
 def _login_token() -> str:
@@ -57,7 +52,7 @@ def login_submit():
     except Unauthenticated as err:
         return _login_again(err.message, target, 401)
     session = portal().sessions.open(result)
-    response = make_response(redirect(_local(target)))
+    response = make_response(redirect(local_or_home(target)))
     response.set_cookie(SESSION_COOKIE, session.sid,
                         max_age=int(portal().config.session_ttl_s), **_cookie_flags())
     response.delete_cookie(LOGIN_COOKIE, path="/")
@@ -83,9 +78,17 @@ def logout():
 @bp.post("/api/v1/login")
 def api_login():
     """A tubeq token for API calls (``Authorization: Bearer <token>``): no cookie is set."""
-    body = request.get_json(silent=True) or {}
-    result = portal().public.login(user=str(body.get("user", "")),
-                                   password=str(body.get("password", "")),
-                                   api_key=str(body.get("api_key", "")))
+    body = json_body()
+    result = portal().public.login(user=_string(body, "user"),
+                                   password=_string(body, "password"),
+                                   api_key=_string(body, "api_key"))
     return jsonify({"token": result.token, "expires_ms": result.expires_ms,
                     "principal": result.principal, "roles": list(result.roles)})
+
+
+def _string(body: dict, name: str) -> str:
+    value = body.get(name, "")
+    if not isinstance(value, str):
+        raise PortalError(400, "INVALID_ARGUMENT", f"{name} must be a string, got "
+                          f"{type(value).__name__}")
+    return value
