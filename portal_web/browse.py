@@ -38,8 +38,8 @@ KEY_PREVIEW, HEADER_PREVIEW = 512, 256
 
 @dataclass
 class PartitionScan:
-    start: int
-    pos: int  # everything in [start, pos) was examined
+    start: int  # everything in [start, pos) was examined (newest first: start moves down)
+    pos: int
     nbytes: int = 0
     stopped: str = "end"  # end, limit, bytes, offsets
     matches: deque[Record] = field(default_factory=deque)
@@ -49,14 +49,9 @@ class PartitionScan:
 
 
 def scan_partition(reader: MessageReader, topic: str, partition: int, start: int, end: int,
-                   filt: Filters, want: int, max_bytes: int, max_offsets: int,
-                   newest: bool = False) -> PartitionScan:
-    """Read [start, end) forward until ``want`` matches, ``end``, or a budget runs out; with
-    ``newest``, read on to ``end`` (or the budget) keeping the last ``want`` matches."""
+                   filt: Filters, want: int, max_bytes: int, max_offsets: int) -> PartitionScan:
+    """Read [start, end) forward until ``want`` matches, ``end``, or a budget runs out."""
     s = PartitionScan(start, start)
-    if newest:
-        s.matches = deque(maxlen=want)
-        want = MAX_OFFSET
     while s.pos < end:
         if s.nbytes >= max_bytes:
             s.stopped = "bytes"
@@ -79,13 +74,63 @@ def scan_partition(reader: MessageReader, topic: str, partition: int, start: int
     return s
 
 
+def scan_newest(reader: MessageReader, topic: str, partition: int, low: int, end: int,
+                filt: Filters, want: int, max_bytes: int, max_offsets: int) -> PartitionScan:
+    """The last ``want`` matches of [low, end), read backwards from ``end`` in windows (each
+    read forwards, as the brokers serve). Only whole windows count, so what was examined is
+    always [start, end) and "next" (below ``start``, or below the oldest match shown) skips
+    nothing. The first window is one offset, which one read always brings whatever its size;
+    the next ones are sized from the bytes per offset seen so far to fit the budget."""
+    s = PartitionScan(end, end)
+    window = 1
+    while s.start > low and len(s.matches) < want:
+        if s.nbytes >= max_bytes or end - s.start >= max_offsets:
+            s.stopped = "bytes" if s.nbytes >= max_bytes else "offsets"
+            break
+        first = max(low, s.start - window, end - max_offsets)
+        found, nbytes, whole = _read_window(reader, topic, partition, first, s.start, filt,
+                                            max_bytes - s.nbytes)
+        s.nbytes += nbytes
+        if not whole:
+            s.stopped = "bytes"
+            break
+        s.matches.extendleft(reversed(found))
+        s.start = first
+        per_offset = max(1.0, s.nbytes / (end - s.start))
+        fit = int((max_bytes - s.nbytes) / per_offset)
+        window = max(1, min(fit, max(want - len(s.matches), 2 * window)))
+    while len(s.matches) > want:  # a window brought more than needed: keep the newest
+        s.start = s.matches.popleft().offset + 1
+    if len(s.matches) >= want and s.start > low:
+        s.stopped = "limit"
+    return s
+
+
+def _read_window(reader: MessageReader, topic: str, partition: int, first: int, stop: int,
+                 filt: Filters, budget: int) -> tuple[list[Record], int, bool]:
+    """Matches of [first, stop), bytes read, and whether the whole window was read before
+    ``budget`` ran out (its first read always happens)."""
+    pos, nbytes, found = first, 0, []
+    while pos < stop:
+        if nbytes >= budget and pos > first:
+            return found, nbytes, False
+        got = reader.read(topic, partition, pos, stop, max(1, min(CHUNK_BYTES, budget - nbytes)))
+        nbytes += got.nbytes
+        found.extend(r for r in got.records if filt.matches(r))
+        if got.next_offset <= pos:
+            break  # nothing more to read (the partition ends before ``stop``)
+        pos = got.next_offset
+    return found, nbytes, True
+
+
 def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
     """Scan every range of ``made`` and show the first ``limit`` matches: by offset within a
     partition, by time across partitions (newest first in newest mode)."""
     n = max(1, len(made.ranges))
-    scans = {p: scan_partition(reader, made.topic, p, start, end, made.filters, made.limit,
-                               max(1, made.scan_bytes // n), max(1, MAX_SCAN_OFFSETS // n),
-                               made.newest_first)
+    budget = (made.filters, made.limit, max(1, made.scan_bytes // n),
+              max(1, MAX_SCAN_OFFSETS // n))
+    read = scan_newest if made.newest_first else scan_partition
+    scans = {p: read(reader, made.topic, p, start, end, *budget)
              for p, (start, end) in made.ranges.items() if start < end}
     # A merge of each partition's matches in offset order (by their heads' timestamps), not a
     # sort: what a page shows of a partition is then a prefix (newest first: a suffix) of its
@@ -97,12 +142,18 @@ def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
     shown_records, rest = matches[:made.limit], matches[made.limit:]
     cursors = {}
     for p, s in scans.items():
-        # Newest first: what did not fit is older than what is shown; "next" goes on from
-        # where the scan stopped. Otherwise from the first match not shown.
-        resume = s.pos if made.newest_first else \
-            min((r.offset for r in rest if r.partition == p), default=s.pos)
-        if resume < made.ranges[p][1]:
-            cursors[p] = resume
+        # What a page shows of a partition is its newest (oldest) matches, so "next" goes on
+        # below (above) them: newest first, from the newest match not shown, else from below
+        # what was examined; otherwise from the first match not shown, else where it stopped.
+        unshown = [r.offset for r in rest if r.partition == p]
+        if made.newest_first:
+            resume = max(unshown) + 1 if unshown else s.start
+            if resume > made.ranges[p][0]:
+                cursors[p] = resume
+        else:
+            resume = min(unshown, default=s.pos)
+            if resume < made.ranges[p][1]:
+                cursors[p] = resume
     reasons = {s.stopped for p, s in scans.items() if p in cursors and s.stopped != "end"}
     if rest:
         reasons.add("limit")

@@ -2,13 +2,14 @@
 a range [start, end) of offsets, the filters, and how many records to show. Bad input is a 400
 naming the field and its limits.
 
-- ``mode=newest`` (default): the newest ``limit`` offsets of each partition (or of
-  ``partition``), shown newest first;
+- ``mode=newest`` (default): the newest ``limit`` matching records of every partition (or of
+  ``partition``), shown newest first; "next" walks back to the oldest;
 - ``mode=range``: ``partition`` (required), ``from`` (default earliest) .. ``to`` (exclusive,
   default latest);
 - ``mode=time``: from the first offset at or after ``time`` (epoch ms or ISO 8601) to latest,
   in every partition or ``partition``;
-- ``cursor=p:offset,...`` (the "next" link) continues where a scan stopped, in any mode.
+- ``cursor=p:offset,...`` (the "next" link) continues where a scan stopped, in any mode: from
+  each offset on, or in newest mode below each offset (partitions it does not name are done).
 
 Filters: ``key`` (exact, or a substring with ``key_match=substring``), ``tag`` (exact),
 ``value`` (a substring of the value's bytes); ``format`` (auto, text, json, hex) says how
@@ -151,9 +152,11 @@ def plan(topic: str, args: Mapping[str, Any], bounds: dict[int, OffsetBounds]) -
                       "date-time such as 2024-05-01T12:00:00Z")
         made.ranges = {p: (bounds[p].for_time, bounds[p].latest) for p in parts}
     else:
-        made.ranges = {p: (max(bounds[p].earliest, bounds[p].latest - limit), bounds[p].latest)
-                       for p in parts}
-    if cursor:
+        made.ranges = {p: (bounds[p].earliest, bounds[p].latest) for p in parts}
+    if cursor and made.newest_first:
+        ends = parse_cursor(cursor, bounds)
+        made.ranges = {p: (bounds[p].earliest, end) for p, end in ends.items()}
+    elif cursor:
         starts = parse_cursor(cursor, bounds)
         made.ranges = {p: (starts[p], end) for p, end in
                        ((p, made.ranges.get(p, (0, bounds[p].latest))[1]) for p in starts)}

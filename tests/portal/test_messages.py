@@ -67,7 +67,9 @@ def test_newest_n_of_a_partition_come_newest_first(admin_client, seeded):
     view = browse(admin_client, partition=0, limit=3)
     assert where(view) == [(0, 23), (0, 22), (0, 21)]
     assert view["records"][0]["value"]["text"] == "bulk value 19"
-    assert view["next"] is None and view["scan"]["offsets"] == 3
+    assert view["next"] == "0:21" and view["scan"]["offsets"] == 3
+    older = browse(admin_client, partition=0, limit=3, cursor=view["next"])
+    assert where(older) == [(0, 20), (0, 19), (0, 18)] and older["next"] == "0:18"
     assert view["partitions"] == [{"partition": 0, "earliest": 0, "latest": 24, "messages": 24},
                                   {"partition": 1, "earliest": 0, "latest": 3, "messages": 3}]
 
@@ -326,3 +328,61 @@ def test_the_message_reader_reads_offsets_and_records_as_its_user(cluster, seede
         assert vera.offsets(TOPIC)[0].latest == 24  # describe is enough for offsets
         with pytest.raises(PermissionDenied):
             vera.read(TOPIC, 0, 0)
+
+
+WALKED = "newest-walk"
+
+
+@pytest.fixture(scope="module")
+def fifty(cluster):
+    """Topic newest-walk: 50 records over 3 partitions (record i in partition i % 3, at
+    T0 + i s, value "odd" or "even")."""
+    with AdminClient(cluster.master_addresses, credentials=cluster.admin_credentials()) as root:
+        root.create_topic(WALKED, partitions=3)
+    t0 = (int(time.time()) - 600) * 1000
+    with Producer(cluster.master_addresses, linger_ms=0) as producer:
+        for i in range(50):
+            producer.send_sync(WALKED, b"%s record %d" % (b"odd" if i % 2 else b"even", i),
+                               partition=i % 3, timestamp=t0 + i * 1000, timeout=30)
+    return [(i % 3, i // 3) for i in range(50)]  # (partition, offset) of record i
+
+
+def walk(client, **args) -> list[list[tuple[int, int]]]:
+    """Every page of a browse, following "next" to the end."""
+    pages, cursor = [], ""
+    for _ in range(200):
+        view = client.get(f"/api/v1/topics/{WALKED}/messages",
+                          query_string={**args, **({"cursor": cursor} if cursor else {})}).json
+        pages.append(where(view))
+        cursor = view["next"]
+        if not cursor:
+            return pages
+    raise AssertionError(f"no end after 200 pages: {pages[-3:]}")
+
+
+def test_regression_newest_first_pages_walk_back_through_every_record(admin_client, fifty):
+    """`?mode=newest&limit=20` over 3 partitions holding 50 records showed 20 rows and no next
+    link ("That is everything in the range"): the other 30 could not be reached."""
+    pages = walk(admin_client, mode="newest", limit=20)
+    assert [len(p) for p in pages] == [20, 20, 10]
+    assert [r for page in pages for r in page] == list(reversed(fifty))  # newest first, all
+    odd = [r for i, r in enumerate(fifty) if i % 2]
+    for budget in ({"scan_bytes": 1024}, {}):  # a small byte budget stops scans mid-way
+        pages = walk(admin_client, mode="newest", limit=7, value="odd", **budget)
+        seen = [r for page in pages for r in page]
+        assert sorted(seen) == sorted(odd) and len(seen) == len(set(seen)), budget
+    one = walk(admin_client, mode="newest", partition=1, limit=4)
+    assert [r for page in one for r in page] == [(1, o) for o in range(16, -1, -1)]
+
+
+def test_regression_the_newest_first_page_links_to_the_older_records(admin_client, fifty):
+    path, rows = f"/topics/{WALKED}/messages?mode=newest&limit=20", []
+    for _ in range(10):
+        page = admin_client.get(path)
+        assert page.status_code == 200
+        rows += re.findall(r'id="m-(\d+)-(\d+)"', page.text)
+        link = re.search(r'id="next" href="([^"]+)"', page.text)
+        if link is None:
+            break
+        path = f"/topics/{WALKED}/messages" + unescape(link.group(1))
+    assert [(int(p), int(o)) for p, o in rows] == list(reversed(fifty))
