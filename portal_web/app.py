@@ -17,7 +17,7 @@ from flask import Flask, g, jsonify, redirect, render_template, request, url_for
 
 from lib.errors import TubeqError
 from lib.tls import Tls
-from portal_web import api, auth, brokers, messages, pages, security, security_api
+from portal_web import api, auth, brokers, humane, messages, pages, security, security_api
 from portal_web.charts import line_chart
 from portal_web.config import PortalConfig
 from portal_web.context import SESSION_COOKIE, ClientMaker, Portal, client_factory, portal
@@ -51,6 +51,7 @@ def create_app(config: PortalConfig | None = None,
                                  query=_query, line_chart=line_chart,
                                  unreachable_masters=_unreachable_masters)
     app.jinja_env.filters["ms_time"] = _ms_time
+    app.jinja_env.filters.update(humane.FILTERS)
     return app
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from lib.consumer.reader import MessageReader, OffsetBounds
 from lib.records import Record
 from portal_web.errors import PortalError
+from portal_web.humane import size
 from portal_web.message_query import (
     MAX_OFFSET,
     MAX_RECORDS,
@@ -170,7 +171,7 @@ def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
 
 def summary(view: Mapping[str, Any], made: Plan) -> str:
     s = view["scan"]
-    text = (f"Scanned {s['offsets']} offsets ({s['bytes']} bytes) in {s['partitions']} "
+    text = (f"Scanned {s['offsets']:,} offsets ({size(s['bytes'])}) in {s['partitions']} "
             f"partition(s); {s['matched']} matched, showing {s['shown']}.")
     if not view["next"]:
         return text + " That is everything in the range."
