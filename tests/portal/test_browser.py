@@ -1,12 +1,15 @@
 """The portal in a real headless Chromium, served by its own process over a real cluster: an
 operator logs in, creates a topic with the form, sees what a producer wrote, watches a group
 consume to lag 0, resets it with a preview and sees the lag again, finds the changes in the
-audit log; a viewer gets no buttons; a forged cross-page POST is refused. Every page visited
-is saved as a screenshot (see browser.screenshots_dir)."""
+audit log; a viewer gets no buttons; a forged cross-page POST is refused; a login's next cannot
+leave the site, an error page's Back link works under the portal's CSP, and newest-first
+message pages walk back through every record. Every page visited is saved as a screenshot (see
+browser.screenshots_dir)."""
 from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 
@@ -285,3 +288,62 @@ def test_a_forged_post_from_another_page_is_refused(admin_page, hostile_site, cl
     assert "CSRF" in admin_page.text("main")
     with AdminClient(cluster.master_addresses) as admin, pytest.raises(UnknownTopic):
         admin.describe_topic("forged-topic")
+
+
+# -- issue 49, item 6 --------------------------------------------------------------------
+
+def _log_in_with_next(page, cluster, target: str):
+    creds = cluster.admin_credentials()
+    page.browser.delete_all_cookies()
+    page.go(f"/login?next={quote(target, safe='')}")
+    page.fill(user=creds.user, password=creds.password).click("#login")
+
+
+def test_regression_a_login_next_dressed_up_cannot_leave_the_site(page, cluster, hostile_site):
+    """`next=/<TAB>/host` was answered `Location: //host`, and Chromium went there."""
+    host = hostile_site.removeprefix("http://")
+    for target in (f"/\t/{host}/", f"/\n/{host}/", f"/\\{host}/", f"//{host}/",
+                   f"/%2F/{host}/", hostile_site + "/"):
+        _log_in_with_next(page, cluster, target)
+        here = page.browser.current_url
+        assert here.startswith(page.url + "/") and host not in here.removeprefix(page.url), \
+            (target, here)
+        assert page.text("h1") == "Dashboard", (target, page.text("main"))
+    _log_in_with_next(page, cluster, "/topics?q=ord")  # a page of the portal: back to it
+    assert page.browser.current_url == page.url + "/topics?q=ord"
+
+
+def test_regression_the_back_link_of_an_error_page_goes_back(admin_page):
+    """The Back link was `javascript:history.back()`, which the portal's CSP blocks: a click
+    did nothing."""
+    page = admin_page.go("/topics")
+    page.fill(q="x").click(".search button")  # a page with a query string, as the referrer
+    came_from = page.browser.current_url
+    page.browser.execute_script(  # a link to a missing topic, followed as a user would
+        "const a = document.createElement('a'); a.id = 'to-missing';"
+        "a.href = '/topics/no-such-topic'; a.textContent = 'missing';"
+        "document.body.appendChild(a);")
+    page.click("#to-missing", shot="error-back-link")
+    assert page.text("h1") == "Error 404"
+    page.click("#back")
+    assert page.browser.current_url == came_from and page.text("h1") == "Topics"
+
+
+def test_regression_newest_first_next_walks_back_through_all_records(admin_page, cluster):
+    """50 records over 3 partitions, 20 a page: the first page had no next link."""
+    with AdminClient(cluster.master_addresses) as admin:
+        admin.create_topic("walk-back", partitions=3)
+    wait_for(lambda: _hosted(cluster, "walk-back"), 15, "walk-back to be hosted")
+    with Producer(cluster.master_addresses, linger_ms=0) as producer:
+        for i in range(50):
+            producer.send_sync("walk-back", b"record %d" % i, partition=i % 3, timeout=30)
+    page = admin_page.go("/topics/walk-back/messages?mode=newest&limit=20", shot="newest-1")
+    seen = []
+    for n in range(2, 10):
+        seen += [r.get_attribute("id") for r in
+                 page.browser.find_elements("css selector", "#messages tr.message")]
+        if not page.has("#next"):
+            break
+        page.click("#next", shot=f"newest-{n}")
+    assert len(seen) == len(set(seen)) == 50
+    assert set(seen) == {f"m-{i % 3}-{i // 3}" for i in range(50)}
