@@ -45,7 +45,7 @@ def test_regression_login_next_never_redirects_off_the_site(app):
         assert _next_of(app, target) == target
 
 
-def test_regression_a_page_behind_the_login_comes_back_after_it(app):
+def test_a_page_behind_the_login_comes_back_after_it(app):
     client = app.test_client()
     first = client.get("/topics?q=x")
     assert first.headers["Location"].startswith("/login?next=")
