@@ -30,7 +30,8 @@ BROWSE = [{"name": k, "in": "query", "schema": s} for k, s in (
     ("from", {"type": "integer"}), ("to", {"type": "integer"}),
     ("time", {"type": "string", "description": "epoch ms or ISO 8601"}),
     ("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
-    ("cursor", {"type": "string", "description": "partition:offset,... (next)"}),
+    ("cursor", {"type": "string", "description": "partition:offset,... (next): from each "
+                "offset on; in newest mode, below each offset"}),
     ("key", {"type": "string"}),
     ("key_match", {"type": "string", "enum": ["exact", "substring"]}),
     ("tag", {"type": "string"}), ("value", {"type": "string"}),
@@ -80,8 +81,8 @@ ROUTES: list[tuple[str, str, str, list, dict | None, str]] = [
     ("/login", "post", "Log in: a token for Authorization: Bearer (no cookie)", [],
      LOGIN_BODY, "200"),
     ("/openapi.json", "get", "This document", [], None, "200"),
-    ("/whoami", "get", "The caller (and, for a browser session, its CSRF token)", [], None,
-     "200"),
+    ("/whoami", "get", "The caller: principal, roles, via (session, token or api key), "
+     "expires_ms (and, for a browser session, its CSRF token)", [], None, "200"),
     ("/overview", "get", "Dashboard: masters, brokers, topics, groups, alerts", [], None,
      "200"),
     ("/masters", "get", "Every master's role, term and lag", [], None, "200"),
