@@ -105,14 +105,18 @@ def test_times_are_epoch_ms_or_iso_8601_in_utc_by_default():
 
 def test_a_plan_picks_the_ranges_of_each_mode():
     bounds = {0: OffsetBounds(0, 10, 100, 40), 1: OffsetBounds(1, 0, 5, 5)}
-    assert plan("t", {}, bounds).ranges == {0: (50, 100), 1: (0, 5)}
+    # newest: all of each partition, read backwards until limit matches (browse.scan_newest)
+    assert plan("t", {}, bounds).ranges == {0: (10, 100), 1: (0, 5)}
     assert plan("t", {"mode": "newest", "limit": "3", "partition": "1"}, bounds).ranges == \
-        {1: (2, 5)}
+        {1: (0, 5)}
+    # newest, cursor: below each offset named; partitions not named are done
+    assert plan("t", {"cursor": "0:60"}, bounds).ranges == {0: (10, 60)}
     assert plan("t", {"mode": "range", "partition": "0", "to": "500"}, bounds).ranges == \
         {0: (10, 100)}
     assert plan("t", {"mode": "time", "time": "1"}, bounds).ranges == {0: (40, 100), 1: (5, 5)}
     # a cursor below earliest (retention moved on) starts at earliest
-    assert plan("t", {"cursor": "0:3"}, bounds).ranges == {0: (10, 100)}
+    assert plan("t", {"mode": "time", "time": "1", "cursor": "0:3"}, bounds).ranges == \
+        {0: (10, 100)}
     with pytest.raises(PortalError, match="from must be between 10 and 100, got 5"):
         plan("t", {"mode": "range", "partition": "0", "from": "5"}, bounds)
 
@@ -139,7 +143,10 @@ def test_newest_first_shows_the_newest_of_every_partition():
                          1: log_of(1, [b"b"] * 2, [25, 35])})
     view = scan(reader, a_plan({0: (0, 4), 1: (0, 2)}, limit=3, newest=True))
     assert [(r["partition"], r["offset"]) for r in view["records"]] == [(0, 3), (1, 1), (0, 2)]
-    assert view["next"] is None
+    assert view["next"] == "0:2,1:1"  # the older ones (issue 49: there was no next)
+    older = scan(reader, a_plan({0: (0, 2), 1: (0, 1)}, limit=3, newest=True))
+    assert [(r["partition"], r["offset"]) for r in older["records"]] == [(1, 0), (0, 1), (0, 0)]
+    assert older["next"] is None
 
 
 @settings(max_examples=60, deadline=None)
