@@ -34,7 +34,8 @@ from lib.auth.tokens import read_claims
 from lib.errors import Unauthenticated
 
 ClientFactory = Callable[[Credentials], AdminClient]
-RELOGIN_MARGIN_S = 60.0  # an API key's token is renewed this long before it expires
+RELOGIN_MARGIN_S = 60.0  # an API key's token is renewed this long (at most half its life)
+# before it expires
 REFUSAL_TTL_S = 10.0  # a refused credential is answered 401 without a master call meanwhile
 MAX_REFUSALS = 1024
 
@@ -71,9 +72,10 @@ def verifier(public: AdminClient, make_client: ClientFactory
             parse_api_key(creds.api_key)  # a malformed key costs no call
             login = public.login(api_key=creds.api_key)
             token = Credentials(token=login.token)
-            return ApiCaller(login.principal, tuple(login.roles), "api key",
-                             login.expires_ms / 1000 - RELOGIN_MARGIN_S, make_client(token),
-                             token)
+            life = login.expires_ms / 1000 - time.time()
+            renew_at = time.time() + life - min(RELOGIN_MARGIN_S, life / 2)
+            return ApiCaller(login.principal, tuple(login.roles), "api key", renew_at,
+                             make_client(token), token)
         claims = read_claims(creds.token)
         client = make_client(creds)
         try:

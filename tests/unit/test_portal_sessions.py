@@ -85,3 +85,14 @@ def test_closing_a_users_sessions_leaves_the_others():
     assert store.close_user("sam") == 2 and all(s.client.closed for s in sams)
     assert store.get(sams[0].sid) is None and store.get(vera.sid) is vera
     assert not vera.client.closed
+
+
+def test_a_tokens_claims_are_read_without_a_key_and_junk_is_unauthenticated():
+    """The portal holds no signing key: it reads whose a token is (a master checks it)."""
+    from lib.auth.tokens import issue, read_claims
+
+    token, claims = issue("sam", ("viewer",), "user", "k1", b"s" * 32, ttl_s=60)
+    assert read_claims(token) == claims
+    for junk in ("whatever", "tq1.e30.AAAA", "tq1.!!.x", "tq2." + token[4:], "x" * 5000):
+        with pytest.raises(Unauthenticated, match="malformed token"):
+            read_claims(junk)
