@@ -21,18 +21,36 @@ from lib.tls import resolve as resolve_tls
 from lib.wire_errors import from_rpc_error
 
 MAX_MESSAGE_BYTES = 64 << 20  # gRPC default is 4 MiB: batches and fetches are bigger
+# Keepalive: a peer that stops answering (SIGSTOP, a cut link that sends no RST) fails the
+# calls in flight to it with UNAVAILABLE within KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS,
+# and so does a new connection to it (its handshake is bounded the same way), instead of
+# each call waiting out its whole deadline (30 s for a producer). The ping timeout must be
+# set beside keepalive_timeout_ms: gRPC 1.6x lets a keepalive ping ride on a ping already
+# in flight (the BDP probe sent with the last data), whose timeout is
+# grpc.http2.ping_timeout_ms (60 s by default), so without it a call in flight to a paused
+# broker waited 30 s despite a 1 s keepalive (measured with a SIGSTOPped server).
+# max_pings_without_data 0: keep pinging a long-poll whose server sends nothing for a while.
+KEEPALIVE_TIME_MS = 1_000
+KEEPALIVE_TIMEOUT_MS = 2_000
 CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),  # retries are ours: they know which errors are safe
 )
+# Servers (brokers and masters) must allow those pings, or they answer GOAWAY too_many_pings
+# after two pings closer than min_ping_interval_without_data_ms (5 min by default): half
+# the clients' interval, so a ping delayed by a busy client and the next one on time do
+# not count as a strike.
 SERVER_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
     ("grpc.so_reuseport", 0),  # two servers must never share a port by accident
 )
 
@@ -93,6 +111,19 @@ class ChannelPool:
             self._channels[address] = ch
             self._bare[address] = bare
         return ch, self._bare[address]
+
+    def discard(self, address: str) -> None:
+        """Close the channel to ``address`` (its calls in flight fail at once with CANCELLED:
+        the way to end a blocking call stuck on a broker that stopped answering) and forget
+        it: the next :meth:`get` opens a new one. A stub made from the old channel raises
+        ValueError ("closed channel") when called."""
+        with self._lock:
+            self._channels.pop(address, None)
+            bare = self._bare.pop(address, None)
+            if bare is not None:
+                self._raw.remove(bare)
+        if bare is not None:
+            bare.close()
 
     def close(self) -> None:
         with self._lock:

@@ -13,6 +13,11 @@ the partition's position with :meth:`SubscriptionState.advance`, which refuses d
 under an old epoch or that does not start at the position: such data is dropped, never
 delivered twice or out of order. Per-partition errors: OFFSET_OUT_OF_RANGE applies the reset
 policy (``error``: poll raises OffsetOutOfRange with earliest/latest); stale routes refresh them.
+
+A hung leader: a Fetch still in flight a second past its long-poll wait is watched
+(lib/stuck_calls.py); when the master names another leader for one of its partitions the call
+is cancelled, its partitions leave the worker, and the next ``poll`` starts one at the new
+leader. gRPC keepalive (lib/rpc.py) ends a call to a peer that stopped answering anyway.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from lib.proto import broker_pb2
 from lib.records import Record, decode_span
 from lib.records.columns import FrameColumns, checked_run
 from lib.routes import confirm_unknown
+from lib.stuck_calls import STUCK_AFTER_S, StuckCallWatch
 from lib.types import TopicPartition
 from lib.wire_errors import error_class, from_rpc_error
 
@@ -98,6 +104,7 @@ class Fetcher:
         self.config, self.sub, self.offsets = config, sub, offsets
         self.group = group  # the consumer's group now ("": none), named in every Fetch
         self.routes = offsets.routes
+        self.watch = StuckCallWatch(self.routes, "fetch")
         self._cond = threading.Condition()
         self._ready: deque[Completed] = deque()
         self._buffered: dict[TopicPartition, int] = {}  # tp -> frame bytes waiting for poll
@@ -276,6 +283,7 @@ class Fetcher:
             w.cancel()
         for w in workers:
             w.join(timeout=5)
+        self.watch.close()
 
     # -- worker side -------------------------------------------------------------------------
 
@@ -380,6 +388,8 @@ class _Worker(threading.Thread):
                                                       max_bytes=cfg.fetch_max_bytes)
                             for tp, off, _ in todo])
             self._interrupted, self.asked = False, todo
+            token = f.watch.started(self.address, [tp for tp, _, _ in todo], self.interrupt,
+                                    cfg.fetch_max_wait_ms / 1000 + STUCK_AFTER_S)
             try:
                 self._call = fetch.future(
                     req, timeout=cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s)
@@ -398,6 +408,7 @@ class _Worker(threading.Thread):
                 self._call_failed(exc, todo)
                 continue
             finally:
+                f.watch.finished(token)
                 self._call, self.asked = None, []
             asked = {tp.partition: (tp, off, ep) for tp, off, ep in todo}
             # A view keeps the whole answer alive: with several partitions in it, each takes

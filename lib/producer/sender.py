@@ -19,6 +19,14 @@ broker's byte-rate quota of our principal is in debt, lib/auth/quotas.py); batch
 wait at the head of their partitions, and a ``send_sync`` waits in its caller's thread. A
 ``QuotaExceeded`` refusal pauses the broker the same way and retries without using up a retry.
 
+A hung leader: a Produce call in flight for over a second is watched (lib/stuck_calls.py): when
+the master names another leader for its partition, the channel to the old one is closed, which
+fails every call on it at once (CANCELLED, retriable), and they are resent where the routes now
+say; the idempotent producer's sequence numbers let the new leader acknowledge instead of
+appending twice a batch the old leader had replicated. Without idempotence such a resend may
+store a batch twice (as Kafka's producer with retries and no idempotence). gRPC keepalive
+(lib/rpc.py) ends calls to a peer that stopped answering within a few seconds in any case.
+
 Too large: a batch its broker refuses as too large (``BatchTooLarge``, naming its limit) is
 sent again in pieces within the limit, and later batches of that partition are cut the same
 way before they go while it stays on that broker, for up to five minutes
@@ -55,6 +63,7 @@ from lib.records import HEADER_SIZE, batch_head
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
+from lib.stuck_calls import StuckCallWatch
 from lib.types import RecordMetadata, TopicPartition
 from lib.wire_errors import from_rpc_error
 
@@ -65,6 +74,16 @@ MAX_CALLS_IN_FLIGHT = 32
 def new_producer_id() -> int:
     """A random 63-bit producer id (non-negative: negative means "not idempotent")."""
     return random.getrandbits(63)
+
+
+def _as_error(exc: Exception) -> TubeqError:
+    """A failed Produce call's error in our tree; ValueError: the call met a channel closed
+    under it (ChannelPool.discard, a hung leader), which is retriable as any cut link."""
+    if isinstance(exc, TubeqError):
+        return exc
+    if isinstance(exc, grpc.RpcError):
+        return from_rpc_error(exc)
+    return Unavailable(f"produce call failed: {exc}")
 
 
 class Sender(threading.Thread):
@@ -83,7 +102,8 @@ class Sender(threading.Thread):
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
             queue.SimpleQueue()
-        self._stubs: dict[str, grpc.UnaryUnaryMultiCallable] = {}
+        self._stubs: dict[str, tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]] = {}
+        self.watch = StuckCallWatch(routes, client_id)
         self._pids: dict[TopicPartition, int] = {}
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = new_producer_id() if idempotent else -1
@@ -112,6 +132,7 @@ class Sender(threading.Thread):
             self.fail_all(Unavailable(f"producer sender thread crashed: {exc!r}"))
         finally:
             self._calls.shutdown(wait=False)  # calls still running end with the channels
+            self.watch.close()
 
     def _loop(self) -> None:
         while True:
@@ -196,10 +217,10 @@ class Sender(threading.Thread):
             payload = produce_request(tp, head, frame, self.acks_all)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
-            response = stub(payload, timeout=limit,
-                            metadata=self.metadata + self.pool.auth_metadata())
-        except (TubeqError, grpc.RpcError) as exc:
-            error = exc if isinstance(exc, TubeqError) else from_rpc_error(exc)
+            response = self._watched(stub, payload, limit, address, (tp,),
+                                     self.metadata + self.pool.auth_metadata())
+        except (TubeqError, grpc.RpcError, ValueError) as exc:
+            error = _as_error(exc)
             future, batch = self.acc.adopt(claim, tp, frame, tag_hash, timestamp)
             batch.attempts, batch.address, batch.first_sent = 1, address or "", first_sent
             batch.payload, batch.producer_id, batch.base_sequence = payload, pid, seq
@@ -290,20 +311,34 @@ class Sender(threading.Thread):
             piece = parent
 
     def _stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:
-        stub = self._stubs.get(address)
-        if stub is None:
-            # The bare channel: the calls carry the auth metadata themselves (ChannelPool).
-            stub = self._stubs[address] = self.pool.get_bare(address).unary_unary(
+        # The bare channel: the calls carry the auth metadata themselves (ChannelPool). A
+        # channel closed for a hung leader (ChannelPool.discard) is replaced: so is its stub.
+        channel = self.pool.get_bare(address)
+        cached = self._stubs.get(address)
+        if cached is None or cached[0] is not channel:
+            cached = self._stubs[address] = (channel, channel.unary_unary(
                 PRODUCE_METHOD, request_serializer=None,
-                response_deserializer=broker_pb2.ProduceResponse.FromString)
-        return stub
+                response_deserializer=broker_pb2.ProduceResponse.FromString))
+        return cached[1]
+
+    def _watched(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
+                 address: str, tps: tuple[TopicPartition, ...],
+                 metadata: tuple[tuple[str, str], ...]) -> broker_pb2.ProduceResponse:
+        """One blocking Produce call, watched for a leader that moves away meanwhile (then
+        the channel to ``address`` is closed, which fails the call: see the module
+        docstring)."""
+        token = self.watch.started(address, tps, lambda: self.pool.discard(address))
+        try:
+            return stub(payload, timeout=timeout, metadata=metadata)
+        finally:
+            self.watch.finished(token)
 
     def _call(self, stub: grpc.UnaryUnaryMultiCallable, batch: Batch,
               metadata: tuple[tuple[str, str], ...]) -> None:
         """A call thread: one blocking Produce call, its outcome handed to the sender thread."""
         try:
-            result, error = stub(batch.payload, timeout=self.request_timeout_s,
-                                 metadata=metadata), None
+            result, error = self._watched(stub, batch.payload, self.request_timeout_s,
+                                          batch.address, (batch.tp,), metadata), None
         except grpc.RpcError as exc:
             result, error = None, from_rpc_error(exc)
         except Exception as exc:  # noqa: BLE001 - e.g. cancelled on close: still report it
