@@ -1,6 +1,6 @@
 """A leader that hangs (SIGSTOP: its connections stay open, nothing answers) while clients use
 it: RF 3 on 3 brokers, the master moves the leadership in about 2.5 s (fault_kit's
-FAST_FAILOVER). The producer (idempotent, acks=all) and the consumer must follow the move
+FAST_FAILOVER). The producer (idempotent, acks=all) and the pull and push consumers must follow the move
 within a few seconds, although their request timeout is 30 s (what they waited before: the
 call in flight to the paused broker ran to its deadline); nothing acknowledged is lost or
 stored twice. The paused broker is resumed before teardown (a stopped process ignores SIGTERM).
@@ -16,6 +16,7 @@ import pytest
 
 from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
+from lib.consumer.push import PushConsumer
 from lib.errors import TubeqError
 from lib.producer.producer import Producer
 from lib.types import TopicPartition
@@ -95,11 +96,16 @@ def test_clients_follow_a_sigstopped_leader_within_seconds_not_their_request_tim
                    "all 3 replicas in sync")
         writer, reader = TimedWriter(cluster.master_addresses), \
             TimedReader(cluster.master_addresses)
+        pushed: list[tuple[bytes, float]] = []
+        push = PushConsumer(cluster.master_addresses, group="hung-push",
+                            auto_offset_reset="earliest", rpc_timeout_s=TIMEOUT_MS / 1000)
+        push.subscribe([TOPIC], handler=lambda r: pushed.append((r.value, time.monotonic())))
         writer.start()
         reader.start()
         victim = None
         try:
-            wait_until(lambda: len(writer.acked) > 50 and len(reader.got) > 50,
+            wait_until(lambda: len(writer.acked) > 50 and len(reader.got) > 50
+                       and len(pushed) > 50,
                        "records acknowledged and read before the fault")
             victim = _leader(admin)
             cluster.brokers[victim].signal(signal.SIGSTOP)
@@ -108,11 +114,13 @@ def test_clients_follow_a_sigstopped_leader_within_seconds_not_their_request_tim
             moved = time.monotonic() - stopped
             # the old code waits TIMEOUT_MS here: wait long enough to see it fail clearly
             wait_until(lambda: _first_after([t for _, t in writer.acked], stopped) is not None
-                       and _first_after([t for _, t in reader.got], stopped) is not None,
+                       and _first_after([t for _, t in reader.got], stopped) is not None
+                       and _first_after([t for _, t in pushed], stopped) is not None,
                        "acknowledgements and reads after the leader was stopped",
                        timeout=TIMEOUT_MS / 1000 + 15)
             acked_after = _first_after([t for _, t in writer.acked], stopped) - stopped
             read_after = _first_after([t for _, t in reader.got], stopped) - stopped
+            pushed_after = _first_after([t for _, t in pushed], stopped) - stopped
             wait_until(lambda: len(writer.acked) > 0 and writer.acked[-1][1] > time.monotonic()
                        - 1 and len(reader.got) and reader.got[-1][1] > time.monotonic() - 1,
                        "the clients going on at the new leader")
@@ -123,14 +131,18 @@ def test_clients_follow_a_sigstopped_leader_within_seconds_not_their_request_tim
             reader.stop.set()
             writer.join(2 * TIMEOUT_MS / 1000)
             reader.join(30)
+            push.close()
     print(f"leadership moved after {moved:.2f} s; first ack {acked_after:.2f} s, "
-          f"first read {read_after:.2f} s after the stop")
+          f"first read {read_after:.2f} s, first pushed {pushed_after:.2f} s after the stop")
     assert acked_after < RESUME_BOUND_S, \
         (f"the producer's first acknowledgement came {acked_after:.1f} s after its leader "
          f"was stopped (leadership moved after {moved:.1f} s)")
     assert read_after < RESUME_BOUND_S, \
         (f"the consumer's first record came {read_after:.1f} s after its leader was stopped "
          f"(leadership moved after {moved:.1f} s)")
+    assert pushed_after < RESUME_BOUND_S, \
+        (f"the push consumer's first record came {pushed_after:.1f} s after its leader was "
+         f"stopped (leadership moved after {moved:.1f} s)")
 
     acked = [n for n, _ in writer.acked]
     with PullConsumer(cluster.master_addresses, auto_offset_reset="earliest") as consumer:
