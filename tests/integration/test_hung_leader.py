@@ -1,9 +1,10 @@
 """A leader that hangs (SIGSTOP: its connections stay open, nothing answers) while clients use
 it: RF 3 on 3 brokers, the master moves the leadership in about 2.5 s (fault_kit's
-FAST_FAILOVER). The producer (idempotent, acks=all) and the pull and push consumers must follow the move
-within a few seconds, although their request timeout is 30 s (what they waited before: the
-call in flight to the paused broker ran to its deadline); nothing acknowledged is lost or
-stored twice. The paused broker is resumed before teardown (a stopped process ignores SIGTERM).
+FAST_FAILOVER). The producer (idempotent, acks=all) and the pull and push consumers must
+follow the move within a few seconds, although their request timeout is 30 s (what they waited
+before: the call in flight to the paused broker ran to its deadline); nothing acknowledged is
+lost or stored twice. The paused broker is resumed before teardown (a stopped process does not
+act on SIGTERM).
 """
 from __future__ import annotations
 
