@@ -76,16 +76,6 @@ def new_producer_id() -> int:
     return random.getrandbits(63)
 
 
-def _as_error(exc: Exception) -> TubeqError:
-    """A failed Produce call's error in our tree; ValueError: the call met a channel closed
-    under it (ChannelPool.discard, a hung leader), which is retriable as any cut link."""
-    if isinstance(exc, TubeqError):
-        return exc
-    if isinstance(exc, grpc.RpcError):
-        return from_rpc_error(exc)
-    return Unavailable(f"produce call failed: {exc}")
-
-
 class Sender(threading.Thread):
     """Drains the accumulator into Produce calls until stopped."""
 
@@ -219,8 +209,8 @@ class Sender(threading.Thread):
                 min(timeout, self.request_timeout_s)
             response = self._watched(stub, payload, limit, address, (tp,),
                                      self.metadata + self.pool.auth_metadata())
-        except (TubeqError, grpc.RpcError, ValueError) as exc:
-            error = _as_error(exc)
+        except (TubeqError, grpc.RpcError) as exc:
+            error = exc if isinstance(exc, TubeqError) else from_rpc_error(exc)
             future, batch = self.acc.adopt(claim, tp, frame, tag_hash, timestamp)
             batch.attempts, batch.address, batch.first_sent = 1, address or "", first_sent
             batch.payload, batch.producer_id, batch.base_sequence = payload, pid, seq
@@ -330,6 +320,9 @@ class Sender(threading.Thread):
         token = self.watch.started(address, tps, lambda: self.pool.discard(address))
         try:
             return stub(payload, timeout=timeout, metadata=metadata)
+        except ValueError as exc:  # the stub's channel was closed just before: a cut link
+            raise Unavailable(f"produce call to {address} failed: {exc}",
+                              topic=tps[0].topic, partition=tps[0].partition) from None
         finally:
             self.watch.finished(token)
 
@@ -341,6 +334,8 @@ class Sender(threading.Thread):
                                           batch.address, (batch.tp,), metadata), None
         except grpc.RpcError as exc:
             result, error = None, from_rpc_error(exc)
+        except TubeqError as exc:  # its channel closed under it (see _watched)
+            result, error = None, exc
         except Exception as exc:  # noqa: BLE001 - e.g. cancelled on close: still report it
             result, error = None, Unavailable(f"produce call failed: {exc!r}")
         self._hand_over(batch, result, error)
