@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -71,8 +72,48 @@ def wait_ready(data_dir: str | Path, pid: int, timeout: float = 30.0,
     raise TimeoutError(f"process {pid} not ready after {timeout} s ({path})")
 
 
+PORT_FLOOR = 10_000  # free_ports picks from here up to the kernel's ephemeral range
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports free on ``host`` right now (bound together, then released)."""
+    """``count`` distinct ports free on ``host`` right now (bound together, then released).
+
+    Picked below the kernel's ephemeral range when there is room: a port the kernel hands out
+    (bind to 0) may go, once released, to the source port of any outgoing connection before
+    the server that was given it binds it (a master of ``cluster up`` failed so, "Address
+    already in use", in a parallel test run). Ports below that range are only ever taken by
+    an explicit bind."""
+    low = _ephemeral_low()
+    if low - PORT_FLOOR < 100 * count:
+        return _kernel_ports(count, host)
+    rng = random.SystemRandom()
+    held: list[socket.socket] = []
+    try:
+        for port in rng.sample(range(PORT_FLOOR, low), min(low - PORT_FLOOR, 50 * count)):
+            s = socket.socket()
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+            if len(held) == count:
+                return [h.getsockname()[1] for h in held]
+    finally:
+        for h in held:
+            h.close()
+    return _kernel_ports(count, host)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORT_FLOOR  # unknown: leave the choice to the kernel
+
+
+def _kernel_ports(count: int, host: str) -> list[int]:
     socks = [socket.socket() for _ in range(count)]
     try:
         for s in socks:
