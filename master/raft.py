@@ -19,6 +19,11 @@ What this adapter adds to pysyncobj, and why:
   msyncs it (only at close), and writes the vote file without fsync. :class:`SyncedJournal`
   msyncs after every append/truncate and fsyncs the vote file, so an entry a master
   acknowledged survives its power loss (the README's "Master HA" section has the details).
+* **Pre-vote and leader stickiness** (Raft thesis §9.6, master/prevote.py): a master stands
+  for election, raising its term, only once a majority would vote for it, and a master that
+  hears from a live leader ignores vote requests of a higher term. So a master cut off from
+  the others keeps its term, and when the network heals it follows the leader it finds
+  instead of deposing it (one more election, master epoch and rebalance of every group).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import os
 import secrets
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +44,12 @@ import pysyncobj.syncobj as _syncobj
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal
 from pysyncobj.node import TCPNode
+from pysyncobj.syncobj import _RAFT_STATE
 
 from lib.errors import NotLeader, TubeqError, Unavailable
 from lib.logs import event
 from lib.wire_errors import error_class
+from master.prevote import Campaign, Position, disruptive, would_vote
 from master.state import MetaState
 
 log = logging.getLogger(__name__)
@@ -120,18 +128,133 @@ def _create_journal(path: str | None = None) -> Any:
 _syncobj.createJournal = _create_journal  # SyncObj looks it up here at construction
 
 
+# pysyncobj internals the pre-vote below relies on (name-mangled, so a subclass can override
+# the methods): checked when a replica is built, so a pysyncobj that renamed one fails loudly.
+_INTERNALS = ("_SyncObj__connectedToAnyone", "_SyncObj__onMessageReceived",
+              "_SyncObj__setCurrentTerm", "_SyncObj__setState", "_SyncObj__getCurrentLogIndex",
+              "_SyncObj__getCurrentLogTerm")
+_STATE = ("_SyncObj__raftElectionDeadline", "_SyncObj__transport", "_SyncObj__raftLeader")
+PRE_VOTE, PRE_VOTE_ANSWER = "tubeq_pre_vote", "tubeq_pre_vote_answer"
+
+
 class _Replica(SyncObj):
-    """The replicated object: one method that hands a committed command to ``apply``."""
+    """The replicated object: one method that hands a committed command to ``apply``; and
+    pre-vote with leader stickiness (master/prevote.py has the why and the decisions).
+
+    pysyncobj has neither, and its election step is inline in its tick, so the hooks are the
+    two private methods that step goes through (a subclass overrides a name-mangled method by
+    its mangled name): ``__connectedToAnyone``, asked only once the election timer has fired
+    and right before the term is raised, says yes only when a majority answered a pre-vote
+    round yes; ``__onMessageReceived`` answers and counts pre-vote questions, ignores vote
+    requests that would depose a live leader, and notes when the leader was last heard. A tick
+    callback asks the questions. Everything runs on pysyncobj's one tick thread.
+
+    pysyncobj's leadership transfer (``timeout_now``) is ignored: with leader stickiness its
+    forced election cannot win while the old leader is heard, and tubeq never asks for one.
+    """
 
     def __init__(self, settings: RaftSettings, conf: SyncObjConf,
                  apply: Callable[[bytes, int], Any]) -> None:
+        missing = [name for name in _INTERNALS if not hasattr(SyncObj, name)]
+        if missing:
+            raise TubeqError(f"this pysyncobj lacks {missing}: master/raft.py's pre-vote needs "
+                             "them (pin the pysyncobj version it was written for)")
         self._apply_committed = apply
+        # Set before SyncObj.__init__, which starts the tick thread that uses them.
+        self._lease_s = settings.election_min_s
+        self._leader_heard: float | None = None
+        self._campaign = Campaign(len(settings.peers) + 1,
+                                  (settings.election_min_s / 4, settings.election_min_s / 2))
         super().__init__(settings.node, list(settings.peers), conf)
+        if not all(hasattr(self, name) for name in _STATE):
+            self.destroy()
+            raise TubeqError(f"this pysyncobj lacks one of {_STATE}: master/raft.py's pre-vote "
+                             "needs them (pin the pysyncobj version it was written for)")
+        self.addOnTickCallback(self._canvass)
 
     @replicated
     def apply_command(self, payload: bytes) -> Any:
         # pysyncobj increments raftLastApplied after the apply: this entry's index is one more.
         return self._apply_committed(payload, self.raftLastApplied + 1)
+
+    # -- pre-vote (pysyncobj's tick thread) ---------------------------------------------
+
+    def _SyncObj__connectedToAnyone(self) -> bool:  # noqa: N802 - the name pysyncobj calls
+        if not SyncObj._SyncObj__connectedToAnyone(self):
+            return False
+        if not self.otherNodes:
+            return True  # a lone master is its own majority
+        return self._campaign.take(time.monotonic(), self._lease_s)
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == PRE_VOTE:
+            self._answer_pre_vote(node, message)
+        elif kind == PRE_VOTE_ANSWER:
+            self._count_pre_vote(node, message)
+        elif kind == "timeout_now":
+            pass  # see the class docstring
+        elif kind == "request_vote" and disruptive(
+                int(message["term"]), self.raftCurrentTerm, self._heard_s_ago(),
+                self._lease_s, self._isLeader()):
+            log.debug("raft.vote_request_ignored", extra={"fields": {
+                "node": str(node.id), "term": message["term"]}})
+        else:
+            if kind == "append_entries" and message["term"] >= self.raftCurrentTerm:
+                self._leader_heard = time.monotonic()
+                self._campaign.reset()
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _position(self) -> Position:
+        return Position(self.raftCurrentTerm, self._SyncObj__getCurrentLogIndex(),
+                        self._SyncObj__getCurrentLogTerm())
+
+    def _heard_s_ago(self) -> float | None:
+        return None if self._leader_heard is None else time.monotonic() - self._leader_heard
+
+    def _canvass(self) -> None:
+        """Tick callback: once the election timer has fired, ask the peers whether they
+        would vote for this master (again, when a round expires without a majority)."""
+        now = time.monotonic()
+        if self._isLeader():
+            self._campaign.reset()
+            return
+        if self._SyncObj__raftElectionDeadline > now or not self._campaign.due(now):
+            return
+        if self._campaign.failed_rounds == 1:
+            event(log, "raft.no_majority_for_election", logging.WARNING,
+                  node=self.selfNode.id, term=self.raftCurrentTerm,
+                  detail="no majority of masters would vote for this one: it keeps its term "
+                         "and asks again (cut off from the others?)")
+        mine = self._position()
+        r = self._campaign.start(mine.term, now)
+        for node in self.otherNodes:
+            self._SyncObj__transport.send(node, {
+                "type": PRE_VOTE, "round": r.number, "term": mine.term,
+                "last_log_index": mine.last_index, "last_log_term": mine.last_term})
+
+    def _answer_pre_vote(self, node: Any, m: dict[str, Any]) -> None:
+        mine = self._position()
+        granted = would_vote(
+            Position(int(m["term"]), int(m["last_log_index"]), int(m["last_log_term"])),
+            mine, self._heard_s_ago(), self._lease_s, self._isLeader())
+        self._SyncObj__transport.send(node, {
+            "type": PRE_VOTE_ANSWER, "round": m["round"], "term": m["term"],
+            "granted": granted, "voter_term": mine.term})
+
+    def _count_pre_vote(self, node: Any, m: dict[str, Any]) -> None:
+        voter_term = int(m["voter_term"])
+        if voter_term > self.raftCurrentTerm and not self._isLeader():
+            # Raft's rule for any message of a higher term: follow it (no leader known yet).
+            self._SyncObj__setCurrentTerm(voter_term, None)
+            self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+            self._SyncObj__raftLeader = None
+            self._campaign.reset()
+            return
+        if self._campaign.answer(int(m["round"]), int(m["term"]), str(node.id),
+                                 bool(m["granted"]), time.monotonic()):
+            event(log, "raft.pre_vote_won", node=self.selfNode.id,
+                  term=self.raftCurrentTerm + 1)
 
 
 class RaftLog:
