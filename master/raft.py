@@ -313,6 +313,29 @@ class RaftLog:
                             f"(reason {reason})", leader="")
         return _unwrap(result)
 
+    def forward(self, cmd: dict[str, Any], on_done: Callable[[str | None], None]) -> None:
+        """Replicate ``cmd`` from any master, standbys too, without waiting: pysyncobj hands a
+        command submitted on a follower to its leader (queued while no leader is known).
+
+        For commands that are true whoever leads (a standby's refusal summaries): they carry
+        no epoch, so nothing refuses one that arrives after a failover. ``on_done`` runs on
+        pysyncobj's thread with None once the command is applied here, else why it was not.
+        """
+        payload = json.dumps(cmd, sort_keys=True, separators=(",", ":")).encode()
+
+        def finished(result: Any, reason: int) -> None:
+            if reason != FAIL_REASON.SUCCESS:
+                on_done(f"not committed (pysyncobj reason {reason})")
+                return
+            try:
+                _unwrap(result)
+            except TubeqError as err:
+                on_done(err.message)
+                return
+            on_done(None)
+
+        self._replica.apply_command(payload, callback=finished)
+
     def force_compaction(self) -> None:
         """Write a snapshot and drop the log before it at the next tick (tests, operators)."""
         self._replica.forceLogCompaction()

@@ -194,17 +194,39 @@ class Master:
                   unclean=bool(change.get("unclean")))
 
     def _audit_refusals(self) -> None:
-        """Write the summaries of a refusal window that ended (a standby's only go to its
-        log: it cannot write)."""
+        """Log, then audit, the summaries of a refusal window that ended.
+
+        The active master writes them to the audit log itself. A standby cannot write, so it
+        hands them to the active master through Raft (pysyncobj forwards a follower's command
+        to the leader), as brokers send theirs with their heartbeats; its own log keeps a line
+        per summary either way, in case the forward fails (no leader, lost quorum)."""
         summaries = self.refusals.drain()
-        if not summaries or not self.leadership.is_leader():
+        if not summaries:
+            return
+        leading = self.leadership.is_leader()
+        server = f"master {self.address}" + ("" if leading else " (standby)")
+        for r in summaries:
+            event(log, "master.refused", principal=r.principal or "-", method=r.method,
+                  reason=r.reason, peer=r.peer, count=r.count, standby=not leading,
+                  window_s=self.config.audit_refusal_window_s)
+        if not leading:
+            for r in summaries:
+                self.raft.forward(security.refusal_audit(r, server), self._forwarded(r))
             return
         try:
             for refusal in summaries:
-                self.write(security.refusal_audit(refusal, f"master {self.address}"))
+                self.write(security.refusal_audit(refusal, server))
         except TubeqError as err:
             event(log, "master.audit_failed", logging.WARNING, error=err.message,
                   lost=len(summaries))
+
+    @staticmethod
+    def _forwarded(refusal: Any) -> Any:
+        def done(error: str | None) -> None:  # on pysyncobj's thread: log, nothing more
+            if error is not None:
+                event(log, "master.audit_forward_failed", logging.WARNING, error=error,
+                      method=refusal.method, count=refusal.count)
+        return done
 
     def _follow_raft(self) -> None:
         raft_leads, active = self.raft.is_leader(), self.leadership.epoch is not None
