@@ -132,7 +132,7 @@ _syncobj.createJournal = _create_journal  # SyncObj looks it up here at construc
 # the methods): checked when a replica is built, so a pysyncobj that renamed one fails loudly.
 _INTERNALS = ("_SyncObj__connectedToAnyone", "_SyncObj__onMessageReceived",
               "_SyncObj__setCurrentTerm", "_SyncObj__setState", "_SyncObj__getCurrentLogIndex",
-              "_SyncObj__getCurrentLogTerm")
+              "_SyncObj__getCurrentLogTerm", "_SyncObj__onLeaderChanged")
 _STATE = ("_SyncObj__raftElectionDeadline", "_SyncObj__transport", "_SyncObj__raftLeader")
 PRE_VOTE, PRE_VOTE_ANSWER = "tubeq_pre_vote", "tubeq_pre_vote_answer"
 
@@ -226,6 +226,9 @@ class _Replica(SyncObj):
                   node=self.selfNode.id, term=self.raftCurrentTerm,
                   detail="no majority of masters would vote for this one: it keeps its term "
                          "and asks again (cut off from the others?)")
+        if self._SyncObj__raftLeader is not None:  # as pysyncobj's election step would
+            self._SyncObj__raftLeader = None
+            self._SyncObj__onLeaderChanged()  # fails commands waiting on the lost leader
         mine = self._position()
         r = self._campaign.start(mine.term, now)
         for node in self.otherNodes:
