@@ -125,13 +125,22 @@ def test_a_cut_off_leader_keeps_its_term_and_follows_the_new_leader_after_the_he
     new = meshed.leader(others)
     assert time.monotonic() - cut_at < 5
     new_term = new.status()["term"]
-    time.sleep(6)  # several election timeouts of the cut-off node, past its step-down
-    assert not old.is_leader() and old.status()["term"] == term
+    # several election timeouts of the cut-off node, past its step-down (3 s)
+    watch(6, lambda: old.status()["term"] == term, "the cut-off node kept its term")
+    assert not old.is_leader()
     meshed.mesh.heal()
     wait_for(lambda: old.leader_node() and old.status()["term"] == new_term, 10,
              "the healed node following the new leader")
-    time.sleep(3)
-    assert new.is_leader() and meshed.terms() == [new_term] * 3
+    watch(3, lambda: new.is_leader() and meshed.terms() == [new_term] * 3,
+          "the new leader kept leading, in its term")
+
+
+def watch(seconds: float, holds, what: str) -> None:
+    """Fail as soon as ``holds()`` is false during the next ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert holds(), what
+        time.sleep(0.05)
 
 
 def test_a_dead_leader_is_still_replaced_within_seconds(meshed):
