@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,7 @@ class Master:
                   lost=len(summaries))
 
     @staticmethod
-    def _forwarded(refusal: Any) -> Any:
+    def _forwarded(refusal: Any) -> Callable[[str | None], None]:
         def done(error: str | None) -> None:  # on pysyncobj's thread: log, nothing more
             if error is not None:
                 event(log, "master.audit_forward_failed", logging.WARNING, error=error,
