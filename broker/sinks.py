@@ -114,7 +114,10 @@ class SinkPlane:
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
         if not req.task or len(req.task) > MAX_TASK_CHARS:
             raise InvalidArgument(f"sink task id must be 1 to {MAX_TASK_CHARS} characters")
-        store = self.topics.store_for(req.topic, req.partition)
+        # A copy may sit on a follower: it is appended only if this broker leads the partition
+        # when the commit comes (the leader died in between).
+        store = (self.topics.replica_store if req.copy else self.topics.store_for)(
+            req.topic, req.partition)
         mark = self.store.sink_marks(req.topic, req.partition).get(sink)
         if mark is not None and batch_id <= mark.batch_id:
             with self._lock:  # the partition holds the batch: the commit skips this piece
@@ -149,6 +152,7 @@ class SinkPlane:
         ``may_produce(topic)`` raises unless the caller may write every topic staged. Also
         returns the marks written (the caller waits for the replicas to hold them)."""
         sink, batch_id = _sink_and_batch(req.sink, req.batch_id)
+        wanted = {(p.topic, p.partition) for p in req.partitions} or None
         with self._commit_lock(sink):
             last = self.store.sink_committed(sink)
             with self._lock:
@@ -157,17 +161,20 @@ class SinkPlane:
                 self._drop(sink, batch_id)
                 return pb.SinkCommitResponse(already=True, last_committed=last), {}
             pieces = self._take(sink, batch_id, req.tasks)
+            if wanted is not None:
+                pieces = [p for p in pieces if (p.topic, p.partition) in wanted]
             for topic in sorted({p.topic for p in pieces}):
                 may_produce(topic)
-            # Every store first: a topic deleted since staging fails the commit before any append.
-            stores = {(p.topic, p.partition): self.topics.store_for(p.topic, p.partition)
-                      for p in pieces}
+            # Every store first: a topic deleted since staging, or a partition led elsewhere
+            # now, fails the commit before any append.
+            stores = {key: self.topics.store_for(*key)
+                      for key in sorted(wanted or {(p.topic, p.partition) for p in pieces})}
             epochs = {key: self._epoch(*key) for key in stores}
             marks = {key: self.store.sink_marks(*key).get(sink) for key in stores}
             done = {key for key, m in marks.items() if m is not None and m.batch_id >= batch_id}
             pieces = [p for p in pieces if (p.topic, p.partition) not in done]
             if not pieces:
-                self._drop(sink, batch_id)
+                self._release(sink, batch_id, wanted)
                 return pb.SinkCommitResponse(already=True, last_committed=max(last, batch_id)), {}
             keys = list(dict.fromkeys((p.topic, p.partition) for p in pieces))
             landed = {key: self._landed(sink, batch_id, stores[key], key) for key in keys}
@@ -189,7 +196,7 @@ class SinkPlane:
             new_marks = {key: SinkMark(batch_id, stores[key].latest(key[1]), epochs[key])
                          for key in keys}
             self.offsets.commit_sink(sink, max(last, batch_id), new_marks)  # drops the intents
-            self._drop(sink, batch_id)
+            self._release(sink, batch_id, wanted)
         records = sum(p.view.count for p in todo) + sum(landed.values())
         return pb.SinkCommitResponse(records=records, last_committed=batch_id), new_marks
 
@@ -260,6 +267,24 @@ class SinkPlane:
                         "the micro-batch again", sink=sink, batch_id=batch_id, task=task.task)
                 out.extend(piece for i in range(task.pieces) if (piece := have[i]) is not None)
             return out
+
+    def _release(self, sink: str, batch_id: int, done: set[tuple[str, int]] | None) -> None:
+        """After a commit of the partitions ``done`` (None: all): forget their pieces and the
+        sink's older batches, but keep the copies of other partitions (their leader may die
+        before it commits them). A committed piece stays as None, so a retried commit still
+        finds every piece the tasks named and is answered from the partitions' marks."""
+        if done is None:
+            self._drop(sink, batch_id)
+            return
+        self._drop(sink, batch_id - 1)
+        with self._lock:
+            staged = self._staged.get((sink, batch_id))
+            for pieces in staged.tasks.values() if staged is not None else ():
+                for n, piece in pieces.items():
+                    if piece is not None and (piece.topic, piece.partition) in done:
+                        pieces[n] = None
+                        staged.nbytes -= piece.nbytes
+                        self._bytes -= piece.nbytes
 
     def _drop(self, sink: str, upto: int) -> None:
         """Forget the sink's staging of every batch id <= ``upto`` (committed or replaced)."""

@@ -8,6 +8,15 @@ batches of about ``batch_bytes``) and ends with :meth:`TaskStaging.finish`, whos
 tasks' batches and records the batch id, once. Nothing staged is visible before that commit, and
 a batch id a broker has committed is never applied there again.
 
+Failover: a task stages each batch on the partition's leader and a *copy* on each of its other
+in-sync replicas (held, never appended by a follower), and notes which brokers hold every batch
+it staged for each partition. The driver commits each partition on its leader *now* and, when a
+broker is gone, moved or not answering (any retriable error), asks the master for the routes
+again and commits there, for up to ``request_timeout_s`` after the first failure; a stage is
+retried at the new leader the same way. A new leader that holds the copies completes the
+commit (an interrupted one once, by its intent: broker/sinks.py); one that does not hold them
+fails the commit with SinkStagingLost (nothing applied: Spark replays the micro-batch).
+
 Example (one process playing both roles)::
 
     with SinkClient(masters) as sinks:
@@ -17,54 +26,67 @@ Example (one process playing both roles)::
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import grpc
 import numpy as np
 
 from lib.auth.client import Credentials
 from lib.closing import Closeable
-from lib.errors import InvalidArgument, TubeqError, Unavailable, UnknownTopic
+from lib.errors import InvalidArgument, SinkStagingLost, TubeqError, Unavailable, UnknownTopic
 from lib.names import check_name
 from lib.producer.bulk import batch_bounds
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
+from lib.proto.master_pb2 import PartitionRoute
 from lib.records import EncodedRun, batch_head, encode_run
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import MasterClient, client_pool, invoke
+from lib.sink_routes import ReplicaRoutes, Retry
 from lib.tls import Tls
+from lib.wire_errors import from_rpc_error
 
+log = logging.getLogger(__name__)
 BATCH_BYTES = 512 * 1024
-RETRIES = 5
+# How long a stage waits for its copies after the leader answered: at least this, or this many
+# times the leader's call. A copy that is later is cancelled (a paused follower must not stall
+# every stage for a request timeout); that follower then holds no copy of the partition.
+COPY_GRACE_S, COPY_GRACE_FACTOR = 5.0, 4.0
+
+Key = tuple[str, int]  # (topic, partition)
 
 
 @dataclass
 class Staged:
     """What one task staged: its id, its number of pieces on each broker (by broker id: a
-    restarted broker may listen elsewhere) and the topics (to find the brokers again). Small
-    and plain, so it travels to the driver as a commit message."""
+    restarted broker may listen elsewhere; leaders' pieces and copies alike), the topics, and
+    per partition the brokers that hold *every* piece of it this task staged (those that can
+    commit it). Small and plain, so it travels to the driver as a commit message."""
 
     task: str
     pieces: dict[int, int] = field(default_factory=dict)
     topics: set[str] = field(default_factory=set)
     records: int = 0
+    holders: dict[Key, set[int]] = field(default_factory=dict)
 
 
 class SinkClient(Closeable):
     """Stages and commits micro-batches of exactly-once sinks; thread-safe."""
 
     def __init__(self, masters: str | Sequence[str], *, batch_bytes: int = BATCH_BYTES,
-                 request_timeout_s: float = 30.0, retries: int = RETRIES,
-                 credentials: Credentials | None = None, tls: Tls | None = None) -> None:
+                 request_timeout_s: float = 30.0, credentials: Credentials | None = None,
+                 tls: Tls | None = None) -> None:
         if batch_bytes <= 0:
             raise InvalidArgument("batch_bytes must be > 0")
         self.batch_bytes = batch_bytes
         self.timeout = request_timeout_s
-        self.retries = retries
         self._pool = client_pool(masters, credentials, request_timeout_s, tls)
         self._master = MasterClient(masters, pool=self._pool, timeout=request_timeout_s)
         self.routes = RouteCache(self._master, 30.0, request_timeout_s)
+        self.replicas = ReplicaRoutes(self._master, self.routes, request_timeout_s)
 
     def task(self, sink: str, batch_id: int, task: str) -> TaskStaging:
         """Start staging one task's share of micro-batch ``batch_id``."""
@@ -74,64 +96,69 @@ class SinkClient(Closeable):
         return TaskStaging(self, sink, batch_id, task)
 
     def commit(self, sink: str, batch_id: int, staged: Iterable[Staged]) -> int:
-        """Make the micro-batch visible on every broker it was staged on; returns the records
-        appended by this call (0 where a broker had committed the batch id already: a replay).
-        Raises SinkStagingLost when a broker no longer holds what the tasks staged (nothing of
-        it is applied there: run the micro-batch again)."""
+        """Make the micro-batch visible on every partition it was staged for, each on its
+        leader of the moment (following failovers); returns the records appended by this
+        call (0 where a partition held the batch already: a replay). Raises SinkStagingLost
+        when a leader no longer holds what the tasks staged (nothing of it is applied there:
+        run the micro-batch again)."""
         staged = sorted(staged, key=lambda s: s.task)
-        by_broker: dict[int, list[pb.SinkTask]] = {}
-        for st in staged:
-            for broker, pieces in st.pieces.items():
-                by_broker.setdefault(broker, []).append(pb.SinkTask(task=st.task, pieces=pieces))
-        addresses = self._addresses(staged)
-        records = 0
-        for broker in sorted(by_broker):
-            if broker not in addresses:
-                raise Unavailable(f"broker {broker} holds staged batches of sink {sink} batch "
-                                  f"{batch_id} but hosts none of their topics now")
-            request = pb.SinkCommitRequest(sink=sink, batch_id=batch_id, tasks=by_broker[broker])
-            records += self._call(addresses[broker], "SinkCommit", request).records
+        todo = {key for st in staged for key in st.holders}
+        records, retry = 0, Retry(self.timeout)
+        while todo:
+            try:
+                for broker, (address, parts) in sorted(self._plan(staged, todo).items()):
+                    request = pb.SinkCommitRequest(
+                        sink=sink, batch_id=batch_id,
+                        tasks=[pb.SinkTask(task=st.task, pieces=st.pieces[broker])
+                               for st in staged if any(k in st.holders for k in parts)],
+                        partitions=[pb.SinkPartition(topic=t, partition=p) for t, p in parts])
+                    stub = broker_pb2_grpc.BrokerStub(self._pool.get(address))
+                    records += invoke(stub.SinkCommit, request, self.timeout).records
+                    todo -= set(parts)
+            except TubeqError as exc:
+                retry.after(exc)  # raises when it must not or may no longer retry
         return records
+
+    def _plan(self, staged: list[Staged], todo: set[Key]) -> dict[int, tuple[str, list[Key]]]:
+        """Leader broker id -> (its address, the partitions of ``todo`` it leads), from fresh
+        routes; SinkStagingLost when a leader holds no full copy of a task's pieces."""
+        routes = self.replicas.refresh({t for t, _ in todo})
+        plan: dict[int, tuple[str, list[Key]]] = {}
+        for key in sorted(todo):
+            where = self.replicas.partition(routes[key[0]], key[1])
+            if not where.address or not where.available:
+                raise Unavailable(f"partition {key[0]}/{key[1]} has no leader right now (its "
+                                  "broker is down; the master is electing another)",
+                                  topic=key[0], partition=key[1])
+            for st in staged:
+                if key in st.holders and where.broker_id not in st.holders[key]:
+                    raise SinkStagingLost(
+                        f"partition {key[0]}/{key[1]} is led by broker {where.broker_id}, which "
+                        f"does not hold what task {st.task} staged for it (held by brokers "
+                        f"{sorted(st.holders[key])}); nothing of it was applied there: run the "
+                        "micro-batch again", topic=key[0], partition=key[1], task=st.task)
+            plan.setdefault(where.broker_id, (where.address, []))[1].append(key)
+        return plan
 
     def abort(self, sink: str, batch_id: int, staged: Iterable[Staged]) -> None:
         """Drop what the tasks staged (best effort: staging also expires on the brokers)."""
         staged = list(staged)
         try:
-            addresses = self._addresses(staged)
+            addresses = self.replicas.addresses({t for st in staged for t in st.topics})
         except TubeqError:
             return
         for address in sorted({addresses[b] for st in staged for b in st.pieces
                                if b in addresses}):
+            stub = broker_pb2_grpc.BrokerStub(self._pool.get(address))
             try:
-                self._call(address, "SinkAbort", pb.SinkAbortRequest(sink=sink,
-                                                                      batch_id=batch_id))
+                invoke(stub.SinkAbort, pb.SinkAbortRequest(sink=sink, batch_id=batch_id),
+                       self.timeout)
             except TubeqError:
                 pass  # the broker is gone: so is its staging
-
-    def _addresses(self, staged: list[Staged]) -> dict[int, str]:
-        """Broker id -> address now, from fresh routes of the staged topics."""
-        topics = set().union(*(st.topics for st in staged)) if staged else set()
-        routes = self.routes.refresh(topics) if topics else {}
-        return {p.broker_id: p.address for r in routes.values() for p in r.partitions
-                if p.address}
 
     def close(self) -> None:
         self._master.close()
         self._pool.close()
-
-    def _call(self, address: str, method: str, request: object) -> object:
-        """One call with retries of retriable errors (backoff 0.1 s doubling to 1 s)."""
-        stub = broker_pb2_grpc.BrokerStub(self._pool.get(address))
-        delay = 0.1
-        for attempt in range(self.retries + 1):
-            try:
-                return invoke(getattr(stub, method), request, self.timeout)
-            except TubeqError as exc:
-                if not exc.retriable or attempt == self.retries:
-                    raise
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
-        raise AssertionError("unreachable")
 
 
 class TaskStaging:
@@ -162,37 +189,89 @@ class TaskStaging:
             self.staged.records += count
 
     def _stage(self, topic: str, partition: int, batch: bytes) -> None:
-        """Stage one batch on the partition's broker, retrying retriable errors (a broker that
-        has not learned a new topic yet, one that moved); the piece number counts per broker
-        and only moves on success, so a retry restages the same piece."""
-        client, delay = self._client, 0.1
-        for attempt in range(client.retries + 1):
+        """Stage one batch on the partition's leader and copies on its other in-sync
+        replicas, retrying the leader's retriable errors at the leader of the moment (a broker
+        that has not learned a new topic yet, one that moved or died). Piece numbers count
+        per broker and move only on success, so a retry restages the same piece there."""
+        client, retry, fresh = self._client, Retry(self._client.timeout), False
+        key = (topic, partition)
+        while True:
+            copies: dict[int, tuple[int, grpc.Future]] = {}
             try:
-                where = client.routes.get(topic).partitions[partition]
-                address, broker = where.address, where.broker_id
-                if not address:
+                where = client.replicas.partition(client.replicas.get(topic, fresh), partition)
+                if not where.address:
                     raise Unavailable(f"no broker hosts {topic}/{partition} right now",
                                       topic=topic, partition=partition)
-                piece = self.staged.pieces.get(broker, 0)
-                request = pb.SinkStageRequest(sink=self.sink, batch_id=self.batch_id,
-                                              task=self.staged.task, piece=piece, topic=topic,
-                                              partition=partition, batch=batch)
-                stub = broker_pb2_grpc.BrokerStub(client._pool.get(address))
-                reply = invoke(stub.SinkStage, request, client.timeout)
+                copies = self._send_copies(where, key, batch)
+                started = time.monotonic()
+                reply = self._send(where.broker_id, where.address, key, batch, copy=False)
             except TubeqError as exc:
+                for _, future in copies.values():
+                    future.cancel()  # restaged under the same numbers with the next attempt
                 if isinstance(exc, UnknownTopic):
-                    exc = confirm_unknown(topic, exc, lambda: client.routes.get(topic))
-                if not exc.retriable or attempt == client.retries:
-                    raise exc from None
-                if exc.refresh_metadata:
-                    client.routes.invalidate(topic)
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
+                    exc = confirm_unknown(topic, exc, lambda: client.replicas.get(topic, True))
+                retry.after(exc)
+                fresh = True
                 continue
             self.committed_before = self.committed_before or reply.committed
-            self.staged.pieces[broker] = piece + 1
+            grace = max(COPY_GRACE_S, COPY_GRACE_FACTOR * (time.monotonic() - started))
+            took = {where.broker_id} | self._settle(copies, time.monotonic() + grace)
+            have = self.staged.holders.get(key)
+            self.staged.holders[key] = took if have is None else have & took
             self.staged.topics.add(topic)
             return
+
+    def _send(self, broker: int, address: str, key: Key, batch: bytes,
+              copy: bool) -> pb.SinkStageResponse:
+        request = self._request(broker, key, batch, copy)
+        stub = broker_pb2_grpc.BrokerStub(self._client._pool.get(address))
+        reply = invoke(stub.SinkStage, request, self._client.timeout)
+        self.staged.pieces[broker] = request.piece + 1
+        return reply
+
+    def _request(self, broker: int, key: Key, batch: bytes, copy: bool) -> pb.SinkStageRequest:
+        return pb.SinkStageRequest(sink=self.sink, batch_id=self.batch_id, task=self.staged.task,
+                                   piece=self.staged.pieces.get(broker, 0), topic=key[0],
+                                   partition=key[1], batch=batch, copy=copy)
+
+    def _send_copies(self, where: PartitionRoute, key: Key,
+                     batch: bytes) -> dict[int, tuple[int, grpc.Future]]:
+        """Start the copies (concurrent with the leader's stage) on the in-sync followers
+        that hold every earlier piece of the partition; broker id -> (piece, call future)."""
+        have = self.staged.holders.get(key)
+        out = {}
+        for broker, address in zip(where.replicas, where.replica_addresses, strict=False):
+            if broker == where.broker_id or broker not in where.isr or not address or \
+                    (have is not None and broker not in have):
+                continue
+            request = self._request(broker, key, batch, copy=True)
+            stub = broker_pb2_grpc.BrokerStub(self._client._pool.get(address))
+            out[broker] = (request.piece, stub.SinkStage.future(request,
+                                                                timeout=self._client.timeout))
+        return out
+
+    def _settle(self, copies: dict[int, tuple[int, grpc.Future]], until: float) -> set[int]:
+        """The followers whose copy was stored by ``until`` (a failed or late copy only drops
+        that follower from the partition's holders: it cannot take over this task's share of
+        the partition; the commit says so if it must)."""
+        took = set()
+        for broker, (piece, future) in copies.items():
+            try:
+                future.result(timeout=max(0.0, until - time.monotonic()))
+            except grpc.RpcError as exc:
+                err: object = from_rpc_error(exc)
+            except grpc.FutureTimeoutError:
+                future.cancel()
+                err = "no answer in time"
+            except grpc.FutureCancelledError:
+                err = "cancelled"
+            else:
+                self.staged.pieces[broker] = piece + 1
+                took.add(broker)
+                continue
+            log.info("sink copy of %s piece %d on broker %d failed: %s", self.staged.task,
+                     piece, broker, err)
+        return took
 
     def finish(self) -> Staged:
         return self.staged

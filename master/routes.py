@@ -1,7 +1,8 @@
 """Where each partition lives, as clients and admins see it: built from state + live registry.
 
 A route names the partition's leader (``broker_id``: produce and fetch go there), its leader
-epoch, replicas and in-sync replicas. A partition is available when its leader is alive.
+epoch, replicas (with their addresses: the exactly-once sink stages copies on the followers)
+and in-sync replicas. A partition is available when its leader is alive.
 Addresses come from the live registry, else from the last address the broker registered with
 (persisted), so a route to a broker that is down still names it.
 """
@@ -31,7 +32,9 @@ class RouteBook:
             out.append(mpb.PartitionRoute(
                 partition=p, broker_id=broker, address=address, available=broker in alive,
                 leader_epoch=record["leader_epochs"][p], replicas=record["replicas"][p],
-                isr=record["isr"][p], target_replicas=targets[p]))
+                isr=record["isr"][p], target_replicas=targets[p],
+                replica_addresses=[self.registry.address(b) or known.get(b, "")
+                                   for b in record["replicas"][p]]))
         return out
 
     def route(self, record: dict[str, Any]) -> mpb.TopicRoute:

@@ -237,7 +237,7 @@ class ResetOffsetsResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SinkStageRequest(_message.Message):
-    __slots__ = ("sink", "batch_id", "task", "piece", "topic", "partition", "batch")
+    __slots__ = ("sink", "batch_id", "task", "piece", "topic", "partition", "batch", "copy")
     SINK_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,7 @@ class SinkStageRequest(_message.Message):
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    COPY_FIELD_NUMBER: _ClassVar[int]
     sink: str
     batch_id: int
     task: str
@@ -252,7 +253,8 @@ class SinkStageRequest(_message.Message):
     topic: str
     partition: int
     batch: bytes
-    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., task: _Optional[str] = ..., piece: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ...) -> None: ...
+    copy: bool
+    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., task: _Optional[str] = ..., piece: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., copy: _Optional[bool] = ...) -> None: ...
 
 class SinkStageResponse(_message.Message):
     __slots__ = ("committed",)
@@ -269,14 +271,24 @@ class SinkTask(_message.Message):
     def __init__(self, task: _Optional[str] = ..., pieces: _Optional[int] = ...) -> None: ...
 
 class SinkCommitRequest(_message.Message):
-    __slots__ = ("sink", "batch_id", "tasks")
+    __slots__ = ("sink", "batch_id", "tasks", "partitions")
     SINK_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     sink: str
     batch_id: int
     tasks: _containers.RepeatedCompositeFieldContainer[SinkTask]
-    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[SinkTask, _Mapping]]] = ...) -> None: ...
+    partitions: _containers.RepeatedCompositeFieldContainer[SinkPartition]
+    def __init__(self, sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[SinkTask, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[SinkPartition, _Mapping]]] = ...) -> None: ...
+
+class SinkPartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class SinkCommitResponse(_message.Message):
     __slots__ = ("already", "records", "last_committed")

@@ -238,7 +238,7 @@ class BrokerInfo(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., draining: _Optional[bool] = ..., rack: _Optional[str] = ..., replicas: _Optional[int] = ..., leaders: _Optional[int] = ...) -> None: ...
 
 class PartitionRoute(_message.Message):
-    __slots__ = ("partition", "broker_id", "address", "available", "leader_epoch", "replicas", "isr", "target_replicas")
+    __slots__ = ("partition", "broker_id", "address", "available", "leader_epoch", "replicas", "isr", "target_replicas", "replica_addresses")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,7 @@ class PartitionRoute(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
     TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     partition: int
     broker_id: int
     address: str
@@ -255,7 +256,8 @@ class PartitionRoute(_message.Message):
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
     target_replicas: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+    replica_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ..., replica_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "partitions", "settings")

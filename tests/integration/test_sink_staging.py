@@ -16,6 +16,8 @@ from lib.errors import (
     UnknownTopic,
 )
 from lib.proto import broker_pb2 as pb
+from lib.proto.broker_pb2_grpc import BrokerStub
+from lib.rpc import invoke
 from lib.sink import SinkClient
 from tests.integration.test_producer_cluster import create, fetch_topic
 
@@ -153,9 +155,9 @@ def test_bad_stage_requests_get_clear_errors_and_change_nothing(cluster_factory)
             sinks.task("q4", 0, "0.0").add("eos-bad", 0, [b"z" * 1000] * 100)
         address = sinks.routes.get("eos-bad").address(0)
         with pytest.raises(CorruptRecord):
-            sinks._call(address, "SinkStage", pb.SinkStageRequest(
+            invoke(BrokerStub(sinks._pool.get(address)).SinkStage, pb.SinkStageRequest(
                 sink="q4", batch_id=0, task="0.0", topic="eos-bad", partition=0,
-                batch=b"\x00" * 200))
+                batch=b"\x00" * 200), 10)
     assert stored_values(cluster, "eos-bad") == {0: []}
 
 
