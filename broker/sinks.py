@@ -32,6 +32,15 @@ intent; a mark once the follower holds the records it covers. A commit is answer
 every in-sync replica holds its records and marks (broker/service.py). So a new leader
 skips the partitions that hold the batch and completes the others, once.
 
+Copies (a leader's death between stage and commit): a task also stages each batch as a *copy*
+on the partition's in-sync followers (``SinkStageRequest.copy``; lib/sink.py), held like any
+staging but appended only if this broker leads the partition when the driver commits it there.
+A commit names its partitions (``SinkCommitRequest.partitions``): it appends only theirs
+(PartitionNotHosted, before any append, for one led elsewhere: the driver asks the master and
+goes to the new leader) and keeps the copies of the others, whose leader may still die. Copies
+are dropped by the sink's next micro-batch: a stage of batch N drops the sink's staging of
+older batches (Spark runs batch N once batch N-1 is committed), else by the TTL.
+
 Limits (README "Exactly-once Spark sink"): staging lives in memory, bounded by
 ``sink_staging_bytes``; a broker that restarts between stage and commit has lost it, and the
 commit fails with SinkStagingLost (nothing applied) so that Spark replays the micro-batch. The
@@ -119,6 +128,7 @@ class SinkPlane:
         store = (self.topics.replica_store if req.copy else self.topics.store_for)(
             req.topic, req.partition)
         mark = self.store.sink_marks(req.topic, req.partition).get(sink)
+        self._drop(sink, batch_id - 1)  # Spark stages a batch once the one before committed
         if mark is not None and batch_id <= mark.batch_id:
             with self._lock:  # the partition holds the batch: the commit skips this piece
                 staged = self._staged.setdefault((sink, batch_id), _Staged(time.monotonic()))

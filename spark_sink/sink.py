@@ -7,7 +7,9 @@ the micro-batch visible broker by broker, and each broker records the batch id. 
 that Spark replays after a crash (same ``batchId``) is skipped where it was committed, and one
 that failed before its commit was never visible. The sink is identified by the ``sinkId``
 option, or by the query's ``checkpointLocation`` (the checkpoint and the brokers' record of
-committed batch ids must stay together: a new checkpoint is a new sink).
+committed batch ids must stay together: a new checkpoint is a new sink). On a replicated
+topic the query rides through a leader's death: tasks stage copies on the in-sync followers and
+stage and commit follow the route to the new leader (lib/sink.py), within ``requestTimeoutMs``.
 
 Row placement is deterministic for the same micro-batch (the partition column, else the key's
 hash, else one partition per task and Arrow batch chosen from the batch id and task), so a
