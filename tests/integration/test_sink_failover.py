@@ -76,3 +76,29 @@ def test_a_task_keeps_staging_at_the_new_leader_when_the_leader_dies(cluster):
         assert sinks.commit("q", 0, [task.finish()]) == 450
     assert stored(cluster) == {0: values("before", 200) + values("after", 200),
                                1: values("other", 50)}
+
+
+def test_followers_drop_their_copies_with_the_next_batch_so_failover_keeps_working(
+        replicated_cluster):
+    """A follower never gets a commit for a partition it follows: its copies go when the sink
+    stages its next micro-batch, else its staging would fill (``sink_staging_bytes``), later
+    copies would be refused and the leader's death would lose the batch (SinkStagingLost)."""
+    cluster = replicated_cluster(3, master_settings=FAST_FAILOVER,
+                                 replica_lag_max_ms=REPLICA_LAG_MAX_MS,
+                                 sink_staging_bytes=64 * 1024)
+    with AdminClient(cluster.master_addresses) as admin:
+        admin.create_topic(TOPIC, partitions=1, replication_factor=3, min_insync_replicas=2,
+                           durability="sync")
+        wait_until(lambda: sorted(admin.describe_topic(TOPIC).partitions[0].isr) == [1, 2, 3],
+                   "three copies in sync")
+    victim = leader(cluster, 0)
+    want = []
+    with SinkClient(cluster.master_addresses, batch_bytes=4096) as sinks:
+        for batch_id in range(8):  # ~28 KB each: three of them fill a follower's staging
+            task = sinks.task("q", batch_id, "0.0.0")
+            task.add(TOPIC, 0, values(f"b{batch_id}", 1000))
+            want += values(f"b{batch_id}", 1000)
+            if batch_id == 7:
+                cluster.brokers[victim].kill()
+            assert sinks.commit("q", batch_id, [task.finish()]) == 1000
+    assert stored(cluster) == {0: want}
