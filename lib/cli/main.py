@@ -7,6 +7,7 @@ enough for scripts.
 from __future__ import annotations
 
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,7 @@ import click
 from lib.cli import admin as cli_admin
 from lib.cli import bench as cli_bench
 from lib.cli import data as cli_data
-from lib.cli import load as cli_load
 from lib.cli import security as cli_security
-from lib.cli import spark as cli_spark
 from lib.cli.common import (
     DEFAULT_CLUSTER_JSON,
     DEFAULT_CREDENTIALS,
@@ -110,5 +109,32 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
                             tls_client_auth))
 
 
-for _module in (cli_admin, cli_data, cli_bench, cli_spark, cli_security, cli_load):
+PLUGIN_GROUP = "tubeq.commands"
+
+
+def _broken(name: str, error: BaseException) -> click.Command:
+    """Stands in for a command group that failed to load: says why when it is run."""
+    @click.command(name, help=f"(unavailable: {error})", context_settings={
+        "ignore_unknown_options": True, "allow_extra_args": True})
+    def broken() -> None:
+        raise click.ClickException(f"tubeq {name} is unavailable: {type(error).__name__}: "
+                                   f"{error}")
+    return broken
+
+
+def add_plugins(group: click.Group) -> None:
+    """Add the command groups that packages above ``lib`` contribute (``tubeq spark`` from
+    spark_sink, ``tubeq load`` from load) through the ``tubeq.commands`` entry point, as
+    click plugins do: ``lib`` never imports the floors above it. A group that fails to load
+    becomes a command that says why, so one broken extra leaves the rest of the CLI working."""
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            command = ep.load()
+        except Exception as exc:  # noqa: BLE001 - any import failure of a plugin
+            command = _broken(ep.name, exc)
+        group.add_command(command, ep.name)
+
+
+for _module in (cli_admin, cli_data, cli_bench, cli_security):
     _module.register(main)
+add_plugins(main)

@@ -82,7 +82,3 @@ def _need_pyspark() -> None:
     except ImportError as exc:
         raise click.ClickException(f"tubeq spark needs pyspark ({exc}): "
                                    "pip install 'tubeq[spark]'") from None
-
-
-def register(main: click.Group) -> None:
-    main.add_command(spark)

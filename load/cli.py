@@ -139,7 +139,3 @@ def load_ui(ctx: click.Context, **kw) -> None:
     if kw.get("chaos"):
         raise click.BadParameter("--chaos works with `tubeq load run` only", param_hint="--chaos")
     raise SystemExit(ui(_plan(ctx, "0s", kw)))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(load)
