@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.cli.cluster import RESTART_BACKOFF_S, pinned_argv, restart_delay
+from lib.cli.supervisor import RESTART_BACKOFF_S, pinned_argv, restart_delay
 from lib.process import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]

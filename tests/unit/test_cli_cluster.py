@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 from lib.cli import cluster
-from lib.cli.cluster import Child, ClusterPlan
+from lib.cli.cluster import ClusterPlan
+from lib.cli.supervisor import Child
 
 
 def test_cluster_json_appears_whole(tmp_path, monkeypatch):
