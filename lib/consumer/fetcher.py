@@ -29,22 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import grpc
-import numpy as np
-
 from lib import errors
 from lib.config import require
 from lib.consumer.coordinator import OffsetClient
+from lib.consumer.fetch_worker import Completed, FetchWorker
 from lib.consumer.subscription import SubscriptionState
-from lib.fetch_wire import FETCH_METHOD, read_fetch
 from lib.logs import event
-from lib.proto import broker_pb2
 from lib.records import Record, decode_span
 from lib.records.columns import FrameColumns, checked_run
-from lib.routes import confirm_unknown
-from lib.stuck_calls import STUCK_AFTER_S, StuckCallWatch
+from lib.stuck_calls import StuckCallWatch
 from lib.types import TopicPartition
-from lib.wire_errors import error_class, from_rpc_error
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -78,24 +72,6 @@ class FetcherConfig:
                 f"parallelism must be within 1..16, got {self.parallelism}")
 
 
-@dataclass(slots=True)
-class Completed:
-    """A fetch result waiting in the ready queue, still raw: frames are decoded only as poll
-    hands them out (few live Record objects, nothing decoded for data a seek drops).
-    ``expected`` = the position it continues from; ``index``/``pos``: next frame and byte."""
-
-    tp: TopicPartition
-    epoch: int
-    expected: int
-    frames: bytes | memoryview  # a view of the Fetch answer (lib/fetch_wire.py)
-    offsets: list[int]
-    index: int
-    pos: int
-    next_offset: int
-    nbytes: int
-    sizes: np.ndarray | None = None  # the broker's uint32 size per frame (None: walk them)
-
-
 class Fetcher:
     """The ready queue and the worker threads (see the module docstring)."""
 
@@ -111,7 +87,7 @@ class Fetcher:
         self._bytes = 0
         self._pushed = 0
         self._closed = False
-        self._workers: dict[tuple[str, str, int], _Worker] = {}
+        self._workers: dict[tuple[str, str, int], FetchWorker] = {}
         self._slots: dict[TopicPartition, int] = {}  # which worker of its broker fetches it
         self._seen_versions = (-1, -1)
         self._unrouted = False
@@ -139,7 +115,7 @@ class Fetcher:
                     self._slots.setdefault(tp, self._emptiest_slot(tp.topic, tps))
                 for key in {(address, tp.topic, self._slots[tp]) for tp in tps}:
                     if key not in self._workers:
-                        w = self._workers[key] = _Worker(self, *key)
+                        w = self._workers[key] = FetchWorker(self, *key)
                         w.start()
             self._interrupt_stale()
 
@@ -296,7 +272,8 @@ class Fetcher:
         self._bytes -= c.nbytes
         self._cond.notify_all()
 
-    def _push(self, c: Completed) -> None:
+    def push(self, c: Completed) -> None:
+        """A worker's fetch result, into the ready queue."""
         with self._cond:
             self._ready.append(c)
             self._buffered[c.tp] = self._buffered.get(c.tp, 0) + c.nbytes
@@ -304,7 +281,7 @@ class Fetcher:
             self._pushed += 1
             self._cond.notify_all()
 
-    def _work_for(self, worker: _Worker) -> list[tuple[TopicPartition, int, int]] | None:
+    def work_for(self, worker: FetchWorker) -> list[tuple[TopicPartition, int, int]] | None:
         """What ``worker`` should fetch now: (tp, offset, epoch); None = exit (nothing ours)."""
         with self._cond:
             while not self._closed:
@@ -328,155 +305,6 @@ class Fetcher:
                 self._cond.wait(0.5)
             return None
 
-    def _belongs(self, worker: _Worker, tp: TopicPartition) -> bool:
+    def _belongs(self, worker: FetchWorker, tp: TopicPartition) -> bool:
         return (tp.topic == worker.topic and self._slots.get(tp) == worker.slot
                 and self.routes.address(tp) == worker.address)
-
-
-class _Worker(threading.Thread):
-    """Long-polls one broker for one topic; see :class:`Fetcher`."""
-
-    def __init__(self, fetcher: Fetcher, address: str, topic: str, slot: int) -> None:
-        super().__init__(name=f"tubeq-fetch-{address}-{topic}-{slot}", daemon=True)
-        self.fetcher, self.address, self.topic, self.slot = fetcher, address, topic, slot
-        self._next: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (epoch, offset)
-        self._latest: dict[TopicPartition, int] = {}  # tp -> its latest offset, last told
-        self._call: grpc.Future | None = None
-        self.asked: list[tuple[TopicPartition, int, int]] = []  # the call's (tp, offset, epoch)
-        self._cancelled = False
-        self._interrupted = False
-        self._woken = threading.Event()  # cuts a quota's throttle wait short on cancel
-
-    def next_offset(self, tp: TopicPartition, position: int, epoch: int) -> int:
-        known = self._next.get(tp)
-        return known[1] if known is not None and known[0] == epoch else position
-
-    def all_at_end(self, todo: list[tuple[TopicPartition, int, int]]) -> bool:
-        """Whether every partition of ``todo`` was at its latest offset when last fetched
-        (a fetch of them would long-poll)."""
-        return all(off >= self._latest.get(tp, off + 1) for tp, off, _ in todo)
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        self._woken.set()
-        call = self._call
-        if call is not None:
-            call.cancel()
-
-    def interrupt(self) -> None:
-        """Cancel the call in flight, if any, and go on with fresh work (its answer is
-        dropped: positions only move when the application takes data)."""
-        self._interrupted = True
-        call = self._call
-        if call is not None:
-            call.cancel()
-
-    def run(self) -> None:
-        f = self.fetcher
-        cfg = f.config
-        # The answer as bytes: split here, each partition's frames a view (lib/fetch_wire.py)
-        fetch = f.offsets.pool.get(self.address).unary_unary(
-            FETCH_METHOD, request_serializer=broker_pb2.FetchRequest.SerializeToString)
-        while not self._cancelled:
-            todo = f._work_for(self)
-            if todo is None:
-                return
-            req = broker_pb2.FetchRequest(
-                topic=self.topic, max_wait_ms=cfg.fetch_max_wait_ms, tags=list(f.sub.tags),
-                max_total_bytes=cfg.fetch_max_total_bytes, group=f.group(),
-                partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=off,
-                                                      max_bytes=cfg.fetch_max_bytes)
-                            for tp, off, _ in todo])
-            self._interrupted, self.asked = False, todo
-            token = f.watch.started(self.address, [tp for tp, _, _ in todo], self.interrupt,
-                                    cfg.fetch_max_wait_ms / 1000 + STUCK_AFTER_S)
-            try:
-                self._call = fetch.future(
-                    req, timeout=cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s)
-                resp, parts = read_fetch(self._call.result(), self.address)
-            except grpc.FutureCancelledError:  # only cancel() and interrupt() cancel
-                if self._cancelled:
-                    return
-                continue
-            except grpc.RpcError as exc:
-                if self._cancelled:
-                    return
-                if not self._interrupted:
-                    self._call_failed(from_rpc_error(exc), todo)
-                continue
-            except errors.CorruptRecord as exc:
-                self._call_failed(exc, todo)
-                continue
-            finally:
-                f.watch.finished(token)
-                self._call, self.asked = None, []
-            asked = {tp.partition: (tp, off, ep) for tp, off, ep in todo}
-            # A view keeps the whole answer alive: with several partitions in it, each takes
-            # its own copy, so the ready queue's byte bound stays what the memory holds.
-            several = len(parts) > 1
-            for pd, frames in parts:
-                self._handle(pd, bytes(frames) if several else frames, asked)
-            if resp.throttle_ms:  # a consume quota of ours is in debt on this broker: wait
-                self._woken.wait(resp.throttle_ms / 1e3)
-
-    def _handle(self, pd: broker_pb2.PartitionData, frames: bytes | memoryview,
-                asked: dict) -> None:
-        if pd.partition not in asked:
-            return
-        tp, offset, epoch = asked[pd.partition]
-        if pd.latest >= 0:
-            self._latest[tp] = pd.latest
-        if pd.error_code:
-            self._partition_failed(tp, epoch, pd)
-            return
-        if len(pd.offsets) % 8:
-            self.fetcher.sub.fail(tp, errors.CorruptRecord(
-                f"fetch of {tp.topic}[{tp.partition}]: offsets are not int64s"))
-            return
-        offsets = np.frombuffer(pd.offsets, "<i8").tolist()
-        if not offsets and pd.next_offset <= offset:
-            return
-        # Sizes that do not match the frames' count are ignored (the frames are walked);
-        # wrong ones fail the frame check as any corruption does.
-        sizes = np.frombuffer(pd.sizes, "<u4") if len(pd.sizes) == 4 * len(offsets) else None
-        self._next[tp] = (epoch, pd.next_offset)
-        self.fetcher._push(Completed(tp, epoch, offset, frames, offsets, 0, 0,
-                                     pd.next_offset, len(frames), sizes))
-
-    def _partition_failed(self, tp: TopicPartition, epoch: int,
-                          pd: broker_pb2.PartitionData) -> None:
-        sub = self.fetcher.sub
-        exc = error_class(pd.error_code)(pd.error_message or pd.error_code, topic=tp.topic,
-                                         partition=tp.partition, earliest=pd.earliest,
-                                         latest=pd.latest)
-        if sub.epoch(tp) != epoch:
-            return  # the application moved meanwhile
-        if isinstance(exc, errors.OffsetOutOfRange):
-            event(log, "fetch.offset_out_of_range", topic=tp.topic, partition=tp.partition,
-                  earliest=pd.earliest, latest=pd.latest, policy=sub.reset_policy)
-            if sub.reset_policy == "error":
-                sub.fail(tp, exc)
-            else:
-                sub.seek(tp, pd.earliest if sub.reset_policy == "earliest" else pd.latest)
-        elif exc.retriable or exc.refresh_metadata:
-            self.fetcher.refresh_routes({tp.topic})
-            time.sleep(0.1)
-        else:
-            sub.fail(tp, exc)
-
-    def _call_failed(self, exc: errors.TubeqError, todo: list) -> None:
-        if isinstance(exc, errors.QuotaExceeded):  # refused until the debt is paid: wait
-            self._woken.wait(float(exc.details.get("retry_after_ms", 100)) / 1e3)
-            return
-        event(log, "fetch.failed", logging.WARNING, broker=self.address, topic=self.topic,
-              error=str(exc))
-        if isinstance(exc, errors.UnknownTopic):
-            topic = self.topic
-            exc = confirm_unknown(topic, exc,
-                                  lambda: self.fetcher.offsets.refresh_routes({topic}))
-        if isinstance(exc, errors.UnknownTopic) or not (exc.retriable or exc.refresh_metadata):
-            for tp, _, _ in todo:
-                self.fetcher.sub.fail(tp, exc)
-            return
-        self.fetcher.refresh_routes({self.topic})
-        time.sleep(0.2)
