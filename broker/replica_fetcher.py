@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 
 from broker.dedup import Appended, Dedup, ProducerBatch
 from broker.offsets import OffsetsPlane
-from broker.replication import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
+from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
 from broker.topics import PartitionRole, TopicManager
 from lib.auth.server import cluster_header
 from lib.errors import CorruptRecord, TubeqError

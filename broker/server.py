@@ -37,8 +37,9 @@ from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
+from broker.replica_answer import REPLICA_FETCH_METHOD
 from broker.replica_fetcher import ReplicaFetcher
-from broker.replication import REPLICA_FETCH_METHOD, IsrChange, ReplicaLeader
+from broker.replication import IsrChange, ReplicaLeader
 from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark

@@ -198,7 +198,7 @@ def test_a_new_leader_process_sends_every_group_again(pair):
     one.commit("g", 1)
     two.fetch_from(one)
     one.offsets = OffsetsPlane(one.topics, one.offset_store, TermWatermark())  # a restart
-    one.leader.offsets = one.offsets
+    one.leader = ReplicaLeader(one.topics, one.id, one.dedup, one.offsets)
     data = two.fetch_from(one)  # another incarnation: the whole state again
     assert [(g.group, g.offset) for g in data.group_offsets] == [("g", 1)]
 

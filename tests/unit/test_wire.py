@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 
+from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FRAMES
 from broker.replica_fetcher import append_copied, read_answer
-from broker.replication import REPLICA_ENTRIES, REPLICA_FRAMES
 from lib.errors import CorruptRecord
 from lib.fetch_wire import fetch_answer, read_fetch
 from lib.proto import broker_pb2 as pb
