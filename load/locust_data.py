@@ -85,7 +85,10 @@ class ProducerUser(User):
         if o.message_bytes < STAMP_BYTES:
             raise ValueError(f"--message-bytes must be at least {STAMP_BYTES}")
         self.o = o
-        self.producer = Producer(o.tubeq_masters, linger_ms=o.linger_ms, idempotent=True)
+        # retries=20: ride through a broker that has not learned a new topic yet or a
+        # leader's restart (5 ran out at the start of a busy CI run: PartitionNotHosted)
+        self.producer = Producer(o.tubeq_masters, linger_ms=o.linger_ms, idempotent=True,
+                                 retries=20)
         self.id, self.seq = LEDGER.new_producer(), 0
         per_task = 1 if o.sync_sends else o.batch
         self._pace = constant_throughput(o.rate / per_task) if o.rate > 0 else constant(0)
