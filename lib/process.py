@@ -84,7 +84,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     the server that was given it binds it (a master of ``cluster up`` failed so, "Address
     already in use", in a parallel test run). Ports below that range are only ever taken by
     an explicit bind."""
-    low = _ephemeral_low()
+    low = ephemeral_range_start()
     if low - PORT_FLOOR < 100 * count:
         return _kernel_ports(count, host)
     rng = random.SystemRandom()
@@ -106,7 +106,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     return _kernel_ports(count, host)
 
 
-def _ephemeral_low() -> int:
+def ephemeral_range_start() -> int:
     try:
         return int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):

@@ -18,7 +18,7 @@ from broker.sinks import EXIT_AFTER_APPENDS_ENV
 from lib.admin import AdminClient
 from tests.cluster import Cluster
 from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
-from tests.spark.test_stream_sink import _driver, produce, topic_values
+from tests.spark.test_stream_sink import produce, start_driver, topic_values
 
 SOURCE, TARGET = "fo-in", "fo-out"
 ROWS = 3000  # six micro-batches of 500 (tests/spark/stream_sink_worker.py)
@@ -63,7 +63,7 @@ def start(cluster: Cluster, victim_env: dict[str, str]) -> list[bytes]:
 def run_query(cluster: Cluster, tmp_path) -> None:
     """One run of the query to its end (availableNow); fails when it dies."""
     log = tmp_path / "driver.log"
-    driver = _driver(cluster.master_addresses, SOURCE, TARGET, str(tmp_path / "ckpt"), log)
+    driver = start_driver(cluster.master_addresses, SOURCE, TARGET, str(tmp_path / "ckpt"), log)
     try:
         driver.wait(300)
     finally:

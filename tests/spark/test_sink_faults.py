@@ -7,7 +7,7 @@ import time
 
 from lib.admin import AdminClient
 from tests.cluster import Cluster
-from tests.spark.test_stream_sink import _driver, produce, topic_values
+from tests.spark.test_stream_sink import produce, start_driver, topic_values
 
 
 def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
@@ -19,7 +19,7 @@ def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
             admin.create_topic("faults-out", partitions=2, durability="sync")
         sent = produce(masters, "faults-in", 6_000)  # 12 micro-batches of 500
         ckpt = str(tmp_path / "ckpt")
-        driver = _driver(masters, "faults-in", "faults-out", ckpt, tmp_path / "run0.log")
+        driver = start_driver(masters, "faults-in", "faults-out", ckpt, tmp_path / "run0.log")
         try:
             deadline = time.monotonic() + 240
             while len(topic_values(masters, "faults-out")) < 1500:
@@ -39,7 +39,7 @@ def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
         runs = 1
         while driver.returncode != 0:  # Spark replays what was not committed
             assert runs < 4, (tmp_path / f"run{runs - 1}.log").read_text()[-3000:]
-            driver = _driver(masters, "faults-in", "faults-out", ckpt,
+            driver = start_driver(masters, "faults-in", "faults-out", ckpt,
                              tmp_path / f"run{runs}.log")
             try:
                 driver.wait(300)

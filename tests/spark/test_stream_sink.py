@@ -106,7 +106,7 @@ def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
     source, target = new_topic(partitions=2), new_topic(partitions=2)
     sent = produce(masters, source, 6_000)  # 12 micro-batches of 500
     ckpt = str(tmp_path / "ckpt")
-    first = _driver(masters, source, target, ckpt, tmp_path / "first.log")
+    first = start_driver(masters, source, target, ckpt, tmp_path / "first.log")
     try:
         deadline = time.monotonic() + 240
         while len(topic_values(masters, target)) < 1500:  # some micro-batches are in
@@ -118,7 +118,7 @@ def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
         first.wait(30)
     landed = len(topic_values(masters, target))
     assert landed < len(sent), "the driver finished before it was killed: nothing was tested"
-    second = _driver(masters, source, target, ckpt, tmp_path / "second.log")
+    second = start_driver(masters, source, target, ckpt, tmp_path / "second.log")
     try:
         assert second.wait(300) == 0, (tmp_path / "second.log").read_text()[-3000:]
     finally:
@@ -130,7 +130,7 @@ def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
     assert sorted(got) == sorted(b"seen:" + v for v in sent)
 
 
-def _driver(masters: str, source: str, target: str, ckpt: str, log) -> subprocess.Popen:
+def start_driver(masters: str, source: str, target: str, ckpt: str, log) -> subprocess.Popen:
     # A SIGKILLed JVM leaves its scratch dirs (blockmgr-*, spark-*, artifacts-*) behind: keep
     # them in the test's own dir, not in /tmp.
     scratch = Path(ckpt).parent / "spark-scratch"

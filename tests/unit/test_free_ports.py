@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import socket
 
-from lib.process import PORT_FLOOR, _ephemeral_low, free_ports
+from lib.process import PORT_FLOOR, ephemeral_range_start, free_ports
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
     ports = free_ports(6)
     assert len(set(ports)) == 6
-    low = _ephemeral_low()
+    low = ephemeral_range_start()
     if low - PORT_FLOOR >= 600:
         assert all(PORT_FLOOR <= p < low for p in ports), (ports, low)
     for p in ports:

@@ -36,11 +36,15 @@ def test_a_partition_without_a_leader_keeps_its_call_where_it_is():
 
 
 def test_discarding_a_channel_ends_a_blocking_call_in_flight_at_once():
-    release = threading.Event()
+    release, entered = threading.Event(), threading.Event()
+
+    def hang(req, ctx):
+        entered.set()
+        return release.wait(30) and b""
 
     class Hang(grpc.GenericRpcHandler):
         def service(self, details):
-            return grpc.unary_unary_rpc_method_handler(lambda req, ctx: release.wait(30) and b"")
+            return grpc.unary_unary_rpc_method_handler(hang)
 
     server = grpc.server(futures.ThreadPoolExecutor(2), options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers([Hang()])
@@ -59,7 +63,7 @@ def test_discarding_a_channel_ends_a_blocking_call_in_flight_at_once():
 
         t = threading.Thread(target=call)
         t.start()
-        time.sleep(0.3)  # the call is in flight
+        assert entered.wait(10), "the call never reached the server"  # it is in flight
         started = time.monotonic()
         pool.discard(address)
         t.join(10)
