@@ -143,8 +143,17 @@ def test_the_broker_paces_a_push_consumer_to_its_principal_quota(metered):
         stub = broker_pb2_grpc.BrokerStub(ch)
         request = bpb.FetchRequest(topic="metered", max_total_bytes=3 << 20, partitions=[
             bpb.PartitionFetch(partition=p, offset=0, max_bytes=3 << 20) for p in (0, 1)])
-        wait_for(lambda: stub.Fetch(request, metadata=(("authorization", f"Bearer {token}"),),
-                                    timeout=10).throttle_ms > 0, 20, "the quota on the broker")
+
+        def fetch_throttled() -> bool:  # False while the broker lacks the ACLs or the quota
+            try:
+                return stub.Fetch(request, metadata=(("authorization", f"Bearer {token}"),),
+                                  timeout=10).throttle_ms > 0
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.PERMISSION_DENIED:
+                    raise
+                return False
+
+        wait_for(fetch_throttled, 20, "the ACLs and the quota on the broker")
     time.sleep(4)  # let the probe's debt be paid back
 
     handled: list[tuple[float, int]] = []
