@@ -4,11 +4,11 @@
         [--broker-timeout-ms 6000] [--heartbeat-ms 1000]
 
 Starts 1 master and 3 brokers as real processes on 127.0.0.1 (``tests/cluster.py``); each
-broker is reached through a :class:`load.blackhole.Blackhole` of its own (its advertised
+broker is reached through a :class:`load.faultproxy.FaultProxy` of its own (its advertised
 address) and reaches the master through another, so the bench can cut one broker off with no
-RST. A producer (idempotent, acks=all, ``request_timeout_ms`` 30 s) sends numbered 100-byte
-records to a 1-partition topic with 3 copies (min in-sync 2) and a pull consumer reads it, while
-per try and mode the partition's leader hangs:
+RST (the proxies' ``drop`` mode). A producer (idempotent, acks=all, ``request_timeout_ms``
+30 s) sends numbered 100-byte records to a 1-partition topic with 3 copies (min in-sync 2) and
+a pull consumer reads it, while per try and mode the partition's leader hangs:
 
 - ``sigstop``: SIGSTOP the leader's process (SIGCONT once the clients went on);
 - ``blackhole``: every link to and from the leader swallows what it carries (healed after).
@@ -42,7 +42,7 @@ from lib.producer.producer import Producer
 from lib.types import TopicPartition
 from load import stop_on_sigterm
 from load.bench_failover import Pulse
-from load.blackhole import Blackhole
+from load.faultproxy import FaultProxy, Mode
 
 TOPIC = "bench-hung"
 TIMEOUT_MS = 30_000
@@ -93,7 +93,7 @@ class Reader(threading.Thread):
 
 
 def start_cluster(root: Path, stack: ExitStack, args: argparse.Namespace):
-    """The cluster, each broker behind a Blackhole both ways; returns (cluster, holes by id).
+    """The cluster, each broker behind a FaultProxy both ways; returns (cluster, holes by id).
     The processes stop before the holes close (a broker's clean shutdown asks the master)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.cluster import Cluster, ServerProcess  # the process handling the tests use
@@ -104,12 +104,12 @@ def start_cluster(root: Path, stack: ExitStack, args: argparse.Namespace):
     cluster = Cluster(root, master_args=["--config", str(conf)])
     stack.callback(cluster.stop_all)
     cluster.start_master()
-    holes: dict[int, list[Blackhole]] = {}
+    holes: dict[int, list[FaultProxy]] = {}
     ports = free_ports(BROKERS)
     for b in range(1, BROKERS + 1):
         port = ports[b - 1]
-        front = stack.enter_context(Blackhole(f"127.0.0.1:{port}"))
-        to_master = stack.enter_context(Blackhole(cluster.master_addresses))
+        front = stack.enter_context(FaultProxy(f"127.0.0.1:{port}"))
+        to_master = stack.enter_context(FaultProxy(cluster.master_addresses))
         holes[b] = [front, to_master]
         proc = cluster.broker_process(b)
         d = proc.data_dir
@@ -155,7 +155,7 @@ def one_fault(mode: str, cluster, holes, admin: AdminClient, writer: Writer,
         cluster.brokers[victim].signal(signal.SIGSTOP)
     else:
         for hole in holes[victim]:
-            hole.swallow()
+            hole.set_mode(Mode.DROP)
     try:
         moved = wait(lambda: leader(admin) != victim, "a new leader") - start
         resumed = wait(lambda: len(writer.acked) > acked_before, "acknowledgements again",
@@ -169,7 +169,7 @@ def one_fault(mode: str, cluster, holes, admin: AdminClient, writer: Writer,
             cluster.brokers[victim].signal(signal.SIGCONT)
         else:
             for hole in holes[victim]:
-                hole.heal()
+                hole.set_mode(Mode.PASS)  # resets what lived through the drop
     wait(lambda: len(admin.describe_topic(TOPIC).partitions[0].isr) == BROKERS,
          "the old leader back in the ISR", step=0.2)
     gap_p = writer.pulse.longest_gap(start, end)

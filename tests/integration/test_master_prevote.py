@@ -1,7 +1,7 @@
 """A master cut off from the other masters' Raft traffic (its clients still reach it) must not
 cost a second election when the network heals: pre-vote and leader stickiness (master/prevote.py).
 
-Three real masters whose Raft links go through silenceable proxies (tests/raftnet.py, an
+Three real masters whose Raft links go through silenceable proxies (tests/raftmesh.py, an
 iptables DROP without root), one broker, one consumer group.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from tests.cluster import Cluster
 from tests.integration.test_consumer_common import wait_for
-from tests.raftnet import RaftMesh
+from tests.raftmesh import RaftMesh
 
 FAILOVER_S = 15.0
 CUT_S = 12.0  # the issue's reproduction

@@ -1,7 +1,7 @@
 """A partition leader cut off by the network (Jepsen-style), on real processes.
 
 Broker 1 leads a partition replicated on brokers 1, 2 and 3 (acks=all, min_insync_replicas 2,
-sync durability). Its links go through TCP proxies the test controls (tests/netcut.py): it
+sync durability). Its links go through TCP proxies the test controls (load/faultproxy.py): it
 reaches the master through one, and the master, the followers and the clients reach it
 through another (its advertised address). Cutting both isolates it from everyone but the
 test, which still reaches its real port and keeps writing to it there, as a producer on its
@@ -34,11 +34,11 @@ from lib.proto import broker_pb2_grpc
 from lib.records import Record, decode_frames, encode_batch
 from lib.rpc import invoke
 from lib.types import TopicPartition
+from load.faultproxy import FaultProxy, Mode
 from storage.store import Store
 from tests.cluster import Cluster, ServerProcess
 from tests.helpers import read_all
 from tests.integration.fault_kit import wait_until
-from tests.netcut import Proxy
 
 TOPIC = "split"
 VICTIM = 1  # placement picks the least loaded broker, ties by lowest id: it leads TOPIC
@@ -50,17 +50,18 @@ class Partitioned:
     """A cluster whose broker 1 the test can cut off from the master and the other brokers."""
 
     cluster: Cluster
-    to_master: Proxy  # broker 1 -> the master
-    to_victim: Proxy  # the master, the followers and clients -> broker 1 (advertised)
+    to_master: FaultProxy  # broker 1 -> the master
+    to_victim: FaultProxy  # the master, the followers and clients -> broker 1 (advertised)
     direct: str  # broker 1's real address: the test's side of the cut
 
     def cut(self) -> None:
-        self.to_master.cut()
-        self.to_victim.cut()
+        """Reset every link of broker 1 now, and every new one until :meth:`heal`."""
+        self.to_master.set_mode(Mode.RESET)
+        self.to_victim.set_mode(Mode.RESET)
 
     def heal(self) -> None:
-        self.to_master.heal()
-        self.to_victim.heal()
+        self.to_master.set_mode(Mode.PASS)
+        self.to_victim.set_mode(Mode.PASS)
 
 
 @pytest.fixture
@@ -74,9 +75,9 @@ def partitioned(tmp_path) -> Iterator[Partitioned]:
     with contextlib.ExitStack() as stack:
         stack.callback(cluster.stop_all)  # the master, should a proxy fail to start
         cluster.start_master()
-        to_master = stack.enter_context(Proxy(cluster.master_addresses))
+        to_master = stack.enter_context(FaultProxy(cluster.master_addresses))
         port = free_ports(1)[0]
-        to_victim = stack.enter_context(Proxy(f"127.0.0.1:{port}"))
+        to_victim = stack.enter_context(FaultProxy(f"127.0.0.1:{port}"))
         # every process, before the proxies stop: broker 1's clean stop reaches the master
         stack.callback(cluster.stop_all)
         victim = cluster.broker_process(VICTIM)

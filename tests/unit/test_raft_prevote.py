@@ -10,7 +10,7 @@ from master.prevote import Campaign, Position, disruptive, would_vote
 from master.raft import RaftLog, RaftSettings
 from master.state import MetaState
 from tests.integration.test_consumer_common import wait_for
-from tests.raftnet import RaftMesh
+from tests.raftmesh import RaftMesh
 
 LEASE = 0.8
 
