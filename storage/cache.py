@@ -151,6 +151,13 @@ class CachePair:
         """The flushing block is in the files: readers find its offsets there now."""
         self.flushing = None
 
+    def forget(self, partition: int) -> None:
+        """Drop a removed partition's index entries from both blocks. Its bytes stay: they
+        reach the data log below the origin of any later copy (storage/removal.py)."""
+        for block in (self.active, self.flushing):
+            if block is not None:
+                block.parts.pop(partition, None)
+
     def entries(self, partition: int, first: int, last: int, limit: int
                 ) -> tuple[np.ndarray, list[CacheBlock]]:
         """At most ``limit`` index entries of [first, last) from the blocks, with the blocks

@@ -17,17 +17,20 @@ A dir missing at open is created with the position where the partition's last re
 ended (``removed.json`` in the store dir), or 0 when it never had one: an index dir lost by
 accident is rebuilt from the whole data log, as before origins existed.
 
-Removal (:func:`remove`), holding the flusher's ``io_lock`` (no block write, checkpoint or
-retention meanwhile) and the store's lock (no append or read picks the partition up): rename
-the dir aside, then forget the partition in the store and in both cache blocks. Its index
-entries waiting there are dropped, while the bytes of its chunks stay in the blocks and reach
-the data log below the origin of any later copy, so unlike a truncation this needs no flush
-(nothing of the copy is kept) and works on a full disk; the flusher, which finds indexes only
-through the store's partitions and the blocks' entries, never touches the index again. Then
-the store dir is fsynced (the removal is durable: a reopen creates the dir anew), the saved
-checkpoint forgets the partition and the dir is deleted, outside the locks. A reader that
-took the partition before keeps reading the files it holds open: their fds are closed at the
-next removal or at close, never while a recycled fd could point at another file.
+Removal (:meth:`storage.store.Store.remove_partition`), holding the flusher's ``io_lock`` (no
+block write, checkpoint or retention meanwhile) and the store's lock (no append or read picks
+the partition up): the partition's log records where the copy ended and renames its dir aside
+(:meth:`storage.partition_log.PartitionLog.remove`), then the store forgets the partition and
+both cache blocks drop its index entries. The bytes of its chunks stay in the blocks and
+reach the data log below the origin of any later copy, so unlike a truncation this needs no
+flush (nothing of the copy is kept) and works on a full disk; the flusher, which finds indexes
+only through the store's partitions and the blocks' entries, never touches the index again.
+Then, outside the locks, the store dir is fsynced and the saved checkpoint forgets the
+partition (:func:`settle`), and the dir is deleted. A reader that took the partition before
+keeps reading the files it holds open: their fds are closed at the next removal or at close,
+never while a recycled fd could point at another file.
+
+These are the files' side only: functions of paths, used by the partition's log and the store.
 """
 from __future__ import annotations
 
@@ -38,15 +41,12 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from lib.errors import StorageError, StoreClosed
+from lib.errors import StorageError
 from lib.logs import event
+from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.fsutil import atomic_write, fsync_dir
 from storage.recovery import Checkpoint
-
-if TYPE_CHECKING:
-    from storage.store import Store, _Partition
 
 log = logging.getLogger(__name__)
 ORIGIN = "origin"
@@ -55,27 +55,7 @@ _NEW, _REMOVED = ".new", ".removed."  # suffixes of dirs being created or remove
 _INDEX_DIR = re.compile(r"p(0|[1-9][0-9]*)")
 
 
-def remove(store: Store, partition: int) -> None:
-    """Remove ``partition``'s copy from ``store`` (module docstring); no-op when not hosted."""
-    with store._flusher.io_lock:
-        with store._cond:
-            if store._closing:  # close() is about to close the indexes: leave them to it
-                raise StoreClosed(f"store {store._name} is closed: cannot remove partition "
-                                  f"{partition}", topic=store.topic, partition=partition)
-            part = store._parts.get(partition)  # a failed store (no flusher left) may too
-            if part is None:
-                return
-            _record_removal(store.dir, partition, store._cache.active.end_pos)
-            trash = _set_aside(part.index.dir)
-            _forget(store, partition, part)
-        try:
-            _io(fsync_dir, store.dir)
-            _drop_from_checkpoint(store, partition)
-        finally:
-            shutil.rmtree(trash, ignore_errors=True)  # a crash leaves it to sweep()
-
-
-def _set_aside(directory: Path) -> Path:
+def set_aside(directory: Path) -> Path:
     """Rename ``directory`` to a fresh name of its own: one atomic step takes the whole copy
     away, and the deletion can wait until the locks are released."""
     trash = Path(_io(tempfile.mkdtemp, prefix=directory.name + _REMOVED, dir=directory.parent))
@@ -88,27 +68,18 @@ def _set_aside(directory: Path) -> Path:
     return trash
 
 
-def _forget(store: Store, partition: int, part: _Partition) -> None:
-    """Take the partition out of the store and the cache blocks (store's lock held)."""
-    del store._parts[partition]
-    for block in (store._cache.active, store._cache.flushing):
-        if block is not None:
-            block.parts.pop(partition, None)  # its index entries only: the bytes stay
-    for index in store._retired:
-        index.close()  # a reader of the previous removal has long finished with them
-    store._retired = [part.index]
-
-
-def _drop_from_checkpoint(store: Store, partition: int) -> None:
-    """Save the checkpoint without the partition: still valid for the others, and a later
+def settle(store_dir: Path, checkpoint: OwnCheckpoint | CheckpointSlot, partition: int) -> None:
+    """After the dir was set aside: make the removal durable (a reopen creates the dir anew)
+    and save the checkpoint without the partition: still valid for the others, and a later
     copy is not checked against the removed one's offsets (which would cost a full scan)."""
-    cp = store._checkpoint.read()
+    _io(fsync_dir, store_dir)
+    cp = checkpoint.read()
     if cp is not None and partition in cp.next_offsets:
         rest = {p: n for p, n in cp.next_offsets.items() if p != partition}
-        store._checkpoint.save(Checkpoint(cp.position, rest))
+        checkpoint.save(Checkpoint(cp.position, rest))
 
 
-def _record_removal(store_dir: Path, partition: int, position: int) -> None:
+def record_removal(store_dir: Path, partition: int, position: int) -> None:
     """Remember where the removed copy ended: a copy placed here again while the store was
     closed is opened with no dir, and starts there (:func:`removed_at`)."""
     removed = removed_at(store_dir)

@@ -1,23 +1,17 @@
 """A storage instance: some partitions of one topic sharing a data log and a cache block pair.
 
-The store is the coordinator; each concern has its own module:
+The store coordinates the partitions and the data log they share; each concern has its own
+module:
 
+- ``partition_log.py``: one partition's log (index, leader epochs in ``epochs.py``, offsets)
+  and the operations on it: append bookkeeping, reads, cutting it back or restarting it
+  further on for replication, removing the copy (``removal.py``: its dir on disk);
 - ``cache.py``: the cache block pair (active + being flushed) that appends land in;
-- ``flusher.py``: the background writer (writes blocks, fsyncs, checkpoints, retention,
-  the disk-full condition), the only writer of the files;
-- ``sync_policy.py``: *when* a block is written and when the data log is fsynced;
-- ``retention.py``: which old data segments go;
-- ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them;
-- ``epochs.py``: each partition's leader-epoch cache, ``truncation.py``: cutting a
-  partition's log back or forward, and ``removal.py``: deleting a partition's copy (and the
-  origin that keeps an old copy from coming back), all for replication.
-
-Replication (a later step builds the replica fetcher on these): appends carry the leader epoch
-that assigned their offsets, and a follower appends the leader's batches ``at`` the leader's
-offsets; :meth:`Store.truncate` and :meth:`Store.reset` cut a partition's log back (a follower
-whose records diverged from the new leader's) or restart it further on (a follower behind the
-leader's earliest offset). The data log is shared by the partitions of a store, so neither
-removes bytes: each appends a zero-record *marker* chunk that recovery replays.
+- ``flusher.py``: the background writer (blocks, fsyncs, checkpoints, retention, the
+  disk-full condition), the only writer of the files;
+- ``sync_policy.py``: *when* a block is written and the data log fsynced; ``retention.py``:
+  which old data segments go;
+- ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them.
 
 Threading: one lock (``_cond``) guards the cache blocks, the per-partition counters and the
 state shared with the flusher (``_sync_target``, ``_synced_pos``, ``_unwritten``, ``_closing``,
@@ -38,11 +32,10 @@ disk-full waits; ``wall_clock`` (epoch seconds) ages segments for retention.
 """
 from __future__ import annotations
 
-import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,69 +44,24 @@ from lib.closing import Closeable
 from lib.errors import (
     CorruptRecord,
     DiskFull,
-    InvalidArgument,
     OffsetOutOfRange,
     StorageError,
     StoreClosed,
     UnknownPartition,
 )
-from lib.logs import event
 from lib.names import check_name
-from lib.records import BatchView, frame_starts, parse_batch, tag_hash
-from storage.cache import CachePair, read_span
+from lib.records import BatchView, parse_batch
+from storage.cache import CachePair
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.datalog import CHUNK, DataLog, chunk_header
-from storage.epochs import LeaderEpochs
 from storage.flusher import Flusher
 from storage.fsutil import inside
-from storage.index import ENTRY, INDEX_DTYPE, IndexLog
-from storage.recovery import recover
-from storage.removal import create_dir, read_origin, remove, removed_at, sweep, write_origin
-from storage.select import assemble, plan
+from storage.index import ENTRY, INDEX_DTYPE, IndexLog, index_entries
+from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
+from storage.removal import settle
 from storage.space import SpaceGuard
 from storage.sync_policy import SyncPolicy
-from storage.truncation import cut
-
-log = logging.getLogger(__name__)
-MAX_READ_ENTRIES = 65_536  # index entries examined per read (bounds filtered scans)
-MAX_EPOCH = (1 << 32) - 1  # a chunk header holds the leader epoch in a u32
-
-
-@dataclass(frozen=True)
-class ReadResult:
-    """Frames (concatenated, each self-describing), the offset of each one and its size in
-    bytes (``sizes``, uint32, from the index: callers split ``frames`` without walking the
-    frames' length fields)."""
-
-    frames: bytes
-    offsets: np.ndarray
-    next_offset: int
-    earliest: int
-    latest: int
-    sizes: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-
-class _Partition:
-    __slots__ = ("index", "epochs", "epoch", "next", "flushed", "earliest", "opened")
-
-    def __init__(self, index: IndexLog) -> None:
-        self.index = index
-        self.epochs = LeaderEpochs(index.dir)
-        self.epoch = 0  # the latest epoch in ``epochs`` (0: none); see refresh_epoch
-        self.refresh_epoch()
-        self.opened = index.end  # the log end recovery left: what a crashed process had stored
-        self.next = index.end  # next offset to assign
-        self.flushed = index.end  # offsets below this are in the files
-        self.earliest = index.start
-
-    def refresh_epoch(self) -> None:
-        """Cache the latest epoch: an append whose epoch equals it costs one comparison."""
-        latest = self.epochs.latest()
-        self.epoch = latest[0] if latest is not None else 0
 
 
 class Store(Closeable):
@@ -135,15 +83,9 @@ class Store(Closeable):
         self.dir.mkdir(parents=True, exist_ok=True)
         self._data = DataLog(self.dir / "data", cfg.segment_bytes)
         self._checkpoint = checkpoint or OwnCheckpoint(self.dir)
-        indexes = self._recover(partitions)
+        self._parts = open_logs(self.dir, self.topic, partitions, self._data,
+                                self._checkpoint.read(), cfg.index_segment_entries)
         self._retired: list[IndexLog] = []  # indexes of removed partitions (storage/removal.py)
-        self._parts = {p: _Partition(index) for p, index in indexes.items()}
-        for part in self._parts.values():
-            part.index.keep_end()  # recovery may have reset it: keep where it continues
-            # A crash can lose the log's tail after its epoch was recorded: no epoch may
-            # point past the recovered log.
-            part.epochs.truncate_from_end(part.next)
-            part.refresh_epoch()
         self._refresh_earliest()
         self._name = f"{self.topic}/{self.store_id}"
         self._clock, self._wall_clock = clock, wall_clock
@@ -161,31 +103,6 @@ class Store(Closeable):
         self._flusher = Flusher(self, self._policy, wall_clock)
         self._flusher.start()
 
-    def _recover(self, partitions: Iterable[int]) -> dict[int, IndexLog]:
-        """Open the partitions' indexes (one without a dir starts where its last removed copy
-        ended, or at 0: rebuilt from the whole log) and make them agree with the data log,
-        ignoring each one's chunks below its origin."""
-        sweep(self.dir)
-        removed = removed_at(self.dir)
-        indexes = {p: self._open_index(p, removed.get(p, 0)) for p in sorted(set(partitions))}
-        origins = {p: read_origin(index.dir) for p, index in indexes.items()}
-        recover(self.dir, self._data, indexes, self._checkpoint.read(), origins)
-        for p, origin in origins.items():
-            if origin > self._data.end:
-                # A crash lost the cached tail the copy was added at, or recovery cut a torn
-                # tail: nothing lies past the end any more, and appends go on from there.
-                write_origin(indexes[p].dir, self._data.end)
-        return indexes
-
-    def _open_index(self, partition: int, origin: int) -> IndexLog:
-        """The partition's index; a dir created new records that its copy starts at data
-        position ``origin`` (storage/removal.py)."""
-        if not isinstance(partition, int) or partition < 0:
-            raise UnknownPartition(f"partition must be an int >= 0, got {partition!r}")
-        directory = self.dir / f"p{partition}"
-        create_dir(directory, origin)
-        return IndexLog(directory, self.config.index_segment_entries)
-
     # ----------------------------------------------------------------- public API
 
     @property
@@ -199,22 +116,40 @@ class Store(Closeable):
         with self._cond:
             self._check_open()
             if partition not in self._parts:
-                index = self._open_index(partition, self._cache.active.end_pos)
-                self._parts[partition] = _Partition(index)
+                self._parts[partition] = PartitionLog.create(
+                    self.dir, self.topic, partition, self._cache.active.end_pos,
+                    self.config.index_segment_entries)
 
     def remove_partition(self, partition: int) -> None:
         """Stop hosting ``partition`` and delete its files (index and leader epochs), durably;
         a partition not hosted here is a no-op. Raises StoreClosed on a closed store (a failed
         one removes it: its data is being discarded anyway).
 
-        For a broker that no longer holds a copy (reassignment). Its chunks stay in the
-        shared data log until retention ages them out; a later :meth:`add_partition` (or an
-        open with it) starts a new, empty copy that never sees them. Afterwards appends and
-        reads of it raise UnknownPartition, and the checkpoint no longer names it. Readers
-        already under way may get its old records. A crash before it returns may leave the
-        dir in place: the caller, which had not been told it was removed, repeats it.
-        """
-        remove(self, partition)
+        For a broker that no longer holds a copy (reassignment); the sequence and why it is
+        safe are in storage/removal.py. Its chunks stay in the data log until retention ages
+        them out; a later :meth:`add_partition` (or an open with it) starts a new, empty copy
+        that never sees them. Afterwards appends and reads of it raise UnknownPartition, and
+        the checkpoint no longer names it; readers already under way may get its old records.
+        A crash before it returns may leave the dir: the caller, not told it was done,
+        repeats it."""
+        with self._flusher.io_lock:
+            with self._cond:
+                if self._closing:  # close() is about to close the indexes: leave them to it
+                    raise StoreClosed(f"store {self._name} is closed: cannot remove partition "
+                                      f"{partition}", topic=self.topic, partition=partition)
+                part = self._parts.get(partition)  # a failed store (no flusher left) may too
+                if part is None:
+                    return
+                trash = part.remove(self._cache.active.end_pos)
+                del self._parts[partition]
+                self._cache.forget(partition)
+                for index in self._retired:
+                    index.close()  # a reader of the previous removal has long finished
+                self._retired = [part.index]
+            try:
+                settle(self.dir, self._checkpoint, partition)
+            finally:
+                shutil.rmtree(trash, ignore_errors=True)  # a crash leaves it to removal.sweep
 
     def parse(self, batch: bytes | memoryview) -> BatchView:
         """Check a batch against this store's limits (``lib.records.parse_batch``): the broker
@@ -252,10 +187,7 @@ class Store(Closeable):
                     return None
                 self._make_room()
                 part = self._writable_partition(partition)
-            if at is not None and at != part.next:
-                self._refuse_at(partition, at, part.next)
-            if leader_epoch != part.epoch:  # rare: a new leader epoch (or a bad value)
-                self._note_epoch(part, partition, leader_epoch)
+            part.check_append(leader_epoch, at)
             cost = need + view.count * ENTRY
             self._space.admit(cost)  # raises DiskFull before anything is acknowledged
             self._unwritten += cost
@@ -272,23 +204,6 @@ class Store(Closeable):
                 self._wait_synced(block.end_pos)
         return base, base + view.count - 1
 
-    def _refuse_at(self, partition: int, at: int, next_offset: int) -> None:
-        raise InvalidArgument(
-            f"append to {self.topic}/{partition} at offset {at}, but its next offset is "
-            f"{next_offset}", topic=self.topic, partition=partition, offset=at,
-            latest=next_offset)
-
-    def _note_epoch(self, part: _Partition, partition: int, epoch: int) -> None:
-        """Check an append's leader epoch and record it when it is new (under the lock: the
-        file write happens once per epoch). An older epoch goes into the header only."""
-        if not isinstance(epoch, (int, np.integer)) or not 0 <= epoch <= MAX_EPOCH:
-            raise InvalidArgument(f"leader epoch {epoch!r} of an append to {self.topic}/"
-                                  f"{partition} must be an int in [0, {MAX_EPOCH}]",
-                                  topic=self.topic, partition=partition, epoch=epoch)
-        if epoch > part.epoch:
-            part.epochs.assign(int(epoch), part.next)
-            part.epoch = int(epoch)
-
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
              tags: Sequence[str] | None = None, max_records: int | None = None,
              stop: int | None = None) -> ReadResult:
@@ -299,56 +214,15 @@ class Store(Closeable):
         skips past the examined non-matching entries too. Raises OffsetOutOfRange (carrying
         earliest and latest) for an offset outside [earliest, latest].
         """
-        tag_list = [t.encode() for t in tags] if tags else None
-        hashes = np.array([tag_hash(t) for t in tag_list], np.uint32) if tag_list else None
         with self._cond:
             part = self._readable_partition(partition)
-            earliest, latest = part.earliest, part.next
-            if not isinstance(offset, int) or offset < earliest or offset > latest:
-                raise OffsetOutOfRange(
-                    f"offset {offset} is out of range for {self.topic}/{partition}: "
-                    f"earliest {earliest}, latest {latest}",
-                    topic=self.topic, partition=partition, offset=offset,
-                    earliest=earliest, latest=latest)
-            if offset == latest:
-                return ReadResult(b"", np.empty(0, np.int64), offset, earliest, latest,
-                                  np.empty(0, np.uint32))
-            on_disk = offset < part.flushed
-            limit = part.flushed if on_disk else part.next
-            if stop is not None:
-                limit = max(offset + 1, min(limit, stop))
-            cached = None if on_disk else self._cache.entries(partition, offset, limit,
-                                                               MAX_READ_ENTRIES)
-        # Without a filter ~max_bytes/100 entries cover max_bytes (frames under 100 B are rare);
-        # with one, examine more so a sparse tag still makes progress per call.
-        wanted = MAX_READ_ENTRIES if tags else max_bytes // 100 + 1
-        count = min(limit - offset, MAX_READ_ENTRIES, wanted)
+            run = part.locate(offset, stop, self._cache)
         try:
-            if on_disk:
-                entries, blocks = part.index.read(offset, offset + count), []
-            else:
-                entries, blocks = cached[0][:count], cached[1]
-            p = plan(entries, max_bytes, hashes, max_records)
-            fetch = self._data.read if on_disk else (lambda s, n: read_span(blocks, s, n))
-            spans = [fetch(int(s), int(n))
-                     for s, n in zip(p.span_starts, p.span_lengths, strict=True)]
+            return part.read(run, self._data, max_bytes, tags, max_records)
         except (CorruptRecord, OffsetOutOfRange):
-            self._raise_if_deleted(partition, offset)  # retention or a truncation won the race
+            with self._cond:  # retention or a truncation won the race: say so
+                self._readable_partition(partition).check_still_there(offset)
             raise
-        frames, chosen = assemble(entries, p, spans, tag_list)
-        return ReadResult(frames, chosen.astype(np.int64) + offset, offset + p.examined,
-                          earliest, latest, entries["size"][chosen].astype(np.uint32, copy=False))
-
-    def _raise_if_deleted(self, partition: int, offset: int) -> None:
-        with self._cond:
-            part = self._readable_partition(partition)
-            if offset < part.earliest or offset > part.next:
-                why = "deleted by retention" if offset < part.earliest else "truncated away"
-                raise OffsetOutOfRange(
-                    f"offset {offset} of {self.topic}/{partition} was {why}: "
-                    f"earliest {part.earliest}, latest {part.next}",
-                    topic=self.topic, partition=partition, offset=offset,
-                    earliest=part.earliest, latest=part.next)
 
     def earliest(self, partition: int) -> int:
         with self._cond:
@@ -379,19 +253,9 @@ class Store(Closeable):
         with self._cond:
             part = self._readable_partition(partition)
             start, flushed, latest = part.earliest, part.flushed, part.next
-            cached = (self._cache.entries(partition, flushed, latest, MAX_READ_ENTRIES)
+            cached = (self._cache.entries(partition, flushed, latest, MAX_READ_ENTRIES)[0]
                       if latest > flushed else None)
-        step = 1 << 20
-        for first in range(start, flushed, step):
-            ts = part.index.read(first, min(flushed, first + step))["ts"]
-            hit = ts >= timestamp_ms
-            if hit.any():
-                return first + int(np.argmax(hit))
-        if cached is not None:
-            hit = cached[0]["ts"] >= timestamp_ms
-            if hit.any():
-                return flushed + int(np.argmax(hit))
-        return latest
+        return part.offset_for_time(timestamp_ms, start, flushed, latest, cached)
 
     def flush(self) -> None:
         """Write everything cached so far to the files and fsync it."""
@@ -405,13 +269,13 @@ class Store(Closeable):
         For a follower whose records past ``offset`` diverged from its new leader's. Needs
         earliest <= offset <= latest (OffsetOutOfRange carrying both otherwise). The
         partition's leader epochs starting at or after ``offset`` go too. Durable when it
-        returns (a marker chunk, storage/truncation.py); a crash before it returns may leave
+        returns (a marker chunk, storage/partition_log.py); a crash before it returns may leave
         the partition untruncated, so the caller repeats it. Rare, so simple rather than
         fast: it flushes the cache twice and holds the store's lock over file I/O. Readers
         racing with it may still get the old records, or OffsetOutOfRange for offsets that
         are gone.
         """
-        cut(self, partition, offset, reset=False)
+        self._cut(partition, offset, reset=False)
 
     def reset(self, partition: int, offset: int) -> None:
         """Empty the partition and continue at ``offset`` (>= latest): earliest = latest =
@@ -421,7 +285,53 @@ class Store(Closeable):
         :meth:`truncate` is (a marker chunk past the end makes recovery restart the index
         there, and an empty index segment named by ``offset`` keeps it on a clean reopen).
         """
-        cut(self, partition, offset, reset=True)
+        self._cut(partition, offset, reset=True)
+
+    def _cut(self, partition: int, offset: int, reset: bool) -> None:
+        """Flush (every record of the partition in the files, none in a cache block); then,
+        holding the flusher's ``io_lock`` (no block write, checkpoint or retention) and the
+        store's lock (no append), cut the partition's log and put the marker in the active
+        block, before any later append of the partition; then flush again."""
+        while True:
+            self.flush()
+            with self._flusher.io_lock, self._cond:
+                part = self._writable_partition(partition)
+                part.check_cut(offset, reset)
+                if self._room_for_marker(part):
+                    self._cut_now(part, offset, reset)
+                    break
+        self.flush()
+
+    def _room_for_marker(self, part: PartitionLog) -> bool:
+        """True when nothing of the partition waits in the cache and the marker fits in the
+        active block; False: flush again (an append came in since the last flush)."""
+        cache = self._cache
+        if part.flushed < part.next or part.partition in cache.active.parts:
+            return False
+        if not cache.active.fits(CHUNK.size):
+            if cache.flushing is not None:
+                return False
+            cache.swap()  # the flusher writes it once io_lock is released
+            self._cond.notify_all()
+        return True
+
+    def _cut_now(self, part: PartitionLog, offset: int, reset: bool) -> None:
+        """Epochs, index files, offsets, then the marker into the active block. A failure
+        before the index is cut leaves nothing a retry would not redo; one cutting it stops
+        the store (the index files and the offsets no longer agree)."""
+        part.cut_epochs(offset, reset)
+        self._space.admit(CHUNK.size)  # the marker's bytes, like an append's
+        self._unwritten += CHUNK.size
+        try:
+            part.cut_index(offset, reset)
+        except StorageError as exc:
+            self._failed = StorageError(f"store {self._name}: {exc.message}", path=exc.path)
+            self._cond.notify_all()
+            raise self._failed from exc
+        p = part.partition
+        self._cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
+                               np.empty(0, INDEX_DTYPE))
+        self._cond.notify_all()
 
     def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
         """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""
@@ -442,6 +352,11 @@ class Store(Closeable):
         return self._flusher.enforce_retention(self._wall_clock() if now is None else now)
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has stopped the flusher: calls raise StoreClosed."""
+        return self._closed
+
+    @property
     def space(self) -> SpaceGuard:
         """The free-space guard this store admits appends with."""
         return self._space
@@ -453,8 +368,7 @@ class Store(Closeable):
                 "data_bytes": self._data.size_bytes(),
                 "segments": len(self._data.segment_info()),
                 "cached_bytes": self._cache.cached_bytes,
-                "partitions": {p: {"earliest": s.earliest, "latest": s.next, "flushed": s.flushed}
-                               for p, s in self._parts.items()},
+                "partitions": {p: part.stats() for p, part in self._parts.items()},
             }
 
     def close(self) -> None:
@@ -477,7 +391,6 @@ class Store(Closeable):
             index.close()
         self._data.close()
 
-
     # -------------------------------------------------------------- lock helpers
 
     def _check_open(self) -> None:
@@ -489,7 +402,7 @@ class Store(Closeable):
     def _stopped(self) -> bool:
         return self._closed or self._failed is not None
 
-    def _readable_partition(self, partition: int) -> _Partition:
+    def _readable_partition(self, partition: int) -> PartitionLog:
         if self._closed:
             raise StoreClosed(f"store {self.topic}/{self.store_id} is closed")
         part = self._parts.get(partition)
@@ -499,7 +412,7 @@ class Store(Closeable):
                 f"(hosts {self.partitions})", topic=self.topic, partition=partition)
         return part
 
-    def _writable_partition(self, partition: int) -> _Partition:
+    def _writable_partition(self, partition: int) -> PartitionLog:
         self._check_open()
         if self._disk_full is not None:
             raise self._disk_full
@@ -525,27 +438,6 @@ class Store(Closeable):
                    or StoreClosed(f"store {self.topic}/{self.store_id} closed"))
 
     def _refresh_earliest(self) -> None:
-        start = self._data.start
+        """The data log's start moved (opening, retention): so does each earliest."""
         for part in self._parts.values():
-            part.earliest = min(part.index.first_at_or_after(start), part.index.end)
-            try:
-                part.epochs.truncate_from_start(part.earliest)
-            except StorageError as exc:  # stale entries below earliest mislead no one: retried
-                event(log, "store.leader_epochs_write_failed", logging.ERROR,  # on reopen
-                      store=str(self.dir), error=exc.message)
-
-
-def index_entries(view: BatchView, first_pos: int) -> np.ndarray | tuple[int, int, int, int]:
-    """The index entries of a checked batch whose first frame lands at ``first_pos``. One
-    record (a ``send_sync``) is one entry as a tuple, which the cache block assigns as a row
-    (:meth:`storage.cache._Entries.extend`): an array costs several numpy calls on the path
-    whose latency counts."""
-    if view.count == 1:
-        return (first_pos, int(view.sizes[0]), int(view.tag_hashes[0]),
-                int(view.timestamps[0]))
-    entries = np.empty(view.count, INDEX_DTYPE)
-    entries["pos"] = frame_starts(view.sizes) + first_pos
-    entries["size"] = view.sizes
-    entries["tag"] = view.tag_hashes
-    entries["ts"] = view.timestamps
-    return entries
+            part.move_earliest(self._data.start)

@@ -108,7 +108,7 @@ def test_a_store_that_fails_to_open_leaves_the_topic_unknown_and_the_others_clos
     tm.apply({"t": TopicSpec(partitions=2, stores=2, topic_id=1)}, [("t", 0), ("t", 1)])
     with pytest.raises(UnknownTopic):
         tm.store_for("t", 0)
-    assert len(opened) == 1 and opened[0]._closed
+    assert len(opened) == 1 and opened[0].closed
     monkeypatch.undo()
     tm.apply({"t": TopicSpec(partitions=2, stores=2, topic_id=1)}, [("t", 0), ("t", 1)])
     assert tm.hosted("t") == [0, 1]  # the next heartbeat opens it

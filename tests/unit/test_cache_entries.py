@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from storage.cache import CacheBlock
-from storage.index import INDEX_DTYPE
-from storage.store import index_entries
+from storage.index import INDEX_DTYPE, index_entries
 
 
 def test_single_entries_and_batches_mix_and_grow_past_the_first_capacity():

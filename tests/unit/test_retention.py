@@ -27,7 +27,7 @@ from lib.errors import OffsetOutOfRange
 from lib.records import Record, decode_frames, encode_batch
 from storage.config import StoreConfig
 from storage.datalog import CHUNK, CHUNK_MAGIC
-from storage.index import ENTRY
+from storage.index import ENTRY, IndexLog
 from storage.recovery import CHECKPOINT
 from storage.retention import segments_to_delete
 from storage.store import Store
@@ -353,21 +353,21 @@ def test_retention_between_range_check_and_file_reads_gives_out_of_range(tmp_pat
     written: dict[int, list[bytes]] = {p: [] for p in PARTS}
     s = Store(tmp_path, TOPIC, STORE_ID, PARTS, cfg)
     fill(s, written, 60, seed=5)
-    index = s._parts[0].index  # white box: the one place to run retention mid-read
-    real_read, fired = index.read, []
+    p0 = s.dir / "p0"  # white box: partition 0's index read is where retention runs
+    real_read, fired = IndexLog.read, []
 
-    def read_with_retention(first: int, last: int):
-        if fired:  # retention itself reads the index: only the first call is hooked
-            return real_read(first, last)
+    def read_with_retention(index: IndexLog, first: int, last: int):
+        if fired or index.dir != p0:  # retention itself reads the index: only the first
+            return real_read(index, first, last)  # call is hooked
         fired.append(True)
         if when == "before the index read":
             s.enforce_retention()
-            return real_read(first, last)
-        entries = real_read(first, last)
+            return real_read(index, first, last)
+        entries = real_read(index, first, last)
         s.enforce_retention()
         return entries
 
-    monkeypatch.setattr(index, "read", read_with_retention)
+    monkeypatch.setattr(IndexLog, "read", read_with_retention)
     try:
         with pytest.raises(OffsetOutOfRange) as err:
             s.read(0, 0)

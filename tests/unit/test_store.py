@@ -196,8 +196,11 @@ def test_config_rejects_unknown_keys_and_bad_combinations():
 
 
 def _wakeups(store: Store) -> int:
-    """Times the store's flusher thread went to sleep and was woken (Linux /proc)."""
-    status = f"/proc/self/task/{store._flusher._thread.native_id}/status"
+    """Times the store's flusher thread (named after the store) went to sleep and was woken
+    (Linux /proc)."""
+    name = f"flusher-{store.topic}-{store.store_id}"
+    flusher = next(t for t in threading.enumerate() if t.name == name)
+    status = f"/proc/self/task/{flusher.native_id}/status"
     with open(status) as f:
         return next(int(line.split()[1]) for line in f
                     if line.startswith("voluntary_ctxt_switches"))

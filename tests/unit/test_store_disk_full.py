@@ -17,6 +17,7 @@ import pytest
 from lib.errors import DiskFull, StorageError
 from storage import flusher as flusher_mod
 from storage.config import StoreConfig
+from storage.datalog import DataLog
 from storage.store import Store
 from tests.helpers import batch_of, read_all, values
 from tests.tinyfs import fill, tiny_fs, unfill
@@ -110,28 +111,31 @@ def test_close_on_a_full_disk_retries_then_logs_exactly_what_it_could_not_write(
 
 
 class FailingWrites:
-    """Seam: the data log's write raises ``err`` while ``failing`` is set."""
+    """Seam: writes to ``store``'s data log raise ``err`` while ``failing`` is set
+    (``DataLog.write`` is patched for the log in the store's ``data`` dir)."""
 
-    def __init__(self, store: Store, err: int) -> None:
-        self.real, self.err = store._data.write, err
+    def __init__(self, store: Store, err: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.data_dir, self.real, self.err = store.dir / "data", DataLog.write, err
         self.failing = threading.Event()
         self.calls = 0
-        store._data.write = self
+        seam = self
+        monkeypatch.setattr(DataLog, "write", lambda log, data: seam(log, data))
 
-    def __call__(self, data) -> None:
-        if self.failing.is_set():
+    def __call__(self, log: DataLog, data) -> None:
+        if log.dir == self.data_dir and self.failing.is_set():
             self.calls += 1
             try:
                 raise OSError(self.err, errno.errorcode[self.err])
             except OSError as exc:
                 raise StorageError(f"data write failed: {exc}") from exc
-        self.real(data)
+        self.real(log, data)
 
 
 @pytest.mark.parametrize("durability", ["async", "sync"])
-def test_seam_enospc_is_a_condition_that_clears_when_the_write_succeeds(tmp_path, durability):
+def test_seam_enospc_is_a_condition_that_clears_when_the_write_succeeds(tmp_path, durability,
+                                                                         monkeypatch):
     store = Store(tmp_path, "t", 0, [0], replace(CFG, durability=durability))
-    seam = FailingWrites(store, errno.ENOSPC)
+    seam = FailingWrites(store, errno.ENOSPC, monkeypatch)
     seam.failing.set()
     outcome: list[object] = []
 
@@ -162,9 +166,9 @@ def test_seam_enospc_is_a_condition_that_clears_when_the_write_succeeds(tmp_path
     store.close()
 
 
-def test_seam_other_io_errors_still_stop_the_store_for_good(tmp_path):
+def test_seam_other_io_errors_still_stop_the_store_for_good(tmp_path, monkeypatch):
     store = Store(tmp_path, "t", 0, [0], CFG)
-    seam = FailingWrites(store, errno.EIO)
+    seam = FailingWrites(store, errno.EIO, monkeypatch)
     seam.failing.set()
     store.append(0, batch_of([b"a"]))
     with pytest.raises(StorageError) as err:

@@ -63,7 +63,7 @@ def test_a_store_goes_with_its_last_partition(tm, tmp_path):
     store1 = tm.replica_store("t", 1)
     tm.apply(SPEC, placed(0))
     assert sorted(tm.removed_partitions()) == [("t", 1), ("t", 3)]
-    assert store1._closed and not (tmp_path / "topics" / "t" / "1").exists()
+    assert store1.closed and not (tmp_path / "topics" / "t" / "1").exists()
     assert tm.checkpoints.get(entry_key("t", 1, 1)) is None
     assert values(tm, 0) == [b"v0"]
     tm.apply(SPEC, placed())  # the topic stays in the picture, nothing of it here
