@@ -8,7 +8,7 @@ leader (a leader change, a restart) asks the leader where its own latest epoch e
 watermark that may hide divergent records.
 
 Epoch 0 is "no epoch": what a chunk written without replication (or before chunks carried an
-epoch) says, so the store records epochs from 1 on (storage/store.py).
+epoch) says, so a partition's log records epochs from 1 on (storage/partition_log.py).
 
 The list is kept in ``<store dir>/p<partition>/leader-epochs``, sealed with a CRC
 (``storage.recovery.seal``) and rewritten whole, durably (temp file, fsync, rename, directory

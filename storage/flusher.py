@@ -5,9 +5,10 @@ swaps the active cache block out, writes it (data log first, then each partition
 the data log when the policy says so, saves a checkpoint every ``checkpoint_interval_ms`` and
 applies retention every ``retention_check_interval_ms``. The checkpoint goes where the store
 keeps it: its own file, or a broker's shared one (storage/checkpoints.py). The flusher is the
-store's other half: it works on the store's state (cache pair, partition counters, sync target,
-disk-full and failure flags) under the store's lock, and does its I/O outside it, holding
-``io_lock`` so that retention called from outside never runs beside a write.
+store's other half: it works on the store's state (cache pair, partition counters, disk-full
+and failure flags) under the store's lock, and does its I/O outside it, holding ``io_lock`` so
+that retention called from outside never runs beside a write. Appends of ``sync`` topics and
+flushes wait for its fsync (:meth:`Flusher.wait_synced`: one fsync serves every waiter).
 
 A full disk is a condition, not a failure. If a write or fsync fails with ENOSPC/EDQUOT (space
 was admitted by the :class:`~storage.space.SpaceGuard`, but another process took it), the
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lib.errors import DiskFull, StorageError
+from lib.errors import DiskFull, StorageError, StoreClosed
 from lib.logs import event
 from storage.cache import CacheBlock
 from storage.index import ENTRY
@@ -48,6 +49,9 @@ class Flusher:
         self.store, self.policy = store, policy
         self.clock, self.wall_clock = policy.clock, wall_clock
         self.io_lock = threading.Lock()  # file structure changes: writes and retention
+        # Under the store's lock: the data position sync waiters need fsynced, and the one
+        # the last fsync covered (wait_synced).
+        self.sync_target, self.synced_pos = 0, store._data.end
         self._unsynced = policy.synced_now()
         self._last_checkpoint = self.clock()
         self._checkpointed = -1  # data log end at the last checkpoint: unchanged, none is due
@@ -62,6 +66,21 @@ class Flusher:
 
     def join(self) -> None:
         self._thread.join()
+
+    def wait_synced(self, end_pos: int) -> None:
+        """Wait, holding the store's condition, until the data log is fsynced up to ``end_pos``
+        (group commit: one fsync serves every waiter); raises the store's failure, DiskFull
+        or StoreClosed if that cannot happen. On a full disk a waiter gets DiskFull at once:
+        its batch stays cached and is written when space returns, but it was not
+        acknowledged, so a retry may store it twice."""
+        s = self.store
+        self.sync_target = max(self.sync_target, end_pos)
+        s._cond.notify_all()
+        s._cond.wait_for(lambda: self.synced_pos >= end_pos or s._closed
+                         or s._failed is not None or s._disk_full is not None)
+        if self.synced_pos < end_pos:
+            raise (s._failed or s._disk_full
+                   or StoreClosed(f"store {s.topic}/{s.store_id} closed"))
 
     def enforce_retention(self, now: float) -> int:
         """Apply retention now (wall-clock ``now``); returns how many data segments went."""
@@ -97,11 +116,11 @@ class Flusher:
         with s._cond:
             self._sleep()
             closing = s._closing
-            waited_for = closing or s._sync_target > cache.active.base_pos
+            waited_for = closing or self.sync_target > cache.active.base_pos
             if cache.flushing is None and self.policy.write_due(cache.active, waited_for):
                 cache.swap()
                 s._cond.notify_all()
-            return cache.flushing, closing, s._sync_target > s._synced_pos
+            return cache.flushing, closing, self.sync_target > self.synced_pos
 
     def _sleep(self) -> None:
         """Wait (holding the store's condition) until something is due or its time comes. A
@@ -120,7 +139,7 @@ class Flusher:
         s, cfg, now = self.store, self.store.config, self.clock()
         wait = min(self._last_retention + cfg.retention_check_interval_ms / 1e3 - now,
                    MAX_IDLE_S)
-        if (s._synced_pos != self._checkpointed and not self._unsynced.bytes
+        if (self.synced_pos != self._checkpointed and not self._unsynced.bytes
                 and s._cache.flushing is None):
             wait = min(wait, self._last_checkpoint + cfg.checkpoint_interval_ms / 1e3 - now)
         return max(wait, 0.0)
@@ -128,7 +147,7 @@ class Flusher:
     def _due(self) -> bool:
         s = self.store
         return (s._closing or s._cache.flushing is not None
-                or s._sync_target > s._synced_pos or self.policy.block_due(s._cache.active))
+                or self.sync_target > self.synced_pos or self.policy.block_due(s._cache.active))
 
     def _write_block(self, block: CacheBlock | None, sync_wanted: bool) -> None:
         """Write one block (data first, then index entries), then fsync if due.
@@ -158,9 +177,9 @@ class Flusher:
                 self._written = None
                 s._unwritten -= nbytes
             if synced is not None:
-                s._synced_pos = synced
+                self.synced_pos = synced
             elif not self._unsynced.bytes:
-                s._synced_pos = s._data.end
+                self.synced_pos = s._data.end
             s._cond.notify_all()
 
     def _write_files(self, block: CacheBlock) -> None:
@@ -182,10 +201,10 @@ class Flusher:
         with s._cond:
             if self._unsynced.bytes or s._cache.flushing is not None:
                 return  # only a fully synced, fully indexed position may be checkpointed
-            if s._synced_pos == self._checkpointed and not force:
+            if self.synced_pos == self._checkpointed and not force:
                 self._last_checkpoint = self.clock()
                 return  # nothing was written since: the file on disk says it all
-            position = s._synced_pos
+            position = self.synced_pos
             next_offsets = {p: part.flushed for p, part in s._parts.items()}
             parts = list(s._parts.values())  # add_partition may insert while we sync
         for part in parts:

@@ -14,10 +14,10 @@ module:
 - ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them.
 
 Threading: one lock (``_cond``) guards the cache blocks, the per-partition counters and the
-state shared with the flusher (``_sync_target``, ``_synced_pos``, ``_unwritten``, ``_closing``,
-``_disk_full``, ``_failed``); appends and the tier choice of reads hold it briefly (a memcpy, no
-I/O). Readers do their file I/O outside the lock; segment lists are replaced, never mutated, so
-a reader's snapshot stays valid while the flusher works.
+state shared with the flusher (``_unwritten``, ``_closing``, ``_disk_full``, ``_failed``, the
+flusher's ``sync_target`` and ``synced_pos``); appends and the tier choice of reads hold it
+briefly (a memcpy, no I/O). Readers do their file I/O outside the lock; segment lists are
+replaced, never mutated, so a reader's snapshot stays valid while the flusher works.
 
 Ordering: a block's bytes are written to the data log before its index entries, and a
 partition's ``flushed`` counter moves only after both, so a reader never sees an index entry
@@ -98,8 +98,6 @@ class Store(Closeable):
         self._failed: StorageError | None = None
         self._disk_full: DiskFull | None = None  # the flusher cannot write: appends refused
         self._unwritten = 0  # bytes admitted by the guard that the flusher has not written
-        self._sync_target = 0  # data position that sync waiters need fsynced
-        self._synced_pos = self._data.end
         self._flusher = Flusher(self, self._policy, wall_clock)
         self._flusher.start()
 
@@ -201,7 +199,7 @@ class Store(Closeable):
             if first_in_block or self._policy.block_full(block):
                 self._cond.notify_all()  # the flusher sleeps until a block needs it
             if cfg.durability == "sync":
-                self._wait_synced(block.end_pos)
+                self._flusher.wait_synced(block.end_pos)
         return base, base + view.count - 1
 
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
@@ -261,7 +259,7 @@ class Store(Closeable):
         """Write everything cached so far to the files and fsync it."""
         with self._cond:
             self._check_open()
-            self._wait_synced(self._cache.active.end_pos)
+            self._flusher.wait_synced(self._cache.active.end_pos)
 
     def truncate(self, partition: int, offset: int) -> None:
         """Drop the partition's offsets >= ``offset``; the next append gets ``offset``.
@@ -297,23 +295,16 @@ class Store(Closeable):
             with self._flusher.io_lock, self._cond:
                 part = self._writable_partition(partition)
                 part.check_cut(offset, reset)
-                if self._room_for_marker(part):
-                    self._cut_now(part, offset, reset)
-                    break
+                active = self._cache.active
+                if part.flushed < part.next or partition in active.parts:
+                    continue  # an append came in since the flush: flush again
+                if not active.fits(CHUNK.size):
+                    if self._cache.flushing is not None:
+                        continue
+                    self._make_room()  # swaps: the flusher writes it once io_lock is released
+                self._cut_now(part, offset, reset)
+                break
         self.flush()
-
-    def _room_for_marker(self, part: PartitionLog) -> bool:
-        """True when nothing of the partition waits in the cache and the marker fits in the
-        active block; False: flush again (an append came in since the last flush)."""
-        cache = self._cache
-        if part.flushed < part.next or part.partition in cache.active.parts:
-            return False
-        if not cache.active.fits(CHUNK.size):
-            if cache.flushing is not None:
-                return False
-            cache.swap()  # the flusher writes it once io_lock is released
-            self._cond.notify_all()
-        return True
 
     def _cut_now(self, part: PartitionLog, offset: int, reset: bool) -> None:
         """Epochs, index files, offsets, then the marker into the active block. A failure
@@ -399,9 +390,6 @@ class Store(Closeable):
         if self._failed is not None:
             raise self._failed
 
-    def _stopped(self) -> bool:
-        return self._closed or self._failed is not None
-
     def _readable_partition(self, partition: int) -> PartitionLog:
         if self._closed:
             raise StoreClosed(f"store {self.topic}/{self.store_id} is closed")
@@ -425,17 +413,6 @@ class Store(Closeable):
             self._cond.notify_all()
         else:
             self._cond.wait()
-
-    def _wait_synced(self, end_pos: int) -> None:
-        self._sync_target = max(self._sync_target, end_pos)
-        self._cond.notify_all()
-        # On a full disk a waiter gets DiskFull at once: its batch stays cached and is written
-        # when space returns, but it was not acknowledged, so a retry may store it twice.
-        self._cond.wait_for(lambda: self._synced_pos >= end_pos or self._stopped()
-                            or self._disk_full is not None)
-        if self._synced_pos < end_pos:
-            raise (self._failed or self._disk_full
-                   or StoreClosed(f"store {self.topic}/{self.store_id} closed"))
 
     def _refresh_earliest(self) -> None:
         """The data log's start moved (opening, retention): so does each earliest."""
