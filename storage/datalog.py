@@ -214,7 +214,7 @@ def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],
         mv = memoryview(mm)
         try:
             while local < seg.length:
-                chunk, why = _parse_chunk(mv, local, seg.base)
+                chunk, why = parse_chunk(mv, local, seg.base)
                 if chunk is not None:
                     out += [*held, chunk]
                     damage += seen
@@ -274,12 +274,12 @@ def _next_valid_chunk(mm: mmap.mmap, mv: memoryview, start: int, seg_base: int) 
         at = mm.find(CHUNK_MAGIC, start)
         if at < 0:
             return None
-        if _parse_chunk(mv, at, seg_base)[0] is not None:
+        if parse_chunk(mv, at, seg_base)[0] is not None:
             return at
         start = at + 1
 
 
-def _parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | None, str]:
+def parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | None, str]:
     """The chunk at ``at`` with every frame checked (lib.records' own checks), or None and
     why not."""
     if at + CHUNK.size > len(mv):

@@ -30,7 +30,7 @@ from lib.records import (
     tag_hash,
 )
 from lib.records.check import _few_columns, _many_columns
-from storage.datalog import CHUNK, _parse_chunk, chunk_header
+from storage.datalog import CHUNK, chunk_header, parse_chunk
 from storage.store import Store
 from tests.helpers import read_all
 
@@ -169,7 +169,7 @@ def test_whatever_append_accepts_recovery_keeps_and_decode_reads(frames):
     fast, end = decode_span(body, list(range(view.count)), 0, 0, "t")  # the consumer's
     assert end == len(body) and [r.value for r in fast] == [r.value for r in decoded]
     chunk = chunk_header(0, view.count, 0, len(body)) + body
-    scanned, why = _parse_chunk(memoryview(chunk), 0, 0)  # recovery's
+    scanned, why = parse_chunk(memoryview(chunk), 0, 0)  # recovery's
     assert scanned is not None, why
     assert list(scanned.entries["size"]) == list(view.sizes)
     assert list(scanned.entries["tag"]) == list(view.tag_hashes)

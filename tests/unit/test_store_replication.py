@@ -25,7 +25,7 @@ from lib.errors import CorruptRecord, InvalidArgument, OffsetOutOfRange
 from lib.records import Record, decode_frames, encode_batch, frame_sizes
 from storage import index as index_module
 from storage.config import StoreConfig
-from storage.datalog import CHUNK, CHUNK_MAGIC, DataLog, _parse_chunk, chunk_header
+from storage.datalog import CHUNK, CHUNK_MAGIC, DataLog, chunk_header, parse_chunk
 from storage.epochs import FILE, LeaderEpochs
 from storage.index import ENTRY, INDEX_DTYPE, IndexLog
 from storage.recovery import CHECKPOINT
@@ -260,7 +260,7 @@ def test_a_header_written_before_epochs_reads_as_epoch_0(tmp_path):
     old = CHUNK.pack(CHUNK_MAGIC, 3, 1, 42, len(body), 0, 0)
     old = old[:-4] + struct.pack("<I", zlib.crc32(old[:-4]))
     assert old == chunk_header(3, 1, 42, len(body))
-    chunk, why = _parse_chunk(memoryview(old + body), 0, 1000)
+    chunk, why = parse_chunk(memoryview(old + body), 0, 1000)
     assert why == "" and chunk is not None
     assert (chunk.partition, chunk.base_offset, chunk.leader_epoch) == (3, 42, 0)
     assert chunk.frames_pos == 1000 + CHUNK.size
@@ -268,9 +268,9 @@ def test_a_header_written_before_epochs_reads_as_epoch_0(tmp_path):
 
 def test_the_chunk_crc_covers_the_leader_epoch():
     head = bytearray(chunk_header(0, 0, 9, 0, leader_epoch=5))
-    assert _parse_chunk(memoryview(bytes(head)), 0, 0)[0].leader_epoch == 5
+    assert parse_chunk(memoryview(bytes(head)), 0, 0)[0].leader_epoch == 5
     head[24] ^= 0x02  # the epoch field: 5 -> 7, CRC unchanged
-    chunk, why = _parse_chunk(memoryview(bytes(head)), 0, 0)
+    chunk, why = parse_chunk(memoryview(bytes(head)), 0, 0)
     assert chunk is None and "damaged" in why
 
 
