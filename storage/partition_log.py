@@ -182,11 +182,11 @@ class PartitionLog:
         blocks. Retention or a cut racing with it may raise CorruptRecord or
         OffsetOutOfRange (the store then says which, :meth:`check_still_there`)."""
         offset = run.first
+        tag_list = [t.encode() for t in tags] if tags else None
+        hashes = np.array([tag_hash(t) for t in tag_list], np.uint32) if tag_list else None
         if offset == run.latest:
             return ReadResult(b"", np.empty(0, np.int64), offset, run.earliest, run.latest,
                               np.empty(0, np.uint32))
-        tag_list = [t.encode() for t in tags] if tags else None
-        hashes = np.array([tag_hash(t) for t in tag_list], np.uint32) if tag_list else None
         # Without a filter ~max_bytes/100 entries cover max_bytes (frames under 100 B are rare);
         # with one, examine more so a sparse tag still makes progress per call.
         wanted = MAX_READ_ENTRIES if tags else max_bytes // 100 + 1
