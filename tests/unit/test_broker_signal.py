@@ -1,4 +1,4 @@
-"""broker.topics.Signal for coroutines: parked waiters hold no thread and are woken from any
+"""broker.signals.Signal for coroutines: parked waiters hold no thread and are woken from any
 thread (appends run in the broker's executor, long polls wait on its event loop)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from broker.topics import Signal
+from broker.signals import Signal
 
 
 def test_parked_waiters_are_woken_by_a_bump_from_another_thread():
