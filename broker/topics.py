@@ -1,4 +1,5 @@
-"""The broker's topics: which partitions it hosts, the stores holding them, new-data signals.
+"""The broker's table of topics: which partitions it hosts and leads, their replica sets, the
+stores holding them, new-data signals; and converging that table on the master's picture.
 
 The master is the source of truth: :meth:`TopicManager.apply` takes its full picture (every
 topic's settings, the partitions placed on this broker with their replica sets, deleted topic
@@ -11,7 +12,9 @@ A partition that leaves the picture while its topic stays (reassignment: this br
 holds a copy) has its copy removed (:meth:`Store.remove_partition`), and so has a copy found
 when a store opens that the master does not place here (removed while the broker was down):
 placed here again, a partition starts empty and copies its leader afresh. A store left with no
-partition is closed and its directory deleted.
+partition is closed and its directory deleted. This module decides what to open, claim, remove
+or erase; broker/topic_dirs.py does it on disk (a topic's directory per incarnation, opening a
+store with its recovery checks, removing copies and stores).
 
 Threading: one lock guards the topic table; store I/O (open, close, delete) is done outside it
 where it can be, so lookups on the produce/fetch path only ever wait for a dict swap. Copies
@@ -22,9 +25,7 @@ has a :class:`~broker.signals.Signal` that appends bump and long polls and push 
 """
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,18 +33,14 @@ from pathlib import Path
 
 from broker.config import topic_store_config
 from broker.signals import Signal
+from broker.topic_dirs import Leaving, TopicDirs
 from lib.errors import PartitionNotHosted, UnknownPartition, UnknownTopic
 from lib.logs import event
 from lib.names import check_name
-from storage.checkpoints import CHECKPOINTS, CheckpointFile
 from storage.config import StoreConfig
-from storage.fsutil import atomic_write, inside
-from storage.removal import partition_dirs
-from storage.space import SpaceGuard
 from storage.store import Store
 
 log = logging.getLogger(__name__)
-TOPIC_FILE = "topic.json"
 
 
 @dataclass(frozen=True)
@@ -82,7 +79,10 @@ class PartitionRole:
 
 
 @dataclass
-class _Topic:
+class Topic:
+    """One topic in the table: the master's spec and roles, what is hosted and led here, the
+    open stores (by store id) and the topic's new-data signal."""
+
     name: str
     spec: TopicSpec
     config: StoreConfig
@@ -93,44 +93,28 @@ class _Topic:
     signal: Signal = field(default_factory=Signal)
 
 
-@dataclass(frozen=True)
-class _Leaving:
-    """Copies one store holds that the master no longer places here, to remove after the
-    table changed; ``whole``: the store holds nothing else, close it and delete its dir."""
-
-    topic: str
-    topic_id: int
-    store: Store
-    partitions: tuple[int, ...]
-    whole: bool
-
-
 class TopicManager:
-    """Owns every Store of this broker under ``<data_dir>/topics``."""
+    """Owns every Store of this broker under ``<data_dir>/topics`` and the table that finds
+    them (lookups take no lock)."""
 
     def __init__(self, data_dir: str | Path, defaults: StoreConfig | None = None) -> None:
-        self.root = Path(data_dir) / "topics"
-        self.root.mkdir(parents=True, exist_ok=True)
         self.defaults = defaults or StoreConfig()
-        # One free-space guard for every store: they share the data dir's filesystem.
-        self.space = SpaceGuard(self.root, self.defaults.disk_reserve_bytes)
-        # One checkpoint file for every store, written at most once per interval
-        # (storage/checkpoints.py: not a file rewrite per busy store per interval).
-        self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,
-                                          self.defaults.checkpoint_interval_ms / 1e3)
+        self.dirs = TopicDirs(data_dir, self.defaults)
+        self.root = self.dirs.root
+        self.space = self.dirs.space  # shared by every store (the heartbeat reports it)
+        self.checkpoints = self.dirs.checkpoints
         self._lock = threading.RLock()  # guards the table; lookups take no lock
         self._apply_lock = threading.Lock()  # one apply() at a time, its removals included
-        self._topics: dict[str, _Topic] = {}
+        self._topics: dict[str, Topic] = {}
         self._closed = False
         self._dropped: list[str] = []
-        self._leaving: list[_Leaving] = []
+        self._leaving: list[Leaving] = []
         self._removed: list[tuple[str, int]] = []
-        self._on_open: list[Callable[[str, Store], None]] = []
 
     def on_store_opened(self, check: Callable[[str, Store], None]) -> None:
         """Call ``check(topic, store)`` for every store opened (recovered) from now on,
         before it serves anything."""
-        self._on_open.append(check)
+        self.dirs.on_store_opened(check)
 
     # ------------------------------------------------------------------ lookups (hot path)
 
@@ -157,7 +141,7 @@ class TopicManager:
                 topic=topic, partition=partition)
         return store
 
-    def _not_led(self, t: _Topic, partition: int) -> None:
+    def _not_led(self, t: Topic, partition: int) -> None:
         role = t.roles.get(partition)
         if partition in t.hosted and role is not None:
             raise PartitionNotHosted(
@@ -194,7 +178,7 @@ class TopicManager:
         return [(name, p, t.roles[p]) for name, t in list(self._topics.items())
                 for p in sorted(t.hosted - t.led) if p in t.roles]
 
-    def topic(self, topic: str) -> _Topic:
+    def topic(self, topic: str) -> Topic:
         t = self._topics.get(topic)
         if t is None:
             check_name(topic)
@@ -244,7 +228,7 @@ class TopicManager:
             with self._lock:
                 dropped = self._converge(topics, placed, deleted, roles or {}, broker_id)
                 leaving, self._leaving = self._leaving, []
-            self._removed = self._remove_copies(leaving)
+            self._removed = self.dirs.remove(leaving)
             return dropped
 
     def removed_partitions(self) -> list[tuple[str, int]]:
@@ -303,8 +287,9 @@ class TopicManager:
         """Open a new topic's stores, then publish it: lookups take no lock, and a topic they
         could see before its stores open would answer PartitionNotHosted for partitions the
         master says are here (clients would refresh routes that are not stale)."""
-        self._claim_dir(name, spec.topic_id)
-        t = _Topic(name, spec, self._config_for(spec))
+        if self.dirs.claim(name, spec.topic_id):
+            self._dropped.append(name)  # an older incarnation's data was there
+        t = Topic(name, spec, self._config_for(spec))
         try:
             self._open_stores(t, hosted)
         except BaseException:
@@ -319,29 +304,21 @@ class TopicManager:
     def _config_for(self, spec: TopicSpec) -> StoreConfig:
         return topic_store_config(self.defaults, *spec.store_settings())
 
-    def _open_stores(self, t: _Topic, hosted: frozenset[int]) -> None:
+    def _open_stores(self, t: Topic, hosted: frozenset[int]) -> None:
         stores = max(1, t.spec.stores)
         for p in sorted(hosted):
             sid = p % stores
             store = t.stores.get(sid)
             if store is None:
-                d = inside(self.root, t.name, str(sid))
                 parts = [q for q in hosted if q % stores == sid]
-                # Copies of its partitions not placed here were removed while the broker was
-                # down: the store opens them too, and they leave it as any copy does.
-                parts += [q for q in partition_dirs(d) if q % stores == sid and q not in hosted]
-                slot = self.checkpoints.slot(t.name, t.spec.topic_id, sid, d)
-                opened = Store(self.root, t.name, sid, parts, t.config, self.space,
-                               checkpoint=slot)
-                for check in self._on_open:
-                    check(t.name, opened)
-                t.stores[sid] = opened
+                t.stores[sid] = self.dirs.open_store(t.name, t.spec.topic_id, sid, parts, stores,
+                                                     t.config)
             elif p not in store.partitions:
                 store.add_partition(p)
 
-    def _queue_removals(self, t: _Topic) -> None:
+    def _queue_removals(self, t: Topic) -> None:
         """Queue the copies ``t``'s stores hold that are not hosted (any more) for
-        :meth:`_remove_copies`; a store left with none hosted leaves ``t.stores`` now."""
+        :meth:`TopicDirs.remove`; a store left with none hosted leaves ``t.stores`` now."""
         stores = max(1, t.spec.stores)
         for sid, store in list(t.stores.items()):
             gone = tuple(p for p in store.partitions if p not in t.hosted)
@@ -349,39 +326,9 @@ class TopicManager:
             if whole:
                 del t.stores[sid]
             if gone or whole:
-                self._leaving.append(_Leaving(t.name, t.spec.topic_id, store, gone, whole))
+                self._leaving.append(Leaving(t.name, t.spec.topic_id, store, gone, whole))
 
-    def _remove_copies(self, leaving: list[_Leaving]) -> list[tuple[str, int]]:
-        """Remove the queued copies (outside the table's lock); returns those removed. A
-        failed removal is logged, and the next apply, or the store's next open, repeats it."""
-        removed = []
-        for job in leaving:
-            for p in job.partitions:
-                try:
-                    job.store.remove_partition(p)
-                except Exception as exc:  # noqa: BLE001 - the other copies still go
-                    event(log, "partition.remove_failed", logging.ERROR, topic=job.topic,
-                          partition=p, error=repr(exc))
-                    continue
-                removed.append((job.topic, p))
-                event(log, "partition.removed", topic=job.topic, partition=p)
-            if job.whole:
-                self._delete_store(job)
-        return removed
-
-    def _delete_store(self, job: _Leaving) -> None:
-        """Close a store that holds no partition and delete its directory. Each copy in it
-        was removed durably first: whatever a crash leaves of the rest holds none."""
-        store = job.store
-        try:
-            store.close()
-        except Exception as exc:  # noqa: BLE001 - its files go anyway
-            event(log, "store.close_failed", logging.ERROR, topic=job.topic, error=repr(exc))
-        shutil.rmtree(store.dir, ignore_errors=True)
-        self.checkpoints.drop_store(job.topic, job.topic_id, store.store_id)
-        event(log, "store.removed", topic=job.topic, store=store.store_id)
-
-    def _reopen(self, t: _Topic, spec: TopicSpec) -> None:
+    def _reopen(self, t: Topic, spec: TopicSpec) -> None:
         """Settings changed: close the stores and reopen them with the new config."""
         old, t.stores = t.stores, {}
         t.config = self._config_for(spec)
@@ -399,30 +346,11 @@ class TopicManager:
 
     def _delete(self, name: str, topic_id: int) -> None:
         """Drop the data of one incarnation of a topic (only when its topic_id matches)."""
-        if name in self._topics and self._topics[name].spec.topic_id == topic_id:
+        t = self._topics.get(name)
+        if t is not None and t.spec.topic_id == topic_id:
             self._forget(name)
-        try:
-            d = inside(self.root, check_name(name))
-        except Exception:  # noqa: BLE001 - a bad name from the master has no directory
-            return
-        if d.is_dir() and _read_topic_id(d) in (topic_id, None) and name not in self._topics:
-            shutil.rmtree(d, ignore_errors=True)
-            self.checkpoints.drop_topic(name, topic_id)
+        if name not in self._topics and self.dirs.erase(name, topic_id):
             self._dropped.append(name)
-            event(log, "topic.deleted", topic=name, topic_id=topic_id)
-
-    def _claim_dir(self, name: str, topic_id: int) -> None:
-        """Make ``<root>/<topic>`` belong to ``topic_id``, erasing an older incarnation."""
-        d = inside(self.root, name)
-        old = _read_topic_id(d) if d.is_dir() else None
-        if d.is_dir() and old is not None and old != topic_id:
-            shutil.rmtree(d)
-            self.checkpoints.drop_topic(name, old)
-            self._dropped.append(name)
-            event(log, "topic.stale_data_dropped", topic=name, old_id=old, topic_id=topic_id)
-        d.mkdir(parents=True, exist_ok=True)
-        if old != topic_id:
-            atomic_write(d / TOPIC_FILE, json.dumps({"topic": name, "topic_id": topic_id}).encode())
 
     def wake_all(self) -> None:
         """Close every topic's signal: long polls return and push streams end (shutdown)."""
@@ -441,11 +369,5 @@ class TopicManager:
                     store.close()
                 except Exception as exc:  # noqa: BLE001 - close the others anyway
                     event(log, "store.close_failed", logging.ERROR, topic=t.name, error=repr(exc))
-        self.checkpoints.close()  # after the stores: their last checkpoints go in too
+        self.dirs.close()  # after the stores: their last checkpoints go in too
 
-
-def _read_topic_id(d: Path) -> int | None:
-    try:
-        return int(json.loads((d / TOPIC_FILE).read_text())["topic_id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

@@ -73,7 +73,7 @@ def test_a_follower_copy_is_hosted_for_replication_but_clients_are_sent_to_the_l
 def test_a_new_topic_is_unknown_to_lookups_until_its_stores_are_open(tm, monkeypatch):
     """A lookup racing the first apply (lookups take no lock) must say UnknownTopic, not
     PartitionNotHosted for a partition the master placed here (CI caught that once)."""
-    import broker.topics as topics
+    import broker.topic_dirs as topics
 
     seen = []
 
@@ -93,7 +93,7 @@ def test_a_new_topic_is_unknown_to_lookups_until_its_stores_are_open(tm, monkeyp
 
 def test_a_store_that_fails_to_open_leaves_the_topic_unknown_and_the_others_closed(
         tm, monkeypatch):
-    import broker.topics as topics
+    import broker.topic_dirs as topics
 
     opened = []
 
