@@ -4,8 +4,8 @@ A drained broker takes no new partition (``master/placement.py`` skips it), and 
 command reassigns every replica it holds to another live broker that takes new partitions
 (master/reassign.py): once the copies are in sync it holds nothing and can be retired. A
 replica no broker can take now (too few brokers) stays; draining again retries those. The flag
-is replicated state (``set_draining`` in master/state.py), so every master holds it and it
-survives failovers, restarts and snapshots; the live registry knows nothing of it.
+is replicated state (``set_draining``, master/state_brokers.py), so every master holds it and
+it survives failovers, restarts and snapshots; the live registry knows nothing of it.
 
 A drain takes the placement lock of :class:`TopicOps`: a create or alter that computed its
 placement before the drain is applied first, so once a drain has answered no new partition

@@ -92,6 +92,10 @@ class Principals:
             key: {"version": 0, "entries": []} if raw_list is None else json.loads(bytes(raw_list))
             for key, raw_list in lists.items()}
 
+    def handlers(self) -> dict[str, Any]:
+        """op -> the handler :class:`~master.state.MetaState` applies it with (``OPS``)."""
+        return {op: getattr(self, "_" + op) for op in self.OPS}
+
     # -- reads ---------------------------------------------------------------------------
 
     def users(self) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,7 @@ one state command (with its audit entry), so the same command can later go throu
 A lock (``placing``) serialises "compute placement, then apply" so concurrent creates still
 spread evenly, and so a broker being drained (master/broker_ops.py) is never given a partition
 after its drain answered. Placement skips draining brokers (master/placement.py); a topic's
-replicas, leaders, leader epochs and ISR live in its state record (master/state.py).
+replicas, leaders, leader epochs and ISR live in its state record (master/state_topics.py).
 """
 from __future__ import annotations
 

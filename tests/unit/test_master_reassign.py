@@ -1,4 +1,4 @@
-"""Partition reassignment (master/reassign.py) and its state commands (master/state.py)."""
+"""Partition reassignment (master/reassign.py) and its state commands (master/state_topics.py)."""
 from __future__ import annotations
 
 import pytest
