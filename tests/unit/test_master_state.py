@@ -1,10 +1,16 @@
 """The master's LMDB state machine: commands, atomic audit, survival across reopen."""
 from __future__ import annotations
 
+import lmdb
 import pytest
 
 from lib.errors import InvalidArgument, NotLeader, TopicExists, UnknownBroker, UnknownTopic
+from master.principals import Principals
 from master.state import MetaState
+from master.state_brokers import BrokerRecords
+from master.state_groups import GroupRecords
+from master.state_tables import SeqLog
+from master.state_topics import TopicRecords
 
 SETTINGS = {"partitions": 2, "stores": 1, "durability": "async", "retention_ms": 1000,
             "retention_bytes": -1, "max_message_bytes": 1024}
@@ -272,3 +278,40 @@ def test_a_brokers_incarnation_is_remembered_across_reopen(tmp_path):
     s.apply({"op": "register_broker", "time_ms": 3, "broker_id": 3, "address": "h:9"})
     assert s.incarnation(3) == "first", "a command without one keeps the last"
     s.close()
+
+
+def test_each_command_belongs_to_exactly_one_part_of_the_state(tmp_path):
+    """The parts' handlers are merged into one table: a name two parts used would silently
+    route one part's command to the other."""
+    env = lmdb.open(str(tmp_path), max_dbs=1)
+    db = env.open_db(b"x")
+    topics = TopicRecords(env, db, db, SeqLog(env, db, 1))
+    parts = [topics.handlers(), BrokerRecords(env, db, topics).handlers(),
+             GroupRecords(env, db).handlers(), Principals(env, db, db, db).handlers()]
+    ops = [op for handlers in parts for op in handlers] + ["lead", "audit"]
+    assert len(ops) == len(set(ops))
+    env.close()
+
+
+def test_the_records_on_disk_keep_their_bytes(tmp_path):
+    """An existing data dir and every Raft snapshot must keep loading: the databases, keys and
+    value encoding (sorted compact JSON, big-endian sequence keys) are a format."""
+    s = MetaState(tmp_path / "m", map_size=1 << 24)
+    s.apply({"op": "register_broker", "time_ms": 1, "broker_id": 7, "address": "h:1"},
+            index=1, term=2)
+    create(s, "t")
+    s.apply({"op": "delete_topic", "time_ms": 12, "topic": "t", "audit": {"action": "d"}})
+    s.apply({"op": "record_group", "time_ms": 3, "group": "g", "topics": ["a"]})
+    s.close()
+    env = lmdb.open(str(tmp_path / "m"), max_dbs=8, readonly=True, lock=False)
+
+    def raw(db, key):
+        with env.begin(db=env.open_db(db, create=False)) as txn:
+            return bytes(txn.get(key))
+    assert raw(b"brokers", b"7") == b'{"address":"h:1","incarnation":"","time_ms":1}'
+    assert raw(b"tombstones", (1).to_bytes(8, "big")) == b'{"time_ms":12,"topic":"t","topic_id":1}'
+    assert raw(b"audit", (1).to_bytes(8, "big")) == b'{"action":"d","time_ms":12}'
+    assert raw(b"groups", b"g") == b'{"created_ms":3,"topics":["a"],"updated_ms":3}'
+    assert raw(b"meta", b"applied") == b'{"index":1,"term":2}'
+    assert raw(b"meta", b"next_topic_id") == b"2"
+    env.close()
