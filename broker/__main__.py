@@ -13,7 +13,7 @@ import sys
 
 from broker.config import load
 from broker.server import Broker
-from lib.auth.server import AUTH_MODES
+from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.memory import keep_freed_memory

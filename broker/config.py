@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib.auth.server import CLUSTER_SECRET_ENV, auth_setting_problem
+from lib.auth.settings import CLUSTER_SECRET_ENV, auth_setting_problem
 from lib.config import build, load_toml, require
 from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
 from lib.tls import server_tls

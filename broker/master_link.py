@@ -23,9 +23,10 @@ from lib.auth import addresses as ip_rules
 from lib.auth import quotas as quota_entries
 from lib.auth.acl import Authorizer, from_pb
 from lib.auth.addresses import AddressRules
+from lib.auth.identities import KeyRing
 from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
-from lib.auth.server import KeyRing, cluster_header
+from lib.auth.settings import cluster_header
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.proto import master_pb2 as mpb

@@ -37,8 +37,8 @@ from broker.data import (
 from broker.metrics import BrokerMetrics
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
+from lib.auth.access import current_access
 from lib.auth.quotas import QuotaBook
-from lib.auth.server import current_access
 from lib.errors import InvalidArgument, StoreClosed, TubeqError
 from lib.proto import broker_pb2 as pb
 from storage.store import Store

@@ -29,7 +29,7 @@ from broker.dedup import Appended, Dedup, ProducerBatch
 from broker.offsets import OffsetsPlane
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
 from broker.topics import PartitionRole, TopicManager
-from lib.auth.server import cluster_header
+from lib.auth.settings import cluster_header
 from lib.errors import CorruptRecord, TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2 as pb

@@ -46,15 +46,11 @@ from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.auth.acl import Authorizer
 from lib.auth.addresses import AddressRules
+from lib.auth.identities import Authenticator, KeyRing, certificate_identities
 from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
-from lib.auth.server import (
-    AioServerAuth,
-    Authenticator,
-    KeyRing,
-    announce_auth_off,
-    certificate_identities,
-)
+from lib.auth.server import AioServerAuth
+from lib.auth.settings import announce_auth_off
 from lib.decoding import AioStrictDecoding
 from lib.errors import ConfigError, TubeqError
 from lib.fetch_wire import FETCH_METHOD

@@ -32,8 +32,8 @@ from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.replication import ReplicaLeader
 from broker.sinks import SinkPlane
+from lib.auth.access import current_access
 from lib.auth.quotas import QuotaBook
-from lib.auth.server import current_access
 from lib.errors import TubeqError
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb

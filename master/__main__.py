@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lib.auth.server import AUTH_MODES
+from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.private_files import enter_data_dir, private_umask

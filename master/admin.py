@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from lib.auth.server import current_access
+from lib.auth.access import current_access
 from lib.errors import InvalidArgument
 from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc

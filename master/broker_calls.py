@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from lib.auth.server import cluster_header
+from lib.auth.settings import cluster_header
 from lib.proto import broker_pb2 as bpb
 from lib.proto import broker_pb2_grpc
 from lib.rpc import ChannelPool, invoke

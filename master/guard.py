@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from lib.auth.server import current_access
+from lib.auth.access import current_access
 from lib.errors import NotLeader, TubeqError
 from lib.logs import event
 from lib.wire_errors import abort_with

@@ -22,8 +22,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from lib.auth.identities import Authenticator, certificate_identities
 from lib.auth.refusals import LoginBackoff, RefusalLog
-from lib.auth.server import Authenticator, ServerAuth, announce_auth_off, certificate_identities
+from lib.auth.server import ServerAuth
+from lib.auth.settings import announce_auth_off
 from lib.decoding import StrictDecoding
 from lib.errors import TubeqError
 from lib.logs import event

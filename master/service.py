@@ -14,8 +14,9 @@ from typing import Any
 
 import grpc
 
+from lib.auth.access import current_access
 from lib.auth.acl import to_pb
-from lib.auth.server import CLUSTER, current_access
+from lib.auth.identities import CLUSTER
 from lib.errors import InvalidArgument, TubeqError, UnknownTopic
 from lib.logs import event
 from lib.names import check_name

@@ -21,7 +21,7 @@ import click
 
 from lib.auth.client import CLUSTER_UP_MARK, Credentials, user_credentials_path
 from lib.auth.pki import LocalPki
-from lib.auth.server import CLUSTER_SECRET_ENV
+from lib.auth.settings import CLUSTER_SECRET_ENV
 from lib.cli.supervisor import STOP_GRACE_S, Child, Supervisor, say
 from lib.errors import TubeqError
 from lib.private_files import own_data_dirs, private_umask, write_private

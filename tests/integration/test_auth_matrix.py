@@ -20,7 +20,7 @@ from google.protobuf import message_factory
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from lib.auth.rules import RULES
-from lib.auth.server import cluster_header
+from lib.auth.settings import cluster_header
 from lib.auth.tokens import Claims, new_signing_key, sign
 from lib.proto import broker_pb2 as bpb
 from lib.proto import master_pb2 as mpb

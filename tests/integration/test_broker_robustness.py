@@ -14,7 +14,7 @@ import time
 import pytest
 
 from lib import PullConsumer, TopicPartition, errors
-from lib.auth.server import CLUSTER_SECRET_ENV, cluster_header
+from lib.auth.settings import CLUSTER_SECRET_ENV, cluster_header
 from lib.proto import admin_pb2, broker_pb2_grpc
 from lib.proto import broker_pb2 as pb
 from lib.records import Record, batch_crc, batch_head, encode_frame

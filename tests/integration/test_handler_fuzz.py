@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.admin import AdminClient
-from lib.auth.server import cluster_header
+from lib.auth.settings import cluster_header
 from lib.proto import admin_pb2 as apb
 from lib.records import Record, encode_batch
 from tests.cluster import Cluster

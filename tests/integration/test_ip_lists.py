@@ -11,7 +11,7 @@ import pytest
 
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
-from lib.auth.server import cluster_header
+from lib.auth.settings import cluster_header
 from lib.errors import InvalidArgument, PermissionDenied
 from lib.producer.producer import Producer
 from lib.proto import security_pb2 as spb

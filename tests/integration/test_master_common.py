@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lib.auth.server import CLUSTER_SECRET_ENV, cluster_header
+from lib.auth.settings import CLUSTER_SECRET_ENV, cluster_header
 from lib.proto import admin_pb2_grpc, master_pb2, master_pb2_grpc
 from lib.rpc import channel, invoke
 from tests.cluster import Cluster

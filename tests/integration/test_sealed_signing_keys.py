@@ -13,7 +13,7 @@ import lmdb
 
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
-from lib.auth.server import cluster_header
+from lib.auth.settings import cluster_header
 from lib.auth.tokens import Claims, sign
 from lib.errors import Unauthenticated
 from lib.proto import broker_pb2, master_pb2, master_pb2_grpc

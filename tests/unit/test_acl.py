@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from lib.auth.access import Access
 from lib.auth.acl import Acl, Authorizer
-from lib.auth.server import Access, Identity
+from lib.auth.identities import Identity
 from lib.errors import InvalidArgument, InvalidName, PermissionDenied
 
 

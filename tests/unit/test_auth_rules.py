@@ -10,9 +10,11 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from grpc_health.v1 import health_pb2
 
+from lib.auth.access import Access
 from lib.auth.acl import Acl, Authorizer
+from lib.auth.identities import CLUSTER_IDENTITY, Identity
 from lib.auth.rules import CLUSTER_METHODS, PUBLIC_METHODS, RULES
-from lib.auth.server import CLUSTER_IDENTITY, Access, Identity, _Gate
+from lib.auth.server import Gate
 from lib.errors import PermissionDenied
 from lib.proto import admin_pb2, broker_pb2, master_pb2, security_pb2
 from lib.proto import broker_pb2 as bpb
@@ -82,7 +84,7 @@ class Everyone:
 
 
 def test_the_gate_refuses_a_method_without_a_rule_and_clients_on_cluster_methods():
-    gate = _Gate(Everyone(), lambda: Authorizer())  # type: ignore[arg-type]
+    gate = Gate(Everyone(), lambda: Authorizer())  # type: ignore[arg-type]
     refused = gate.decide(Details("/tubeq.broker.Broker/NewThing", [("authorization", "bob")]))
     assert isinstance(refused.error, PermissionDenied)
     assert "has no access rule" in refused.error.message and refused.principal == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lib.auth.access import Access
 from lib.auth.addresses import (
     AddressRules,
     IpRule,
@@ -13,7 +14,7 @@ from lib.auth.addresses import (
     peer_address,
     to_pb,
 )
-from lib.auth.server import CLUSTER_IDENTITY, Access, Identity
+from lib.auth.identities import CLUSTER_IDENTITY, Identity
 from lib.errors import InvalidArgument, PermissionDenied
 
 ALICE = Identity("alice", (), "user")
