@@ -12,9 +12,9 @@ from grpc_health.v1 import health_pb2
 
 from lib.auth.access import Access
 from lib.auth.acl import Acl, Authorizer
+from lib.auth.gate import Gate
 from lib.auth.identities import CLUSTER_IDENTITY, Identity
 from lib.auth.rules import CLUSTER_METHODS, PUBLIC_METHODS, RULES
-from lib.auth.server import Gate
 from lib.errors import PermissionDenied
 from lib.proto import admin_pb2, broker_pb2, master_pb2, security_pb2
 from lib.proto import broker_pb2 as bpb
