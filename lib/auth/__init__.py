@@ -2,6 +2,11 @@
 
 ``credentials``: password hashing (scrypt) and API keys; ``tokens``: signed, expiring tokens
 and their verification with a rotating keyring.
+
+Servers check every call with ``identities`` (who is calling: a token, the cluster secret or a
+client certificate), ``access`` (what that caller may do: ACLs and IP lists), ``gate`` (which
+method needs what, decided before the request is read) and ``server`` (the gRPC interceptors
+that apply the gate); ``settings`` checks the auth mode and cluster secret a server is given.
 """
 from __future__ import annotations
 
