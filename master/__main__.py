@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--metrics-port", dest="metrics_port", type=int)
+    p.add_argument("--advertised-address", dest="advertised_address",
+                   help="host:port other hosts dial to reach this master (default: the bound "
+                        "host:port); its host also names this master's Raft node")
     p.add_argument("--raft-port", dest="raft_port", type=int,
                    help="this master's Raft port (needed with --raft-peers)")
     p.add_argument("--raft-peers", dest="raft_peers",
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     setup("master", Path(args.data_dir).name if args.data_dir else "?", args.log_level)
     try:
         config = load(args.config, data_dir=args.data_dir, host=args.host, port=args.port,
+                      advertised_address=args.advertised_address,
                       metrics_port=args.metrics_port, raft_port=args.raft_port,
                       raft_peers=args.raft_peers, auth=args.auth,
                       admin_password_file=args.admin_password_file,

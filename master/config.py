@@ -30,6 +30,11 @@ class MasterConfig:
     data_dir_group_access: bool = False
     host: str = "127.0.0.1"
     port: int = 8715
+    # What other hosts dial to reach this master, when that is not the bound host:port (bound
+    # on 0.0.0.0, behind NAT or a container's port mapping): named to clients and brokers as
+    # the active master's address. Its host is also this master's Raft node name (the other
+    # masters list ``<that host>:<raft_port>`` in raft_peers). Empty: host:port as bound.
+    advertised_address: str = ""
     metrics_port: int = 0  # 0: any free port; -1: no metrics endpoint
     grpc_workers: int = 32
     stop_grace_s: float = 2.0
@@ -99,6 +104,12 @@ class MasterConfig:
     def validate(self) -> None:
         require(bool(self.data_dir), "MasterConfig.data_dir is required (--data-dir)")
         require(0 <= self.port < 65536, "MasterConfig.port must be in [0, 65535]")
+        if self.advertised_address:
+            host, _, port = self.advertised_address.rpartition(":")
+            require(bool(host) and port.isdigit() and 0 < int(port) < 65536
+                    and host not in ("0.0.0.0", "::", "[::]"),
+                    f"MasterConfig.advertised_address: {self.advertised_address!r} is not "
+                    "the host:port other hosts dial (a name or address, not 0.0.0.0)")
         require(-1 <= self.metrics_port < 65536, "MasterConfig.metrics_port must be in [-1, 65535]")
         require(self.grpc_workers >= 4, "MasterConfig.grpc_workers must be >= 4")
         require(self.stop_grace_s >= 0, "MasterConfig.stop_grace_s must be >= 0")
@@ -135,6 +146,11 @@ class MasterConfig:
         return MAX_REPLICATION_FACTOR
 
     @property
+    def advertised_host(self) -> str:
+        """The host other masters and clients know this master by (Raft node name too)."""
+        return self.advertised_address.rpartition(":")[0] or self.host
+
+    @property
     def peers(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.raft_peers.split(",") if p.strip())
 
@@ -146,7 +162,7 @@ class MasterConfig:
             host, _, port = peer.rpartition(":")
             require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
                     f"MasterConfig.raft_peers: {peer!r} is not host:port")
-        require(f"{self.host}:{self.raft_port}" not in self.peers,
+        require(f"{self.advertised_host}:{self.raft_port}" not in self.peers,
                 "MasterConfig.raft_peers must list the OTHER masters, not this one")
         require(0 < self.raft_election_min_ms < self.raft_election_max_ms,
                 "MasterConfig: need 0 < raft_election_min_ms < raft_election_max_ms")

@@ -62,7 +62,8 @@ PASSWORD_ENV = "TUBEQ_RAFT_PASSWORD"
 class RaftSettings:
     """Raft node identity and timing (from ``MasterConfig``)."""
 
-    node: str  # host:port this master's Raft listens on
+    node: str  # host:port the other masters know this master's Raft by (its name)
+    bind: str = ""  # host:port it listens on; "": pysyncobj's default (every interface)
     peers: tuple[str, ...] = ()  # the other masters' Raft host:port
     password: str = ""
     data_dir: str = ""
@@ -284,7 +285,7 @@ class RaftLog:
             leaderFallbackTimeout=settings.leader_fallback_s,
             logCompactionMinEntries=settings.compaction_entries,
             logCompactionMinTime=settings.compaction_min_s, onStateChanged=self._state_changed,
-            dynamicMembershipChange=False, **settings.extra)
+            dynamicMembershipChange=False, bindAddress=settings.bind or None, **settings.extra)
         self._replica = _Replica(settings, conf, self._apply)
 
     # -- writes ------------------------------------------------------------------------

@@ -297,7 +297,7 @@ class Master:
         if port == 0:
             raise TubeqError(f"cannot listen on {c.host}:{c.port}")
         self._server.start()
-        self.address = f"{c.host}:{port}"
+        self.address = c.advertised_address or f"{c.host}:{port}"
         if c.metrics_port >= 0:
             self.metrics_address = self.metrics.serve(c.host, c.metrics_port)
         self.groups.start()
@@ -347,8 +347,11 @@ def raft_settings(c: MasterConfig) -> RaftSettings:
     # at once (pysyncobj needs the timeout above 3 append periods, which only pace peers).
     election = (c.raft_election_min_ms / 1000, c.raft_election_max_ms / 1000) if c.peers \
         else (0.07, 0.08)
+    # Named by the host the peers dial; bound on the configured host only (pysyncobj's
+    # default is every interface, whatever the node's name).
     return RaftSettings(
-        node=f"{c.host}:{port}", peers=c.peers, password=resolve_password(c.raft_password, c.peers),
+        node=f"{c.advertised_host}:{port}", bind=f"{c.host}:{port}", peers=c.peers,
+        password=resolve_password(c.raft_password, c.peers),
         data_dir=c.data_dir, election_min_s=election[0], election_max_s=election[1],
         append_period_s=0.1 if c.peers else 0.02,
         leader_fallback_s=c.raft_leader_fallback_ms / 1000,

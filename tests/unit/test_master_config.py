@@ -70,3 +70,29 @@ def test_unclean_leader_election_is_off_unless_asked_and_false_can_be_said():
     older = {k: v for k, v in off.items() if k != "unclean_leader_election"}
     assert settings.for_alter(older, None, cfg)["unclean_leader_election"] is False
     assert MasterConfig(default_unclean_leader_election=True).default_unclean_leader_election
+
+
+def test_a_master_bound_on_every_interface_is_named_by_its_advertised_address():
+    """Bound on 0.0.0.0 (another host's deploy): clients are sent to, and the other masters'
+    Raft know it by, the advertised host; Raft still listens on the bound host only."""
+    from master.server import raft_settings
+    cfg = load(None, data_dir="d", host="0.0.0.0", port=8715,
+               advertised_address="10.0.0.11:8715", raft_port=8716,
+               raft_peers="10.0.0.12:8716,10.0.0.13:8716", raft_password="x" * 16)
+    settings = raft_settings(cfg)
+    assert (settings.node, settings.bind) == ("10.0.0.11:8716", "0.0.0.0:8716")
+    plain = raft_settings(load(None, data_dir="d", host="10.0.0.11", raft_port=8716,
+                               raft_peers="10.0.0.12:8716", raft_password="x" * 16))
+    assert (plain.node, plain.bind) == ("10.0.0.11:8716", "10.0.0.11:8716")
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:8715", "10.0.0.11", "10.0.0.11:0", ":8715"])
+def test_an_advertised_address_others_cannot_dial_is_refused(address):
+    with pytest.raises(ConfigError, match="advertised_address"):
+        load(None, data_dir="d", advertised_address=address)
+
+
+def test_raft_peers_naming_this_master_by_its_advertised_host_are_refused():
+    with pytest.raises(ConfigError, match="OTHER masters"):
+        load(None, data_dir="d", host="0.0.0.0", advertised_address="10.0.0.11:8715",
+             raft_port=8716, raft_peers="10.0.0.11:8716,10.0.0.12:8716", raft_password="x" * 16)
