@@ -162,10 +162,6 @@ class MasterConfig:
             host, _, port = peer.rpartition(":")
             require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
                     f"MasterConfig.raft_peers: {peer!r} is not host:port")
-        require(not self.peers or self.advertised_host not in ("0.0.0.0", "::", "[::]"),
-                f"MasterConfig: bound on {self.host} with raft_peers, this master needs "
-                "advertised_address (the host:port the other masters and clients dial; its "
-                "host names this master's Raft node)")
         require(f"{self.advertised_host}:{self.raft_port}" not in self.peers,
                 "MasterConfig.raft_peers must list the OTHER masters, not this one")
         require(0 < self.raft_election_min_ms < self.raft_election_max_ms,
