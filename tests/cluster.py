@@ -29,6 +29,9 @@ class ServerProcess:
     popen: subprocess.Popen | None = None
     info: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    # Run through this first, e.g. ``["ip", "netns", "exec", NS]`` (tests/deploy), which execs
+    # the server: the pid is still the server's.
+    prefix: list[str] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -55,7 +58,7 @@ class ServerProcess:
         log = open(self.data_dir / "log.txt", "ab")  # noqa: SIM115 - owned by the child
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **self.env}
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", self.role, *self.args], cwd=ROOT, env=env,
+            [*self.prefix, sys.executable, "-m", self.role, *self.args], cwd=ROOT, env=env,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return self
