@@ -50,17 +50,27 @@ class Page:
                       rf'advertised_address = "{address}:\1"', text, flags=re.M)
         return text.replace("/broker1.", f"/broker{n}.")
 
-    def unit_command(self, role: str) -> tuple[list[str], str]:
-        """(``python -m ROLE`` arguments, EnvironmentFile) of the page's systemd unit."""
+    def unit_command(self, role: str) -> tuple[list[str], str, dict[str, str]]:
+        """(``python -m ROLE`` arguments, EnvironmentFile, Environment) of the page's systemd
+        unit for ``role``: the master's block, with what the prose changes for the others (the
+        portal's unit has an Environment= line instead of the EnvironmentFile)."""
         unit = self.block("# /etc/systemd/system/tubeq-master.service")
         env_file = re.search(r"^EnvironmentFile=(.*)$", unit, re.M)[1]
+        env: dict[str, str] = {}
         start = re.search(r"^ExecStart=(.*)$", unit, re.M)[1]
-        if role != "master":  # the page gives the other unit's ExecStart in its prose
+        if role != "master":  # the page gives the other units' ExecStart in its prose
             start = re.search(rf"`ExecStart=([^`]* -m {role} [^`]*)`", self.text)[1]
+        if role == "portal_web":
+            env_file, env = "", dict(re.findall(r"`Environment=(\w+)=([^`]*)`", self.text))
         words = shlex.split(start)
         if words[1:3] != ["-m", role]:
             raise LookupError(f"docs/deploy.md: ExecStart is not python -m {role}: {start}")
-        return words[3:], env_file
+        return words[3:], env_file, env
+
+    @staticmethod
+    def file_of(config: str) -> str:
+        """Where a config block goes: the path its first line (``# host: PATH``) names."""
+        return config.lstrip().splitlines()[0].split(": ", 1)[1].strip()
 
     def commands(self, first: str) -> list[str]:
         """The command lines of a bash block, comments dropped."""

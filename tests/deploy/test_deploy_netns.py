@@ -1,7 +1,7 @@
 """docs/deploy.md, followed on one machine: every master and broker on a host of its own (a
 network namespace with the page's address), TLS on with certificates naming those addresses,
-and a producer and a group consumer on a client host; then a broker is added and one drained,
-and no acknowledged record is lost.
+the portal on a host of its own, and a producer and a group consumer on a client host; then a
+broker is added and one drained, and no acknowledged record is lost.
 
 Everything the page shows comes from the page (tests/deploy/doc.py): the secrets and
 certificate commands run as written, the TOML files are its blocks (master2, master3 and the
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,17 @@ MASTERS, BROKERS, NEW_BROKER, DRAINED = (1, 2, 3), (1, 2, 3), 4, 1
 CLI_TIMEOUT_S = 150.0
 PROGRESS = 300  # acknowledged records between steps: the clients kept going
 
+# An operator's first call through the portal: HTTPS checked against the CA, a login that the
+# portal passes to the active master over TLS.
+PORTAL_LOGIN = """
+import json, os, ssl, sys, urllib.request
+body = json.dumps({"user": os.environ["TUBEQ_USER"], "password": os.environ["TUBEQ_PASSWORD"]})
+request = urllib.request.Request(sys.argv[1], data=body.encode(),
+                                 headers={"Content-Type": "application/json"})
+context = ssl.create_default_context(cafile=os.environ["TUBEQ_TLS_CA"])
+print(urllib.request.urlopen(request, context=context, timeout=30).read().decode())
+"""
+
 
 class Deploy:
     """The hosts of one run, set up as the page says."""
@@ -50,28 +62,37 @@ class Deploy:
         subprocess.run(["bash", "-ec", script], cwd=self.work, check=True, timeout=timeout,
                        capture_output=True)
 
+    def issue(self, name: str) -> None:
+        """The page's ``issue NAME ADDRESS`` for a server its certificates block leaves out."""
+        block = self.page.block("# certificates")
+        self.bash(block[block.index("issue() {"):block.index("\n}\n") + 3]
+                  + f"issue {name} {self.addresses[name]}\n")
+
     def install(self, host: str, role: str, config: str) -> Path:
         """Lay out a server host as the page's Install, Secrets and TLS sections do."""
         tree = self.root / host
         (tree / "var/lib/tubeq").mkdir(mode=0o700, parents=True)
         (tree / "etc/tubeq/tls").mkdir(mode=0o750, parents=True)
-        shutil.copy(self.work / "secrets.env", tree / "etc/tubeq/secrets.env")
+        if role in ("master", "broker"):
+            shutil.copy(self.work / "secrets.env", tree / "etc/tubeq/secrets.env")
         if role == "master":
             shutil.copy(self.work / "admin-password", tree / "etc/tubeq/admin-password")
         for name in ("ca.pem", f"{host}.pem", f"{host}.key"):
             shutil.copy(self.work / name, tree / "etc/tubeq/tls" / name)
-        (tree / f"etc/tubeq/{role}.toml").write_text(on_host(config, tree))
+        Path(on_host(self.page.file_of(config), tree)).write_text(on_host(config, tree))
         return tree
 
     def start(self, host: str, role: str, config: str) -> ServerProcess:
         """Install ``host`` and launch its server as the systemd unit would (not waited for)."""
         tree = self.install(host, role, config)
-        args, secrets = self.page.unit_command(role)
+        args, secrets, env = self.page.unit_command(role)
+        env = {k: on_host(v, tree) for k, v in env.items()}
+        if secrets:
+            env.update(env_file(Path(on_host(secrets, tree))))
         data_dir = re.search(r'^data_dir = "(.*)"$', config, re.M)[1]
         self.net.add(host, self.addresses[host])
         server = ServerProcess(role, Path(on_host(data_dir, tree)),
-                               [on_host(a, tree) for a in args],
-                               env=env_file(Path(on_host(secrets, tree))),
+                               [on_host(a, tree) for a in args], env=env,
                                prefix=self.net.run_in(host))
         self.procs.servers.append(server)
         self.servers[host] = server
@@ -155,6 +176,8 @@ def test_the_deploy_page_runs_three_masters_and_brokers_on_their_own_hosts(
     for n in BROKERS:
         deploy.start(f"broker{n}", "broker",
                      page.broker_file(n, deploy.addresses[f"broker{n}"]))
+    deploy.issue("portal")
+    deploy.start("portal", "portal_web", page.block("# portal: /etc/tubeq/portal.toml"))
     for server in deploy.servers.values():
         server.await_ready(60)
 
@@ -168,6 +191,9 @@ def test_the_deploy_page_runs_three_masters_and_brokers_on_their_own_hosts(
                     lambda: settled(deploy.json("tubeq master status")), 30, deploy)
     assert {r["address"] for r in rows} == {
         f"{deploy.addresses[f'master{n}']}:8715" for n in MASTERS}, rows
+    login = deploy.client(f"{sys.executable} -c {shlex.quote(PORTAL_LOGIN)} "
+                          f"https://{deploy.addresses['portal']}:8080/api/v1/login")
+    assert json.loads(login.stdout)["principal"] == "admin", login.stdout
     for command in checks[1:]:  # broker list, topic create
         deploy.client(command)
     topic = deploy.json("tubeq topic describe orders")
@@ -186,9 +212,7 @@ def test_the_deploy_page_runs_three_masters_and_brokers_on_their_own_hosts(
     wait_progress(worker_dir, PROGRESS, deploy)
 
     # Adding a broker: its certificate, its file, its unit; then the page's reassign.
-    issue = page.block("# certificates")
-    deploy.bash(issue[issue.index("issue() {"):issue.index("\n}\n") + 3]
-                + f"issue broker{NEW_BROKER} {deploy.addresses[f'broker{NEW_BROKER}']}\n")
+    deploy.issue(f"broker{NEW_BROKER}")
     deploy.start(f"broker{NEW_BROKER}", "broker",
                  page.broker_file(NEW_BROKER, deploy.addresses[f"broker{NEW_BROKER}"]))
     wait_for("the new broker registered",
