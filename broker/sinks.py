@@ -41,7 +41,7 @@ goes to the new leader) and keeps the copies of the others, whose leader may sti
 are dropped by the sink's next micro-batch: a stage of batch N drops the sink's staging of
 older batches (Spark runs batch N once batch N-1 is committed), else by the TTL.
 
-Limits (README "Exactly-once Spark sink"): staging lives in memory, bounded by
+Limits (docs/spark.md, "Exactly-once streaming sink"): staging lives in memory, bounded by
 ``sink_staging_bytes``; a broker that restarts between stage and commit has lost it, and the
 commit fails with SinkStagingLost (nothing applied) so that Spark replays the micro-batch. The
 appends of one commit become visible one batch at a time (a consumer may see a micro-batch's

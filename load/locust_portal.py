@@ -2,7 +2,7 @@
 browser does (the login form's token, then the session cookie, then the dashboard the login
 redirects to), then reads the pages and the JSON API an operator uses most. It logs in with
 the user and password ``lib`` would use (TUBEQ_USER / TUBEQ_PASSWORD, or a credentials file:
-see the README's Security section)."""
+see docs/security.md)."""
 from __future__ import annotations
 
 import re

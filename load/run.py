@@ -6,7 +6,7 @@ worker processes under one Locust master, the distributed mode), writes Locust's
 report into the run folder, reads the topic back, and writes ``summary.json``: Locust's
 figures per request name, messages acknowledged per second, and what was produced,
 acknowledged, consumed, lost, duplicated and out of order. The run fails (exit 1) when Locust
-saw a failure or a guarantee of the README was broken.
+saw a failure or a guarantee of the docs was broken.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ What this adapter adds to pysyncobj, and why:
 * **A journal that reaches the disk.** pysyncobj writes its journal through mmap and never
   msyncs it (only at close), and writes the vote file without fsync. :class:`SyncedJournal`
   msyncs after every append/truncate and fsyncs the vote file, so an entry a master
-  acknowledged survives its power loss (the README's "Master HA" section has the details).
+  acknowledged survives its power loss (docs/replication.md, "Master HA", has the details).
 * **Pre-vote and leader stickiness** (Raft thesis §9.6, master/prevote.py): a master stands
   for election, raising its term, only once a majority would vote for it, and a master that
   hears from a live leader ignores vote requests of a higher term. So a master cut off from

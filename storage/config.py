@@ -14,7 +14,7 @@ MiB = 1 << 20
 class StoreConfig:
     """Settings of one storage instance; every store of a topic shares them.
 
-    Loss windows (see README "Durability"): in ``async`` mode a process crash loses what the
+    Loss windows (see docs/durability.md): in ``async`` mode a process crash loses what the
     two cache blocks hold (at most ``2 * cache_block_bytes`` or ``cache_flush_interval_ms``);
     a power loss also loses what was written but not yet fsynced (at most
     ``fsync_every_messages`` / ``fsync_every_bytes`` / ``fsync_interval_ms``).
@@ -53,7 +53,8 @@ class StoreConfig:
     disk_reserve_bytes: int = 64 * MiB
     # The newest bytes of the data log kept in the OS page cache after their fsync (readers
     # behind the cache blocks find them there); older pages are dropped, so new writes reuse
-    # them instead of filling fresh ones (README "Page cache"). 0 leaves it to the kernel.
+    # them instead of filling fresh ones (docs/operations.md, "Page cache window"). 0 leaves it
+    # to the kernel.
     page_cache_window_bytes: int = 64 * MiB
 
     def validate(self) -> None:

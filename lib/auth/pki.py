@@ -4,7 +4,7 @@ One CA (10 years), one certificate for every server of the cluster (its hosts as
 alternative names, usable as server and as client: brokers and masters call each other), and
 one client certificate for the admin (mutual TLS: CN is the principal, O entries its roles, as
 Kubernetes reads them). ECDSA P-256 keys: small, and fast to sign and check. Keys are written
-0600. A production cluster brings its own certificates (README, "TLS").
+0600. A production cluster brings its own certificates (docs/security.md, "TLS").
 """
 from __future__ import annotations
 
