@@ -31,8 +31,10 @@ browser:
 TEST_WORKERS ?= 3
 
 test: $(STAMP) browser
-	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests
-	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests
+	@start=$$(date +%s); \
+	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests \
+	&& $(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests; \
+	rc=$$?; echo "make test: ruff and the suite took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests/unit
