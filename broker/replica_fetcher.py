@@ -49,7 +49,7 @@ SUPERVISE_S = 0.2  # how often new leaders are looked for
 
 
 class ReplicaFetcher:
-    """Starts and ends one :class:`_LeaderLoop` per leader address with followed partitions."""
+    """Starts and ends one :class:`LeaderLoop` per leader address with followed partitions."""
 
     def __init__(self, topics: TopicManager, broker_id: int, cluster_secret: str = "",
                  tls: Tls | None = None, dedup: Dedup | None = None,
@@ -60,7 +60,7 @@ class ReplicaFetcher:
         self._metadata = cluster_header(cluster_secret)
         self._tls = tls
         self._stop = threading.Event()
-        self._loops: dict[str, _LeaderLoop] = {}
+        self._loops: dict[str, LeaderLoop] = {}
         self._thread = threading.Thread(target=self._supervise, name="replica-fetcher",
                                         daemon=True)
         self._unreachable: set[int] = set()  # leader broker ids whose fetches fail now
@@ -106,11 +106,11 @@ class ReplicaFetcher:
             for address in leaders:
                 loop = self._loops.get(address)
                 if loop is None or not loop.is_alive():
-                    self._loops[address] = _LeaderLoop(self, address)
+                    self._loops[address] = LeaderLoop(self, address)
                     self._loops[address].start()
 
 
-class _LeaderLoop(threading.Thread):
+class LeaderLoop(threading.Thread):
     def __init__(self, owner: ReplicaFetcher, address: str) -> None:
         super().__init__(name=f"replica-from-{address}", daemon=True)
         self.owner, self.address = owner, address

@@ -12,10 +12,6 @@ from lib.errors import BatchTooLarge, CorruptRecord, RecordTooLarge
 from lib.records.decode import iter_frames
 from lib.records.encode import batch_crc
 from lib.records.layout import (
-    _FRAME,
-    _I64,
-    _U8,
-    _U32,
     BATCH_HEADER,
     COLUMN_BYTES_PER_RECORD,
     COLUMNS_OF,
@@ -23,14 +19,18 @@ from lib.records.layout import (
     DEFAULT_MAX_MESSAGE_BYTES,
     FEW_COLUMNS,
     FLAG_VALUE_ZLIB,
+    FRAME_HEADER,
     FRAME_HEADER_SIZE,
     HEADER_ENTRY,
     HEADER_SIZE,
+    I64,
     KNOWN_FLAGS,
     MAGIC,
     MAX_HEADERS,
     MAX_RECORDS_PER_BATCH,
     READ_VERSIONS,
+    U8,
+    U32,
     crc32,
     frame_headers,
     frame_starts,
@@ -119,10 +119,10 @@ def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
         listed = COLUMNS_OF[count].unpack_from(buf, HEADER_SIZE)
         sizes, tags, times = listed[:count], listed[count:2 * count], listed[2 * count:]
         _check_sizes(sum(sizes), min(sizes), max(sizes), len(frames), max_message_bytes)
-        _check_listed(_few_columns(frames, sizes), tags, times)
-    columns = (np.frombuffer(buf, _U32, count, HEADER_SIZE),
-               np.frombuffer(buf, _U32, count, HEADER_SIZE + 4 * count),
-               np.frombuffer(buf, _I64, count, HEADER_SIZE + 8 * count))
+        _check_listed(few_columns(frames, sizes), tags, times)
+    columns = (np.frombuffer(buf, U32, count, HEADER_SIZE),
+               np.frombuffer(buf, U32, count, HEADER_SIZE + 4 * count),
+               np.frombuffer(buf, I64, count, HEADER_SIZE + 8 * count))
     if count > FEW_FRAMES:
         sizes = columns[0]
         _check_sizes(int(sizes.sum(dtype=np.int64)), int(sizes.min()), int(sizes.max()),
@@ -150,10 +150,10 @@ def check_frames(frames: memoryview, sizes: np.ndarray, tag_hashes: np.ndarray,
     """:func:`frame_columns`, and the batch's tag-hash and timestamp columns must agree with
     the frames (the index is built from the columns and rebuilt from the frames)."""
     if len(sizes) <= FEW_FRAMES:
-        _check_listed(_few_columns(frames, sizes.tolist()), tag_hashes.tolist(),
+        _check_listed(few_columns(frames, sizes.tolist()), tag_hashes.tolist(),
                       timestamps.tolist())
         return
-    tags, times = _many_columns(frames, sizes)
+    tags, times = many_columns(frames, sizes)
     _require(times == timestamps, "its timestamp disagrees with the batch timestamp column")
     _require(tags == tag_hashes, "its tag disagrees with the batch tag-hash column")
 
@@ -179,24 +179,24 @@ def frame_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
     walked with one numpy pass per header position) and each frame's CRC. Whole-array numpy
     for the structure; the CRCs are one C-level ``map`` of ``zlib.crc32`` over the frame
     slices (no Python bytecode per record). Raises CorruptRecord naming the first bad frame.
-    Up to :data:`FEW_FRAMES` frames are checked one by one instead (:func:`_few_columns`).
+    Up to :data:`FEW_FRAMES` frames are checked one by one instead (:func:`few_columns`).
     ``head``: the frames' headers if the caller gathered them already (they are checked here).
     ``contents=False`` checks the structure alone, not each frame's CRC nor that compressed
     values inflate: for frames whose bytes a CRC of the whole run vouches for, a follower's
     copy of its leader's frames (the leader checked each frame when it came in).
     """
     if len(sizes) <= FEW_FRAMES:
-        tags, times = _few_columns(frames, sizes.tolist(), contents)
-        return np.array(tags, _U32), np.array(times, _I64)
-    return _many_columns(frames, sizes, head, contents)
+        tags, times = few_columns(frames, sizes.tolist(), contents)
+        return np.array(tags, U32), np.array(times, I64)
+    return many_columns(frames, sizes, head, contents)
 
 
-def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
+def many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
                   contents: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """:func:`frame_columns` over whole arrays."""
     starts = frame_starts(sizes)
     ends = starts + sizes
-    u8 = np.frombuffer(frames, _U8)
+    u8 = np.frombuffer(frames, U8)
     if head is None:
         head = frame_headers(u8, starts)
     _require(head["length"] == sizes, "its length field disagrees with the batch size column")
@@ -214,14 +214,14 @@ def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
                  "its CRC does not match its bytes")
         _check_compressed(frames, head, ends)
     tagged = np.flatnonzero(tag_lens)
-    hashes = np.zeros(len(sizes), _U32)
+    hashes = np.zeros(len(sizes), U32)
     if len(tagged):
         at = starts[tagged] + FRAME_HEADER_SIZE
         hashes[tagged] = np.maximum(range_crcs(frames, at, at + tag_lens[tagged]), 1)  # tag_hash
     return hashes, head["ts"]
 
 
-def _few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
+def few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
                  ) -> tuple[list[int], list[int]]:
     """:func:`frame_columns` frame by frame, for batches of a few records (``send_sync``, low
     rates): there the two dozen whole-array numpy calls cost ~50 µs whatever the batch size,
@@ -233,7 +233,7 @@ def _few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
     for i, size in enumerate(sizes):
         end = start + size
         length, crc, flags, _a, ts, tag_len, key_len, n_headers, value_len = \
-            _FRAME.unpack_from(frames, start)
+            FRAME_HEADER.unpack_from(frames, start)
         bad = _first_fault(frames, start, end, length, flags, tag_len, key_len, n_headers,
                            value_len)
         if bad is None and contents and crc32(frames[start + 8:end]) != crc:
@@ -303,7 +303,7 @@ def _inflates(value: memoryview, i: int) -> None:
 
 def frame_sizes(frames: memoryview) -> np.ndarray:
     """The size of each frame of a run, by its length field (recovery has no size column)."""
-    return np.fromiter(map(len, iter_frames(frames)), _U32)
+    return np.fromiter(map(len, iter_frames(frames)), U32)
 
 
 def _walk_headers(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray,

@@ -22,11 +22,11 @@ from lib.errors import CorruptRecord
 from lib.records.check import FEW_FRAMES, frame_columns
 from lib.records.decode import decode_frame, decode_span, undecodable
 from lib.records.layout import (
-    _U8,
-    _U32,
     FLAG_VALUE_ZLIB,
     FRAME_HEADER_SIZE,
     NO_HEADERS,
+    U8,
+    U32,
     Record,
     frame_headers,
     frame_starts,
@@ -50,7 +50,7 @@ class FrameColumns:
 
     @cached_property
     def sizes(self) -> np.ndarray:
-        return np.array(walk_sizes(self.frames), _U32)
+        return np.array(walk_sizes(self.frames), U32)
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -59,7 +59,7 @@ class FrameColumns:
     @cached_property
     def head(self) -> np.ndarray:
         """The FRAME_DTYPE header of every frame."""
-        return frame_headers(np.frombuffer(self.frames, _U8), self.starts)
+        return frame_headers(np.frombuffer(self.frames, U8), self.starts)
 
     @property
     def ends(self) -> np.ndarray:
@@ -172,7 +172,7 @@ def checked_columns(topic: str, partition: int, frames: memoryview,
     frames' sizes when the caller knows them already (walked, or the broker's)."""
     cols = FrameColumns(topic, partition, frames, np.asarray(offsets, np.int64))
     if sizes is not None:
-        cols.__dict__["sizes"] = np.asarray(sizes, _U32)
+        cols.__dict__["sizes"] = np.asarray(sizes, U32)
     if len(cols.sizes) != len(cols.offsets):
         raise CorruptRecord(f"{len(cols.sizes)} fetched frames for {len(cols.offsets)} offsets")
     frame_columns(frames, cols.sizes, cols.head if len(cols) > FEW_FRAMES else None)

@@ -10,9 +10,9 @@ import numpy as np
 
 from lib.errors import CorruptRecord
 from lib.records.layout import (
-    _FRAME,
     FLAG_VALUE_ZLIB,
     FRAME_HEAD,
+    FRAME_HEADER,
     FRAME_HEADER_SIZE,
     FRAME_TAIL,
     HEADER_ENTRY,
@@ -108,7 +108,7 @@ def decode_span(frames: bytes, offsets: list[int], pos: int, partition: int, top
     """
     mv = memoryview(frames)
     n = len(mv)
-    unpack, new = _FRAME.unpack_from, tuple.__new__
+    unpack, new = FRAME_HEADER.unpack_from, tuple.__new__
     out: list[Record] = []
     append = out.append
     off = offsets[0] if offsets else -1

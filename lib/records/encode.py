@@ -9,8 +9,6 @@ import numpy as np
 
 from lib.errors import CorruptRecord, RecordTooLarge
 from lib.records.layout import (
-    _I64,
-    _U32,
     BATCH_HEADER,
     COLUMN_BYTES_PER_RECORD,
     COLUMNS_OF,
@@ -24,17 +22,19 @@ from lib.records.layout import (
     FRAME_TAIL,
     HEADER_ENTRY,
     HEADER_SIZE,
+    I64,
     MAGIC,
     MAX_HEADERS,
     MAX_TAG_BYTES,
+    U32,
     VERSION,
     Record,
-    _crc32,
-    _pack_head,
-    _pack_tail,
     crc32,
     tag_hash,
 )
+
+# Bound once: the frame encoders call them per record.
+_pack_head, _pack_tail, _crc32 = FRAME_HEAD.pack, FRAME_TAIL.pack, crc32
 
 
 def encode_frame(record: Record) -> bytes:
@@ -135,10 +135,10 @@ def batch_head(
         columns = COLUMNS_OF[n].pack(*sizes, *([0] * n if tag_hashes is None else tag_hashes),
                                      *timestamps)
     else:
-        tags = np.zeros(n, dtype=_U32) if tag_hashes is None else \
-            np.fromiter(tag_hashes, dtype=_U32, count=n)
-        columns = b"".join((np.array(sizes, dtype=_U32).tobytes(), tags.tobytes(),
-                            np.array(timestamps, dtype=_I64).tobytes()))
+        tags = np.zeros(n, dtype=U32) if tag_hashes is None else \
+            np.fromiter(tag_hashes, dtype=U32, count=n)
+        columns = b"".join((np.array(sizes, dtype=U32).tobytes(), tags.tobytes(),
+                            np.array(timestamps, dtype=I64).tobytes()))
     fields = [MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + joined_len(frames), 0, n,
               producer_id, producer_epoch, 0, base_sequence, 0]
     header = BATCH_HEADER.pack(*fields)
@@ -229,7 +229,7 @@ def column_pieces(values: Sequence[bytes], timestamp: int | np.ndarray,
             raise RecordTooLarge(f"a tag is {int(tlen.max())} bytes, limit {MAX_TAG_BYTES}",
                                  limit=MAX_TAG_BYTES)
         head["tag_len"] = tlen
-        tag_hashes = np.fromiter(map(_crc32, raw_tags), _U32, n)
+        tag_hashes = np.fromiter(map(_crc32, raw_tags), U32, n)
         tag_hashes[(tag_hashes == 0) & (tlen > 0)] = 1  # tag_hash: never 0 for a real tag
         columns.append(raw_tags)
     if keys is not None:
@@ -250,7 +250,7 @@ def column_pieces(values: Sequence[bytes], timestamp: int | np.ndarray,
     widths = [head["tag_len"]] if tags is not None else []
     widths += [key_lens] if keys is not None else []
     return Pieces(_lay_out(head, columns, [*widths, vlen]), int(sizes.sum())), \
-        sizes.astype(_U32), tag_hashes
+        sizes.astype(U32), tag_hashes
 
 
 def encode_run(values: Sequence[bytes], timestamp: int, keys: Sequence[bytes] | None = None,
@@ -265,8 +265,8 @@ def encode_run(values: Sequence[bytes], timestamp: int, keys: Sequence[bytes] | 
                                   (tags[i] or None) if tags is not None else None,
                                   headers_of(headers[i]), timestamp))
               for i, v in enumerate(values)]
-    hashes = None if tags is None else np.fromiter(map(tag_hash, tags), _U32, len(tags))
-    return EncodedRun(b"".join(frames), np.fromiter(map(len, frames), _U32, len(frames)),
+    hashes = None if tags is None else np.fromiter(map(tag_hash, tags), U32, len(tags))
+    return EncodedRun(b"".join(frames), np.fromiter(map(len, frames), U32, len(frames)),
                       hashes)
 
 
@@ -333,4 +333,4 @@ def _frame_crcs(head: np.ndarray, columns: list[Sequence[bytes]], first: np.ndar
         kinds].tolist()
     for column in columns:
         running = map(_crc32, column, running)
-    return np.fromiter(running, _U32, len(head))
+    return np.fromiter(running, U32, len(head))

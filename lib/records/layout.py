@@ -51,12 +51,11 @@ MAX_TAG_BYTES = 255
 MAX_HEADERS = 256  # per record: bounds the broker's header walk (one numpy pass per header)
 MAX_RECORDS_PER_BATCH = 1 << 20
 
-_U8 = np.dtype(np.uint8)
-_FRAME = struct.Struct("<IIBBqHiHI")  # FRAME_HEAD + FRAME_TAIL, read in one call
-_pack_head, _pack_tail, _crc32 = FRAME_HEAD.pack, FRAME_TAIL.pack, crc32
-_U16 = np.dtype("<u2")
-_U32 = np.dtype("<u4")
-_I64 = np.dtype("<i8")
+U8 = np.dtype(np.uint8)
+FRAME_HEADER = struct.Struct("<IIBBqHiHI")  # FRAME_HEAD + FRAME_TAIL, read in one call
+U16 = np.dtype("<u2")
+U32 = np.dtype("<u4")
+I64 = np.dtype("<i8")
 _FRAME_HEADER_BYTES = np.arange(FRAME_HEADER_SIZE)
 
 
@@ -101,12 +100,12 @@ def frame_starts(sizes: np.ndarray) -> np.ndarray:
 def gather_u32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Little-endian u32 at each byte position of ``at`` (whole-array gather)."""
     idx = at[:, None] + np.arange(4)
-    return np.ascontiguousarray(u8[idx]).view(_U32).ravel()
+    return np.ascontiguousarray(u8[idx]).view(U32).ravel()
 
 
 def gather_u16(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
     idx = at[:, None] + np.arange(2)
-    return np.ascontiguousarray(u8[idx]).view(_U16).ravel()
+    return np.ascontiguousarray(u8[idx]).view(U16).ravel()
 
 
 def frame_headers(u8: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -119,4 +118,4 @@ def range_crcs(data: bytes | memoryview, starts: np.ndarray, ends: np.ndarray) -
     view = memoryview(data)
     return np.fromiter(map(crc32, map(view.__getitem__,
                                            map(slice, starts.tolist(), ends.tolist()))),
-                       _U32, len(starts))
+                       U32, len(starts))

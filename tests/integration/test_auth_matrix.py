@@ -28,7 +28,7 @@ from lib.proto import master_pb2_grpc
 from lib.proto import security_pb2 as spb
 from lib.records import Record, encode_batch
 from lib.rpc import MasterClient
-from tests.unit.test_auth_rules import MODULES, _read_by
+from tests.unit.test_auth_rules import MODULES, read_by
 
 ALICE = Credentials("alice", "alice-matrix-password")
 NAMES = {"topic": "matrix", "group": "matrix-g"}
@@ -60,7 +60,7 @@ def request_for(name: str, method):
     msg = cls()
     for need in RULES[name].needs:
         for field in cls.DESCRIPTOR.fields:
-            if need.resource != "cluster" and _read_by(need, cls, field):
+            if need.resource != "cluster" and read_by(need, cls, field):
                 value = NAMES[need.resource]
                 if field.is_repeated:
                     getattr(msg, field.name).append(value)

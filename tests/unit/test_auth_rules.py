@@ -46,10 +46,10 @@ def test_a_rule_reads_its_names_from_one_string_field_of_the_request(name):
         if need.resource == "cluster":
             assert list(need.names(request())) == ["cluster"]
         else:
-            assert len([f for f in request.DESCRIPTOR.fields if _read_by(need, request, f)]) == 1
+            assert len([f for f in request.DESCRIPTOR.fields if read_by(need, request, f)]) == 1
 
 
-def _read_by(need, request, field) -> bool:
+def read_by(need, request, field) -> bool:
     """Whether a name set in ``field`` is one of the names the need checks."""
     if field.type != FieldDescriptor.TYPE_STRING:
         return False

@@ -29,7 +29,7 @@ from lib.records import (
     parse_batch,
     tag_hash,
 )
-from lib.records.check import _few_columns, _many_columns
+from lib.records.check import few_columns, many_columns
 from storage.datalog import CHUNK, chunk_header, parse_chunk
 from storage.store import Store
 from tests.helpers import read_all
@@ -185,8 +185,8 @@ def test_the_frame_by_frame_check_agrees_with_the_whole_array_check(frames):
     frames must get the same verdict and the same columns from both."""
     body = memoryview(b"".join(frames))
     verdicts = []
-    for check, sizes in ((_few_columns, [len(f) for f in frames]),
-                         (_many_columns, np.array([len(f) for f in frames], np.uint32))):
+    for check, sizes in ((few_columns, [len(f) for f in frames]),
+                         (many_columns, np.array([len(f) for f in frames], np.uint32))):
         try:
             tags, times = check(body, sizes)
             verdicts.append((list(tags), list(times)))

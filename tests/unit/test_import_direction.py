@@ -31,6 +31,24 @@ def _imported_packages(path: Path) -> set[str]:
     return found & OURS
 
 
+def _private_imports(path: Path) -> list[str]:
+    """``from <one of ours> import _name``: a module leaning on another's private parts."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                and node.module.split(".")[0] in OURS):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    wrong = {str(path.relative_to(ROOT)): names
+             for package in sorted(OURS) for path in sorted((ROOT / package).rglob("*.py"))
+             if (names := _private_imports(path))}
+    assert not wrong, f"private names imported across modules (make them public): {wrong}"
+
+
 @pytest.mark.parametrize("package", sorted(MAY_IMPORT))
 def test_a_package_imports_only_the_floors_below_it(package):
     wrong = {}

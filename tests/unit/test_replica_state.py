@@ -17,7 +17,7 @@ from broker.data import DataPlane
 from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
-from broker.replica_fetcher import ReplicaFetcher, _LeaderLoop, read_answer
+from broker.replica_fetcher import LeaderLoop, ReplicaFetcher, read_answer
 from broker.replication import ReplicaLeader
 from broker.term import TermWatermark
 from broker.topics import PartitionRole, TopicManager, TopicSpec
@@ -51,7 +51,7 @@ class Side:
 
     def new_loop(self) -> None:
         """A fetch loop of its own (as after a restart: it has been told nothing yet)."""
-        self.loop = _LeaderLoop(ReplicaFetcher(self.topics, self.id, dedup=self.dedup,
+        self.loop = LeaderLoop(ReplicaFetcher(self.topics, self.id, dedup=self.dedup,
                                                offsets=self.offsets), "127.0.0.1:1")
 
     def be(self, leader: int, epoch: int) -> None:
