@@ -5,10 +5,11 @@ swaps the active cache block out, writes it (data log first, then each partition
 the data log when the policy says so, saves a checkpoint every ``checkpoint_interval_ms`` and
 applies retention every ``retention_check_interval_ms``. The checkpoint goes where the store
 keeps it: its own file, or a broker's shared one (storage/checkpoints.py). The flusher is the
-store's other half: it works on the store's state (cache pair, partition counters, disk-full
-and failure flags) under the store's lock, and does its I/O outside it, holding ``io_lock`` so
-that retention called from outside never runs beside a write. Appends of ``sync`` topics and
-flushes wait for its fsync (:meth:`Flusher.wait_synced`: one fsync serves every waiter).
+store's other half: it works on the state the two share (a :class:`~storage.core.StoreCore`:
+cache pair, partition counters, disk-full and failure flags) under the store's lock
+(``core.cond``), and does its I/O outside it, holding ``io_lock`` so that retention called
+from outside never runs beside a write. Appends of ``sync`` topics and flushes wait for its
+fsync (:meth:`Flusher.wait_synced`: one fsync serves every waiter).
 
 A full disk is a condition, not a failure. If a write or fsync fails with ENOSPC/EDQUOT (space
 was admitted by the :class:`~storage.space.SpaceGuard`, but another process took it), the
@@ -22,19 +23,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from lib.errors import DiskFull, StorageError, StoreClosed
 from lib.logs import event
 from storage.cache import CacheBlock
+from storage.core import StoreCore
 from storage.index import ENTRY
 from storage.recovery import Checkpoint
 from storage.retention import segments_to_delete
 from storage.space import is_disk_full
 from storage.sync_policy import SyncPolicy
-
-if TYPE_CHECKING:
-    from storage.store import Store
 
 log = logging.getLogger(__name__)
 DISK_FULL_RETRY_S = 0.5  # a flusher on a full disk tries again this often
@@ -43,15 +41,17 @@ MAX_IDLE_S = 3600.0  # an idle flusher wakes at least this often (bounds Conditi
 
 
 class Flusher:
-    """Writes ``store``'s cache blocks to its files on a thread of its own (module docstring)."""
+    """Writes the cache blocks of a store (its ``core``, storage/core.py) to its files on a
+    thread of its own (module docstring)."""
 
-    def __init__(self, store: Store, policy: SyncPolicy, wall_clock: Callable[[], float]) -> None:
-        self.store, self.policy = store, policy
+    def __init__(self, core: StoreCore, policy: SyncPolicy,
+                 wall_clock: Callable[[], float]) -> None:
+        self.core, self.policy = core, policy
         self.clock, self.wall_clock = policy.clock, wall_clock
         self.io_lock = threading.Lock()  # file structure changes: writes and retention
         # Under the store's lock: the data position sync waiters need fsynced, and the one
         # the last fsync covered (wait_synced).
-        self.sync_target, self.synced_pos = 0, store._data.end
+        self.sync_target, self.synced_pos = 0, core.data.end
         self._unsynced = policy.synced_now()
         self._last_checkpoint = self.clock()
         self._checkpointed = -1  # data log end at the last checkpoint: unchanged, none is due
@@ -59,7 +59,7 @@ class Flusher:
         self._disk_full_since = 0.0
         self._written: CacheBlock | None = None  # the block being flushed, once in the files
         self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"flusher-{store.topic}-{store.store_id}")
+                                        name=f"flusher-{core.topic}-{core.store_id}")
 
     def start(self) -> None:
         self._thread.start()
@@ -73,14 +73,13 @@ class Flusher:
         or StoreClosed if that cannot happen. On a full disk a waiter gets DiskFull at once:
         its batch stays cached and is written when space returns, but it was not
         acknowledged, so a retry may store it twice."""
-        s = self.store
+        c = self.core
         self.sync_target = max(self.sync_target, end_pos)
-        s._cond.notify_all()
-        s._cond.wait_for(lambda: self.synced_pos >= end_pos or s._closed
-                         or s._failed is not None or s._disk_full is not None)
+        c.cond.notify_all()
+        c.cond.wait_for(lambda: self.synced_pos >= end_pos or c.closed
+                        or c.failed is not None or c.disk_full is not None)
         if self.synced_pos < end_pos:
-            raise (s._failed or s._disk_full
-                   or StoreClosed(f"store {s.topic}/{s.store_id} closed"))
+            raise c.failed or c.disk_full or StoreClosed(f"store {c.name} closed")
 
     def enforce_retention(self, now: float) -> int:
         """Apply retention now (wall-clock ``now``); returns how many data segments went."""
@@ -90,7 +89,7 @@ class Flusher:
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
-        s = self.store
+        c = self.core
         while True:
             block, closing, sync_wanted = self._next_block()
             try:
@@ -102,9 +101,9 @@ class Flusher:
                 if is_disk_full(exc) and self._wait_for_space(exc, closing):
                     continue
                 self._fail(exc if isinstance(exc, StorageError) else
-                           StorageError(f"store {s.topic}/{s.store_id} flusher: {exc!r}"))
+                           StorageError(f"store {c.name} flusher: {exc!r}"))
                 return
-            if s._disk_full is not None:
+            if c.disk_full is not None:
                 self._space_back()
             if closing and block is None:
                 return
@@ -112,42 +111,42 @@ class Flusher:
     def _next_block(self) -> tuple[CacheBlock | None, bool, bool]:
         """Wait until something is due; swap the active block out if it is. Returns the block
         to write (None: nothing), whether the store closes and whether a waiter wants a sync."""
-        s, cache = self.store, self.store._cache
-        with s._cond:
+        c, cache = self.core, self.core.cache
+        with c.cond:
             self._sleep()
-            closing = s._closing
+            closing = c.closing
             waited_for = closing or self.sync_target > cache.active.base_pos
             if cache.flushing is None and self.policy.write_due(cache.active, waited_for):
                 cache.swap()
-                s._cond.notify_all()
+                c.cond.notify_all()
             return cache.flushing, closing, self.sync_target > self.synced_pos
 
     def _sleep(self) -> None:
         """Wait (holding the store's condition) until something is due or its time comes. A
         notify recomputes the time: the first append into an empty block shortens it from
         the next housekeeping to the block's flush interval."""
-        s = self.store
+        c = self.core
         while not self._due():
-            timeout = self.policy.wait_s(s._cache.active, self._unsynced, self._housekeeping_s())
-            if timeout <= 0 or not s._cond.wait(timeout):
+            timeout = self.policy.wait_s(c.cache.active, self._unsynced, self._housekeeping_s())
+            if timeout <= 0 or not c.cond.wait(timeout):
                 return  # a time-based deadline (block age, fsync, housekeeping) has come
 
     def _housekeeping_s(self) -> float:
         """Seconds to the next retention check or, when a new synced position awaits one, the
         next checkpoint: an idle store sleeps this long (a broker holds thousands of them).
         Unsynced bytes wait for their fsync, whose own timer wakes the flusher."""
-        s, cfg, now = self.store, self.store.config, self.clock()
+        c, cfg, now = self.core, self.core.config, self.clock()
         wait = min(self._last_retention + cfg.retention_check_interval_ms / 1e3 - now,
                    MAX_IDLE_S)
         if (self.synced_pos != self._checkpointed and not self._unsynced.bytes
-                and s._cache.flushing is None):
+                and c.cache.flushing is None):
             wait = min(wait, self._last_checkpoint + cfg.checkpoint_interval_ms / 1e3 - now)
         return max(wait, 0.0)
 
     def _due(self) -> bool:
-        s = self.store
-        return (s._closing or s._cache.flushing is not None
-                or self.sync_target > self.synced_pos or self.policy.block_due(s._cache.active))
+        c = self.core
+        return (c.closing or c.cache.flushing is not None
+                or self.sync_target > self.synced_pos or self.policy.block_due(c.cache.active))
 
     def _write_block(self, block: CacheBlock | None, sync_wanted: bool) -> None:
         """Write one block (data first, then index entries), then fsync if due.
@@ -155,78 +154,78 @@ class Flusher:
         Resumes where a failed attempt stopped: the data log's and each index's end say what
         of this block is already in the files (they only count bytes fully written).
         """
-        s = self.store
+        c = self.core
         nbytes = 0 if block is None else block.fill + block.messages * ENTRY
         if block is not None and block is not self._written:
             self._write_files(block)
             self._written = block  # an fsync failing now must not count the block twice
             self._unsynced = self._unsynced.add(block.messages, block.fill)
-            s._space.written(nbytes)
+            c.space.written(nbytes)
         synced = None
         if self.policy.fsync_due(self._unsynced, sync_wanted):
-            s._data.sync()
+            c.data.sync()
             self._unsynced = self.policy.synced_now()
-            synced = s._data.end
-            if s.config.page_cache_window_bytes:
-                s._data.drop_cached(synced - s.config.page_cache_window_bytes)
-        with s._cond:
+            synced = c.data.end
+            if c.config.page_cache_window_bytes:
+                c.data.drop_cached(synced - c.config.page_cache_window_bytes)
+        with c.cond:
             if block is not None:
                 for p, entries in block.parts.items():
-                    s._parts[p].flushed = entries.first_offset + entries.n
-                s._cache.flushed()
+                    c.parts[p].flushed = entries.first_offset + entries.n
+                c.cache.flushed()
                 self._written = None
-                s._unwritten -= nbytes
+                c.unwritten -= nbytes
             if synced is not None:
                 self.synced_pos = synced
             elif not self._unsynced.bytes:
-                self.synced_pos = s._data.end
-            s._cond.notify_all()
+                self.synced_pos = c.data.end
+            c.cond.notify_all()
 
     def _write_files(self, block: CacheBlock) -> None:
-        s = self.store
-        done = s._data.end - block.base_pos
+        c = self.core
+        done = c.data.end - block.base_pos
         if done < block.fill:
-            s._data.write(block.data()[done:])
+            c.data.write(block.data()[done:])
         for p, entries in block.parts.items():
-            index = s._parts[p].index
+            index = c.parts[p].index
             done = index.end - entries.first_offset
             if done < entries.n:
                 index.append(entries.view()[done:])
 
     def _maybe_checkpoint(self, force: bool) -> None:
-        s = self.store
+        c = self.core
         elapsed_ms = (self.clock() - self._last_checkpoint) * 1e3
-        if not force and elapsed_ms < s.config.checkpoint_interval_ms:
+        if not force and elapsed_ms < c.config.checkpoint_interval_ms:
             return
-        with s._cond:
-            if self._unsynced.bytes or s._cache.flushing is not None:
+        with c.cond:
+            if self._unsynced.bytes or c.cache.flushing is not None:
                 return  # only a fully synced, fully indexed position may be checkpointed
             if self.synced_pos == self._checkpointed and not force:
                 self._last_checkpoint = self.clock()
                 return  # nothing was written since: the file on disk says it all
             position = self.synced_pos
-            next_offsets = {p: part.flushed for p, part in s._parts.items()}
-            parts = list(s._parts.values())  # add_partition may insert while we sync
+            next_offsets = {p: part.flushed for p, part in c.parts.items()}
+            parts = list(c.parts.values())  # add_partition may insert while we sync
         for part in parts:
             part.index.sync()
-        s._checkpoint.save(Checkpoint(position, next_offsets))
+        c.checkpoint.save(Checkpoint(position, next_offsets))
         self._last_checkpoint, self._checkpointed = self.clock(), position
 
     def _maybe_retention(self) -> None:
-        interval = self.store.config.retention_check_interval_ms / 1e3
+        interval = self.core.config.retention_check_interval_ms / 1e3
         if self.clock() - self._last_retention >= interval:
             self._apply_retention(self.wall_clock())
 
     def _apply_retention(self, now: float) -> int:
-        s, cfg = self.store, self.store.config
+        c, cfg = self.core, self.core.config
         self._last_retention = self.clock()
-        doomed = segments_to_delete(s._data.segment_info(), retention_ms=cfg.retention_ms,
+        doomed = segments_to_delete(c.data.segment_info(), retention_ms=cfg.retention_ms,
                                     retention_bytes=cfg.retention_bytes, now=now)
         if doomed:
-            with s._cond:
-                s._data.delete_oldest(doomed)
-                s._refresh_earliest()
-                parts = list(s._parts.values())  # add_partition may insert meanwhile
+            with c.cond:
+                c.data.delete_oldest(doomed)
+                c.refresh_earliest()
+                parts = list(c.parts.values())  # add_partition may insert meanwhile
             for part in parts:
                 part.index.delete_before(part.earliest)
         return doomed
@@ -235,20 +234,20 @@ class Flusher:
 
     def _wait_for_space(self, exc: BaseException, closing: bool) -> bool:
         """Enter (or stay in) the disk-full condition and back off; False: give up (close)."""
-        s = self.store
-        with s._cond:
-            first = s._disk_full is None
+        c = self.core
+        with c.cond:
+            first = c.disk_full is None
             if first:
                 self._disk_full_since = self.clock()
-                s._disk_full = self._space_error(exc)
-                s._space.blocked(s._name, str(exc))
-                s._cond.notify_all()  # appenders waiting for room get DiskFull now
-            if closing and self.clock() - s._close_started >= DISK_FULL_CLOSE_S:
+                c.disk_full = self._space_error(exc)
+                c.space.blocked(c.name, str(exc))
+                c.cond.notify_all()  # appenders waiting for room get DiskFull now
+            if closing and self.clock() - c.close_started >= DISK_FULL_CLOSE_S:
                 return False
             if first:
-                event(log, "store.disk_full", logging.ERROR, store=s._name, error=str(exc),
-                      unwritten_bytes=s._unwritten)
-            s._cond.wait_for(lambda: s._closing and not closing, DISK_FULL_RETRY_S)
+                event(log, "store.disk_full", logging.ERROR, store=c.name, error=str(exc),
+                      unwritten_bytes=c.unwritten)
+            c.cond.wait_for(lambda: c.closing and not closing, DISK_FULL_RETRY_S)
         try:
             with self.io_lock:
                 self._maybe_retention()  # deleting old segments may be what frees the space
@@ -257,34 +256,34 @@ class Flusher:
         return True
 
     def _space_error(self, exc: BaseException) -> DiskFull:
-        s = self.store
-        status = s._space.status()
+        c = self.core
+        status = c.space.status()
         return DiskFull(
-            f"disk full: store {s._name} cannot write to {s.dir} ({exc}); "
+            f"disk full: store {c.name} cannot write to {c.dir} ({exc}); "
             f"{status.free_bytes} bytes free, reserve {status.reserve_bytes} bytes; "
-            f"{s._unwritten} bytes wait in memory; appends resume when space is freed",
-            path=str(s.dir), free_bytes=status.free_bytes,
-            reserve_bytes=status.reserve_bytes, unwritten_bytes=s._unwritten)
+            f"{c.unwritten} bytes wait in memory; appends resume when space is freed",
+            path=str(c.dir), free_bytes=status.free_bytes,
+            reserve_bytes=status.reserve_bytes, unwritten_bytes=c.unwritten)
 
     def _space_back(self) -> None:
-        s = self.store
-        with s._cond:
-            s._disk_full = None
-            s._cond.notify_all()
-        s._space.unblocked(s._name)
-        event(log, "store.disk_space_back", store=s._name,
+        c = self.core
+        with c.cond:
+            c.disk_full = None
+            c.cond.notify_all()
+        c.space.unblocked(c.name)
+        event(log, "store.disk_space_back", store=c.name,
               seconds=round(self.clock() - self._disk_full_since, 3))
 
     def _fail(self, error: StorageError) -> None:
-        s = self.store
-        with s._cond:
-            s._failed = error
+        c = self.core
+        with c.cond:
+            c.failed = error
             lost = {p: [part.flushed, part.next - 1]  # in memory, not in the files
-                    for p, part in s._parts.items() if part.next > part.flushed}
-            nbytes, s._unwritten = s._unwritten, 0
-            s._cond.notify_all()
-        s._space.forget(nbytes)
-        s._space.unblocked(s._name)
+                    for p, part in c.parts.items() if part.next > part.flushed}
+            nbytes, c.unwritten = c.unwritten, 0
+            c.cond.notify_all()
+        c.space.forget(nbytes)
+        c.space.unblocked(c.name)
         if lost:  # acknowledged async appends that will never reach the files: say which
-            event(log, "store.unwritten_lost", logging.ERROR, store=s._name,
+            event(log, "store.unwritten_lost", logging.ERROR, store=c.name,
                   error=error.message, bytes=nbytes, offsets=lost)

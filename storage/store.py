@@ -7,17 +7,20 @@ module:
   and the operations on it: append bookkeeping, reads, cutting it back or restarting it
   further on for replication, removing the copy (``removal.py``: its dir on disk);
 - ``cache.py``: the cache block pair (active + being flushed) that appends land in;
+- ``core.py``: what the store shares with its flusher (the lock, the cache pair, the data
+  log, the partitions, the space guard, the checkpoint and the flags), the one seam between
+  them;
 - ``flusher.py``: the background writer (blocks, fsyncs, checkpoints, retention, the
   disk-full condition), the only writer of the files;
 - ``sync_policy.py``: *when* a block is written and the data log fsynced; ``retention.py``:
   which old data segments go;
 - ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them.
 
-Threading: one lock (``_cond``) guards the cache blocks, the per-partition counters and the
-state shared with the flusher (``_unwritten``, ``_closing``, ``_disk_full``, ``_failed``, the
-flusher's ``sync_target`` and ``synced_pos``); appends and the tier choice of reads hold it
-briefly (a memcpy, no I/O). Readers do their file I/O outside the lock; segment lists are
-replaced, never mutated, so a reader's snapshot stays valid while the flusher works.
+Threading: one lock (``core.cond``) guards the cache blocks, the per-partition counters and
+the state shared with the flusher (``unwritten``, ``closing``, ``disk_full``, ``failed`` of
+the core, the flusher's ``sync_target`` and ``synced_pos``); appends and the tier choice of
+reads hold it briefly (a memcpy, no I/O). Readers do their file I/O outside the lock; segment
+lists are replaced, never mutated, so a reader's snapshot stays valid while the flusher works.
 
 Ordering: a block's bytes are written to the data log before its index entries, and a
 partition's ``flushed`` counter moves only after both, so a reader never sees an index entry
@@ -33,7 +36,6 @@ disk-full waits; ``wall_clock`` (epoch seconds) ages segments for retention.
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -43,7 +45,6 @@ import numpy as np
 from lib.closing import Closeable
 from lib.errors import (
     CorruptRecord,
-    DiskFull,
     OffsetOutOfRange,
     StorageError,
     StoreClosed,
@@ -54,6 +55,7 @@ from lib.records import BatchView, parse_batch
 from storage.cache import CachePair
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
+from storage.core import StoreCore
 from storage.datalog import CHUNK, DataLog, chunk_header
 from storage.flusher import Flusher
 from storage.fsutil import inside
@@ -81,41 +83,36 @@ class Store(Closeable):
         self.store_id = store_id
         self.dir = inside(Path(root), topic, str(int(store_id)))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._data = DataLog(self.dir / "data", cfg.segment_bytes)
-        self._checkpoint = checkpoint or OwnCheckpoint(self.dir)
-        self._parts = open_logs(self.dir, self.topic, partitions, self._data,
-                                self._checkpoint.read(), cfg.index_segment_entries)
+        data = DataLog(self.dir / "data", cfg.segment_bytes)
+        checkpoint = checkpoint or OwnCheckpoint(self.dir)
+        parts = open_logs(self.dir, self.topic, partitions, data, checkpoint.read(),
+                          cfg.index_segment_entries)
+        self._core = StoreCore(
+            self.topic, store_id, self.dir, cfg, data, checkpoint, parts,
+            space or SpaceGuard(self.dir, cfg.disk_reserve_bytes),
+            CachePair(data.end, cfg.cache_block_bytes, clock))
+        self._core.refresh_earliest()
         self._retired: list[IndexLog] = []  # indexes of removed partitions (storage/removal.py)
-        self._refresh_earliest()
-        self._name = f"{self.topic}/{self.store_id}"
         self._clock, self._wall_clock = clock, wall_clock
         self._policy = SyncPolicy.of(cfg, clock)
-        self._space = space or SpaceGuard(self.dir, cfg.disk_reserve_bytes)
-        self._cond = threading.Condition()
-        self._cache = CachePair(self._data.end, cfg.cache_block_bytes, clock)
-        self._closing = self._closed = False
-        self._close_started = 0.0
-        self._failed: StorageError | None = None
-        self._disk_full: DiskFull | None = None  # the flusher cannot write: appends refused
-        self._unwritten = 0  # bytes admitted by the guard that the flusher has not written
-        self._flusher = Flusher(self, self._policy, wall_clock)
+        self._flusher = Flusher(self._core, self._policy, wall_clock)
         self._flusher.start()
 
     # ----------------------------------------------------------------- public API
 
     @property
     def partitions(self) -> list[int]:
-        return sorted(self._parts)
+        return sorted(self._core.parts)
 
     def add_partition(self, partition: int) -> None:
         """Start hosting a new partition (topic grew, or a copy placed here); its offsets
         start at 0. Its copy starts at the next chunk's data position: chunks of a copy
         removed before never come back (storage/removal.py)."""
-        with self._cond:
+        with self._core.cond:
             self._check_open()
-            if partition not in self._parts:
-                self._parts[partition] = PartitionLog.create(
-                    self.dir, self.topic, partition, self._cache.active.end_pos,
+            if partition not in self._core.parts:
+                self._core.parts[partition] = PartitionLog.create(
+                    self.dir, self.topic, partition, self._core.cache.active.end_pos,
                     self.config.index_segment_entries)
 
     def remove_partition(self, partition: int) -> None:
@@ -131,21 +128,21 @@ class Store(Closeable):
         A crash before it returns may leave the dir: the caller, not told it was done,
         repeats it."""
         with self._flusher.io_lock:
-            with self._cond:
-                if self._closing:  # close() is about to close the indexes: leave them to it
-                    raise StoreClosed(f"store {self._name} is closed: cannot remove partition "
+            with self._core.cond:
+                if self._core.closing:  # close() is about to close the indexes: leave them to it
+                    raise StoreClosed(f"store {self._core.name} is closed: cannot remove partition "
                                       f"{partition}", topic=self.topic, partition=partition)
-                part = self._parts.get(partition)  # a failed store (no flusher left) may too
+                part = self._core.parts.get(partition)  # a failed store (no flusher left) may too
                 if part is None:
                     return
-                trash = part.remove(self._cache.active.end_pos)
-                del self._parts[partition]
-                self._cache.forget(partition)
+                trash = part.remove(self._core.cache.active.end_pos)
+                del self._core.parts[partition]
+                self._core.cache.forget(partition)
                 for index in self._retired:
                     index.close()  # a reader of the previous removal has long finished
                 self._retired = [part.index]
             try:
-                settle(self.dir, self._checkpoint, partition)
+                settle(self.dir, self._core.checkpoint, partition)
             finally:
                 shutil.rmtree(trash, ignore_errors=True)  # a crash leaves it to removal.sweep
 
@@ -178,26 +175,26 @@ class Store(Closeable):
         if not wait and cfg.durability == "sync":
             return None
         need = CHUNK.size + len(view.frames)
-        with self._cond:
+        with self._core.cond:
             part = self._writable_partition(partition)
-            while not self._cache.active.fits(need):
-                if not wait and self._cache.flushing is not None:
+            while not self._core.cache.active.fits(need):
+                if not wait and self._core.cache.flushing is not None:
                     return None
                 self._make_room()
                 part = self._writable_partition(partition)
             part.check_append(leader_epoch, at)
             cost = need + view.count * ENTRY
-            self._space.admit(cost)  # raises DiskFull before anything is acknowledged
-            self._unwritten += cost
+            self._core.space.admit(cost)  # raises DiskFull before anything is acknowledged
+            self._core.unwritten += cost
             base = part.next
-            block = self._cache.active
+            block = self._core.cache.active
             first_in_block = block.fill == 0
             header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch)
             block.add(partition, base, header, view.frames,
                       index_entries(view, block.end_pos + CHUNK.size))
             part.next = base + view.count
             if first_in_block or self._policy.block_full(block):
-                self._cond.notify_all()  # the flusher sleeps until a block needs it
+                self._core.cond.notify_all()  # the flusher sleeps until a block needs it
             if cfg.durability == "sync":
                 self._flusher.wait_synced(block.end_pos)
         return base, base + view.count - 1
@@ -212,35 +209,35 @@ class Store(Closeable):
         skips past the examined non-matching entries too. Raises OffsetOutOfRange (carrying
         earliest and latest) for an offset outside [earliest, latest].
         """
-        with self._cond:
+        with self._core.cond:
             part = self._readable_partition(partition)
-            run = part.locate(offset, stop, self._cache)
+            run = part.locate(offset, stop, self._core.cache)
         try:
-            return part.read(run, self._data, max_bytes, tags, max_records)
+            return part.read(run, self._core.data, max_bytes, tags, max_records)
         except (CorruptRecord, OffsetOutOfRange):
-            with self._cond:  # retention or a truncation won the race: say so
+            with self._core.cond:  # retention or a truncation won the race: say so
                 self._readable_partition(partition).check_still_there(offset)
             raise
 
     def earliest(self, partition: int) -> int:
-        with self._cond:
+        with self._core.cond:
             return self._readable_partition(partition).earliest
 
     def latest(self, partition: int) -> int:
         """The next offset to be assigned (one past the last message)."""
-        with self._cond:
+        with self._core.cond:
             return self._readable_partition(partition).next
 
     def opened_end(self, partition: int) -> int:
         """The log end when this store opened (after recovery): offsets below it were
         written by an earlier process."""
-        with self._cond:
+        with self._core.cond:
             return self._readable_partition(partition).opened
 
     def disk_bytes(self, partition: int) -> int:
         """Bytes of this partition in the files: its flushed records in the shared data log
         plus its index (records still in the memory cache are not counted)."""
-        with self._cond:
+        with self._core.cond:
             part = self._readable_partition(partition)
             earliest, flushed = part.earliest, part.flushed
             index_bytes = (part.index.end - part.index.start) * ENTRY
@@ -248,18 +245,18 @@ class Store(Closeable):
 
     def offset_for_time(self, partition: int, timestamp_ms: int) -> int:
         """First offset whose timestamp is >= ``timestamp_ms`` (latest if none)."""
-        with self._cond:
+        with self._core.cond:
             part = self._readable_partition(partition)
             start, flushed, latest = part.earliest, part.flushed, part.next
-            cached = (self._cache.entries(partition, flushed, latest, MAX_READ_ENTRIES)[0]
+            cached = (self._core.cache.entries(partition, flushed, latest, MAX_READ_ENTRIES)[0]
                       if latest > flushed else None)
         return part.offset_for_time(timestamp_ms, start, flushed, latest, cached)
 
     def flush(self) -> None:
         """Write everything cached so far to the files and fsync it."""
-        with self._cond:
+        with self._core.cond:
             self._check_open()
-            self._flusher.wait_synced(self._cache.active.end_pos)
+            self._flusher.wait_synced(self._core.cache.active.end_pos)
 
     def truncate(self, partition: int, offset: int) -> None:
         """Drop the partition's offsets >= ``offset``; the next append gets ``offset``.
@@ -292,14 +289,14 @@ class Store(Closeable):
         block, before any later append of the partition; then flush again."""
         while True:
             self.flush()
-            with self._flusher.io_lock, self._cond:
+            with self._flusher.io_lock, self._core.cond:
                 part = self._writable_partition(partition)
                 part.check_cut(offset, reset)
-                active = self._cache.active
+                active = self._core.cache.active
                 if part.flushed < part.next or partition in active.parts:
                     continue  # an append came in since the flush: flush again
                 if not active.fits(CHUNK.size):
-                    if self._cache.flushing is not None:
+                    if self._core.cache.flushing is not None:
                         continue
                     self._make_room()  # swaps: the flusher writes it once io_lock is released
                 self._cut_now(part, offset, reset)
@@ -311,55 +308,56 @@ class Store(Closeable):
         before the index is cut leaves nothing a retry would not redo; one cutting it stops
         the store (the index files and the offsets no longer agree)."""
         part.cut_epochs(offset, reset)
-        self._space.admit(CHUNK.size)  # the marker's bytes, like an append's
-        self._unwritten += CHUNK.size
+        self._core.space.admit(CHUNK.size)  # the marker's bytes, like an append's
+        self._core.unwritten += CHUNK.size
         try:
             part.cut_index(offset, reset)
         except StorageError as exc:
-            self._failed = StorageError(f"store {self._name}: {exc.message}", path=exc.path)
-            self._cond.notify_all()
-            raise self._failed from exc
+            failed = StorageError(f"store {self._core.name}: {exc.message}", path=exc.path)
+            self._core.failed = failed
+            self._core.cond.notify_all()
+            raise failed from exc
         p = part.partition
-        self._cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
+        self._core.cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
                                np.empty(0, INDEX_DTYPE))
-        self._cond.notify_all()
+        self._core.cond.notify_all()
 
     def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
         """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""
-        with self._cond:
+        with self._core.cond:
             return self._readable_partition(partition).epochs.entries()
 
     def end_offset_for_epoch(self, partition: int, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch for this partition (:meth:`LeaderEpochs.end_offset_for`
         with its next offset as the log end): (epoch, end offset) or (-1, -1)."""
-        with self._cond:
+        with self._core.cond:
             part = self._readable_partition(partition)
             return part.epochs.end_offset_for(epoch, part.next)
 
     def enforce_retention(self, now: float | None = None) -> int:
         """Delete whole data segments past the age or size limit; returns how many went."""
-        with self._cond:
+        with self._core.cond:
             self._check_open()
         return self._flusher.enforce_retention(self._wall_clock() if now is None else now)
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` has stopped the flusher: calls raise StoreClosed."""
-        return self._closed
+        return self._core.closed
 
     @property
     def space(self) -> SpaceGuard:
         """The free-space guard this store admits appends with."""
-        return self._space
+        return self._core.space
 
     def stats(self) -> dict[str, object]:
-        with self._cond:
+        with self._core.cond:
             return {
-                "disk_full": self._disk_full is not None,
-                "data_bytes": self._data.size_bytes(),
-                "segments": len(self._data.segment_info()),
-                "cached_bytes": self._cache.cached_bytes,
-                "partitions": {p: part.stats() for p, part in self._parts.items()},
+                "disk_full": self._core.disk_full is not None,
+                "data_bytes": self._core.data.size_bytes(),
+                "segments": len(self._core.data.segment_info()),
+                "cached_bytes": self._core.cache.cached_bytes,
+                "partitions": {p: part.stats() for p, part in self._core.parts.items()},
             }
 
     def close(self) -> None:
@@ -368,32 +366,32 @@ class Store(Closeable):
         On a full disk it retries for ``DISK_FULL_CLOSE_S``, then logs (``store.unwritten_lost``)
         the offsets it could not write and closes anyway.
         """
-        with self._cond:
-            if self._closing:
+        with self._core.cond:
+            if self._core.closing:
                 return
-            self._closing = True
-            self._close_started = self._clock()
-            self._cond.notify_all()
+            self._core.closing = True
+            self._core.close_started = self._clock()
+            self._core.cond.notify_all()
         self._flusher.join()
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        for index in [*(part.index for part in self._parts.values()), *self._retired]:
+        with self._core.cond:
+            self._core.closed = True
+            self._core.cond.notify_all()
+        for index in [*(part.index for part in self._core.parts.values()), *self._retired]:
             index.close()
-        self._data.close()
+        self._core.data.close()
 
     # -------------------------------------------------------------- lock helpers
 
     def _check_open(self) -> None:
-        if self._closing:
+        if self._core.closing:
             raise StoreClosed(f"store {self.topic}/{self.store_id} is closed")
-        if self._failed is not None:
-            raise self._failed
+        if self._core.failed is not None:
+            raise self._core.failed
 
     def _readable_partition(self, partition: int) -> PartitionLog:
-        if self._closed:
+        if self._core.closed:
             raise StoreClosed(f"store {self.topic}/{self.store_id} is closed")
-        part = self._parts.get(partition)
+        part = self._core.parts.get(partition)
         if part is None:
             raise UnknownPartition(
                 f"partition {partition!r} of {self.topic} is not in store {self.store_id} "
@@ -402,19 +400,14 @@ class Store(Closeable):
 
     def _writable_partition(self, partition: int) -> PartitionLog:
         self._check_open()
-        if self._disk_full is not None:
-            raise self._disk_full
+        if self._core.disk_full is not None:
+            raise self._core.disk_full
         return self._readable_partition(partition)
 
     def _make_room(self) -> None:
         """Swap a full active block out, or wait for the flusher to free the other one."""
-        if self._cache.flushing is None:
-            self._cache.swap()
-            self._cond.notify_all()
+        if self._core.cache.flushing is None:
+            self._core.cache.swap()
+            self._core.cond.notify_all()
         else:
-            self._cond.wait()
-
-    def _refresh_earliest(self) -> None:
-        """The data log's start moved (opening, retention): so does each earliest."""
-        for part in self._parts.values():
-            part.move_earliest(self._data.start)
+            self._core.cond.wait()
