@@ -57,9 +57,9 @@ class ReplicaFetcher:
         self.topics, self.broker_id = topics, broker_id
         self.dedup = dedup or Dedup()  # the windows copied with the records
         self.offsets = offsets  # where the groups' copied offsets go
-        self._metadata = cluster_header(cluster_secret)
-        self._tls = tls
-        self._stop = threading.Event()
+        self.call_metadata = cluster_header(cluster_secret)
+        self.tls = tls
+        self.stopping = threading.Event()
         self._loops: dict[str, LeaderLoop] = {}
         self._thread = threading.Thread(target=self._supervise, name="replica-fetcher",
                                         daemon=True)
@@ -77,7 +77,7 @@ class ReplicaFetcher:
         with self._unreachable_lock:
             self._unreachable &= {role.leader for role in followed}
 
-    def _reached(self, leaders: set[int], ok: bool) -> None:
+    def reached(self, leaders: set[int], ok: bool) -> None:
         with self._unreachable_lock:
             new = leaders - self._unreachable if not ok else set()
             if ok:
@@ -92,14 +92,14 @@ class ReplicaFetcher:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stopping.set()
         if self._thread.is_alive():
             self._thread.join()
         for loop in list(self._loops.values()):
             loop.join()
 
     def _supervise(self) -> None:
-        while not self._stop.wait(SUPERVISE_S):
+        while not self.stopping.wait(SUPERVISE_S):
             followed = [role for _, _, role in self.topics.followed()]
             self._forget_unfollowed(followed)
             leaders = {role.leader_address for role in followed if role.leader_address}
@@ -124,36 +124,36 @@ class LeaderLoop(threading.Thread):
 
     def run(self) -> None:
         owner = self.owner
-        chan = channel(self.address, owner._tls)
+        chan = channel(self.address, owner.tls)
         # The answer as bytes: split here with each partition's frames as a view (lib/wire.py)
         fetch = chan.unary_unary(REPLICA_FETCH_METHOD,
                                  request_serializer=pb.ReplicaFetchRequest.SerializeToString)
         idle_since = time.monotonic()
         try:
-            while not owner._stop.is_set():
+            while not owner.stopping.is_set():
                 parts = [(t, p, role) for t, p, role in owner.topics.followed()
                          if role.leader_address == self.address]
                 if not parts:
                     if time.monotonic() - idle_since > IDLE_EXIT_S:
                         return
-                    owner._stop.wait(SUPERVISE_S)
+                    owner.stopping.wait(SUPERVISE_S)
                     continue
                 idle_since = time.monotonic()
                 self._forget_others({(t, p) for t, p, _ in parts})
                 leaders = {role.leader for _, _, role in parts}
                 try:
                     self._round(fetch, parts)
-                    owner._reached(leaders, True)
+                    owner.reached(leaders, True)
                 except grpc.RpcError as exc:
                     event(log, "replica.leader_unreachable", logging.WARNING,
                           leader=self.address, error=str(exc.code()))
                     if exc.code() == grpc.StatusCode.UNAVAILABLE:  # refused or reset: gone
-                        owner._reached(leaders, False)  # (a slow answer proves nothing)
-                    owner._stop.wait(RETRY_S)
+                        owner.reached(leaders, False)  # (a slow answer proves nothing)
+                    owner.stopping.wait(RETRY_S)
                 except TubeqError as err:  # a store closed or reopened meanwhile: next round
                     event(log, "replica.round_failed", logging.WARNING, leader=self.address,
                           error=err.message)
-                    owner._stop.wait(RETRY_S)
+                    owner.stopping.wait(RETRY_S)
         finally:
             chan.close()
 
@@ -188,7 +188,7 @@ class LeaderLoop(threading.Thread):
         max_bytes = min(s.config.max_batch_bytes for s, _ in stores.values())
         raw = fetch(pb.ReplicaFetchRequest(replica_id=owner.broker_id, partitions=asked,
                                            max_wait_ms=MAX_WAIT_MS, max_bytes=max_bytes),
-                    timeout=MAX_WAIT_MS / 1e3 + 5, metadata=owner._metadata)
+                    timeout=MAX_WAIT_MS / 1e3 + 5, metadata=owner.call_metadata)
         for data, frames in read_answer(raw, self.address):
             held = stores.get((data.topic, data.partition))
             if held is not None:

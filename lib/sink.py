@@ -112,7 +112,7 @@ class SinkClient(Closeable):
                         tasks=[pb.SinkTask(task=st.task, pieces=st.pieces[broker])
                                for st in staged if any(k in st.holders for k in parts)],
                         partitions=[pb.SinkPartition(topic=t, partition=p) for t, p in parts])
-                    stub = broker_pb2_grpc.BrokerStub(self._pool.get(address))
+                    stub = self.broker_stub(address)
                     records += invoke(stub.SinkCommit, request, self.timeout).records
                     todo -= set(parts)
             except TubeqError as exc:
@@ -149,12 +149,16 @@ class SinkClient(Closeable):
             return
         for address in sorted({addresses[b] for st in staged for b in st.pieces
                                if b in addresses}):
-            stub = broker_pb2_grpc.BrokerStub(self._pool.get(address))
+            stub = self.broker_stub(address)
             try:
                 invoke(stub.SinkAbort, pb.SinkAbortRequest(sink=sink, batch_id=batch_id),
                        self.timeout)
             except TubeqError:
                 pass  # the broker is gone: so is its staging
+
+    def broker_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        """A stub on the pooled channel to the broker at ``address`` (one per broker)."""
+        return broker_pb2_grpc.BrokerStub(self._pool.get(address))
 
     def close(self) -> None:
         self._master.close()
@@ -224,7 +228,7 @@ class TaskStaging:
     def _send(self, broker: int, address: str, key: Key, batch: bytes,
               copy: bool) -> pb.SinkStageResponse:
         request = self._request(broker, key, batch, copy)
-        stub = broker_pb2_grpc.BrokerStub(self._client._pool.get(address))
+        stub = self._client.broker_stub(address)
         reply = invoke(stub.SinkStage, request, self._client.timeout)
         self.staged.pieces[broker] = request.piece + 1
         return reply
@@ -245,7 +249,7 @@ class TaskStaging:
                     (have is not None and broker not in have):
                 continue
             request = self._request(broker, key, batch, copy=True)
-            stub = broker_pb2_grpc.BrokerStub(self._client._pool.get(address))
+            stub = self._client.broker_stub(address)
             out[broker] = (request.piece, stub.SinkStage.future(request,
                                                                 timeout=self._client.timeout))
         return out

@@ -207,11 +207,11 @@ def test_a_leader_is_reported_unreachable_only_while_followed_and_failing(pair):
     _, two = pair
     fetcher, told = two.loop.owner, []
     fetcher.on_unreachable = lambda: told.append(fetcher.unreachable_leaders())
-    fetcher._reached({1}, False)
-    fetcher._reached({1}, False)  # still failing: said once
+    fetcher.reached({1}, False)
+    fetcher.reached({1}, False)  # still failing: said once
     assert told == [[1]]
-    fetcher._reached({1}, True)
+    fetcher.reached({1}, True)
     assert fetcher.unreachable_leaders() == []
-    fetcher._reached({1, 5}, False)
+    fetcher.reached({1, 5}, False)
     fetcher._forget_unfollowed([r for _, _, r in two.topics.followed()])  # follows 1's only
     assert fetcher.unreachable_leaders() == [1]
