@@ -5,7 +5,8 @@ A session started here runs its Python workers on this interpreter, sees ``pyspa
 tests/spark/conftest.py), binds a ``local[...]`` driver to 127.0.0.1, and on leaving is stopped
 and its JVM (started by pyspark through spark-submit) ended by PID; the Python workers die with
 the JVM. A session that was already active (a test's, a notebook's, ``spark-submit``'s) is
-lent, never stopped.
+lent, never stopped. Every session of the project (the tests', the pipelines', the benchmarks')
+is built by :func:`session_builder`, so all of them get the settings a busy machine needs.
 """
 from __future__ import annotations
 
@@ -21,6 +22,22 @@ from lib.process import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_TRIES = 3
+# What every session of ours runs with. With the two cores loaded by other work (load average
+# 8 and more) a Python process takes seconds to start, and Spark's Python sockets have short
+# fixed windows:
+# - use.daemon (Linux's default, said here so it stays on): task and planning workers are
+#   forked by pyspark.daemon, which answers within Spark's 60 s window; a worker Spark starts
+#   itself (the streaming source's, always: PythonStreamingSourceRunner) gets a fixed 10 s to
+#   connect back, which no setting changes (see spark_sink/pipelines/queries.py);
+# - worker.reuse: a task's worker serves the next task instead of a fork per task;
+# - authenticate.socketTimeout (15 s by default): a Python worker's connect and handshake to
+#   the JVM, and the JVM's wait for the Python driver to fetch a result (collect, toPandas).
+SESSION_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.python.use.daemon": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.python.authenticate.socketTimeout": "120s",
+}
 
 
 def get_or_create(builder: Any) -> Any:
@@ -44,6 +61,21 @@ def get_or_create(builder: Any) -> Any:
                   "starting it again", file=sys.stderr)
 
 
+def session_builder(master: str, app_name: str, conf: dict[str, str] | None = None) -> Any:
+    """``SparkSession.builder`` for ``master`` with :data:`SESSION_CONF`, a ``local[...]``
+    driver bound to 127.0.0.1, then ``conf`` (which wins)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = dict(SESSION_CONF)
+    if master.startswith("local"):
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
 def spark_env() -> dict[str, str]:
     """What Spark's JVM and Python workers need in the environment."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -64,15 +96,7 @@ def local_spark(master: str = "local[2]", app_name: str = "tubeq-pipeline",
     if str(ROOT) not in sys.path:  # the driver's own data source lookup scans sys.path
         sys.path.insert(0, str(ROOT))
     os.environ.update(spark_env())
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.python.worker.reuse", "true"))
-    if master.startswith("local"):
-        builder = (builder.config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1"))
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    session = get_or_create(builder)
+    session = get_or_create(session_builder(master, app_name, conf))
     jvm: subprocess.Popen | None = getattr(SparkContext._gateway, "proc", None)
     try:
         session.sparkContext.setLogLevel("ERROR")

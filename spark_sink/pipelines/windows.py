@@ -30,6 +30,7 @@ from typing import Any
 
 from lib.errors import InvalidArgument
 from lib.names import check_name
+from spark_sink.pipelines.queries import run_query
 
 Say = Callable[[str], None]
 GROUPS = ("key", "tag", "none")
@@ -89,13 +90,17 @@ def run_windows(spark: Any, spec: WindowSpec, say: Say, interval: float = 5.0) -
               .option("checkpointLocation", spec.checkpoint))
     writer = writer.trigger(availableNow=True) if spec.once else \
         writer.trigger(processingTime="5 seconds")
-    query = writer.start()
+    started: list[Any] = []  # the query of each start (run_query may start it again)
     written = [0]
     done = threading.Event()
 
+    def start() -> Any:
+        started.append(writer.start())
+        return started[-1]
+
     def report() -> None:
         while not done.wait(interval):
-            p = query.lastProgress
+            p = started[-1].lastProgress if started else None
             if p:
                 say(f"  batch {p['batchId']}: {p['numInputRows']} rows in, "
                     f"{p.get('processedRowsPerSecond', 0):.0f} rows/s, windows written so far "
@@ -107,13 +112,16 @@ def run_windows(spark: Any, spec: WindowSpec, say: Say, interval: float = 5.0) -
     thread = threading.Thread(target=report, name="windows-progress", daemon=True)
     thread.start()
     try:
-        query.awaitTermination()
+        query = run_query(start)
     except KeyboardInterrupt:
+        if not started:
+            raise
+        query = started[-1]
         query.stop()
     finally:
         done.set()
-        for p in query.recentProgress:
-            count(p)
+    for p in query.recentProgress:
+        count(p)
     if query.exception() is not None:
         raise RuntimeError(f"the windows query failed: {query.exception()}")
     return written[0]

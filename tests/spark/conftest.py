@@ -2,7 +2,8 @@
 
 Both are expensive to start (a JVM ~5 s, a cluster ~2 s), so every Spark test shares them and
 makes its own topics. Spark runs ``local[2]`` with its Python workers on this interpreter and
-everything bound to 127.0.0.1; its JVM (started by pyspark through spark-submit) is stopped by
+everything bound to 127.0.0.1, with the settings every session of ours gets (a busy machine's:
+spark_sink/pipelines/local.py); its JVM (started by pyspark through spark-submit) is stopped by
 PID at the end, and the Python workers die with it. Without Java the tests are skipped with that
 reason; CI has Java and runs them.
 """
@@ -20,7 +21,7 @@ import pytest
 
 from lib.admin import AdminClient
 from lib.process import terminate
-from spark_sink.pipelines.local import get_or_create
+from spark_sink.pipelines.local import get_or_create, session_builder
 from tests.cluster import Cluster
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra (pyspark)")
@@ -40,17 +41,11 @@ def spark() -> Iterator:
     if shutil.which("java") is None:
         pytest.skip("Spark tests need Java 17 on PATH (java not found)")
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     saved = {k: os.environ.get(k) for k in SPARK_ENV}
     os.environ.update(SPARK_ENV)
     session = get_or_create(  # CI once lost the first JVM to grpc/grpc#43055 (see there)
-        SparkSession.builder.master("local[2]").appName("tubeq-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.python.worker.reuse", "true"))
+        session_builder("local[2]", "tubeq-spark-tests", {"spark.sql.shuffle.partitions": "2"}))
     jvm: subprocess.Popen | None = getattr(SparkContext._gateway, "proc", None)
     try:
         yield session

@@ -9,25 +9,22 @@ from __future__ import annotations
 
 import sys
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_sink.pipelines.local import get_or_create
+from spark_sink.pipelines.local import get_or_create, session_builder
+from spark_sink.pipelines.queries import run_query
 
 
 def main(masters: str, source: str, target: str, checkpoint: str, per_trigger: str) -> None:
-    spark = get_or_create(SparkSession.builder.master("local[2]").appName("tubeq-sink-worker")
-                          .config("spark.ui.enabled", "false")
-                          .config("spark.sql.shuffle.partitions", "2")
-                          .config("spark.driver.host", "127.0.0.1")
-                          .config("spark.driver.bindAddress", "127.0.0.1"))
+    spark = get_or_create(session_builder("local[2]", "tubeq-sink-worker",
+                                          {"spark.sql.shuffle.partitions": "2"}))
     rows = (spark.readStream.format("tubeq").option("masters", masters)
             .option("subscribe", source).option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", per_trigger).load())
     out = rows.select(F.concat(F.lit(b"seen:"), F.col("value")).alias("value"), "key")
-    query = (out.writeStream.format("tubeq").option("masters", masters).option("topic", target)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    query.awaitTermination()
+    writer = (out.writeStream.format("tubeq").option("masters", masters).option("topic", target)
+              .option("checkpointLocation", checkpoint).trigger(availableNow=True))
+    query = run_query(writer.start)
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
     spark.stop()

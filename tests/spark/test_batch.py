@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
 from lib.types import TopicPartition
+from spark_sink.pipelines.queries import run_query
 
 ROWS = 100_000
 TASKS = 4  # spark.range cuts ids into TASKS contiguous blocks, one write task each
@@ -158,12 +159,12 @@ def test_headers_written_by_spark_read_back_the_same_and_copy_through_a_stream(
     want = [{"trace": b"\x01", "user": b"u1"}, {}, {}, {"lang": b"fr"}]  # a map has no order
     assert [dict(h) for h in got.column("headers").to_pylist()] == want
     assert got.column("value").to_pylist() == [b"a", b"b", b"c", b"d"]
-    stream = (spark.readStream.format("tubeq").option("masters", masters).option("subscribe", topic)
+    writer = (spark.readStream.format("tubeq").option("masters", masters).option("subscribe", topic)
               .option("startingOffsets", "earliest").option("includeHeaders", "true").load()
               .select("value", "headers").writeStream.format("tubeq").option("masters", masters)
               .option("topic", copy).option("checkpointLocation", str(tmp_path / "ckpt"))
-              .trigger(availableNow=True).start())
-    stream.awaitTermination(120)
+              .trigger(availableNow=True))
+    stream = run_query(writer.start, 120)
     assert stream.exception() is None
     copied = read(spark, masters, subscribe=copy, includeHeaders="true").toArrow()
     assert [dict(h) for h in copied.column("headers").to_pylist()] == want

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from lib.producer.producer import Producer
+from spark_sink.pipelines.queries import run_query, start_query
 from spark_sink.stream import cap
 
 
@@ -26,10 +27,10 @@ def stream(spark, masters: str, topic: str, **options: str):
 
 def run_available_now(df, out_dir: str, checkpoint: str):
     """Run to the end of what is there now, appending each micro-batch to parquet."""
-    query = (df.select("partition", "offset", "value").writeStream.format("parquet")
-             .option("path", out_dir).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination(120)
+    writer = (df.select("partition", "offset", "value").writeStream.format("parquet")
+              .option("path", out_dir).option("checkpointLocation", checkpoint)
+              .trigger(availableNow=True))
+    query = run_query(writer.start, 120)
     assert not query.isActive
     assert query.exception() is None
     return query
@@ -68,14 +69,12 @@ def test_a_new_stream_starts_at_latest_by_default(spark, masters, new_topic, tmp
     produce(masters, topic, {0: 10})
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     df = stream(spark, masters, topic)
-    query = (df.select("offset").writeStream.format("parquet").option("path", out)
-             .option("checkpointLocation", ckpt).trigger(processingTime="200 milliseconds")
-             .start())
+    writer = (df.select("offset").writeStream.format("parquet").option("path", out)
+              .option("checkpointLocation", ckpt).trigger(processingTime="200 milliseconds"))
+    query = start_query(writer.start, 60)  # the first trigger fixes the initial offsets
     try:
         deadline = time.monotonic() + 60
-        while not query.recentProgress and time.monotonic() < deadline:
-            query.awaitTermination(0.2)  # the first trigger fixes the initial offsets
-        assert query.recentProgress, "no micro-batch ran"
+        assert query.recentProgress, f"no micro-batch ran: {query.exception()}"
         produce(masters, topic, {0: 3}, first=10)
         while sum(p["numInputRows"] for p in query.recentProgress) < 3 \
                 and time.monotonic() < deadline:

@@ -11,6 +11,7 @@ from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
 from spark_sink.options import OptionError, read_options
+from spark_sink.pipelines.queries import run_query
 
 
 def produce(masters: str, topic: str, counts: dict[int, int], phase: str) -> None:
@@ -62,11 +63,11 @@ def run_available_now(spark, masters: str, topic: str, tmp_path, **options: str)
     for k, v in options.items():
         reader = reader.option(k, v)
     out = str(tmp_path / "out")
-    query = (reader.load().select("partition", "offset", "value").writeStream
-             .format("parquet").option("path", out)
-             .option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination(120)
+    writer = (reader.load().select("partition", "offset", "value").writeStream
+              .format("parquet").option("path", out)
+              .option("checkpointLocation", str(tmp_path / "ckpt"))
+              .trigger(availableNow=True))
+    query = run_query(writer.start, 120)
     assert not query.isActive
     assert query.exception() is None
     return sorted((r.partition, r.offset, r.value) for r in spark.read.parquet(out).collect())

@@ -18,6 +18,7 @@ import pytest
 from lib.admin import AdminClient
 from lib.errors import UnknownTopic
 from lib.producer.producer import Producer
+from spark_sink.pipelines.queries import run_query, start_query
 from tests.cluster import Cluster
 
 # A topic's max_message_bytes raises its cache block and segment to at least that + 64 KiB
@@ -82,13 +83,10 @@ def available_now(spark, masters: str, out: str, ckpt: str, **options: str):
     reader = spark.readStream.format("tubeq").option("masters", masters)
     for k, v in options.items():
         reader = reader.option(k, v)
-    query = (reader.load().select("topic", "partition", "offset").writeStream
-             .format("parquet").option("path", out).option("checkpointLocation", ckpt)
-             .trigger(availableNow=True).start())
-    try:
-        query.awaitTermination(WAIT_S)
-    except Exception:  # noqa: BLE001 - a failed query is looked at through query.exception()
-        pass
+    writer = (reader.load().select("topic", "partition", "offset").writeStream
+              .format("parquet").option("path", out).option("checkpointLocation", ckpt)
+              .trigger(availableNow=True))
+    query = run_query(writer.start, WAIT_S)  # a failed query: see query.exception()
     assert not query.isActive, "the query did not end in time"
     return query
 
@@ -169,10 +167,11 @@ def start_continuous(spark, masters: str, root, **options: str):
         .option("startingOffsets", "earliest")
     for k, v in options.items():
         reader = reader.option(k, v)
-    return (reader.load().select("topic", "partition", "offset").writeStream
-            .format("parquet").option("path", str(root / "out"))
-            .option("checkpointLocation", str(root / "ckpt"))
-            .trigger(processingTime="300 milliseconds").start())
+    writer = (reader.load().select("topic", "partition", "offset").writeStream
+              .format("parquet").option("path", str(root / "out"))
+              .option("checkpointLocation", str(root / "ckpt"))
+              .trigger(processingTime="300 milliseconds"))
+    return start_query(writer.start, WAIT_S)
 
 
 def await_end(query, ends: dict[str, dict[int, int]], deadline: float) -> None:

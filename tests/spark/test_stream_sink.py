@@ -15,6 +15,7 @@ from lib.admin import AdminClient
 from lib.errors import PartitionNotHosted, UnknownTopic
 from lib.producer.producer import Producer
 from spark_sink.options import OptionError
+from spark_sink.pipelines.queries import run_query
 from tests.integration.test_producer_cluster import fetch_partition
 from tests.spark.conftest import ROOT, SPARK_ENV
 
@@ -49,10 +50,10 @@ def write_stream(spark, masters: str, source: str, target: str, checkpoint: str,
             .option("subscribe", source).option("startingOffsets", "earliest"))
     for k, v in options.items():
         rows = rows.option(k, v)
-    query = (rows.load().select("value", "key").writeStream.format("tubeq")
-             .option("masters", masters).option("topic", target)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    query.awaitTermination(180)
+    writer = (rows.load().select("value", "key").writeStream.format("tubeq")
+              .option("masters", masters).option("topic", target)
+              .option("checkpointLocation", checkpoint).trigger(availableNow=True))
+    query = run_query(writer.start, 180)
     assert query.exception() is None
     return query
 
@@ -130,14 +131,16 @@ def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
     assert sorted(got) == sorted(b"seen:" + v for v in sent)
 
 
-def start_driver(masters: str, source: str, target: str, ckpt: str, log) -> subprocess.Popen:
+def start_driver(masters: str, source: str, target: str, ckpt: str, log,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """tests/spark/stream_sink_worker.py in its own session (``env`` on top of Spark's)."""
     # A SIGKILLed JVM leaves its scratch dirs (blockmgr-*, spark-*, artifacts-*) behind: keep
     # them in the test's own dir, not in /tmp.
     scratch = Path(ckpt).parent / "spark-scratch"
     scratch.mkdir(exist_ok=True)
-    env = dict(os.environ, **SPARK_ENV, SPARK_LOCAL_DIRS=str(scratch),
-               PYSPARK_SUBMIT_ARGS=f"--driver-java-options -Djava.io.tmpdir={scratch} "
-                                   "pyspark-shell")
+    env = {**os.environ, **SPARK_ENV, "SPARK_LOCAL_DIRS": str(scratch),
+           "PYSPARK_SUBMIT_ARGS": f"--driver-java-options -Djava.io.tmpdir={scratch} "
+                                  "pyspark-shell", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark.stream_sink_worker", masters, source, target, ckpt,
          "500"], cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
