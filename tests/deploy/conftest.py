@@ -49,8 +49,13 @@ class Processes:
             except subprocess.TimeoutExpired:
                 popen.kill()
                 popen.wait()
-        for role in ("broker", "master"):  # brokers still reach the masters as they stop
-            group = [s for s in self.servers if s.role == role and s.popen is not None]
+        # The portal (and any other client-side server) first, then brokers (they still reach
+        # the masters as they stop), then the masters: every server started, whatever its role.
+        order = [[s for s in self.servers if s.role not in ("broker", "master")],
+                 [s for s in self.servers if s.role == "broker"],
+                 [s for s in self.servers if s.role == "master"]]
+        for group in order:
+            group = [s for s in group if s.popen is not None]
             for server in group:
                 server.terminate()
             for server in group:
