@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.auth import (
+    VerifiedPasswords,
     addresses,
     check_password_policy,
     generate_password,
@@ -33,7 +34,6 @@ from lib.auth import (
     parse_api_key,
     quotas,
     verify_api_key,
-    verify_password,
 )
 from lib.auth.acl import Authorizer, from_pb, to_pb
 from lib.auth.addresses import AddressRules
@@ -172,6 +172,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         self.backoff = backoff or LoginBackoff()
         self.token_ttl_s = token_ttl_s
         self.key_settle_ms = key_settle_ms  # a new key signs once brokers have it
+        self.passwords = VerifiedPasswords()
 
     @property
     def principals(self):
@@ -226,7 +227,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
                 raise Unauthenticated("unknown or revoked API key")
             return record["principal"], "apikey"
         stored = self.principals.password_hash(request.user) if request.user else None
-        if stored is None or not verify_password(request.password, stored):
+        if stored is None or not self.passwords.verify(request.password, stored):
             raise Unauthenticated(WRONG)
         return request.user, "user"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from lib.auth.credentials import (
     ApiKey,
+    VerifiedPasswords,
     check_password_policy,
     generate_password,
     hash_password,
@@ -35,5 +36,6 @@ __all__ = [
     "sign",
     "verify",
     "verify_api_key",
+    "VerifiedPasswords",
     "verify_password",
 ]

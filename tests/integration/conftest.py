@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,10 +26,47 @@ def cluster_factory(tmp_path):
         c.stop_all()
 
 
+class FileCluster:
+    """The cluster the tests of one file share, made again when a test left a server dead
+    (killed, stopped, not restarted)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.made, self.current = root, 0, None
+
+    def get(self) -> Cluster:
+        current = self.current
+        if current is not None and all(p.alive() for p in current.all_processes()):
+            current.wait_brokers_registered()  # at the address a restarted broker has now
+            return current
+        self.stop()
+        self.current = Cluster(self.root / f"cluster{self.made}")
+        self.made += 1
+        return self.current.start(2)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop_all()
+            self.current = None
+
+
+@pytest.fixture(scope="module")
+def file_cluster(tmp_path_factory) -> Iterator[FileCluster]:
+    shared = FileCluster(tmp_path_factory.mktemp("file-cluster"))
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
 @pytest.fixture
-def cluster(cluster_factory):
-    """One master and two brokers."""
-    return cluster_factory(2)
+def cluster(request, cluster_factory):
+    """One master and two brokers: the test's own, or in a file marked ``shared_cluster``
+    the file's. Starting a cluster costs about 3 s and 4 s of CPU; a file whose tests make
+    topics of their own names and leave the servers running (a restarted one counts) shares
+    one, as Kafka's and Pulsar's integration suites share a cluster per test class."""
+    if request.node.get_closest_marker("shared_cluster") is None:
+        return cluster_factory(2)
+    return request.getfixturevalue("file_cluster").get()
 
 
 def _toml(table: str, settings: dict) -> str:

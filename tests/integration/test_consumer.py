@@ -10,6 +10,8 @@ from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
 from tests.integration.test_consumer_common import Feeder, poll_until, wait_for
 
+pytestmark = pytest.mark.shared_cluster
+
 
 @pytest.fixture
 def feeder(cluster):

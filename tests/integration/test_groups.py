@@ -18,6 +18,8 @@ from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
 from tests.integration.test_consumer_common import Feeder, poll_until, wait_for
 
+pytestmark = pytest.mark.shared_cluster
+
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = 3000
 TOPIC = "events"

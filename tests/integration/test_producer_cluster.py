@@ -18,6 +18,8 @@ from lib.records import FLAG_VALUE_ZLIB, Record, decode_frames
 from lib.rpc import channel, invoke
 from lib.wire_errors import error_class
 
+pytestmark = pytest.mark.shared_cluster
+
 
 def create(cluster, topic: str, **settings):
     with AdminClient(cluster.master_addresses) as admin:
@@ -242,29 +244,29 @@ def test_retries_survive_a_broker_restart_with_no_loss(cluster):
 def test_send_sync_sends_from_the_caller_keeps_order_and_retries_through_a_restart(cluster):
     """send_sync on an idle partition is one RPC from the calling thread; mixed with async
     sends it keeps the thread's order, and its failure is retried by the sender thread."""
-    create(cluster, "mixed", partitions=1)
+    create(cluster, "synced", partitions=1)
     with AdminClient(cluster.master_addresses) as admin:
-        broker = cluster.brokers[admin.describe_topic("mixed").partitions[0].broker_id]
+        broker = cluster.brokers[admin.describe_topic("synced").partitions[0].broker_id]
     with Producer(cluster.master_addresses, linger_ms=0, idempotent=True, retries=100,
                   retry_backoff_ms=50, request_timeout_ms=3000) as producer:
         sent = []
         for i in range(300):
             value = f"m{i}".encode()
             if i % 10 >= 5:  # five sends, then five send_syncs (from the second on: idle)
-                producer.send("mixed", value)
+                producer.send("synced", value)
             else:
-                assert producer.send_sync("mixed", value, timeout=30).partition == 0
+                assert producer.send_sync("synced", value, timeout=30).partition == 0
             sent.append(value)
         direct = producer.metrics()["records_sent_direct"]
         assert 100 <= direct <= 150
         broker.stop()
         restart = threading.Timer(1.0, broker.start)
         restart.start()
-        meta = producer.send_sync("mixed", b"through-restart", timeout=60)
+        meta = producer.send_sync("synced", b"through-restart", timeout=60)
         restart.join(30)
         sent.append(b"through-restart")
         assert producer.metrics()["records_sent_direct"] == direct  # the sender retried it
-    stored = fetch_partition(cluster.master_addresses, broker.address, "mixed", 0)
+    stored = fetch_partition(cluster.master_addresses, broker.address, "synced", 0)
     assert [r.value for r in stored] == sent
     assert stored[-1].offset == meta.offset
 

@@ -12,6 +12,8 @@ from lib.consumer.push import PushConsumer
 from lib.types import TopicPartition
 from tests.integration.test_consumer_common import Feeder, wait_for
 
+pytestmark = pytest.mark.shared_cluster
+
 SESSION_MS = 3000
 
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import stat
 
 import pytest
 
 from lib.auth import (
+    VerifiedPasswords,
     generate_password,
     hash_password,
     issue,
@@ -30,6 +32,34 @@ def test_a_password_hash_is_salted_and_verifies_only_the_password():
     assert not verify_password("correct horsf", one)
     assert not verify_password("correct horse", "plain$text")
     assert not verify_password("correct horse", one.replace("$16384$", "$1073741824$"))
+
+
+def test_a_password_checked_again_is_not_hashed_again_and_a_wrong_one_always_is(monkeypatch):
+    stored, other = hash_password("correct horse"), hash_password("correct horse")
+    scrypts = []
+    real = hashlib.scrypt
+    monkeypatch.setattr(hashlib, "scrypt", lambda *a, **k: scrypts.append(1) or real(*a, **k))
+    seen = VerifiedPasswords(ttl_s=60)
+    assert seen.verify("correct horse", stored) and len(scrypts) == 1
+    assert seen.verify("correct horse", stored) and len(scrypts) == 1  # remembered
+    assert not seen.verify("correct horsf", stored) and len(scrypts) == 2
+    assert not seen.verify("correct horsf", stored) and len(scrypts) == 3  # never remembered
+    assert seen.verify("correct horse", other) and len(scrypts) == 4  # a new hash: checked
+    assert not seen.verify(12345, stored) and not seen.verify("x" * 1025, stored)
+
+
+def test_remembered_passwords_expire_and_are_bounded(monkeypatch):
+    stored = [hash_password(f"password-{i:02d}") for i in range(3)]
+    scrypts = []
+    real = hashlib.scrypt
+    monkeypatch.setattr(hashlib, "scrypt", lambda *a, **k: scrypts.append(1) or real(*a, **k))
+    expired = VerifiedPasswords(ttl_s=0)
+    assert expired.verify("password-00", stored[0]) and expired.verify("password-00", stored[0])
+    assert len(scrypts) == 2
+    small = VerifiedPasswords(ttl_s=60, size=2)
+    for i in (0, 1, 2, 0):  # the third pushes the first out
+        assert small.verify(f"password-{i:02d}", stored[i])
+    assert len(scrypts) == 6
 
 
 @pytest.mark.parametrize("bad", ["short", "x" * 1025, 12345])
