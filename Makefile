@@ -26,14 +26,16 @@ browser:
 	       apt-get install -y -q chromium chromium-driver >/dev/null; }; \
 	else echo "no chromium: the portal's browser tests will skip (apt-get install chromium chromium-driver)"; fi
 
-# The suite's files run in TEST_WORKERS processes (pytest-xdist; a file's tests stay together
-# in one, so module fixtures are shared): most tests wait on real servers, not on the CPU.
+# The suite runs in TEST_WORKERS processes (pytest-xdist): a file's tests stay together in one
+# (its module fixtures are made once) and the tests on the Spark session share one worker and one
+# JVM (tests/conftest.py). Three keep two cores busy: the real servers, JVMs and browsers the
+# tests start use the CPU more than the tests wait on them.
 TEST_WORKERS ?= 3
 
 test: $(STAMP) browser
 	@start=$$(date +%s); \
 	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests \
-	&& $(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests; \
+	&& $(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests; \
 	rc=$$?; echo "make test: ruff and the suite took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 test-fast: $(STAMP)

@@ -40,3 +40,36 @@ def session_credentials(tmp_path_factory) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# How `make test` spreads the suite over its workers (pytest-xdist, --dist loadgroup): a file's
+# tests stay together (its module fixtures, a shared cluster, are made once), except that every
+# test on the Spark session goes to one worker, so the suite starts one Spark JVM (each costs
+# this machine about a minute of CPU) instead of one per worker. The longest units go first
+# (the Spark session's, then the other Spark and load files): started last, they would be the
+# run's tail.
+SPARK_SESSION_GROUP = "spark-session"
+FIRST_DIRS = ("tests/spark/", "tests/load/", "tests/deploy/", "tests/integration/")
+
+
+def work_unit(item: pytest.Item) -> str:
+    path = item.nodeid.split("::")[0]
+    if path.startswith("tests/spark/") and "spark" in getattr(item, "fixturenames", ()):
+        return SPARK_SESSION_GROUP
+    return path
+
+
+def start_rank(item: pytest.Item) -> int:
+    if work_unit(item) == SPARK_SESSION_GROUP:
+        return 0
+    path = item.nodeid
+    return next((i + 1 for i, d in enumerate(FIRST_DIRS) if path.startswith(d)),
+                len(FIRST_DIRS) + 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    items.sort(key=start_rank)
