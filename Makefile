@@ -35,7 +35,7 @@ TEST_WORKERS ?= 3
 test: $(STAMP) browser
 	@start=$$(date +%s); \
 	$(PY) -m ruff check lib storage broker master portal_web spark_sink load tests \
-	&& $(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests; \
+	&& $(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile tests; \
 	rc=$$?; echo "make test: ruff and the suite took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 test-fast: $(STAMP)

@@ -42,34 +42,46 @@ def session_credentials(tmp_path_factory) -> Iterator[None]:
                 os.environ[k] = v
 
 
-# How `make test` spreads the suite over its workers (pytest-xdist, --dist loadgroup): a file's
-# tests stay together (its module fixtures, a shared cluster, are made once), except that every
-# test on the Spark session goes to one worker, so the suite starts one Spark JVM (each costs
-# this machine about a minute of CPU) instead of one per worker. The longest units go first
-# (the Spark session's, then the other Spark and load files): started last, they would be the
-# run's tail.
-SPARK_SESSION_GROUP = "spark-session"
+# How `make test` spreads the suite over its workers (pytest-xdist, --dist loadfile): a file's
+# tests stay together (its module fixtures, a shared cluster, are made once), and the Spark tests
+# on the session (every tests/spark file but the test_driver_*.py ones, which run drivers of
+# their own) are one unit, so the suite starts one Spark JVM (each costs this machine about a
+# minute of CPU) instead of one per worker. The longest units go first (the Spark session's,
+# then the other Spark and the load files): started last, they would be the run's tail.
+# (xdist's own --dist loadgroup cannot do it with pytest 9: it renames nodes through
+# ``item._nodeid``, which pytest 9 no longer reads.)
+SPARK_SESSION_UNIT = "tests/spark/(session)"
 FIRST_DIRS = ("tests/spark/", "tests/load/", "tests/deploy/", "tests/integration/")
 
 
-def work_unit(item: pytest.Item) -> str:
-    path = item.nodeid.split("::")[0]
-    if path.startswith("tests/spark/") and "spark" in getattr(item, "fixturenames", ()):
-        return SPARK_SESSION_GROUP
+def work_unit(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/spark/") and not path.startswith("tests/spark/test_driver_"):
+        return SPARK_SESSION_UNIT
     return path
 
 
-def start_rank(item: pytest.Item) -> int:
-    if work_unit(item) == SPARK_SESSION_GROUP:
+def start_rank(nodeid: str) -> int:
+    if work_unit(nodeid) == SPARK_SESSION_UNIT:
         return 0
-    path = item.nodeid
-    return next((i + 1 for i, d in enumerate(FIRST_DIRS) if path.startswith(d)),
+    return next((i + 1 for i, d in enumerate(FIRST_DIRS) if nodeid.startswith(d)),
                 len(FIRST_DIRS) + 1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(work_unit(item)))
-    items.sort(key=start_rank)
+    items.sort(key=lambda item: start_rank(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        """--dist loadfile with the units of :func:`work_unit`, in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order above
+    return SuiteScheduling(config, log)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from lib.errors import UnknownTopic
 from lib.types import TopicPartition
 from spark_sink.options import OptionError
 from spark_sink.pipelines.feed import FeedError, FeedSpec, feed
-from tests.spark.conftest import ROOT
+from tests.spark.conftest import ROOT, short_driver_submit_args
 
 
 def topic_name() -> str:
@@ -157,7 +158,8 @@ def test_python_m_feed_starts_and_stops_its_own_spark(masters):
     done = subprocess.run(
         [sys.executable, "-m", "spark_sink.pipelines.feed", "--masters", masters, "--topic",
          topic, "--rows", "1000", "--size", "16"], cwd=ROOT, capture_output=True, text=True,
-        timeout=300, stdin=subprocess.DEVNULL)
+        timeout=300, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYSPARK_SUBMIT_ARGS": short_driver_submit_args()})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(f"fed 1,000 rows into {topic} in ")
     assert f"into new topic {topic}" in done.stderr

@@ -9,7 +9,7 @@ import pytest
 from lib.errors import InvalidArgument
 from lib.producer.producer import Producer
 from spark_sink.pipelines.windows import WindowSpec, run_windows
-from tests.spark.test_stream_sink import topic_values
+from tests.spark.drivers import topic_values
 
 BASE = 1_700_000_000_000  # ms, a multiple of 10 s
 

@@ -18,7 +18,7 @@ from broker.sinks import EXIT_AFTER_APPENDS_ENV
 from lib.admin import AdminClient
 from tests.cluster import Cluster
 from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
-from tests.spark.test_stream_sink import produce, start_driver, topic_values
+from tests.spark.drivers import produce, start_driver, topic_values
 
 SOURCE, TARGET = "fo-in", "fo-out"
 ROWS = 1500  # three micro-batches of 500 (tests/spark/stream_sink_worker.py): the fault

@@ -8,7 +8,7 @@ import signal
 
 from spark_sink.pipelines.queries import START_TRIES, run_query, start_query
 from tests.spark.conftest import SPARK_ENV
-from tests.spark.test_stream_sink import produce, start_driver, topic_values
+from tests.spark.drivers import produce, start_driver, topic_values
 
 SLOW = "SparkException: Python worker failed to connect back."
 # Put on the Python path of a driver's JVM: the first Python worker that Spark starts itself

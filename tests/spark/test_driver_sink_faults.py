@@ -7,7 +7,7 @@ import time
 
 from lib.admin import AdminClient
 from tests.cluster import Cluster
-from tests.spark.test_stream_sink import produce, start_driver, topic_values
+from tests.spark.drivers import produce, start_driver, topic_values
 
 
 def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
