@@ -17,11 +17,12 @@ import time
 from typing import TYPE_CHECKING
 
 import click
-import numpy as np
 
 from lib.errors import TopicExists, UnknownTopic
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy is imported where it is used: every tubeq command imports this
+    import numpy as np
+
     from lib.auth.client import Credentials
     from lib.tls import Tls
 
@@ -40,6 +41,7 @@ def latency_every(count: int) -> int:
 
 
 def percentiles_ms(latencies_s: list[float] | np.ndarray) -> dict[str, float]:
+    import numpy as np
     arr = np.asarray(latencies_s, dtype=np.float64) * 1000
     if len(arr) == 0:
         return {"mean_ms": 0.0, "p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
@@ -122,6 +124,8 @@ def run_produce(masters: str, topic: str, count: int, size: int, rate: float | N
     One warm-up record, not timed and not counted, goes first: a topic created just now is
     served once its brokers learn of it (at their next heartbeat), and that wait is not
     throughput."""
+    import numpy as np
+
     from lib.producer.producer import Producer
 
     value = os.urandom(size)
@@ -173,6 +177,8 @@ def run_produce_bulk(masters: str, topic: str, count: int, size: int, per_call: 
                      **producer_opts) -> dict:
     """Send ``count`` messages of ``size`` bytes with ``send_batch``, ``per_call`` at a time;
     latency is per call (from the call to its future), one warm-up call untimed."""
+    import numpy as np
+
     from lib.producer.producer import Producer
 
     values = [os.urandom(size)] * per_call
@@ -364,6 +370,7 @@ def run_latency(masters: str, topic: str, count: int, size: int) -> dict:
     """``send_sync`` one record at a time to partition 0, interleaved with a bare gRPC unary
     call (the standard health check, a few bytes each way) to the same broker: the ceiling
     of a synchronous send, measured in the same run."""
+    import numpy as np
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from lib.admin import AdminClient

@@ -28,7 +28,18 @@ from lib.errors import TubeqError
 
 
 class TubeqGroup(click.Group):
-    """Turns TubeqError into one clear line and exit status 1 (no traceback)."""
+    """Turns TubeqError into one clear line and exit status 1 (no traceback), and adds the
+    plugins' command groups (:func:`load_plugin`) only when one is named or listed: loading
+    them imports Spark's and Locust's sides, which would double every command's start."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *plugin_names()})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is None and (command := load_plugin(name)) is not None:
+            self.add_command(command, name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -122,19 +133,22 @@ def _broken(name: str, error: BaseException) -> click.Command:
     return broken
 
 
-def add_plugins(group: click.Group) -> None:
-    """Add the command groups that packages above ``lib`` contribute (``tubeq spark`` from
-    spark_sink, ``tubeq load`` from load) through the ``tubeq.commands`` entry point, as
-    click plugins do: ``lib`` never imports the floors above it. A group that fails to load
+def load_plugin(name: str) -> click.Command | None:
+    """The command group a package above ``lib`` contributes as ``name`` through the
+    ``tubeq.commands`` entry point (``tubeq spark`` from spark_sink, ``tubeq load`` from load),
+    as click plugins do: ``lib`` never imports the floors above it. A group that fails to load
     becomes a command that says why, so one broken extra leaves the rest of the CLI working."""
-    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+    for ep in entry_points(group=PLUGIN_GROUP, name=name):
         try:
-            command = ep.load()
+            return ep.load()
         except Exception as exc:  # noqa: BLE001 - any import failure of a plugin
-            command = _broken(ep.name, exc)
-        group.add_command(command, ep.name)
+            return _broken(ep.name, exc)
+    return None
+
+
+def plugin_names() -> list[str]:
+    return sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)})
 
 
 for _module in (cli_admin, cli_data, cli_bench, cli_security):
     _module.register(main)
-add_plugins(main)

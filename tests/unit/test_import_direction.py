@@ -5,6 +5,8 @@ hide in a function body, as ``tubeq spark`` / ``tubeq load`` once did in lib/cli
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,16 +62,17 @@ def test_a_package_imports_only_the_floors_below_it(package):
 
 
 def test_the_cli_finds_the_command_groups_of_the_floors_above_lib():
+    import click
+
     from lib.cli.main import main
 
-    assert {"spark", "load"} <= set(main.commands), \
+    assert {"spark", "load"} <= set(main.list_commands(click.Context(main))), \
         "tubeq spark / tubeq load come through the tubeq.commands entry point: reinstall"
 
 
 def test_a_command_group_that_fails_to_load_says_why_and_leaves_the_rest(monkeypatch):
     import importlib
 
-    import click
     from click.testing import CliRunner
 
     cli_main = importlib.import_module("lib.cli.main")  # the module, not the group it exports
@@ -80,9 +83,21 @@ def test_a_command_group_that_fails_to_load_says_why_and_leaves_the_rest(monkeyp
         def load(self):
             raise ImportError("No module named 'pyspark'")
 
-    monkeypatch.setattr(cli_main, "entry_points", lambda group: [Broken()])
-    group = click.Group("tubeq")
-    cli_main.add_plugins(group)
+    monkeypatch.setattr(cli_main, "entry_points", lambda group, name=None: [Broken()])
+    group = cli_main.TubeqGroup("tubeq")
     result = CliRunner().invoke(group, ["spark", "feed"])
     assert result.exit_code == 1
     assert "tubeq spark is unavailable: ImportError: No module named 'pyspark'" in result.output
+
+
+def test_a_command_of_lib_loads_neither_the_plugins_nor_numpy():
+    # every tubeq command pays for what lib.cli imports: Spark's and Locust's command groups
+    # (~0.35 s) load only when named or listed, numpy only in the benchmarks that use it
+    probe = ("import sys\n"
+             "from lib.cli.main import main\n"
+             "main(['topic', 'create', '--help'], standalone_mode=False)\n"
+             "heavy = ('numpy', 'spark_sink.cli', 'load.cli')\n"
+             "print(sorted(m for m in heavy if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.splitlines()[-1] == "[]"
