@@ -50,9 +50,19 @@ class OffsetRange:
 def admin_client(conn: Connection) -> Iterator[AdminClient]:
     """An AdminClient for planning: a cluster that does not answer is reported against the
     ``masters`` option (catch UnknownTopic inside: it also asks for fresh metadata)."""
+    with masters_errors(conn), new_admin(conn) as admin:
+        yield admin
+
+
+def new_admin(conn: Connection) -> AdminClient:
+    return AdminClient(conn.masters, **conn.clients("admin"))
+
+
+@contextmanager
+def masters_errors(conn: Connection) -> Iterator[None]:
+    """A cluster that does not answer becomes an OptionError against ``masters``."""
     try:
-        with AdminClient(conn.masters, **conn.clients("admin")) as admin:
-            yield admin
+        yield
     except (OptionError, UnknownTopic):
         raise
     except TubeqError as exc:

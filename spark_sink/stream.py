@@ -36,16 +36,18 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from lib.admin import AdminClient
 from lib.errors import OffsetOutOfRange
 from lib.types import TopicInfo
 from spark_sink.options import EARLIEST, OptionError, ReadOptions
 from spark_sink.plan import (
     OffsetRange,
-    admin_client,
     broker_latest,
     check_spec_names,
     covered,
     describe_topics,
+    masters_errors,
+    new_admin,
     resolve_offset,
     resolve_times,
     split_ranges,
@@ -69,6 +71,9 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self._target: Flat | None = None  # Trigger.AvailableNow: never read past these
         self._progress: GroupProgress | None = None  # built at the first commit (driver only)
+        # Spark asks for the latest offsets at every trigger (idle: every 10 ms): one client
+        # for the query's life, not a channel (and a login) per question
+        self._admin: AdminClient | None = None
 
     def initialOffset(self) -> Offsets:
         topics = self._describe()
@@ -160,14 +165,22 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._progress.commit(_flat(done))
 
     def stop(self) -> None:
-        """The query ends: close the ``groupId`` client, if one was made."""
+        """The query ends: close its clients."""
         if self._progress is not None:
             self._progress.close()
             self._progress = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_admin": None, "_progress": None}  # live clients stay here
 
     def _describe(self) -> dict[str, TopicInfo]:
-        with admin_client(self.opts.conn) as admin:
-            return describe_topics(admin, self.opts)
+        with masters_errors(self.opts.conn):
+            if self._admin is None:
+                self._admin = new_admin(self.opts.conn)
+            return describe_topics(self._admin, self.opts)
 
     def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
         """(earliest, latest) of every partition the query covers now; -1 for a partition

@@ -30,12 +30,15 @@ GATEWAY_TRIES = 3
 #   itself (the streaming source's, always: PythonStreamingSourceRunner) gets a fixed 10 s to
 #   connect back, which no setting changes (see spark_sink/pipelines/queries.py);
 # - worker.reuse: a task's worker serves the next task instead of a fork per task;
+# - daemon.module: spark_sink/daemon.py, pyspark.daemon with our data source imported before
+#   it forks (each fork imported it again: about a second of CPU per worker);
 # - authenticate.socketTimeout (15 s by default): a Python worker's connect and handshake to
 #   the JVM, and the JVM's wait for the Python driver to fetch a result (collect, toPandas).
 SESSION_CONF = {
     "spark.ui.enabled": "false",
     "spark.python.use.daemon": "true",
     "spark.python.worker.reuse": "true",
+    "spark.python.daemon.module": "spark_sink.daemon",
     "spark.python.authenticate.socketTimeout": "120s",
 }
 

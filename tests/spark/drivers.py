@@ -7,6 +7,7 @@ path runs it as a process of its own (tests/spark/stream_sink_worker.py); such t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,3 +59,17 @@ def start_driver(masters: str, source: str, target: str, ckpt: str, log,
         [sys.executable, "-m", "tests.spark.stream_sink_worker", masters, source, target, ckpt,
          "500"], cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
         start_new_session=True)
+
+
+def finish_driver(driver: subprocess.Popen, timeout: float = 300) -> int:
+    """Wait up to ``timeout`` s for ``driver`` to end; if it has not, SIGKILL its session (its
+    Python and its JVM) so no test leaves a JVM behind. Returns its exit code."""
+    try:
+        driver.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    return driver.returncode

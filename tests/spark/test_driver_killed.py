@@ -2,11 +2,9 @@
 checkpoint leaves every row in the target topic once (spark_sink/sink.py)."""
 from __future__ import annotations
 
-import os
-import signal
 import time
 
-from tests.spark.drivers import produce, start_driver, topic_values
+from tests.spark.drivers import finish_driver, produce, start_driver, topic_values
 
 
 def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
@@ -22,17 +20,11 @@ def test_driver_killed_mid_stream_and_restarted_leaves_every_row_exactly_once(
             assert time.monotonic() < deadline, "the stream made no progress"
             time.sleep(0.2)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver: its Python and its JVM
-        first.wait(30)
+        finish_driver(first, timeout=0)  # SIGKILLed now: its Python and its JVM
     landed = len(topic_values(masters, target))
     assert landed < len(sent), "the driver finished before it was killed: nothing was tested"
     second = start_driver(masters, source, target, ckpt, tmp_path / "second.log")
-    try:
-        assert second.wait(300) == 0, (tmp_path / "second.log").read_text()[-3000:]
-    finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
-            second.wait(30)
+    assert finish_driver(second) == 0, (tmp_path / "second.log").read_text()[-3000:]
     got = topic_values(masters, target)
     assert len(got) == len(sent)
     assert sorted(got) == sorted(b"seen:" + v for v in sent)

@@ -9,16 +9,13 @@ fault; broker 3 leads an output partition.
 """
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 from broker.sinks import EXIT_AFTER_APPENDS_ENV
 from lib.admin import AdminClient
 from tests.cluster import Cluster
 from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
-from tests.spark.drivers import produce, start_driver, topic_values
+from tests.spark.drivers import finish_driver, produce, start_driver, topic_values
 
 SOURCE, TARGET = "fo-in", "fo-out"
 ROWS = 1500  # three micro-batches of 500 (tests/spark/stream_sink_worker.py): the fault
@@ -65,13 +62,7 @@ def run_query(cluster: Cluster, tmp_path) -> None:
     """One run of the query to its end (availableNow); fails when it dies."""
     log = tmp_path / "driver.log"
     driver = start_driver(cluster.master_addresses, SOURCE, TARGET, str(tmp_path / "ckpt"), log)
-    try:
-        driver.wait(300)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
-    assert driver.returncode == 0, "the query died:\n" + log.read_text()[-4000:]
+    assert finish_driver(driver) == 0, "the query died:\n" + log.read_text()[-4000:]
 
 
 def test_a_stream_rides_through_an_output_leader_dying_in_a_commit(cluster, tmp_path):

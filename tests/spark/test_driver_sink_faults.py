@@ -1,13 +1,11 @@
 """The exactly-once sink when a broker dies: SIGKILL mid-stream, restart, rerun the query."""
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 from lib.admin import AdminClient
 from tests.cluster import Cluster
-from tests.spark.drivers import produce, start_driver, topic_values
+from tests.spark.drivers import finish_driver, produce, start_driver, topic_values
 
 
 def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
@@ -31,22 +29,14 @@ def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
             time.sleep(1.0)
             broker.start()
             cluster.wait_brokers_registered()
-            driver.wait(300)  # the query ends: it failed over the lost broker, or it finished
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait(30)
+        finally:  # the query ends: it failed over the lost broker, or it finished
+            returncode = finish_driver(driver)
         runs = 1
-        while driver.returncode != 0:  # Spark replays what was not committed
+        while returncode != 0:  # Spark replays what was not committed
             assert runs < 4, (tmp_path / f"run{runs - 1}.log").read_text()[-3000:]
             driver = start_driver(masters, "faults-in", "faults-out", ckpt,
                              tmp_path / f"run{runs}.log")
-            try:
-                driver.wait(300)
-            finally:
-                if driver.poll() is None:
-                    os.killpg(driver.pid, signal.SIGKILL)
-                    driver.wait(30)
+            returncode = finish_driver(driver)
             runs += 1
         got = topic_values(masters, "faults-out")
         assert sorted(got) == sorted(b"seen:" + v for v in sent)

@@ -4,11 +4,10 @@ again from its checkpoint (spark_sink/pipelines/queries.py); nothing else is ret
 from __future__ import annotations
 
 import os
-import signal
 
 from spark_sink.pipelines.queries import START_TRIES, run_query, start_query
 from tests.spark.conftest import SPARK_ENV
-from tests.spark.drivers import produce, start_driver, topic_values
+from tests.spark.drivers import finish_driver, produce, start_driver, topic_values
 
 SLOW = "SparkException: Python worker failed to connect back."
 # Put on the Python path of a driver's JVM: the first Python worker that Spark starts itself
@@ -84,12 +83,7 @@ def test_a_stream_whose_source_worker_starts_too_late_lands_every_row_once(
     env = {"PYTHONPATH": os.pathsep.join([str(slow), SPARK_ENV["PYTHONPATH"]]),
            "TUBEQ_SLOW_WORKER_MARK": str(mark)}
     driver = start_driver(masters, source, target, str(tmp_path / "ckpt"), log, env)
-    try:
-        assert driver.wait(300) == 0, log.read_text()[-3000:]
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
+    assert finish_driver(driver) == 0, log.read_text()[-3000:]
     assert mark.exists(), "no Python worker was started by Spark itself: nothing was tested"
     assert "slow to start (try 1 of 3)" in log.read_text()
     assert sorted(topic_values(masters, target)) == sorted(b"seen:" + v for v in sent)
