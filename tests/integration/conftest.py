@@ -33,15 +33,16 @@ class FileCluster:
     def __init__(self, root: Path) -> None:
         self.root, self.made, self.current = root, 0, None
 
-    def get(self) -> Cluster:
+    def get(self, brokers: int = 2) -> Cluster:
         current = self.current
-        if current is not None and all(p.alive() for p in current.all_processes()):
+        if (current is not None and len(current.brokers) == brokers
+                and all(p.alive() for p in current.all_processes())):
             current.wait_brokers_registered()  # at the address a restarted broker has now
             return current
         self.stop()
         self.current = Cluster(self.root / f"cluster{self.made}")
         self.made += 1
-        return self.current.start(2)
+        return self.current.start(brokers)
 
     def stop(self) -> None:
         if self.current is not None:
@@ -61,12 +62,14 @@ def file_cluster(tmp_path_factory) -> Iterator[FileCluster]:
 @pytest.fixture
 def cluster(request, cluster_factory):
     """One master and two brokers: the test's own, or in a file marked ``shared_cluster``
-    the file's. Starting a cluster costs about 3 s and 4 s of CPU; a file whose tests make
-    topics of their own names and leave the servers running (a restarted one counts) shares
-    one, as Kafka's and Pulsar's integration suites share a cluster per test class."""
-    if request.node.get_closest_marker("shared_cluster") is None:
+    the file's (``shared_cluster(brokers=1)``: one broker). Starting a cluster costs about
+    3 s and 4 s of CPU; a file whose tests make topics of their own names and leave the
+    servers running (a restarted one counts) shares one, as Kafka's and Pulsar's integration
+    suites share a cluster per test class."""
+    shared = request.node.get_closest_marker("shared_cluster")
+    if shared is None:
         return cluster_factory(2)
-    return request.getfixturevalue("file_cluster").get()
+    return request.getfixturevalue("file_cluster").get(shared.kwargs.get("brokers", 2))
 
 
 def _toml(table: str, settings: dict) -> str:

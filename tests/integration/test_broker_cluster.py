@@ -16,6 +16,8 @@ from lib.proto import broker_pb2 as pb
 from lib.records import Record, decode_frames, encode_batch
 from lib.rpc import invoke
 
+pytestmark = pytest.mark.shared_cluster
+
 
 class Harness:
     """Admin calls through the master, data calls straight to the owning broker."""

@@ -21,10 +21,13 @@ from lib.records import Record, batch_crc, batch_head, encode_frame
 from lib.rpc import channel, invoke
 from tests.integration.test_broker_cluster import Harness, read_all
 
+# One master and one broker for the file: every test's topics are on that broker, and a test
+# that kills or stops it starts it again.
+pytestmark = pytest.mark.shared_cluster(brokers=1)
+
 
 @pytest.fixture
-def one_broker(cluster_factory):
-    cluster = cluster_factory(brokers=1)
+def one_broker(cluster):
     harness = Harness(cluster)
     yield cluster, harness
     harness.close()

@@ -10,6 +10,8 @@ from lib.errors import InvalidArgument, RecordTooLarge
 from lib.producer import Producer
 from tests.integration.test_producer_cluster import create, fetch_topic
 
+pytestmark = pytest.mark.shared_cluster
+
 
 def test_send_batch_with_keys_and_tags_stores_every_record_where_its_metadata_says(cluster):
     create(cluster, "bulk", partitions=3)

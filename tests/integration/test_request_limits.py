@@ -8,6 +8,7 @@ Memory is read from /proc/<pid>/status: VmRSS now, VmHWM the peak since it was l
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -25,6 +26,9 @@ GROWTH_MB = 50  # the most a refused request may add to the server's resident se
 HEADERS = {"no credentials": (None, "no credentials"),
            "a garbage token": ("Bearer garbage.garbage.garbage", "malformed token")}
 CLIENT_OPTIONS = (("grpc.max_send_message_length", 256 * MB),)  # the server's limit is tested
+
+# One master and one broker for the file (auth on); each test produces to a topic of its own.
+pytestmark = pytest.mark.shared_cluster(brokers=1)
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -65,20 +69,21 @@ def growth_of_refused_calls(pid: int, channel: grpc.Channel, method: str, reques
     return out
 
 
-def produce_request(size_mb: int) -> bpb.ProduceRequest:
-    return bpb.ProduceRequest(topic="limits", partition=0, batch=b"\0" * (size_mb * MB))
+def produce_request(topic: str, size_mb: int) -> bpb.ProduceRequest:
+    return bpb.ProduceRequest(topic=topic, partition=0, batch=b"\0" * (size_mb * MB))
 
 
 @pytest.fixture
-def limits(cluster_factory):
-    cluster = cluster_factory(1)  # 1 master, 1 broker, auth on
+def limits(cluster, request):
+    """(cluster, an admin's token, the test's own topic holding one record)."""
+    topic = "limits-" + re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)
     admin = cluster.admin_credentials()
     with AdminClient(cluster.master_addresses, credentials=admin) as root:
-        root.create_topic("limits", partitions=1)
+        root.create_topic(topic, partitions=1)
         token = root.login(admin.user, admin.password).token
     with Producer(cluster.master_addresses, credentials=admin) as producer:
-        producer.send_sync("limits", b"first")  # the broker hosts the topic from here on
-    return cluster, token
+        producer.send_sync(topic, b"first")  # the broker hosts the topic from here on
+    return cluster, token, topic
 
 
 @pytest.mark.parametrize("size_mb", [100, 60])
@@ -86,33 +91,34 @@ def test_a_big_request_without_valid_credentials_does_not_grow_the_broker(limits
     """100 MB is over the broker's 64 MiB receive limit, 60 MB under it: refused alike, as
     UNAUTHENTICATED, before the broker reads the message (it then could not even tell that
     100 MB is too big)."""
-    cluster, token = limits
+    cluster, token, topic = limits
     broker = cluster.brokers[1]
     with grpc.insecure_channel(broker.address, options=CLIENT_OPTIONS) as channel:
         grown = growth_of_refused_calls(broker.pid, channel, "/tubeq.broker.Broker/Produce",
-                                        produce_request(size_mb), bpb.ProduceResponse)
+                                        produce_request(topic, size_mb), bpb.ProduceResponse)
         for what, (rss, peak) in grown.items():
             assert rss < GROWTH_MB and peak < GROWTH_MB, \
                 f"{size_mb} MB with {what}: RSS +{rss:.0f} MB, peak +{peak:.0f} MB"
         # The connection that carried the refused calls still serves a valid one.
-        small = bpb.ProduceRequest(topic="limits", partition=0,
+        small = bpb.ProduceRequest(topic=topic, partition=0,
                                    batch=encode_batch([Record(value=b"after")]))
         assert status_of(channel, "/tubeq.broker.Broker/Produce", small, bpb.ProduceResponse,
                          f"Bearer {token}") == (grpc.StatusCode.OK, "")
     with Producer(cluster.master_addresses) as producer:  # the session's admin
-        assert producer.send_sync("limits", b"still serving").offset == 2
+        assert producer.send_sync(topic, b"still serving").offset == 2
 
 
 def test_a_valid_token_does_not_lift_the_receive_limit(limits):
     """With valid credentials the broker reads the message: over 64 MiB, gRPC refuses it
     from its length prefix, RESOURCE_EXHAUSTED, without buffering it either."""
-    cluster, token = limits
+    cluster, token, topic = limits
     broker = cluster.brokers[1]
     reset_peak(broker.pid)
     rss_before, _ = memory_mb(broker.pid)
     with grpc.insecure_channel(broker.address, options=CLIENT_OPTIONS) as channel:
-        code, details = status_of(channel, "/tubeq.broker.Broker/Produce", produce_request(100),
-                                  bpb.ProduceResponse, f"Bearer {token}")
+        code, details = status_of(channel, "/tubeq.broker.Broker/Produce",
+                                  produce_request(topic, 100), bpb.ProduceResponse,
+                                  f"Bearer {token}")
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details, details
     time.sleep(0.3)
     rss, peak = memory_mb(broker.pid)
@@ -121,7 +127,7 @@ def test_a_valid_token_does_not_lift_the_receive_limit(limits):
 
 def test_a_big_request_without_valid_credentials_does_not_grow_the_master(limits):
     """The master's synchronous server refuses the same way (60 MB: under the limit)."""
-    cluster, _ = limits
+    cluster, _, topic = limits
     master = cluster.masters[0]
     request = apb.CreateTopicRequest(topic="x" * (60 * MB))
     with grpc.insecure_channel(master.address, options=CLIENT_OPTIONS) as channel:
@@ -131,4 +137,4 @@ def test_a_big_request_without_valid_credentials_does_not_grow_the_master(limits
         assert rss < GROWTH_MB and peak < GROWTH_MB, \
             f"60 MB with {what}: RSS +{rss:.0f} MB, peak +{peak:.0f} MB"
     with AdminClient(cluster.master_addresses) as admin:  # the session's admin
-        assert "limits" in {t.name for t in admin.list_topics()}
+        assert topic in {t.name for t in admin.list_topics()}

@@ -21,6 +21,8 @@ from lib.rpc import invoke
 from lib.sink import SinkClient
 from tests.integration.test_producer_cluster import create, fetch_topic
 
+pytestmark = pytest.mark.shared_cluster
+
 
 def values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}-{i:05d}".encode() for i in range(n)]
