@@ -23,7 +23,9 @@ import click
 
 TICK = os.sysconf("SC_CLK_TCK")
 # (kind, a substring of the command line): the first that matches names the process
+HOG = "while True: pass"
 KINDS = (
+    ("hog", HOG),
     ("spark_jvm", "org.apache.spark"),
     ("spark_python", "pyspark.daemon"),
     ("spark_python", "spark_sink.daemon"),
@@ -39,6 +41,7 @@ KINDS = (
     ("locust", "locust"),
     ("tests", "pytest"),
     ("tests", "xdist"),
+    ("tests", "exec(eval(sys.stdin"),  # pytest-xdist's workers (execnet)
 )
 
 
@@ -71,7 +74,7 @@ def processes() -> dict[int, tuple[float, str]]:
 
 def start_hogs(n: int) -> list[subprocess.Popen]:
     """``n`` processes that each keep a core busy until killed."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    return [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(n)]
 
 
 def profile(command: list[str], interval: float = 0.5, top: int = 0) -> dict:
@@ -104,7 +107,7 @@ def profile(command: list[str], interval: float = 0.5, top: int = 0) -> dict:
               help="Write the JSON here too.")
 @click.option("--interval", default=0.5, show_default=True, help="Seconds between samples.")
 @click.option("--hog", default=0, show_default=True,
-              help="Busy loops to run beside COMMAND (their CPU counts as other).")
+              help="Busy loops to run beside COMMAND (their CPU is the kind hog).")
 @click.option("--top", default=0, show_default=True,
               help="Also list the TOP command lines (first 160 characters) by CPU.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.process import terminate
+from spark_sink.daemon import worker_python
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_TRIES = 3
@@ -82,7 +83,8 @@ def session_builder(master: str, app_name: str, conf: dict[str, str] | None = No
 def spark_env() -> dict[str, str]:
     """What Spark's JVM and Python workers need in the environment."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+    python = worker_python()  # the driver's too: Spark runs data source planning there
+    return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
             "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": path}
 
 

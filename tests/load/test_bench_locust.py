@@ -23,9 +23,12 @@ def test_locust_and_tubeq_bench_report_the_same_rate_and_sync_latency():
     assert steady["bench_failures"] == 0 and steady["locust_failures"] == 0, steady
     # Both hold the offered 1,000 msgs/s, and Locust's own figure says so. Locust's rate is its
     # requests over the span from the first start to the last end, a little short of the run:
-    # ~60 requests in 6 s read up to ~10 % high (at 20 s it reads 1.00).
+    # ~60 requests in 6 s read up to ~10 % high (at 20 s it reads 1.00); on a machine busy
+    # with other work its users start late and their pacing catches up, in a still shorter
+    # span (1,499 with two cores' worth of busy loops beside the suite). A figure per request
+    # instead of per message would be 100 times off.
     assert 800 <= steady["bench_msgs_per_s"] <= 1100, steady
-    assert 800 <= steady["locust_msgs_per_s"] <= 1300, steady
+    assert 800 <= steady["locust_msgs_per_s"] <= 2000, steady
     # What the users stored in the 6 s: their start-up eats into it on a loaded machine
     # (3,600 once in CI), so half the offered 6,000 is the floor.
     assert 3 * 1000 <= steady["locust_acknowledged"] <= 7 * 1000, steady

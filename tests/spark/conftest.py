@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from lib.admin import AdminClient
 from lib.process import terminate
-from spark_sink.pipelines.local import get_or_create, session_builder
+from spark_sink.pipelines.local import get_or_create, session_builder, spark_env
 from tests.cluster import Cluster
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra (pyspark)")
@@ -30,10 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # PYTHONPATH reaches Spark's Python workers through the JVM. The repo root on it makes
 # pyspark_tubeq visible to Spark's data source discovery (pkgutil.iter_modules over the path),
 # as a regular install does; an editable install's import hook is invisible to that scan.
-SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-             "SPARK_LOCAL_IP": "127.0.0.1",
-             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                         os.environ.get("PYTHONPATH")]))}
+SPARK_ENV = spark_env()
 
 
 # For a Spark driver a test starts as a process of its own, which runs a few micro-batches and

@@ -15,12 +15,12 @@ def test_broker_killed_mid_stream_and_restarted_leaves_every_row_once(tmp_path):
         with AdminClient(masters) as admin:  # sync: acknowledged means on disk, on both sides
             admin.create_topic("faults-in", partitions=2, durability="sync")
             admin.create_topic("faults-out", partitions=2, durability="sync")
-        sent = produce(masters, "faults-in", 3_000)  # 6 micro-batches of 500
+        sent = produce(masters, "faults-in", 2_000)  # 4 micro-batches of 500
         ckpt = str(tmp_path / "ckpt")
         driver = start_driver(masters, "faults-in", "faults-out", ckpt, tmp_path / "run0.log")
         try:
             deadline = time.monotonic() + 240
-            while len(topic_values(masters, "faults-out")) < 1000:  # 2 micro-batches in
+            while len(topic_values(masters, "faults-out")) < 500:  # the first micro-batch is in
                 assert driver.poll() is None, (tmp_path / "run0.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, "the stream made no progress"
                 time.sleep(0.2)

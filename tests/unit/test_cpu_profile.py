@@ -17,6 +17,7 @@ def test_command_lines_are_sorted_into_kinds():
     assert kind_of("python -m master --data-dir d") == "master"
     assert kind_of("python -m pytest -n 3") == "tests"
     assert kind_of("sleep 1") == "other"
+    assert kind_of("python -c while True: pass") == "hog"
 
 
 def test_a_busy_command_is_counted_with_its_status():
