@@ -119,10 +119,6 @@ class Ledger:
                               partition, offset, ix, seq)
         return True
 
-    @property
-    def empty(self) -> bool:
-        return not (self.sent or self.failed or len(self.received.cols["seq"]))
-
     def save(self, folder: Path) -> Path:
         """Write ``ledger-<pid>-<random>.npz`` into ``folder``; returns its path."""
         folder.mkdir(parents=True, exist_ok=True)

@@ -76,3 +76,24 @@ def test_loss_on_an_async_topic_under_faults_is_reported_not_failed(tmp_path):
     strict = verify(tmp_path, lambda topic, producers: empty, sync_topics={"fast"},
                     loss_allowed=True)
     assert not strict["ok"]
+
+
+def test_an_empty_ledger_merges_as_nothing(tmp_path):
+    """A Locust worker whose user sent nothing in a short run still saves its ledger (one
+    file per worker proves each stopped cleanly); merged, it adds nothing."""
+    full, idle = Ledger(), Ledger()
+    a = full.new_producer()
+    idle.new_producer()
+    for seq in range(3):
+        full.add_acked("t", 0, seq, a, seq)
+    full.add_sent(3)
+    full.save(tmp_path)
+    idle.save(tmp_path)
+    assert len(list(tmp_path.glob("ledger-*.npz"))) == 2
+
+    def read_log(topic, producers):
+        return _log_of([(0, seq, producers[a], seq) for seq in range(3)])
+
+    result = verify(tmp_path, read_log)
+    assert result["ok"] and (result["produced"], result["acknowledged"], result["lost"]) == \
+        (3, 3, 0)
