@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
@@ -124,11 +123,10 @@ class WouldBlock(Exception):  # noqa: N818 - a signal between the loop and the e
 
 
 class DataPlane:
-    def __init__(self, config: BrokerConfig, topics: TopicManager, dedup: Dedup,
-                 metrics: BrokerMetrics, replication: ReplicaLeader) -> None:
+    def __init__(self, config: BrokerConfig, topics: TopicManager, metrics: BrokerMetrics,
+                 replication: ReplicaLeader) -> None:
         self.config = config
         self.topics = topics
-        self.dedup = dedup
         self.metrics = metrics
         self.replication = replication  # high watermarks of replicated partitions
 
@@ -138,7 +136,7 @@ class DataPlane:
                 view: BatchView | None = None) -> pb.ProduceResponse:
         """Check the batch once and append it. With ``wait=False`` (the event loop) raises
         :class:`WouldBlock`, carrying the checked batch, where the append would wait (a sync
-        topic, full cache blocks, a busy de-duplication lock): the caller retries in its
+        topic, full cache blocks): the caller retries in its
         executor with ``wait=True`` and that ``view``."""
         topic, partition, batch = req.topic, req.partition, req.batch
         store = self.topics.store_for(topic, partition)
@@ -148,7 +146,6 @@ class DataPlane:
                     f"empty batch for {topic}/{partition}: a ProduceRequest carries one record "
                     "batch of at least one record (lib.records.encode_batch)")
             view = store.parse(batch)  # the one check of the batch; the store appends the view
-        fresh = True
         role = self.topics.role(topic, partition)
         epoch = role.leader_epoch if role is not None and role.replicated else 0
         if role is not None and role.target \
@@ -157,38 +154,15 @@ class DataPlane:
                 f"partition {topic}/{partition} is moving to broker(s) {list(role.target)}: "
                 "its leadership is being handed over; refresh routes", topic=topic,
                 partition=partition, leader=role.leader, leader_epoch=role.leader_epoch)
-        if view.producer_id < 0:
-            got = store.append(partition, view, wait, leader_epoch=epoch)
-        else:
-            got, fresh = self._append_once(store, topic, partition, view, wait, epoch)
+        got = store.append_batch(partition, view, wait, leader_epoch=epoch)
         if got is None:
             raise WouldBlock(view)
-        base, last = got
+        base, last, fresh = got
         if not fresh:  # a retry of a batch already stored: its offsets, nothing appended
             return pb.ProduceResponse(base_offset=base, last_offset=last)
         self.metrics.produced(topic, partition, len(batch), last - base + 1)
         self.topics.notify(topic)
         return pb.ProduceResponse(base_offset=base, last_offset=last)
-
-    def _append_once(self, store: Store, topic: str, partition: int, view: BatchView,
-                     wait: bool, leader_epoch: int) -> tuple[tuple[int, int] | None, bool]:
-        """An idempotent producer's batch: appended unless it is a retry already stored
-        (then its stored offsets and False)."""
-        pid, epoch, seq, count = (view.producer_id, view.producer_epoch, view.base_sequence,
-                                  view.count)
-        lock = self.dedup.lock_for(topic, partition)
-        if not lock.acquire(blocking=wait):
-            return None, True
-        try:
-            dup = self.dedup.check(pid, epoch, seq, count, topic, partition)
-            if dup is not None:
-                return (dup[0], dup[1]), False
-            got = store.append(partition, view, wait, leader_epoch=leader_epoch)
-            if got is not None:
-                self.dedup.record(pid, epoch, seq, count, topic, partition, *got)
-            return got, True
-        finally:
-            lock.release()
 
     # ---------------------------------------------------------------- fetch
 

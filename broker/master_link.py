@@ -76,8 +76,6 @@ class MasterLink:
         metrics.watch_space(topics.space)  # the disk the heartbeat reports, also on /metrics
         self.term = term
         self.on_deleted = on_deleted
-        # A copy of a partition moved away (reassignment): forget what went with it.
-        self.on_removed: Callable[[str, int], None] | None = None
         self.offsets = offsets  # reports the (group, topic) pairs committed here
         self._metadata = cluster_header(cluster_secret)  # who we are to the masters
         self.keyring = keyring  # the token signing keys, from every response
@@ -188,9 +186,6 @@ class MasterLink:
         if self.on_deleted is not None:
             for name in dropped:
                 self.on_deleted(name)
-        if self.on_removed is not None:
-            for topic, partition in self.topics.removed_partitions():
-                self.on_removed(topic, partition)
 
     def _apply_policies(self, res) -> None:
         """The ACLs, quotas and IP lists a response carries: each only when the version we

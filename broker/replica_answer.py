@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from broker.dedup import Dedup
 from broker.offsets import OffsetsPlane
 from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange, TubeqError
@@ -46,9 +45,9 @@ class Followers(Protocol):
 class ReplicaAnswers:
     """Builds ReplicaFetch answers for the partitions this broker leads."""
 
-    def __init__(self, topics: TopicManager, followers: Followers, dedup: Dedup | None,
+    def __init__(self, topics: TopicManager, followers: Followers,
                  offsets: OffsetsPlane | None) -> None:
-        self.topics, self.followers, self.dedup, self.offsets = topics, followers, dedup, offsets
+        self.topics, self.followers, self.offsets = topics, followers, offsets
 
     async def fetch(self, req: pb.ReplicaFetchRequest, run) -> Spliced:
         """Serve a follower: records of each partition from its fetch offset; long-poll (on
@@ -126,13 +125,10 @@ class ReplicaAnswers:
         end, frames = offset, b""
         if offset < reply.log_end:
             end, frames = self._add_records(reply, store, partition, offset, max_bytes)
-        if self.dedup is not None:
-            for b in self.dedup.remembered(topic, partition, -1 if p.producer_state else offset,
-                                           end):
-                reply.producer_batches.add(
-                    producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                    base_sequence=b.batch.base_sequence, count=b.batch.count,
-                    base_offset=b.batch.base_offset)
+        for b in store.producer_batches(partition, -1 if p.producer_state else offset, end):
+            reply.producer_batches.add(
+                producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                base_sequence=b.base_sequence, count=b.count, base_offset=b.base_offset)
         if self.offsets is not None:
             self.followers.follower_offsets_at(topic, partition, replica, p)
             self._add_offsets(reply, p)

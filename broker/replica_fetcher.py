@@ -15,6 +15,7 @@ with nothing to follow for :data:`IDLE_EXIT_S` ends.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -25,7 +26,6 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from broker.dedup import Appended, Dedup, ProducerBatch
 from broker.offsets import OffsetsPlane
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
 from broker.topics import PartitionRole, TopicManager
@@ -38,7 +38,9 @@ from lib.records.layout import crc32
 from lib.rpc import channel
 from lib.tls import Tls
 from lib.wire import split
+from storage.datalog import ProducerFields
 from storage.offsets import CommittedOffset, SinkMark
+from storage.producers import ProducerBatch
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,10 +54,8 @@ class ReplicaFetcher:
     """Starts and ends one :class:`LeaderLoop` per leader address with followed partitions."""
 
     def __init__(self, topics: TopicManager, broker_id: int, cluster_secret: str = "",
-                 tls: Tls | None = None, dedup: Dedup | None = None,
-                 offsets: OffsetsPlane | None = None) -> None:
+                 tls: Tls | None = None, offsets: OffsetsPlane | None = None) -> None:
         self.topics, self.broker_id = topics, broker_id
-        self.dedup = dedup or Dedup()  # the windows copied with the records
         self.offsets = offsets  # where the groups' copied offsets go
         self.call_metadata = cluster_header(cluster_secret)
         self.tls = tls
@@ -196,26 +196,24 @@ class LeaderLoop(threading.Thread):
 
     def _apply(self, store: Store, key: tuple[str, int, int], data: pb.ReplicaFetchData,
                frames: memoryview) -> None:
-        p, dedup = data.partition, self.owner.dedup
+        p = data.partition
         if data.diverging_end_offset >= 0:
             to = max(min(data.diverging_end_offset, store.latest(p)), store.earliest(p))
             event(log, "replica.truncated", topic=data.topic, partition=p,
                   from_offset=store.latest(p), to_offset=to)
-            store.truncate(p, to)
-            dedup.truncate(data.topic, p, to)
+            store.truncate(p, to)  # and the producers' windows with it
             self._truncate_marks(data.topic, p, to)
         elif data.error_code == "OFFSET_OUT_OF_RANGE" and data.log_start > store.latest(p):
             event(log, "replica.reset", topic=data.topic, partition=p,
                   from_offset=store.latest(p), to_offset=data.log_start)
             store.reset(p, data.log_start)
-            dedup.truncate(data.topic, p, -1)
         elif data.error_code:
             self._complain(data)
         else:
+            listed = producer_batches(data)
             if len(frames):
-                append_copied(store, p, data, frames)
-            whole = key not in self._synced
-            dedup.adopt(data.topic, p, producer_batches(data), replace=whole)
+                append_copied(store, p, data, frames, listed)
+            store.adopt_producers(p, listed, replace=key not in self._synced)
             self._synced.add(key)
             self._copy_offsets(data)
             self._copy_marks(data, store.latest(p))
@@ -269,11 +267,9 @@ class LeaderLoop(threading.Thread):
 
 
 def producer_batches(data: pb.ReplicaFetchData) -> list[ProducerBatch]:
-    """The idempotent producer batches a leader listed, as broker/dedup.py keeps them."""
-    return [ProducerBatch(b.producer_id, b.producer_epoch,
-                          Appended(b.base_sequence, b.count, b.base_offset,
-                                   b.base_offset + b.count - 1))
-            for b in data.producer_batches]
+    """The idempotent producer batches a leader listed (storage/producers.py)."""
+    return [ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.count,
+                          b.base_offset) for b in data.producer_batches]
 
 
 def read_answer(raw: bytes, leader: str) -> list[tuple[pb.ReplicaFetchData, memoryview]]:
@@ -287,8 +283,11 @@ def read_answer(raw: bytes, leader: str) -> list[tuple[pb.ReplicaFetchData, memo
 
 
 def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData,
-                  frames: memoryview) -> None:
-    """Append the leader's frames at its offsets, one chunk per leader epoch they span.
+                  frames: memoryview, listed: list[ProducerBatch] = ()) -> None:
+    """Append the leader's frames at its offsets, one chunk per leader epoch they span, and
+    one per idempotent producer batch the leader ``listed`` that they hold whole: its chunk
+    carries the producer's fields, as on the leader, so this copy rebuilds the producers'
+    windows from its own files (storage/producers.py).
 
     A leader that sends their CRC vouches for them as sent (it checked each frame when it
     came in): one CRC of the whole run here, and the frames' structure, instead of each
@@ -310,13 +309,28 @@ def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData,
     if not bounds or bounds[0][1] > 0:  # records before the first epoch listed: epoch 0
         first = [e.epoch for e in data.epochs if e.start_offset <= base]
         bounds.insert(0, (first[-1] if first else 0, 0))
-    for i, (epoch, lo) in enumerate(bounds):
-        hi = bounds[i + 1][1] if i + 1 < len(bounds) else count
-        if hi <= lo:
-            continue
+    for epoch, lo, hi, producer in copied_runs(base, count, bounds, listed):
         run = frames[int(starts[lo]):int(starts[hi])]
         run_sizes = sizes[lo:hi]
         tags, stamps = frame_columns(run, run_sizes, contents=not whole)
         view = BatchView(count=hi - lo, producer_id=-1, producer_epoch=-1, base_sequence=-1,
                          sizes=run_sizes, tag_hashes=tags, timestamps=stamps, frames=run)
-        store.append(partition, view, leader_epoch=epoch, at=base + lo)
+        store.append(partition, view, leader_epoch=epoch, at=base + lo, producer=producer)
+
+
+def copied_runs(base: int, count: int, bounds: list[tuple[int, int]],
+                listed: list[ProducerBatch]
+                ) -> list[tuple[int, int, int, ProducerFields | None]]:
+    """(leader epoch, first, end, producer fields or None) of each chunk to append: records
+    [first, end) of the ``count`` copied from offset ``base``, cut where the leader epoch
+    changes (``bounds``: (epoch, first) ascending, the first at 0) and around every listed
+    batch held whole (a batch never spans two epochs: one leader appended it)."""
+    whole = {(b.base_offset - base, b.base_offset - base + b.count):
+             ProducerFields(b.producer_id, b.producer_epoch, b.base_sequence)
+             for b in listed if base <= b.base_offset and b.base_offset + b.count <= base + count}
+    edges = sorted({0, count, *(lo for _e, lo in bounds), *(e for pair in whole for e in pair)})
+    runs = []
+    for lo, hi in itertools.pairwise(edges):
+        epoch = [e for e, first in bounds if first <= lo][-1]
+        runs.append((epoch, lo, hi, whole.get((lo, hi))))
+    return runs

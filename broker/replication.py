@@ -26,7 +26,7 @@ the version the follower names (broker/offsets.py), so a new leader serves them;
 exactly-once sinks' marks and intents (broker/sinks.py); a follower stores a mark only once it
 holds the records it covers.
 
-**Idempotent producers**: each answer lists the producer batches (broker/dedup.py) its records
+**Idempotent producers**: each answer lists the producer batches (storage/producers.py) its records
 complete, or with ``producer_state`` every one remembered below their end, so a follower that
 becomes leader answers a retry the way this broker would have.
 
@@ -39,7 +39,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from broker.dedup import Dedup
 from broker.offsets import OffsetsPlane
 from broker.replica_answer import ReplicaAnswers
 from broker.topics import TopicManager
@@ -84,18 +83,17 @@ class IsrChange:
 class ReplicaLeader:
     """Follower positions and high watermarks of the partitions this broker leads."""
 
-    def __init__(self, topics: TopicManager, broker_id: int, dedup: Dedup | None = None,
+    def __init__(self, topics: TopicManager, broker_id: int,
                  offsets: OffsetsPlane | None = None, clock=time.monotonic) -> None:
         self.topics = topics
         self.broker_id = broker_id
-        self.dedup = dedup  # idempotent producers' windows, listed to followers
         self.offsets = offsets  # groups' committed offsets, sent to followers
         self._clock = clock
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], _Followed] = {}
         # (topic, partition) -> leader epoch: writes held while the leadership moves away
         self._held: dict[tuple[str, int], int] = {}
-        self._answers = ReplicaAnswers(topics, self, dedup, offsets)
+        self._answers = ReplicaAnswers(topics, self, offsets)
 
     def _state(self, topic: str, partition: int) -> _Followed:
         """Under ``_lock``: the partition's follower state, new from now when first seen

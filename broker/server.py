@@ -32,7 +32,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.config import BrokerConfig
 from broker.data import DataPlane
-from broker.dedup import Dedup
 from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
@@ -82,23 +81,20 @@ class Broker:
         self.refusals = RefusalLog(config.audit_refusal_window_s, config.audit_refusal_kinds)
         self.topics = TopicManager(data_dir, config.store)
         self.offset_store = OffsetStore(data_dir / "offsets")
-        self.dedup = Dedup()
         self.offsets = OffsetsPlane(self.topics, self.offset_store, self.term)
         self.executor = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rpc")
-        self.replication = ReplicaLeader(self.topics, config.broker_id, self.dedup,
-                                         self.offsets)
+        self.replication = ReplicaLeader(self.topics, config.broker_id, self.offsets)
         self.sinks = SinkPlane(self.topics, self.offsets, config.sink_staging_bytes,
                                config.sink_staging_ttl_s, self._appended,
                                holding=self.replication.holding)
         self.service = BrokerService(
-            DataPlane(config, self.topics, self.dedup, self.metrics, self.replication),
+            DataPlane(config, self.topics, self.metrics, self.replication),
             self.offsets,
             PushPlane(config, self.topics, self.metrics, self.replication, self.quotas),
             self.metrics, self.executor, self.sinks, self.replication, self.quotas)
         self.fetcher = ReplicaFetcher(self.topics, config.broker_id,
                                       config.resolved_cluster_secret,
-                                      server_tls(config).as_client(), self.dedup,
-                                      self.offsets)
+                                      server_tls(config).as_client(), self.offsets)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None
@@ -133,7 +129,6 @@ class Broker:
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.unreachable = self.fetcher.unreachable_leaders
             self.fetcher.on_unreachable = self.link.heartbeat_soon
-            self.link.on_removed = self._forget_partition
             self.link.start()
             self.fetcher.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
@@ -187,14 +182,8 @@ class Broker:
         self.metrics.produced(topic, partition, nbytes, records)
         self.topics.notify(topic)
 
-    def _forget_partition(self, topic: str, partition: int) -> None:
-        """A copy that left this broker: its producer windows go with it (a copy placed here
-        again takes the leader's whole windows on its first fetch)."""
-        self.dedup.truncate(topic, partition, -1)
-
     def _forget_topic(self, topic: str) -> None:
         self.offsets.forget_topic(topic)
-        self.dedup.forget_topic(topic)
 
     def _keep_isr(self) -> None:
         """Shrink and expand the ISR of the partitions led here (broker/replication.py)."""

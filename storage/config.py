@@ -56,12 +56,21 @@ class StoreConfig:
     # them instead of filling fresh ones (docs/operations.md, "Page cache window"). 0 leaves it
     # to the kernel.
     page_cache_window_bytes: int = 64 * MiB
+    # Idempotent producers (storage/producers.py): a partition remembers the last batches of
+    # at most this many producers (the least recently used go first), forgets one unused for
+    # this long (Kafka's producer.id.expiration.ms), and the store snapshots the windows at
+    # most this often (recovery replays the data log written since).
+    producer_state_max: int = 1000
+    producer_state_expiry_ms: int = 24 * 3600 * 1000
+    producer_snapshot_interval_ms: int = 30_000
 
     def validate(self) -> None:
         for name in ("cache_block_bytes", "cache_block_messages", "cache_flush_interval_ms",
                      "fsync_every_messages", "fsync_every_bytes", "fsync_interval_ms",
                      "checkpoint_interval_ms", "segment_bytes", "index_segment_entries",
-                     "retention_check_interval_ms", "max_message_bytes", "max_batch_bytes"):
+                     "retention_check_interval_ms", "max_message_bytes", "max_batch_bytes",
+                     "producer_state_max", "producer_state_expiry_ms",
+                     "producer_snapshot_interval_ms"):
             require(getattr(self, name) > 0, f"StoreConfig.{name} must be > 0")
         require(self.disk_reserve_bytes >= 0, "StoreConfig.disk_reserve_bytes must be >= 0")
         require(self.page_cache_window_bytes >= 0,

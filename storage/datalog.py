@@ -7,7 +7,15 @@ is a sequence of *chunks*, one per appended batch::
     magic "TQCH" | partition u32 | count u32 | base_offset i64 | frames_len u32
     | leader_epoch u32 | crc u32 (of the 28 bytes before it) | frames ...
 
-so that recovery can rebuild every partition's index from the data log alone. ``leader_epoch``
+so that recovery can rebuild every partition's index from the data log alone. A chunk of an
+idempotent producer's batch has the producer's fields too (version 2, magic "TQC2")::
+
+    magic "TQC2" | partition u32 | count u32 | base_offset i64 | frames_len u32
+    | leader_epoch u32 | producer_id i64 | producer_epoch i16 | attrs u16
+    | base_sequence i32 | crc u32 (of the 44 bytes before it) | frames ...
+
+so that a broker rebuilds its producers' de-duplication windows from its own files
+(storage/producers.py); other chunks keep the 32-byte header. ``leader_epoch``
 is the epoch of the leader that assigned the chunk's offsets (replication; storage/epochs.py);
 0 means none, which is also how chunks written before the field existed (reserved, always 0)
 read. A chunk with no records (count 0, frames_len 0) is a *marker*: the partition's log was
@@ -34,15 +42,48 @@ from storage.segments import Segment, SegmentedLog, SegmentList, pwrite_all
 
 CHUNK = struct.Struct("<4sIIqIII")
 CHUNK_MAGIC = b"TQCH"
+PRODUCER_CHUNK = struct.Struct("<4sIIqIIqhHiI")
+PRODUCER_MAGIC = b"TQC2"
 SUFFIX = ".log"
 DROP_ALIGN = 2 << 20  # drop_cached lets go of whole 2 MiB units (a huge folio)
 
 
+@dataclass(frozen=True)
+class ProducerFields:
+    """An idempotent producer's batch, as its chunk header carries it."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    attrs: int = 0
+
+
 def chunk_header(partition: int, count: int, base_offset: int, frames_len: int,
-                 leader_epoch: int = 0) -> bytes:
+                 leader_epoch: int = 0, producer: ProducerFields | None = None) -> bytes:
     """The header of a chunk (module docstring); its CRC covers every field, the epoch too."""
-    head = CHUNK.pack(CHUNK_MAGIC, partition, count, base_offset, frames_len, leader_epoch, 0)
+    if producer is None:
+        head = CHUNK.pack(CHUNK_MAGIC, partition, count, base_offset, frames_len, leader_epoch,
+                          0)
+    else:
+        head = PRODUCER_CHUNK.pack(PRODUCER_MAGIC, partition, count, base_offset, frames_len,
+                                   leader_epoch, producer.producer_id, producer.producer_epoch,
+                                   producer.attrs, producer.base_sequence, 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
+
+
+def header_size(producer: ProducerFields | None) -> int:
+    return CHUNK.size if producer is None else PRODUCER_CHUNK.size
+
+
+@dataclass(frozen=True)
+class ChunkHead:
+    partition: int
+    count: int
+    base_offset: int
+    frames_len: int
+    leader_epoch: int
+    size: int  # of the header: 32, or 48 with producer fields
+    producer: ProducerFields | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +94,18 @@ class ScannedChunk:
     frames_len: int
     leader_epoch: int
     frames_pos: int  # data position right after the header: where the frames (would) start
+    header_size: int = CHUNK.size
+    producer: ProducerFields | None = None
+
+    @property
+    def position(self) -> int:
+        """Where the chunk's header starts."""
+        return self.frames_pos - self.header_size
+
+    @property
+    def end(self) -> int:
+        """The data position right after the chunk."""
+        return self.frames_pos + self.frames_len
 
 
 @dataclass(frozen=True)
@@ -219,18 +272,18 @@ def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],
                     out += [*held, chunk]
                     damage += seen
                     held, seen = [], []
-                    local = good = local + CHUNK.size + chunk.frames_len
+                    local = good = local + chunk.header_size + chunk.frames_len
                     continue
                 head = _intact_header(mv, local)
                 if head is not None:  # frames damaged: the chunk's offsets become holes
-                    partition, count, base_offset, frames_len, epoch = head
-                    at = seg.base + local + CHUNK.size
-                    held.append(ScannedChunk(partition, base_offset, holes(count, at),
-                                             frames_len, epoch, at))
-                    seen.append(Damage(seg.base + local, CHUNK.size + frames_len, why,
-                                       partition=partition, base_offset=base_offset,
-                                       count=count))
-                    local += CHUNK.size + frames_len
+                    at = seg.base + local + head.size
+                    held.append(ScannedChunk(head.partition, head.base_offset,
+                                             holes(head.count, at), head.frames_len,
+                                             head.leader_epoch, at, head.size))
+                    seen.append(Damage(seg.base + local, head.size + head.frames_len, why,
+                                       partition=head.partition, base_offset=head.base_offset,
+                                       count=head.count))
+                    local += head.size + head.frames_len
                     continue
                 resume = _next_valid_chunk(mm, mv, local + 1, seg.base)
                 if resume is None:
@@ -254,26 +307,35 @@ def holes(count: int, position: int) -> np.ndarray:
     return entries
 
 
-def _intact_header(mv: memoryview, at: int) -> tuple[int, int, int, int, int] | None:
-    """(partition, count, base_offset, frames_len, leader_epoch) of a chunk whose header checks
-    out and whose frames fit in the segment, even if the frames themselves are damaged."""
-    if at + CHUNK.size > len(mv):
+def _intact_header(mv: memoryview, at: int) -> ChunkHead | None:
+    """The header of a chunk that checks out and whose frames fit in the segment, even if the
+    frames themselves are damaged."""
+    magic = bytes(mv[at:at + 4])
+    if magic == CHUNK_MAGIC and at + CHUNK.size <= len(mv):
+        _m, partition, count, base_offset, frames_len, epoch, crc = CHUNK.unpack_from(mv, at)
+        size, producer = CHUNK.size, None
+    elif magic == PRODUCER_MAGIC and at + PRODUCER_CHUNK.size <= len(mv):
+        (_m, partition, count, base_offset, frames_len, epoch, pid, pepoch, attrs, seq,
+         crc) = PRODUCER_CHUNK.unpack_from(mv, at)
+        size, producer = PRODUCER_CHUNK.size, ProducerFields(pid, pepoch, seq, attrs)
+    else:
         return None
-    magic, partition, count, base_offset, frames_len, epoch, crc = CHUNK.unpack_from(mv, at)
-    if magic != CHUNK_MAGIC or zlib.crc32(mv[at:at + CHUNK.size - 4]) != crc:
+    if zlib.crc32(mv[at:at + size - 4]) != crc:
         return None
     if count == 0 and frames_len != 0:  # a marker has no records and no bytes
         return None
-    if base_offset < 0 or at + CHUNK.size + frames_len > len(mv):
+    if base_offset < 0 or at + size + frames_len > len(mv):
         return None
-    return partition, count, base_offset, frames_len, epoch
+    return ChunkHead(partition, count, base_offset, frames_len, epoch, size, producer)
 
 
 def _next_valid_chunk(mm: mmap.mmap, mv: memoryview, start: int, seg_base: int) -> int | None:
     while True:
-        at = mm.find(CHUNK_MAGIC, start)
-        if at < 0:
+        found = [at for magic in (CHUNK_MAGIC, PRODUCER_MAGIC)
+                 if (at := mm.find(magic, start)) >= 0]
+        if not found:
             return None
+        at = min(found)
         if parse_chunk(mv, at, seg_base)[0] is not None:
             return at
         start = at + 1
@@ -287,12 +349,11 @@ def parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | 
     head = _intact_header(mv, at)
     if head is None:
         return None, "chunk header damaged or its frames run past the segment"
-    partition, count, base_offset, frames_len, epoch = head
-    start = at + CHUNK.size
+    count, start = head.count, at + head.size
     if count == 0:  # a marker (module docstring)
-        return ScannedChunk(partition, base_offset, np.empty(0, INDEX_DTYPE), 0, epoch,
-                            seg_base + start), ""
-    frames = mv[start:start + frames_len]
+        return ScannedChunk(head.partition, head.base_offset, np.empty(0, INDEX_DTYPE), 0,
+                            head.leader_epoch, seg_base + start, head.size), ""
+    frames = mv[start:start + head.frames_len]
     try:
         sizes = frame_sizes(frames)
         if len(sizes) != count:
@@ -305,4 +366,5 @@ def parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | 
     entries["size"] = sizes
     entries["tag"] = tags
     entries["ts"] = times
-    return ScannedChunk(partition, base_offset, entries, frames_len, epoch, seg_base + start), ""
+    return ScannedChunk(head.partition, head.base_offset, entries, head.frames_len,
+                        head.leader_epoch, seg_base + start, head.size, head.producer), ""

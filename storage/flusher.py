@@ -29,6 +29,7 @@ from lib.logs import event
 from storage.cache import CacheBlock
 from storage.core import StoreCore
 from storage.index import ENTRY
+from storage.producers import SnapshotSchedule, write_snapshot
 from storage.recovery import Checkpoint
 from storage.retention import segments_to_delete
 from storage.space import is_disk_full
@@ -58,6 +59,8 @@ class Flusher:
         self._last_retention = self.clock()  # first check one interval after open
         self._disk_full_since = 0.0
         self._written: CacheBlock | None = None  # the block being flushed, once in the files
+        self._snapshots = SnapshotSchedule(core.dir, core.config.producer_snapshot_interval_ms
+                                           / 1e3, self.clock)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"flusher-{core.topic}-{core.store_id}")
 
@@ -206,10 +209,25 @@ class Flusher:
             position = self.synced_pos
             next_offsets = {p: part.flushed for p, part in c.parts.items()}
             parts = list(c.parts.values())  # add_partition may insert while we sync
+            snapshot = self._snapshots.due(c.parts, position, int(self.wall_clock() * 1e3),
+                                           force)
         for part in parts:
             part.index.sync()
+        if snapshot is not None:  # before the checkpoint: one that covers producer batches
+            self._write_snapshot(position, *snapshot)  # never comes without a snapshot
         c.checkpoint.save(Checkpoint(position, next_offsets))
         self._last_checkpoint, self._checkpointed = self.clock(), position
+
+    def _write_snapshot(self, position: int, rows, state: tuple) -> None:
+        """A failed snapshot costs recovery a longer scan (from the previous one), never
+        data: logged, and tried again at the next checkpoint."""
+        try:
+            write_snapshot(self.core.dir, position, rows)
+        except StorageError as exc:
+            event(log, "store.producer_snapshot_failed", logging.ERROR, store=self.core.name,
+                  error=exc.message)
+            return
+        self._snapshots.written(state)
 
     def _maybe_retention(self) -> None:
         interval = self.core.config.retention_check_interval_ms / 1e3

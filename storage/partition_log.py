@@ -37,10 +37,11 @@ from lib.errors import InvalidArgument, OffsetOutOfRange, StorageError, UnknownP
 from lib.logs import event
 from lib.records import tag_hash
 from storage.cache import CacheBlock, CachePair, read_span
-from storage.datalog import DataLog
+from storage.datalog import DataLog, ScannedChunk
 from storage.epochs import LeaderEpochs
 from storage.fsutil import fsync_dir
 from storage.index import IndexLog
+from storage.producers import ProducerBatch, ProducerLimits, ProducerWindows, read_snapshot
 from storage.recovery import Checkpoint, recover
 from storage.removal import (
     create_dir,
@@ -93,10 +94,12 @@ class PartitionLog:
     """Partition ``partition`` of ``topic`` in one store (module docstring)."""
 
     __slots__ = ("topic", "partition", "index", "epochs", "epoch", "next", "flushed",
-                 "earliest", "opened")
+                 "earliest", "opened", "producers")
 
-    def __init__(self, topic: str, partition: int, index: IndexLog) -> None:
+    def __init__(self, topic: str, partition: int, index: IndexLog,
+                 limits: ProducerLimits = ProducerLimits()) -> None:
         self.topic, self.partition, self.index = topic, partition, index
+        self.producers = ProducerWindows(topic, partition, limits)
         self.epochs = LeaderEpochs(index.dir)
         self.epoch = 0  # the latest epoch in ``epochs`` (0: none); see refresh_epoch
         self.refresh_epoch()
@@ -107,11 +110,12 @@ class PartitionLog:
 
     @classmethod
     def create(cls, store_dir: Path, topic: str, partition: int, origin: int,
-               index_segment_entries: int) -> PartitionLog:
+               index_segment_entries: int, limits: ProducerLimits = ProducerLimits()
+               ) -> PartitionLog:
         """The partition's log in ``store_dir``; a dir created new records that its copy
         starts at data position ``origin`` (storage/removal.py)."""
         return cls(topic, partition, _open_index(store_dir, partition, origin,
-                                                 index_segment_entries))
+                                                 index_segment_entries), limits)
 
     def refresh_epoch(self) -> None:
         """Cache the latest epoch: an append whose epoch equals it costs one comparison."""
@@ -274,6 +278,9 @@ class PartitionLog:
         self.opened = min(self.opened, offset)
         if reset:
             self.earliest = offset
+            self.producers.clear()
+        else:
+            self.producers.truncate(offset)
 
     # ------------------------------------------------------------------ removal
 
@@ -289,32 +296,65 @@ class PartitionLog:
 
 
 def open_logs(store_dir: Path, topic: str, partitions: Iterable[int], data: DataLog,
-              checkpoint: Checkpoint | None, index_segment_entries: int
+              checkpoint: Checkpoint | None, index_segment_entries: int,
+              limits: ProducerLimits = ProducerLimits(), now_ms: int = 0
               ) -> dict[int, PartitionLog]:
     """Open the partitions' logs of a store and make them agree with its data log.
 
     A partition without a dir starts where its last removed copy ended, or at 0 (rebuilt from
     the whole data log); recovery ignores each partition's chunks below its origin. A crash
     can lose the log's tail after its epoch was recorded: no epoch may point past the
-    recovered log.
+    recovered log. The producers' windows are the snapshot's, with the chunks after its
+    position replayed over them (storage/producers.py); recovery scans from there at the
+    latest.
     """
     sweep(store_dir)
     removed = removed_at(store_dir)
     indexes = {p: _open_index(store_dir, p, removed.get(p, 0), index_segment_entries)
                for p in sorted(set(partitions))}
     origins = {p: read_origin(index.dir) for p, index in indexes.items()}
-    recover(store_dir, data, indexes, checkpoint, origins)
+    snapshot = read_snapshot(store_dir)
+    since = snapshot[0] if snapshot is not None else None
+    placed = recover(store_dir, data, indexes, checkpoint, origins, scan_from=since)
     for p, origin in origins.items():
         if origin > data.end:
             # A crash lost the cached tail the copy was added at, or recovery cut a torn
             # tail: nothing lies past the end any more, and appends go on from there.
             write_origin(indexes[p].dir, data.end)
-    logs = {p: PartitionLog(topic, p, index) for p, index in indexes.items()}
+    logs = {p: PartitionLog(topic, p, index, limits) for p, index in indexes.items()}
     for part in logs.values():
         part.index.keep_end()  # recovery may have reset it: keep where it continues
         part.epochs.truncate_from_end(part.next)
         part.refresh_epoch()
+    if snapshot is not None:
+        rows = snapshot[1]
+        for p, part in logs.items():  # not the rows of an earlier copy (storage/removal.py)
+            mine = (rows["partition"] == p) & ((rows["end_pos"] < 0)
+                                               | (rows["end_pos"] > origins[p]))
+            part.producers.load(rows[mine])
+    replay_producers(logs, [c for c in placed if since is None or c.position >= since],
+                     now_ms)
     return logs
+
+
+def replay_producers(logs: dict[int, PartitionLog], chunks: Iterable[ScannedChunk],
+                     now_ms: int) -> None:
+    """Bring the windows up to the recovered log: the producer batches of ``chunks`` (in log
+    order) are remembered, a marker cuts the windows as it cut the log; then nothing past a
+    partition's recovered end is remembered."""
+    for chunk in chunks:
+        part = logs.get(chunk.partition)
+        if part is None:
+            continue
+        if not len(chunk.entries):  # a marker: the log was cut back (or reset) to its base
+            part.producers.truncate(chunk.base_offset)
+        elif chunk.producer is not None:
+            f = chunk.producer
+            part.producers.record(ProducerBatch(f.producer_id, f.producer_epoch,
+                                                f.base_sequence, len(chunk.entries),
+                                                chunk.base_offset, chunk.end), now_ms)
+    for part in logs.values():
+        part.producers.truncate(part.next)
 
 
 def _open_index(store_dir: Path, partition: int, origin: int, entries: int) -> IndexLog:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from lib.logs import event
 from lib.records import FRAME_HEADER_SIZE
-from storage.datalog import CHUNK, Damage, DataLog, ScannedChunk, holes
+from storage.datalog import Damage, DataLog, ScannedChunk, holes
 from storage.fsutil import atomic_write
 from storage.index import IndexLog
 
@@ -82,25 +82,32 @@ def read_checkpoint(store_dir: Path) -> Checkpoint | None:
 
 
 def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog],
-            cp: Checkpoint | None, origins: Mapping[int, int] | None = None) -> None:
+            cp: Checkpoint | None, origins: Mapping[int, int] | None = None,
+            scan_from: int | None = None) -> list[ScannedChunk]:
     """Make ``indexes`` agree with the valid chunks of ``data`` (cutting bad tails), scanning
-    only after checkpoint ``cp`` when the files agree with it (storage/checkpoints.py).
-    A partition's chunks below its position in ``origins`` (default 0) are not its copy's."""
+    only after checkpoint ``cp`` when the files agree with it (storage/checkpoints.py), and
+    from ``scan_from`` at the latest (the producers' snapshot, storage/producers.py).
+    A partition's chunks below its position in ``origins`` (default 0) are not its copy's.
+    Returns the chunks placed in the indexes, in log order."""
     origins = origins or {}
     for index in indexes.values():
         index.sanitize_tail(data.end)
     start = _scan_start(cp, data, indexes)
+    if scan_from is not None and scan_from < start:
+        start = max(scan_from, data.start)
     for p, index in indexes.items():
         if cp is not None and start == cp.position:
             index.truncate(min(index.end, cp.next_offsets.get(p, index.start)))
         else:
             index.truncate(index.first_at_or_after(start))
     chunks, damage = data.scan(start)
+    placed = []
     for chunk in chunks:
         index = indexes.get(chunk.partition)
-        if index is None or chunk.frames_pos - CHUNK.size < origins.get(chunk.partition, 0):
+        if index is None or chunk.position < origins.get(chunk.partition, 0):
             continue  # a partition (or a copy of it) no longer here: ages out with retention
         _place(index, chunk, damage, store_dir)
+        placed.append(chunk)
     for d in damage:
         event(log, "store.recovery_damage", logging.ERROR, store=str(store_dir),
               position=d.position, bytes=d.length, reason=d.reason, cut=d.cut,
@@ -108,6 +115,7 @@ def recover(store_dir: Path, data: DataLog, indexes: dict[int, IndexLog],
     # Entries can still point past the (possibly cut) end of the data log: drop them.
     for index in indexes.values():
         index.truncate(index.first_at_or_after(data.end))
+    return placed
 
 
 def _place(index: IndexLog, chunk: ScannedChunk, damage: list[Damage], store_dir: Path) -> None:

@@ -56,11 +56,12 @@ from storage.cache import CachePair
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.core import StoreCore
-from storage.datalog import CHUNK, DataLog, chunk_header
+from storage.datalog import CHUNK, DataLog, ProducerFields, chunk_header, header_size
 from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, INDEX_DTYPE, IndexLog, index_entries
 from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
+from storage.producers import ProducerBatch, ProducerLimits
 from storage.removal import settle
 from storage.space import SpaceGuard
 from storage.sync_policy import SyncPolicy
@@ -85,8 +86,9 @@ class Store(Closeable):
         self.dir.mkdir(parents=True, exist_ok=True)
         data = DataLog(self.dir / "data", cfg.segment_bytes)
         checkpoint = checkpoint or OwnCheckpoint(self.dir)
+        self._limits = ProducerLimits(cfg.producer_state_max, cfg.producer_state_expiry_ms)
         parts = open_logs(self.dir, self.topic, partitions, data, checkpoint.read(),
-                          cfg.index_segment_entries)
+                          cfg.index_segment_entries, self._limits, int(wall_clock() * 1e3))
         self._core = StoreCore(
             self.topic, store_id, self.dir, cfg, data, checkpoint, parts,
             space or SpaceGuard(self.dir, cfg.disk_reserve_bytes),
@@ -113,7 +115,7 @@ class Store(Closeable):
             if partition not in self._core.parts:
                 self._core.parts[partition] = PartitionLog.create(
                     self.dir, self.topic, partition, self._core.cache.active.end_pos,
-                    self.config.index_segment_entries)
+                    self.config.index_segment_entries, self._limits)
 
     def remove_partition(self, partition: int) -> None:
         """Stop hosting ``partition`` and delete its files (index and leader epochs), durably;
@@ -153,10 +155,10 @@ class Store(Closeable):
                            max_batch_bytes=self.config.max_batch_bytes)
 
     def append(self, partition: int, batch: bytes | memoryview | BatchView,
-               wait: bool = True, *, leader_epoch: int = 0,
-               at: int | None = None) -> tuple[int, int] | None:
+               wait: bool = True, *, leader_epoch: int = 0, at: int | None = None,
+               producer: ProducerFields | None = None) -> tuple[int, int] | None:
         """Append a record batch (raw, or as :meth:`parse` returned it); returns
-        (base_offset, last_offset).
+        (base_offset, last_offset). :meth:`append_batch` says whether it was stored now.
 
         ``async`` topics return once the batch is in the cache block; ``sync`` topics return
         after the fsync that covers it (one fsync serves every waiting append). With
@@ -169,14 +171,38 @@ class Store(Closeable):
         base offset (a durable file write, once per new epoch). ``at`` is for a follower
         appending the leader's batch at the leader's offsets: it must be the partition's next
         offset (InvalidArgument otherwise, nothing changed).
+
+        An idempotent producer's batch (``producer_id`` >= 0) is stored once: a retry of one
+        the partition remembers gets the stored batch's offsets, after the fsync that covers
+        it on a ``sync`` topic (storage/producers.py; ProducerFenced, OutOfOrderSequence).
+        A follower passes the leader's ``producer`` fields of a copied batch with ``at``.
         """
+        got = self.append_batch(partition, batch, wait, leader_epoch=leader_epoch, at=at,
+                                producer=producer)
+        return None if got is None else (got[0], got[1])
+
+    def append_batch(self, partition: int, batch: bytes | memoryview | BatchView,
+                     wait: bool = True, *, leader_epoch: int = 0, at: int | None = None,
+                     producer: ProducerFields | None = None) -> tuple[int, int, bool] | None:
+        """:meth:`append`, saying whether the batch was stored now: (base, last, True), or
+        (base, last, False) for a retry of an idempotent batch stored before."""
         cfg = self.config
         view = batch if isinstance(batch, BatchView) else self.parse(batch)
         if not wait and cfg.durability == "sync":
             return None
-        need = CHUNK.size + len(view.frames)
+        if producer is None and view.producer_id >= 0:
+            producer = ProducerFields(view.producer_id, view.producer_epoch,
+                                      view.base_sequence)
         with self._core.cond:
             part = self._writable_partition(partition)
+            if producer is not None and at is None:
+                stored = part.producers.check(producer.producer_id, producer.producer_epoch,
+                                              producer.base_sequence, view.count)
+                if stored is not None:
+                    if cfg.durability == "sync":
+                        self._flusher.wait_synced(stored.end_pos)
+                    return stored.base_offset, stored.last_offset, False
+            need = header_size(producer) + len(view.frames)
             while not self._core.cache.active.fits(need):
                 if not wait and self._core.cache.flushing is not None:
                     return None
@@ -189,15 +215,21 @@ class Store(Closeable):
             base = part.next
             block = self._core.cache.active
             first_in_block = block.fill == 0
-            header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch)
+            header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch,
+                                  producer)
             block.add(partition, base, header, view.frames,
-                      index_entries(view, block.end_pos + CHUNK.size))
+                      index_entries(view, block.end_pos + len(header)))
             part.next = base + view.count
+            if producer is not None:
+                part.producers.record(
+                    ProducerBatch(producer.producer_id, producer.producer_epoch,
+                                  producer.base_sequence, view.count, base, block.end_pos),
+                    int(self._wall_clock() * 1e3))
             if first_in_block or self._policy.block_full(block):
                 self._core.cond.notify_all()  # the flusher sleeps until a block needs it
             if cfg.durability == "sync":
                 self._flusher.wait_synced(block.end_pos)
-        return base, base + view.count - 1
+        return base, base + view.count - 1, True
 
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
              tags: Sequence[str] | None = None, max_records: int | None = None,
@@ -321,6 +353,21 @@ class Store(Closeable):
         self._core.cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
                                np.empty(0, INDEX_DTYPE))
         self._core.cond.notify_all()
+
+    def producer_batches(self, partition: int, start: int, end: int) -> list[ProducerBatch]:
+        """The idempotent batches the partition remembers whose last record is in
+        [start, end) (start -1: all below ``end``), oldest first: what a leader lists to its
+        followers."""
+        with self._core.cond:
+            return self._readable_partition(partition).producers.between(start, end)
+
+    def adopt_producers(self, partition: int, batches: list[ProducerBatch],
+                        replace: bool = False) -> None:
+        """Remember batches a leader listed after their records were copied here;
+        ``replace``: they are its whole windows (storage/producers.py)."""
+        with self._core.cond:
+            self._readable_partition(partition).producers.adopt(
+                batches, int(self._wall_clock() * 1e3), replace)
 
     def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
         """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""

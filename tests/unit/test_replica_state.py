@@ -14,7 +14,6 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.data import DataPlane
-from broker.dedup import Dedup
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.replica_fetcher import LeaderLoop, ReplicaFetcher, read_answer
@@ -41,18 +40,16 @@ class Side:
     def __init__(self, path, broker_id: int) -> None:
         self.id = broker_id
         self.topics = TopicManager(path / str(broker_id), StoreConfig(cache_flush_interval_ms=10))
-        self.dedup = Dedup()
         self.offset_store = OffsetStore(path / f"offsets{broker_id}", map_size=1 << 24)
         self.offsets = OffsetsPlane(self.topics, self.offset_store, TermWatermark())
-        self.leader = ReplicaLeader(self.topics, broker_id, self.dedup, self.offsets)
-        self.plane = DataPlane(BrokerConfig(), self.topics, self.dedup, BrokerMetrics(),
-                               self.leader)
+        self.leader = ReplicaLeader(self.topics, broker_id, self.offsets)
+        self.plane = DataPlane(BrokerConfig(), self.topics, BrokerMetrics(), self.leader)
         self.new_loop()
 
     def new_loop(self) -> None:
         """A fetch loop of its own (as after a restart: it has been told nothing yet)."""
-        self.loop = LeaderLoop(ReplicaFetcher(self.topics, self.id, dedup=self.dedup,
-                                               offsets=self.offsets), "127.0.0.1:1")
+        self.loop = LeaderLoop(ReplicaFetcher(self.topics, self.id, offsets=self.offsets),
+                               "127.0.0.1:1")
 
     def be(self, leader: int, epoch: int) -> None:
         self.topics.apply(SPEC, [("t", 0)], roles={("t", 0): role(leader, epoch)},
@@ -148,8 +145,8 @@ def test_a_replica_that_joins_late_gets_the_whole_windows(pair):
     one, two = pair
     one.produce(0, 3)
     two.fetch_from(one)
-    two.dedup = Dedup()  # as after a restart: the records are here, the windows are not
-    two.plane.dedup = two.dedup
+    # as after losing the windows: the records are here, the windows are not
+    two.topics.replica_store("t", 0).adopt_producers(0, [], replace=True)
     two.new_loop()
     one.produce(3, 1)
     data = two.fetch_from(one)  # the first fetch of this loop asks for the whole state
@@ -169,8 +166,10 @@ def test_a_truncated_batch_is_forgotten(pair):
     data = two.fetch_from(one)
     assert data.diverging_end_offset == 3
     assert two.topics.replica_store("t", 0).latest(0) == 3
-    assert two.dedup.remembered("t", 0, -1, 1 << 60)[-1].batch.base_sequence == 0
-    assert two.dedup.check(PID, 0, 3, 2, "t", 0) is None, "sequence 3 may be written again"
+    assert two.topics.replica_store("t", 0).producer_batches(0, -1, 1 << 60)[-1] \
+        .base_sequence == 0
+    one.be(1, 6)
+    assert one.produce(3, 2) == (3, 4), "sequence 3 may be written again"
 
 
 def test_committed_offsets_reach_the_follower_once_whole_then_as_they_change(pair):
@@ -198,7 +197,7 @@ def test_a_new_leader_process_sends_every_group_again(pair):
     one.commit("g", 1)
     two.fetch_from(one)
     one.offsets = OffsetsPlane(one.topics, one.offset_store, TermWatermark())  # a restart
-    one.leader = ReplicaLeader(one.topics, one.id, one.dedup, one.offsets)
+    one.leader = ReplicaLeader(one.topics, one.id, one.offsets)
     data = two.fetch_from(one)  # another incarnation: the whole state again
     assert [(g.group, g.offset) for g in data.group_offsets] == [("g", 1)]
 
