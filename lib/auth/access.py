@@ -73,6 +73,20 @@ class Access:
                 "it, or one denies it: see tubeq acl list)", operation=operation,
                 resource=resource, name=name[:256]))
 
+    def check_somewhere(self, operation: str, resource: str, what: str) -> None:
+        """PermissionDenied unless ``operation`` is allowed on at least one name of
+        ``resource`` (:meth:`~lib.auth.acl.Authorizer.allowed_somewhere`; the ACLs only: the
+        IP lists of one topic are for the calls that name it). ``what``: the call, for the
+        refusal's message."""
+        i = self.identity
+        if self.authorizer is None or self.authorizer.allowed_somewhere(
+                i.principal, i.roles, i.kind, operation, resource):
+            return
+        self._refuse(PermissionDenied(
+            f"{i.principal} may not {operation} on any {resource} ({what} needs {operation} on "
+            f"at least one {resource}: no ACL allows it, or one denies it: see tubeq acl list)",
+            operation=operation, resource=resource, name=""))
+
     def check_address(self) -> None:
         """PermissionDenied unless the cluster's IP lists let the caller in."""
         if not self._reachable("cluster", CLUSTER_NAME):

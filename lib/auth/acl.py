@@ -54,12 +54,23 @@ class Acl:
 
     def matches(self, principals: frozenset[str], operation: str, resource: str,
                 name: str) -> bool:
-        if self.resource != resource or self.principal not in principals:
-            return False
-        if self.operation not in ("all", operation) and not (
-                operation == "describe" and self.operation in _GRANT_DESCRIBE):
+        if not self.applies(principals, operation, resource):
             return False
         return name == self.name if self.pattern == "literal" else name.startswith(self.name)
+
+    def applies(self, principals: frozenset[str], operation: str, resource: str) -> bool:
+        """Whether the entry speaks of these principals, operation and kind of resource
+        (whatever the name)."""
+        if self.resource != resource or self.principal not in principals:
+            return False
+        return self.operation in ("all", operation) or (
+            operation == "describe" and self.operation in _GRANT_DESCRIBE)
+
+    def covers(self, other: Acl) -> bool:
+        """Whether every name ``other`` matches, this entry matches too."""
+        if self.pattern == "prefix":
+            return other.name.startswith(self.name)
+        return other.pattern == "literal" and other.name == self.name
 
     def describe(self) -> str:
         what = f"{self.resource} {self.name}" + ("*" if self.pattern == "prefix" else "")
@@ -111,6 +122,19 @@ class Authorizer:
 
     def allowed(self, principal: str, roles: Iterable[str], kind: str, operation: str,
                 resource: str, name: str) -> bool:
+        return self._decision(principal, roles, kind, operation, resource, name)
+
+    def allowed_somewhere(self, principal: str, roles: Iterable[str], kind: str,
+                          operation: str, resource: str) -> bool:
+        """Whether ``operation`` is allowed on at least one name of ``resource`` (Kafka's rule
+        for an idempotent producer's id: write on any topic): an allow entry, literal or
+        prefix, that no deny entry covers whole (a deny of the same name or of a prefix of
+        it; a literal deny never covers a prefix, which matches endless names)."""
+        return self._decision(principal, roles, kind, operation, resource, None)
+
+    def _decision(self, principal: str, roles: Iterable[str], kind: str, operation: str,
+                  resource: str, name: str | None) -> bool:
+        """The cached decision on ``name`` (None: on some name)."""
         if kind == "cluster":
             return True
         roles = tuple(roles)
@@ -120,18 +144,32 @@ class Authorizer:
         key = (principal, roles, operation, resource, name)
         hit = cache.get(key)
         if hit is None:
-            hit = _decide(entries, principal, roles, operation, resource, name)
+            hit = (_decide(entries, principal, roles, operation, resource, name)
+                   if name is not None else
+                   _decide_somewhere(entries, principal, roles, operation, resource))
             if len(cache) >= self.CACHE_SIZE:
                 cache.clear()
             cache[key] = hit
         return hit
 
 
+def _who(principal: str, roles: tuple[str, ...]) -> frozenset[str]:
+    return frozenset({f"user:{principal}", "*", *(f"role:{r}" for r in roles)})
+
+
 def _decide(entries: tuple[Acl, ...], principal: str, roles: tuple[str, ...], operation: str,
             resource: str, name: str) -> bool:
-    who = frozenset({f"user:{principal}", "*", *(f"role:{r}" for r in roles)})
+    who = _who(principal, roles)
     matching = [e for e in entries if e.matches(who, operation, resource, name)]
     return bool(matching) and all(e.effect == "allow" for e in matching)
+
+
+def _decide_somewhere(entries: tuple[Acl, ...], principal: str, roles: tuple[str, ...],
+                      operation: str, resource: str) -> bool:
+    who = _who(principal, roles)
+    mine = [e for e in entries if e.applies(who, operation, resource)]
+    denies = [e for e in mine if e.effect == "deny"]
+    return any(e.effect == "allow" and not any(d.covers(e) for d in denies) for e in mine)
 
 
 def to_pb(entry: Acl) -> spb.AclEntry:

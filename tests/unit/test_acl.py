@@ -81,3 +81,45 @@ def test_replacing_the_entries_drops_cached_decisions():
 def test_bad_entries_are_refused_naming_the_field(fields, error, match):
     with pytest.raises(error, match=match):
         Acl(*fields)
+
+
+def somewhere(auth: Authorizer, principal: str, roles: tuple[str, ...] = (),
+              kind: str = "user") -> bool:
+    return auth.allowed_somewhere(principal, roles, kind, "produce", "topic")
+
+
+def test_produce_somewhere_needs_an_allow_no_deny_covers_whole():
+    assert not somewhere(Authorizer(), "alice")
+    assert somewhere(Authorizer(), "root", roles=("admin",))
+    assert somewhere(Authorizer(), "cluster", kind="cluster")
+    auth = Authorizer([Acl("user:alice", "topic", "orders", "produce"),
+                       Acl("role:etl", "topic", "raw-", "all", pattern="prefix"),
+                       Acl("user:carol", "topic", "orders", "consume"),
+                       Acl("user:carol", "group", "g", "produce"),
+                       Acl("*", "topic", "", "produce", "deny", "prefix")])
+    assert not somewhere(auth, "alice")  # deny on every topic covers her literal allow
+    assert not somewhere(auth, "bob", roles=("etl",))
+    assert not somewhere(auth, "carol")  # consume, and produce on a group: not produce on a topic
+    auth = Authorizer([Acl("user:alice", "topic", "orders", "produce"),
+                       Acl("user:alice", "topic", "orders", "produce", "deny"),
+                       Acl("role:etl", "topic", "raw-", "all", pattern="prefix"),
+                       Acl("role:etl", "topic", "raw-x", "produce", "deny"),
+                       Acl("user:dave", "topic", "logs-", "produce", pattern="prefix"),
+                       Acl("user:dave", "topic", "logs", "produce", "deny", "prefix"),
+                       Acl("user:erin", "topic", "logs-", "produce", pattern="prefix"),
+                       Acl("user:erin", "topic", "logs-a", "produce", "deny", "prefix")])
+    assert not somewhere(auth, "alice")  # her one topic is denied
+    assert somewhere(auth, "bob", roles=("etl",))  # raw-y is still allowed
+    assert not somewhere(auth, "dave")  # the deny prefix covers the allow prefix
+    assert somewhere(auth, "erin")  # logs-b
+    assert not somewhere(auth, "frank")
+
+
+def test_a_refusal_to_produce_anywhere_names_the_principal_and_the_call():
+    alice = Access(Identity("alice", (), "user"), Authorizer())
+    with pytest.raises(PermissionDenied, match="alice may not produce on any topic "
+                                               r"\(a producer id needs produce"):
+        alice.check_somewhere("produce", "topic", "a producer id")
+    Access(Identity("alice", (), "user"), None).check_somewhere("produce", "topic", "x")
+    Access(Identity("alice", (), "user"), Authorizer([Acl("user:alice", "topic", "t", "produce")])
+           ).check_somewhere("produce", "topic", "x")
