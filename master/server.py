@@ -41,6 +41,7 @@ from master.group_ops import GroupOps
 from master.groups import GroupCoordinator, SessionLimits
 from master.guard import Leadership
 from master.metrics import MasterMetrics
+from master.producer_ids import ProducerIdBlocks
 from master.raft import RaftLog, RaftSettings, resolve_password
 from master.routes import RouteBook
 from master.sealing import Sealer
@@ -88,9 +89,11 @@ class Master:
                                                               thread_name_prefix="master-rpc"),
                                    options=SERVER_OPTIONS,
                                    interceptors=[StrictDecoding(), self._auth()])
+        producer_ids = ProducerIdBlocks(self._reserve_producer_ids,
+                                        lambda: self.leadership.epoch)
         service.add_to(self._server, service.MasterService(
             c, self.state, self.registry, self.groups, self.routes, self.leadership,
-            self.write))
+            self.write, producer_ids))
         admin.add_to(self._server, admin.AdminService(
             self.state, self.registry, topic_ops, group_ops, broker_ops, self.leadership,
             self.status))
@@ -128,6 +131,11 @@ class Master:
         self.leadership.check()
         cmd = {**cmd, "epoch": self.leadership.epoch}  # refused if applied after a failover
         return self.raft.submit(cmd, self.config.command_timeout_ms / 1000)
+
+    def _reserve_producer_ids(self, count: int) -> int:
+        """Reserve the next ``count`` producer ids in the replicated state; the first one."""
+        block = self.write({"op": "reserve_producer_ids", "time_ms": wall_ms(), "count": count})
+        return int(block["first"])
 
     def status(self) -> dict[str, Any]:
         s = self.raft.status()

@@ -1,5 +1,5 @@
-"""gRPC servicer of ``tubeq.master.Master``: brokers register and heartbeat, clients get routes
-and coordinate consumer groups.
+"""gRPC servicer of ``tubeq.master.Master``: brokers register and heartbeat, clients get routes,
+coordinate consumer groups and get producer ids (master/producer_ids.py).
 
 Every response to a broker carries ``term`` = the master epoch, so a broker can ignore a
 deposed master. Heartbeat responses carry the whole desired state (topic settings, this
@@ -27,7 +27,8 @@ from master import election, reassign, security, settings
 from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
-from master.guard import Leadership, guarded
+from master.guard import Leadership, caller, guarded
+from master.producer_ids import PRODUCER_EPOCH, ProducerIdBlocks
 from master.routes import RouteBook
 from master.state import MetaState
 
@@ -35,15 +36,17 @@ log = logging.getLogger(__name__)
 
 MAX_ROUTE_TOPICS = 10_000
 MAX_REFUSALS = 1001  # per heartbeat: a broker sends at most audit_refusal_kinds + 1
+MAX_CLIENT_ID_LOGGED = 256
 
 
 class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
                  groups: GroupCoordinator, routes: RouteBook, leadership: Leadership,
-                 write: Callable[[dict[str, Any]], Any]) -> None:
+                 write: Callable[[dict[str, Any]], Any], producer_ids: ProducerIdBlocks) -> None:
         self.config, self.state, self.registry = config, state, registry
         self.groups, self.routes, self.leadership = groups, routes, leadership
         self.write = write  # replicates a state command (Raft)
+        self.producer_ids = producer_ids
 
     @property
     def term(self) -> int:
@@ -246,6 +249,17 @@ class MasterService(master_pb2_grpc.MasterServicer):
         check_name(request.group, "group")
         self.groups.leave(request.group, request.member_id)
         return mpb.LeaveGroupResponse()
+
+    @guarded
+    def InitProducerId(self, request, context):  # noqa: N802
+        """A fresh producer id (epoch 0), for a caller that may produce to at least one topic
+        (Kafka's rule since KIP-679; the admin role and the cluster credential pass)."""
+        current_access.get().check_somewhere("produce", "topic", "a producer id")
+        producer_id = self.producer_ids.take()
+        event(log, "master.producer_id", logging.DEBUG, producer_id=producer_id,
+              client_id=request.client_id[:MAX_CLIENT_ID_LOGGED], **caller(context))
+        return mpb.InitProducerIdResponse(producer_id=producer_id,
+                                          producer_epoch=PRODUCER_EPOCH)
 
     def _group_state(self, view: MemberView) -> mpb.GroupState:
         return mpb.GroupState(

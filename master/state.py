@@ -16,6 +16,7 @@ The state is in parts, each owning some LMDB databases, a cache of them and its 
   ``alter_isr``, ``elect_leaders``, ``reassign``;
 * brokers (master/state_brokers.py): ``register_broker``, ``set_draining``;
 * groups (master/state_groups.py): ``record_group``;
+* producer ids (master/state_producers.py): ``reserve_producer_ids``;
 * users, API keys, signing keys, ACLs, quotas and IP rules (master/principals.py).
 
 Any command may carry an ``audit`` dict (principal, peer, action, target, details) written with
@@ -45,6 +46,7 @@ from master.principals import Principals
 from master.sealing import Sealer
 from master.state_brokers import BrokerRecords
 from master.state_groups import GroupRecords
+from master.state_producers import ProducerIdCounter
 from master.state_tables import Context, Handler, SeqLog, dump, load
 from master.state_topics import TopicRecords
 
@@ -82,6 +84,7 @@ class MetaState:
                                     SeqLog(self._env, db["tombstones"], self._kept["tombstones"]))
         self._brokers = BrokerRecords(self._env, db["brokers"], self._topics)
         self._groups = GroupRecords(self._env, db["groups"])
+        self._producer_ids = ProducerIdCounter(self._env, db["meta"])
         self.principals = Principals(self._env, db["users"], db["api_keys"], db["meta"],
                                      self._sealer)
         self._applied: dict[str, int] = self._meta("applied") or {"index": 0, "term": 0}
@@ -90,7 +93,7 @@ class MetaState:
         self._handlers: dict[str, Handler] = {
             "lead": self._lead, "audit": lambda ctx, cmd: None,
             **self._topics.handlers(), **self._brokers.handlers(), **self._groups.handlers(),
-            **self.principals.handlers()}
+            **self._producer_ids.handlers(), **self.principals.handlers()}
 
     def _meta(self, key: str) -> Any:
         with self._env.begin(db=self._meta_db) as txn:
@@ -141,6 +144,10 @@ class MetaState:
     def draining(self) -> frozenset[int]:
         """Ids of the brokers an admin drained: no new partition goes there."""
         return self._brokers.draining()
+
+    def next_producer_id(self) -> int:
+        """The first producer id no block has reserved yet (``reserve_producer_ids``)."""
+        return self._producer_ids.next_id
 
     def audit(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` audit entries, oldest first."""

@@ -10,7 +10,8 @@ never open by mistake. A rule is one of:
   interceptor on the decoded request before the handler runs;
 - handler: any identified caller; the handler checks per item (streams, whose first message
   names the topic; listings, which show only what the caller may describe; sink commits,
-  which need produce on the topics staged).
+  which need produce on the topics staged; a producer id, which needs produce on at least one
+  topic).
 
 Resource names come from the request fields named in the rule, so the check and the handler
 read the same names.
@@ -88,6 +89,7 @@ RULES: dict[str, Rule] = {
     _M + "JoinGroup": needs(("consume", "group", "group"), ("consume", "topic", "topics")),
     _M + "GroupHeartbeat": needs(("consume", "group", "group")),
     _M + "LeaveGroup": needs(("consume", "group", "group")),
+    _M + "InitProducerId": IN_HANDLER,  # produce on at least one topic (Kafka's KIP-679)
     # masters: administration
     _A + "MasterStatus": PUBLIC,
     _A + "CreateTopic": needs(("create", "topic", "topic")),

@@ -74,6 +74,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.BrokerShutdownRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.BrokerShutdownResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/tubeq.master.Master/InitProducerId',
+                request_serializer=lib_dot_proto_dot_master__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -130,6 +135,15 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """An idempotent producer's id and epoch (Kafka's InitProducerId). Ids come out of blocks the
+        active master reserves in the replicated state: never handed out twice, across failovers
+        and restarts too. Needs produce on at least one topic (or on the cluster).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +186,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.BrokerShutdown,
                     request_deserializer=lib_dot_proto_dot_master__pb2.BrokerShutdownRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.BrokerShutdownResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -390,6 +409,33 @@ class Master:
             '/tubeq.master.Master/BrokerShutdown',
             lib_dot_proto_dot_master__pb2.BrokerShutdownRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.BrokerShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/InitProducerId',
+            lib_dot_proto_dot_master__pb2.InitProducerIdRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
