@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from lib.records.encode import Pieces, joined_len
+from lib.records.encode import Pieces, joined_len, restamp_batch
 from lib.types import TopicPartition
 from lib.wire import DELIMITED, VARINT, fields, varint
 
@@ -42,6 +42,24 @@ def produce_request(tp: TopicPartition, head: bytes,
     if acks_all:
         parts.append(b"\x20\x01")
     return b"".join(parts)
+
+
+def restamp_request(raw: bytes, producer_id: int, producer_epoch: int,
+                    base_sequence: int) -> bytes:
+    """A copy of the serialized request ``raw`` whose batch carries another producer id,
+    epoch and base sequence (its CRC made again): a batch refused as a sequence gap is sent
+    again under a fresh id (lib/producer/sender.py). Rare, so one copy is fine."""
+    out = bytearray(raw)
+    at = _batch_at(raw)
+    restamp_batch(memoryview(out)[at:], producer_id, producer_epoch, base_sequence)
+    return bytes(out)
+
+
+def _batch_at(raw: bytes) -> int:
+    for f in fields(memoryview(raw)):
+        if f.kind == DELIMITED and f.number == 3:
+            return f.payload
+    raise ValueError("the request carries no batch")
 
 
 class ProduceView(NamedTuple):

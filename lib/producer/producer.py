@@ -39,6 +39,7 @@ from lib.memory import keep_freed_memory
 from lib.names import check_name
 from lib.producer.accumulator import Accumulator
 from lib.producer.bulk import BulkFuture, bulk_values, groups, take
+from lib.producer.ids import init_producer_id
 from lib.producer.partitioner import Partitioner
 from lib.producer.sender import Sender
 from lib.records import (
@@ -80,7 +81,9 @@ class ProducerConfig:
     retry_backoff_ms: int = 100  # first backoff; doubles per retry, at most 1 s
     request_timeout_ms: int = 30_000  # deadline of one Produce call and of master calls
     compression: str | None = None  # None or "zlib" (per record, only when it saves bytes)
-    idempotent: bool = False  # broker deduplicates retried batches
+    # The broker stores a retried batch once (ids from the active master; kept across broker
+    # restarts). False: a retry after a lost answer may store a batch twice.
+    idempotent: bool = True
     # "1": a send is acknowledged once the partition's leader stored it; "all": once every
     # in-sync replica did (refused with NotEnoughReplicas, and retried, while the ISR is
     # below the topic's min_insync_replicas).
@@ -128,7 +131,10 @@ class Producer(Closeable):
                                 cfg.max_block_ms / 1000)
         self._sender = Sender(self._acc, self._routes, self._pool, retries=cfg.retries,
                               retry_backoff_s=cfg.retry_backoff_ms / 1000,
-                              request_timeout_s=timeout_s, idempotent=cfg.idempotent,
+                              request_timeout_s=timeout_s,
+                              new_producer_id=(lambda: init_producer_id(
+                                  self._master, client_id, timeout_s)[0])
+                              if cfg.idempotent else None,
                               client_id=client_id, acks_all=cfg.acks == "all")
         self._zlib = cfg.compression == "zlib"
         self._named: set[str] = set()
@@ -259,9 +265,10 @@ class Producer(Closeable):
         encoded in one pass over these columns (no per-record Python) and queued as whole
         batches; the future's :class:`BulkMetadata` gives every record's partition and offset,
         in input order. It fails with the first error of any of its batches (records of other
-        batches may still have been stored: retry with ``idempotent=True`` to avoid
-        duplicates). ``headers`` (a mapping or None per record) are encoded record by record
-        (:func:`lib.records.encode_run`); compressed records go through :meth:`send`.
+        batches may still have been stored: a retry of the call stores them again, as the
+        idempotent producer cannot tell the retry from new records). ``headers`` (a mapping
+        or None per record) are encoded record by record (:func:`lib.records.encode_run`);
+        compressed records go through :meth:`send`.
         """
         if self._closed:
             raise ClientClosed("the producer is closed: it accepts no more records")

@@ -32,19 +32,23 @@ sent again in pieces within the limit, and later batches of that partition are c
 way before they go while it stays on that broker, for up to five minutes
 (lib/producer/split.py).
 
-Idempotence: a batch gets its producer id and base sequence once, on its first send, and keeps
-them for every retry, so the broker can acknowledge a retried batch instead of appending it
-twice. When a sequenced batch fails for good, the partition moves to a fresh producer id: the
-broker cannot tell whether the failed batch was appended, and a fresh id starts a new sequence
-instead of leaving a gap that would fail every later batch.
+Idempotence (on by default): the producer id comes from the active master (lib/producer/ids.py)
+when the first batch is sealed. A batch gets its producer id and base sequence once, on its
+first send, and keeps them for every retry, so the broker can acknowledge a retried batch
+instead of appending it twice. When a sequenced batch fails for good, the partition moves to a
+fresh producer id: the broker cannot tell whether the failed batch was appended, and a fresh id
+starts a new sequence instead of leaving a gap that would fail every later batch. A batch
+refused as a gap (``OutOfOrderSequence`` past the expected sequence: the broker lost
+acknowledged batches of an ``async`` topic in a crash, docs/durability.md) was not stored: it is
+stamped with a fresh producer id and sent again (Kafka's KIP-360 reset), without using a retry.
 """
 from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures._base import PENDING
 from typing import Any
@@ -52,9 +56,16 @@ from typing import Any
 import grpc
 import numpy as np
 
-from lib.errors import BatchTooLarge, QuotaExceeded, TubeqError, Unavailable, UnknownTopic
+from lib.errors import (
+    BatchTooLarge,
+    OutOfOrderSequence,
+    QuotaExceeded,
+    TubeqError,
+    Unavailable,
+    UnknownTopic,
+)
 from lib.logs import event
-from lib.produce_wire import PRODUCE_METHOD, produce_request
+from lib.produce_wire import PRODUCE_METHOD, produce_request, restamp_request
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
 from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
@@ -71,23 +82,22 @@ log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
 # Produce calls in flight at once per producer (one per partition at most); more wait their turn.
 MAX_CALLS_IN_FLIGHT = 32
-def new_producer_id() -> int:
-    """A random 63-bit producer id (non-negative: negative means "not idempotent")."""
-    return random.getrandbits(63)
-
-
+FRESH_ID = -2  # a partition's next batch asks the master for a producer id of its own
 class Sender(threading.Thread):
     """Drains the accumulator into Produce calls until stopped."""
 
     def __init__(self, acc: Accumulator, routes: RouteCache, pool: ChannelPool, *,
                  retries: int, retry_backoff_s: float, request_timeout_s: float,
-                 idempotent: bool, client_id: str, acks_all: bool = False) -> None:
+                 new_producer_id: Callable[[], int] | None, client_id: str,
+                 acks_all: bool = False) -> None:
+        """``new_producer_id`` (None: not idempotent) asks the master for a producer id."""
         super().__init__(name=f"tubeq-producer-{client_id}", daemon=True)
         self.acc, self.routes, self.pool = acc, routes, pool
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_s = request_timeout_s
-        self.idempotent = idempotent
+        self.idempotent = new_producer_id is not None
+        self._new_producer_id = new_producer_id
         self.acks_all = acks_all
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
@@ -96,7 +106,7 @@ class Sender(threading.Thread):
         self.watch = StuckCallWatch(routes, client_id)
         self._pids: dict[TopicPartition, int] = {}
         self._sequences: dict[TopicPartition, int] = {}
-        self._producer_id = new_producer_id() if idempotent else -1
+        self._producer_id = -1  # the id most partitions use, asked for at the first send
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
         self._limits = RefusedLimits()  # batch bytes a partition's broker refused above
         # Blocking calls on threads of our own, not .future(): grpc's synchronous channel
@@ -177,7 +187,11 @@ class Sender(threading.Thread):
             limit = self._limits.get(batch.tp, address)
             if limit is not None and self._split(batch, limit):
                 return
-            self._seal(batch)
+            try:
+                self._seal(batch)
+            except TubeqError as exc:  # no producer id: the master cannot be reached
+                self._retry_or_fail(batch, exc)
+                return
         self._calls.submit(self._call, stub, batch, metadata)
 
     def send_direct(self, claim: int, tp: TopicPartition, frame: bytes, tag_hash: int,
@@ -232,8 +246,15 @@ class Sender(threading.Thread):
         return RecordMetadata(topic, partition, response.base_offset, timestamp)
 
     def _sequence(self, tp: TopicPartition, count: int) -> tuple[int, int]:
-        """The partition's producer id and the base sequence of its next ``count`` records."""
-        pid = self._pids.setdefault(tp, self._producer_id)
+        """The partition's producer id and the base sequence of its next ``count`` records;
+        the first asks the master for the producer's id (TubeqError when it cannot)."""
+        pid = self._pids.get(tp)
+        if pid is None:
+            if self._producer_id < 0:
+                self._producer_id = self._new_producer_id()
+            pid = self._pids[tp] = self._producer_id
+        elif pid == FRESH_ID:
+            pid = self._pids[tp] = self._new_producer_id()
         seq = self._sequences.get(tp, 0)
         self._sequences[tp] = (seq + count) & 0x7FFFFFFF
         return pid, seq
@@ -384,6 +405,9 @@ class Sender(threading.Thread):
         if isinstance(error, BatchTooLarge) and not self.acc.forced and \
                 self._split_refused(batch, error):
             return
+        if isinstance(error, OutOfOrderSequence) and not self.acc.forced and \
+                self._reset_gap(batch, error):
+            return
         if error.refresh_metadata:
             self.routes.invalidate(batch.tp.topic)
         if isinstance(error, UnknownTopic):
@@ -407,8 +431,7 @@ class Sender(threading.Thread):
     def fail(self, batch: Batch, error: TubeqError, in_flight: bool = True) -> None:
         """Fail every record future of ``batch`` with ``error`` and finish the batch."""
         if batch.producer_id >= 0:
-            self._pids[batch.tp] = new_producer_id()
-            self._sequences[batch.tp] = 0
+            self._fresh_producer_id(batch.tp)
         event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), error=error.code,
               message=error.message)
@@ -419,6 +442,33 @@ class Sender(threading.Thread):
         self.acc.release(batch, in_flight)
         if batch.split is not None:
             self._settle_split(batch, error)
+
+    def _fresh_producer_id(self, tp: TopicPartition) -> None:
+        """The partition starts a new sequence under a producer id of its own, asked for
+        when its next batch is sealed."""
+        self._pids[tp] = FRESH_ID
+        self._sequences[tp] = 0
+
+    def _reset_gap(self, batch: Batch, error: OutOfOrderSequence) -> bool:
+        """A batch refused as a gap was not stored: stamp it with a fresh producer id and
+        sequence 0 (module docstring). False when that cannot be done: it fails as it is."""
+        expected = error.details.get("expected")
+        if not isinstance(expected, int) or batch.base_sequence <= expected or \
+                batch.producer_id != self._pids.get(batch.tp) or not batch.payload:
+            return False
+        try:
+            pid = self._new_producer_id()
+        except TubeqError:
+            return False
+        event(log, "producer.sequence_reset", logging.WARNING, topic=batch.tp.topic,
+              partition=batch.tp.partition, expected=expected, sent=batch.base_sequence,
+              producer_id=pid)
+        self._pids[batch.tp], self._sequences[batch.tp] = pid, len(batch)
+        batch.producer_id, batch.base_sequence = pid, 0
+        batch.payload = restamp_request(batch.payload, pid, 0, 0)
+        batch.attempts -= 1
+        self.acc.requeue(batch, time.monotonic())
+        return True
 
     def fail_all(self, error: TubeqError) -> None:
         """Fail every unfinished batch, queued and in flight (forced close, crash)."""

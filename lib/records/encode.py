@@ -146,6 +146,18 @@ def batch_head(
     return BATCH_HEADER.pack(*fields) + columns
 
 
+def restamp_batch(batch: memoryview, producer_id: int, producer_epoch: int,
+                  base_sequence: int) -> None:
+    """Give the (writable) batch another producer id, epoch and base sequence, and the CRC
+    that goes with them."""
+    fields = list(BATCH_HEADER.unpack_from(batch))
+    fields[7], fields[8], fields[10] = producer_id, producer_epoch, base_sequence
+    fields[5] = 0
+    BATCH_HEADER.pack_into(batch, 0, *fields)
+    fields[5] = batch_crc(batch, fields[1])
+    BATCH_HEADER.pack_into(batch, 0, *fields)
+
+
 class Pieces(list):
     """Frames as pieces to join once, into whatever carries them, and their total bytes."""
 

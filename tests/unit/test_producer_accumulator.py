@@ -293,7 +293,7 @@ def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
         unary_unary=lambda *_a, **_k: exploding), auth_metadata=lambda: ())
     acc = _acc()
     sender = Sender(acc, routes, pool, retries=0, retry_backoff_s=0, request_timeout_s=1,
-                    idempotent=False, client_id="t")
+                    new_producer_id=None, client_id="t")
     claim = acc.claim(A0, 40)
     with pytest.raises(RuntimeError, match="boom"):
         sender.send_direct(claim, A0, b"x" * 40, 0, 1)
