@@ -304,12 +304,14 @@ def with_common(fn):
               help="Producer batch_bytes (default: the producer's, 2 MiB).")
 @click.option("--bulk", type=int, default=0, show_default=True,
               help="Send with Producer.send_batch, this many values per call (0: send()).")
+@click.option("--idempotent/--no-idempotent", default=True, show_default=True,
+              help="The producer's idempotence (its default: on).")
 @click.pass_context
 def bench_produce(ctx, topic, count, size, partitions, durability, as_json, no_ceilings, data_dir,
-                  rate, linger_ms, batch_bytes, bulk) -> None:
+                  rate, linger_ms, batch_bytes, bulk, idempotent) -> None:
     masters = ctx.obj["masters"]
     ensure_topic(masters, topic, partitions, durability)
-    opts = dict(linger_ms=linger_ms)
+    opts = dict(linger_ms=linger_ms, idempotent=idempotent)
     if batch_bytes is not None:
         opts["batch_bytes"] = batch_bytes
     if bulk > 0:
