@@ -33,7 +33,7 @@ from lib.auth.settings import cluster_header
 from lib.errors import CorruptRecord, TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2 as pb
-from lib.records import BatchView, frame_columns
+from lib.records import STORED_FLAGS, BatchView, frame_columns
 from lib.records.layout import crc32
 from lib.rpc import channel
 from lib.tls import Tls
@@ -312,7 +312,7 @@ def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData,
     for epoch, lo, hi, producer in copied_runs(base, count, bounds, listed):
         run = frames[int(starts[lo]):int(starts[hi])]
         run_sizes = sizes[lo:hi]
-        tags, stamps = frame_columns(run, run_sizes, contents=not whole)
+        tags, stamps = frame_columns(run, run_sizes, contents=not whole, known=STORED_FLAGS)
         view = BatchView(count=hi - lo, producer_id=-1, producer_epoch=-1, base_sequence=-1,
                          sizes=run_sizes, tag_hashes=tags, timestamps=stamps, frames=run)
         store.append(partition, view, leader_epoch=epoch, at=base + lo, producer=producer)

@@ -222,7 +222,7 @@ def latencies(producer, topic: str, sends: int, budget_s: float) -> dict[str, An
     """Ack latency of ``sends`` one-at-a-time sends, stopping early after ``budget_s``."""
     from lib.errors import TubeqError
 
-    took, failed = [], 0
+    took, failed, errors = [], 0, {}
     deadline = time.monotonic() + budget_s
     for _ in range(sends):
         if time.monotonic() > deadline:
@@ -230,12 +230,13 @@ def latencies(producer, topic: str, sends: int, budget_s: float) -> dict[str, An
         started = time.perf_counter()
         try:
             producer.send_sync(topic, b"x" * 100, timeout=10)
-        except TubeqError:
+        except TubeqError as exc:
             failed += 1
+            errors.setdefault(exc.code, exc.message[:200])  # the first of each kind
             continue
         took.append((time.perf_counter() - started) * 1e3)
     took.sort()
-    return {"sends": sends, "acked": len(took), "failed": failed,
+    return {"sends": sends, "acked": len(took), "failed": failed, "errors": errors,
             "p50_ms": _pct(took, 50), "p99_ms": _pct(took, 99),
             "max_ms": round(took[-1], 2) if took else None}
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from lib.errors import CorruptRecord, StorageError
-from lib.records import frame_columns, frame_sizes, frame_starts
+from lib.records import STORED_FLAGS, frame_columns, frame_sizes, frame_starts
 from storage.direct import pread_direct
 from storage.index import INDEX_DTYPE
 from storage.segments import Segment, SegmentedLog, SegmentList, pwrite_all
@@ -48,9 +48,14 @@ SUFFIX = ".log"
 DROP_ALIGN = 2 << 20  # drop_cached lets go of whole 2 MiB units (a huge folio)
 
 
+ATTR_TXN = 0x01  # the batch belongs to its producer's open transaction
+ATTR_CONTROL = 0x02  # a transaction marker (one control record): ends the open transaction
+ATTR_COMMIT = 0x04  # ... by committing it (else aborting it)
+
+
 @dataclass(frozen=True)
 class ProducerFields:
-    """An idempotent producer's batch, as its chunk header carries it."""
+    """An idempotent producer's batch, as its chunk header carries it (``attrs``: ATTR_*)."""
 
     producer_id: int
     producer_epoch: int
@@ -358,7 +363,7 @@ def parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | 
         sizes = frame_sizes(frames)
         if len(sizes) != count:
             return None, f"the chunk holds {len(sizes)} frames, its header says {count}"
-        tags, times = frame_columns(frames, sizes)
+        tags, times = frame_columns(frames, sizes, known=STORED_FLAGS)
     except CorruptRecord as exc:
         return None, exc.message
     entries = np.empty(count, INDEX_DTYPE)

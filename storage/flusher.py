@@ -218,11 +218,11 @@ class Flusher:
         c.checkpoint.save(Checkpoint(position, next_offsets))
         self._last_checkpoint, self._checkpointed = self.clock(), position
 
-    def _write_snapshot(self, position: int, rows, state: tuple) -> None:
+    def _write_snapshot(self, position: int, rows: tuple, state: tuple) -> None:
         """A failed snapshot costs recovery a longer scan (from the previous one), never
         data: logged, and tried again at the next checkpoint."""
         try:
-            write_snapshot(self.core.dir, position, rows)
+            write_snapshot(self.core.dir, position, *rows)
         except StorageError as exc:
             event(log, "store.producer_snapshot_failed", logging.ERROR, store=self.core.name,
                   error=exc.message)

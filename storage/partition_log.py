@@ -36,8 +36,9 @@ import numpy as np
 from lib.errors import InvalidArgument, OffsetOutOfRange, StorageError, UnknownPartition
 from lib.logs import event
 from lib.records import tag_hash
+from storage.aborted import AbortedIndex
 from storage.cache import CacheBlock, CachePair, read_span
-from storage.datalog import DataLog, ScannedChunk
+from storage.datalog import ATTR_COMMIT, ATTR_CONTROL, DataLog, ProducerFields, ScannedChunk
 from storage.epochs import LeaderEpochs
 from storage.fsutil import fsync_dir
 from storage.index import IndexLog
@@ -94,12 +95,13 @@ class PartitionLog:
     """Partition ``partition`` of ``topic`` in one store (module docstring)."""
 
     __slots__ = ("topic", "partition", "index", "epochs", "epoch", "next", "flushed",
-                 "earliest", "opened", "producers")
+                 "earliest", "opened", "producers", "aborted")
 
     def __init__(self, topic: str, partition: int, index: IndexLog,
                  limits: ProducerLimits = ProducerLimits()) -> None:
         self.topic, self.partition, self.index = topic, partition, index
         self.producers = ProducerWindows(topic, partition, limits)
+        self.aborted = AbortedIndex(index.dir)  # aborted transactions' ranges (aborted.py)
         self.epochs = LeaderEpochs(index.dir)
         self.epoch = 0  # the latest epoch in ``epochs`` (0: none); see refresh_epoch
         self.refresh_epoch()
@@ -233,6 +235,27 @@ class PartitionLog:
             event(log, "store.leader_epochs_write_failed", logging.ERROR,  # on reopen
                   store=str(self.index.dir.parent), error=exc.message)
 
+    # ------------------------------------------------------------- producers
+
+    def before_producer_chunk(self, producer: ProducerFields, base: int) -> None:
+        """An abort marker about to take offset ``base``: its transaction's ranges go into
+        the aborted index first, durably (storage/aborted.py: why in that order)."""
+        if producer.attrs & ATTR_CONTROL and not producer.attrs & ATTR_COMMIT:
+            txn = self.producers.open_txn(producer.producer_id)
+            if txn is not None:
+                self.aborted.append(txn.offsets(), producer.producer_id, base)
+
+    def after_producer_chunk(self, producer: ProducerFields, count: int, base: int,
+                             end_pos: int, now_ms: int) -> None:
+        """Remember an idempotent producer's batch, or end its transaction (a marker)."""
+        if producer.attrs & ATTR_CONTROL:
+            self.producers.end_txn(producer.producer_id, producer.producer_epoch, now_ms,
+                                   base, end_pos)
+        else:
+            self.producers.record(ProducerBatch(
+                producer.producer_id, producer.producer_epoch, producer.base_sequence, count,
+                base, end_pos, producer.attrs), now_ms)
+
     # --------------------------------------------------------------------- cuts
 
     def check_cut(self, offset: int, reset: bool) -> None:
@@ -279,8 +302,10 @@ class PartitionLog:
         if reset:
             self.earliest = offset
             self.producers.clear()
+            self.aborted.clear()
         else:
             self.producers.truncate(offset)
+            self.aborted.truncate(offset)
 
     # ------------------------------------------------------------------ removal
 
@@ -327,14 +352,18 @@ def open_logs(store_dir: Path, topic: str, partitions: Iterable[int], data: Data
         part.epochs.truncate_from_end(part.next)
         part.refresh_epoch()
     if snapshot is not None:
-        rows = snapshot[1]
+        _, rows, txns = snapshot
         for p, part in logs.items():  # not the rows of an earlier copy (storage/removal.py)
-            mine = (rows["partition"] == p) & ((rows["end_pos"] < 0)
-                                               | (rows["end_pos"] > origins[p]))
-            part.producers.load(rows[mine])
+            part.producers.load(rows[_mine(rows, p, origins[p])])
+            part.producers.load_txns(txns[_mine(txns, p, origins[p])])
     replay_producers(logs, [c for c in placed if since is None or c.position >= since],
                      now_ms)
     return logs
+
+
+def _mine(rows: np.ndarray, partition: int, origin: int) -> np.ndarray:
+    return (rows["partition"] == partition) & ((rows["end_pos"] < 0)
+                                               | (rows["end_pos"] > origin))
 
 
 def replay_producers(logs: dict[int, PartitionLog], chunks: Iterable[ScannedChunk],
@@ -348,13 +377,17 @@ def replay_producers(logs: dict[int, PartitionLog], chunks: Iterable[ScannedChun
             continue
         if not len(chunk.entries):  # a marker: the log was cut back (or reset) to its base
             part.producers.truncate(chunk.base_offset)
+        elif chunk.producer is not None and chunk.producer.attrs & ATTR_CONTROL:
+            part.producers.end_txn(chunk.producer.producer_id, chunk.producer.producer_epoch,
+                                   now_ms, chunk.base_offset, chunk.end)
         elif chunk.producer is not None:
             f = chunk.producer
             part.producers.record(ProducerBatch(f.producer_id, f.producer_epoch,
                                                 f.base_sequence, len(chunk.entries),
-                                                chunk.base_offset, chunk.end), now_ms)
+                                                chunk.base_offset, chunk.end, f.attrs), now_ms)
     for part in logs.values():
         part.producers.truncate(part.next)
+        part.aborted.truncate(part.next)  # rows whose abort marker a crash lost
 
 
 def _open_index(store_dir: Path, partition: int, origin: int, entries: int) -> IndexLog:

@@ -23,6 +23,13 @@ either, and its retry is appended (once).
 used goes first, and a producer unused for ``expiry_ms`` is dropped at the next snapshot
 (Kafka's ``producer.id.expiration.ms``). A retry of a forgotten producer is appended as new.
 
+**Transactions**: a batch flagged transactional (``ATTR_TXN``) opens its producer's
+transaction on the partition, or extends it; a marker (``ATTR_CONTROL``) ends it. The open
+transactions give the partition's *last stable offset* (the first offset of the oldest one:
+``read_committed`` readers stop there) and, when one aborts, the ranges its batches took
+(storage/aborted.py). A marker's epoch fences the producer's older epochs, so a zombie's late
+batch cannot reopen a transaction the coordinator ended. They are in the snapshot too.
+
 **Replication**: a follower keeps the same windows for the partitions it copies, from the
 producer batches its leader lists in each ReplicaFetch answer (:meth:`between`,
 :meth:`adopt`), and drops the batches of records it truncates away (:meth:`truncate`).
@@ -43,6 +50,7 @@ import numpy as np
 
 from lib.errors import OutOfOrderSequence, ProducerFenced
 from lib.logs import event
+from storage.datalog import ATTR_TXN
 from storage.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -51,10 +59,12 @@ WINDOW = 5
 SNAPSHOT = "producers.snap"
 SNAP_HEAD = struct.Struct("<4sIqqI")  # magic, version, position, rows, crc of the rows
 SNAP_MAGIC = b"TQPS"
-SNAP_VERSION = 1
+SNAP_VERSION = 2  # 2: open transactions after the windows (1: windows only, still read)
 SNAP_DTYPE = np.dtype([("partition", "<u4"), ("producer_id", "<i8"), ("epoch", "<i4"),
                        ("base_sequence", "<i4"), ("count", "<u4"), ("base_offset", "<i8"),
                        ("end_pos", "<i8"), ("used_ms", "<i8")])
+TXN_DTYPE = np.dtype([("partition", "<u4"), ("producer_id", "<i8"), ("epoch", "<i4"),
+                      ("first", "<i8"), ("last", "<i8"), ("end_pos", "<i8")])  # per batch
 
 
 @dataclass(frozen=True)
@@ -75,10 +85,27 @@ class ProducerBatch:
     count: int
     base_offset: int
     end_pos: int = -1  # data position right after its chunk (-1: copied, not known here)
+    attrs: int = 0  # ATTR_TXN: part of its producer's transaction
 
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.count - 1
+
+
+@dataclass
+class OpenTxn:
+    """A transaction open on this partition: its producer's epoch and its batches' (first
+    offset, last offset, data position after the chunk)."""
+
+    epoch: int
+    ranges: list[tuple[int, int, int]]
+
+    @property
+    def first_offset(self) -> int:
+        return self.ranges[0][0]
+
+    def offsets(self) -> list[tuple[int, int]]:
+        return [(a, b) for a, b, _e in self.ranges]
 
 
 @dataclass
@@ -96,6 +123,11 @@ class ProducerWindows:
         self.topic, self.partition = topic, partition
         self.max_producers, self.expiry_ms = limits.max_producers, limits.expiry_ms
         self._producers: dict[int, _Producer] = {}
+        self._open: dict[int, OpenTxn] = {}  # producer id -> its open transaction here
+        # Ended since the last snapshot: (producer id, the transaction, its marker's offset and
+        # end position). A snapshot as of an earlier position still holds them open, and a
+        # truncation that cuts the marker opens them again.
+        self._ended: list[tuple[int, OpenTxn, int, int]] = []
         self.version = 0  # moves on every change: the store snapshots a changed state
 
     def __len__(self) -> int:
@@ -143,6 +175,48 @@ class ProducerWindows:
         state.batches.append(batch)
         state.used_ms = now_ms
         self.version += 1
+        if batch.attrs & ATTR_TXN:
+            txn = self._open.setdefault(batch.producer_id, OpenTxn(batch.producer_epoch, []))
+            txn.ranges.append((batch.base_offset, batch.last_offset, batch.end_pos))
+
+    # ------------------------------------------------------------ transactions
+
+    def open_txn(self, producer_id: int) -> OpenTxn | None:
+        return self._open.get(producer_id)
+
+    def check_marker(self, producer_id: int, epoch: int) -> None:
+        """ProducerFenced when a newer epoch of the producer wrote here (the marker of a
+        coordinator that fell behind)."""
+        state = self._producers.get(producer_id)
+        if state is not None and epoch < state.epoch:
+            raise ProducerFenced(
+                f"a marker of producer {producer_id} epoch {epoch} is fenced by epoch "
+                f"{state.epoch} on {self.topic}/{self.partition}", producer_id=producer_id,
+                epoch=epoch, current_epoch=state.epoch)
+
+    def end_txn(self, producer_id: int, epoch: int, now_ms: int, marker: int = -1,
+                marker_end: int = -1) -> OpenTxn | None:
+        """A marker of ``epoch`` (at offset ``marker``, its chunk ending at data position
+        ``marker_end``) ends the producer's open transaction (returned) and fences its older
+        epochs from here on."""
+        txn = self._open.pop(producer_id, None)
+        if txn is not None and marker >= 0:
+            self._ended.append((producer_id, txn, marker, marker_end))
+        state = self._producers.get(producer_id)
+        if state is None or epoch > state.epoch:
+            self._producers[producer_id] = _Producer(epoch, now_ms)
+        self.version += 1
+        return txn
+
+    def last_stable(self, log_end: int) -> int:
+        """The last stable offset: the first offset of the oldest open transaction, or the
+        log end when none is open."""
+        if not self._open:
+            return log_end
+        return min(log_end, min(t.first_offset for t in self._open.values()))
+
+    def open_transactions(self) -> dict[int, OpenTxn]:
+        return dict(self._open)
 
     def _evict(self) -> None:
         """Drop the least recently used tenth beyond the cap (one sort per many records)."""
@@ -181,6 +255,16 @@ class ProducerWindows:
 
     def truncate(self, end: int) -> None:
         """Forget batches with records at or after ``end``: the log no longer holds them."""
+        for pid in list(self._open):
+            txn = self._open[pid]
+            txn.ranges = [r for r in txn.ranges if r[1] < end]
+            if not txn.ranges:
+                del self._open[pid]
+        for pid, txn, marker, _end in self._ended:
+            if marker >= end and txn.first_offset < end and pid not in self._open:
+                txn.ranges = [r for r in txn.ranges if r[1] < end]
+                self._open[pid] = txn  # its marker was cut away: open again
+        self._ended = [e for e in self._ended if e[2] < end]
         for pid in list(self._producers):
             state = self._producers[pid]
             kept = [b for b in state.batches if b.last_offset < end]
@@ -193,11 +277,27 @@ class ProducerWindows:
                 state.batches.extend(kept)
 
     def clear(self) -> None:
-        if self._producers:
+        if self._producers or self._open:
             self._producers.clear()
+            self._open.clear()
+            self._ended.clear()
             self.version += 1
 
     # ------------------------------------------------------------ snapshots
+
+    def txn_rows(self, below: int) -> np.ndarray:
+        """The transactions open as of data position ``below`` as snapshot rows: their
+        batches in the files, including those whose marker came after ``below``; the ones
+        ended before it are forgotten (no later snapshot needs them)."""
+        self._ended = [e for e in self._ended if e[3] > below]
+        txns = [*self._open.items(), *((pid, t) for pid, t, _m, _end in self._ended)]
+        return np.array([(self.partition, pid, t.epoch, a, b, e) for pid, t in txns
+                         for a, b, e in t.ranges if e <= below], TXN_DTYPE)
+
+    def load_txns(self, rows: np.ndarray) -> None:
+        for r in rows[np.argsort(rows["first"], kind="stable")]:
+            txn = self._open.setdefault(int(r["producer_id"]), OpenTxn(int(r["epoch"]), []))
+            txn.ranges.append((int(r["first"]), int(r["last"]), int(r["end_pos"])))
 
     def rows(self, below: int) -> np.ndarray:
         """The windows as snapshot rows, only batches whose chunk ends at or below data
@@ -229,8 +329,9 @@ class SnapshotSchedule:
         self.state: tuple | None = None  # the windows' versions when last written
 
     def due(self, parts: dict, position: int, now_ms: int, force: bool
-            ) -> tuple[np.ndarray, tuple] | None:
-        """(rows as of data ``position``, state) to write now, or None."""
+            ) -> tuple[tuple[np.ndarray, np.ndarray], tuple] | None:
+        """((window rows, open transaction rows) as of data ``position``, state) to write
+        now, or None."""
         if not force and self.exists and self.clock() - self.last < self.interval_s:
             return None
         for part in parts.values():
@@ -238,23 +339,30 @@ class SnapshotSchedule:
         state = tuple((p, part.producers.version) for p, part in parts.items())
         if state == self.state:
             return None
-        if not self.exists and not any(len(part.producers) for part in parts.values()):
+        if not self.exists and not any(len(part.producers) or part.producers.open_transactions()
+                                       for part in parts.values()):
             return None
         rows = [part.producers.rows(position) for part in parts.values()]
-        return (np.concatenate(rows) if rows else np.empty(0, SNAP_DTYPE)), state
+        txns = [part.producers.txn_rows(position) for part in parts.values()]
+        return ((np.concatenate(rows) if rows else np.empty(0, SNAP_DTYPE)),
+                (np.concatenate(txns) if txns else np.empty(0, TXN_DTYPE))), state
 
     def written(self, state: tuple) -> None:
         self.exists, self.last, self.state = True, self.clock(), state
 
 
-def write_snapshot(store_dir: Path, position: int, rows: np.ndarray) -> None:
-    """Replace the store's snapshot: the windows as of data ``position`` (all of it fsynced)."""
-    body = np.ascontiguousarray(rows, SNAP_DTYPE).tobytes()
+def write_snapshot(store_dir: Path, position: int, rows: np.ndarray,
+                   txns: np.ndarray | None = None) -> None:
+    """Replace the store's snapshot: the windows and open transactions as of data
+    ``position`` (all of it fsynced)."""
+    txns = np.empty(0, TXN_DTYPE) if txns is None else txns
+    body = (np.ascontiguousarray(rows, SNAP_DTYPE).tobytes()
+            + np.ascontiguousarray(txns, TXN_DTYPE).tobytes())
     head = SNAP_HEAD.pack(SNAP_MAGIC, SNAP_VERSION, position, len(rows), zlib.crc32(body))
     atomic_write(store_dir / SNAPSHOT, head + body)
 
 
-def read_snapshot(store_dir: Path) -> tuple[int, np.ndarray] | None:
+def read_snapshot(store_dir: Path) -> tuple[int, np.ndarray, np.ndarray] | None:
     """(position, rows) of the store's snapshot; None when there is none (the store never
     held an idempotent batch: SnapshotSchedule); position 0 and no rows when it is damaged
     (logged: recovery then rebuilds the windows from the whole data log)."""
@@ -266,12 +374,16 @@ def read_snapshot(store_dir: Path) -> tuple[int, np.ndarray] | None:
     except OSError as exc:
         event(log, "store.producer_snapshot_unreadable", logging.WARNING, path=str(path),
               error=str(exc))
-        return 0, np.empty(0, SNAP_DTYPE)
+        return 0, np.empty(0, SNAP_DTYPE), np.empty(0, TXN_DTYPE)
     if len(raw) >= SNAP_HEAD.size:
         magic, version, position, count, crc = SNAP_HEAD.unpack_from(raw)
         body = raw[SNAP_HEAD.size:]
-        if (magic, version) == (SNAP_MAGIC, SNAP_VERSION) and \
-                len(body) == count * SNAP_DTYPE.itemsize and zlib.crc32(body) == crc:
-            return position, np.frombuffer(body, SNAP_DTYPE)
+        windows = count * SNAP_DTYPE.itemsize
+        rest = len(body) - windows
+        if magic == SNAP_MAGIC and version in (1, SNAP_VERSION) and rest >= 0 and \
+                rest % TXN_DTYPE.itemsize == 0 and (version == 2 or rest == 0) and \
+                zlib.crc32(body) == crc:
+            return (position, np.frombuffer(body, SNAP_DTYPE, count),
+                    np.frombuffer(body, TXN_DTYPE, offset=windows))
     event(log, "store.producer_snapshot_damaged", logging.WARNING, path=str(path))
-    return 0, np.empty(0, SNAP_DTYPE)
+    return 0, np.empty(0, SNAP_DTYPE), np.empty(0, TXN_DTYPE)

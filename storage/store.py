@@ -35,6 +35,7 @@ disk-full waits; ``wall_clock`` (epoch seconds) ages segments for retention.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -51,12 +52,21 @@ from lib.errors import (
     UnknownPartition,
 )
 from lib.names import check_name
-from lib.records import BatchView, parse_batch
+from lib.records import BatchView, control_frame, parse_batch
 from storage.cache import CachePair
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.core import StoreCore
-from storage.datalog import CHUNK, DataLog, ProducerFields, chunk_header, header_size
+from storage.datalog import (
+    ATTR_COMMIT,
+    ATTR_CONTROL,
+    ATTR_TXN,
+    CHUNK,
+    DataLog,
+    ProducerFields,
+    chunk_header,
+    header_size,
+)
 from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, INDEX_DTYPE, IndexLog, index_entries
@@ -193,6 +203,8 @@ class Store(Closeable):
         if producer is None and view.producer_id >= 0:
             producer = ProducerFields(view.producer_id, view.producer_epoch,
                                       view.base_sequence)
+        if view.transactional and producer is not None:
+            producer = dataclasses.replace(producer, attrs=producer.attrs | ATTR_TXN)
         with self._core.cond:
             part = self._writable_partition(partition)
             if producer is not None and at is None:
@@ -202,34 +214,83 @@ class Store(Closeable):
                     if cfg.durability == "sync":
                         self._flusher.wait_synced(stored.end_pos)
                     return stored.base_offset, stored.last_offset, False
-            need = header_size(producer) + len(view.frames)
-            while not self._core.cache.active.fits(need):
-                if not wait and self._core.cache.flushing is not None:
-                    return None
-                self._make_room()
-                part = self._writable_partition(partition)
-            part.check_append(leader_epoch, at)
-            cost = need + view.count * ENTRY
-            self._core.space.admit(cost)  # raises DiskFull before anything is acknowledged
-            self._core.unwritten += cost
-            base = part.next
-            block = self._core.cache.active
-            first_in_block = block.fill == 0
-            header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch,
-                                  producer)
-            block.add(partition, base, header, view.frames,
-                      index_entries(view, block.end_pos + len(header)))
-            part.next = base + view.count
-            if producer is not None:
-                part.producers.record(
-                    ProducerBatch(producer.producer_id, producer.producer_epoch,
-                                  producer.base_sequence, view.count, base, block.end_pos),
-                    int(self._wall_clock() * 1e3))
-            if first_in_block or self._policy.block_full(block):
-                self._core.cond.notify_all()  # the flusher sleeps until a block needs it
+            got = self._add(partition, view, wait, leader_epoch, at, producer)
+            if got is None:
+                return None
+            base, end_pos = got
             if cfg.durability == "sync":
-                self._flusher.wait_synced(block.end_pos)
+                self._flusher.wait_synced(end_pos)
         return base, base + view.count - 1, True
+
+    def write_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                     commit: bool, *, leader_epoch: int = 0) -> int | None:
+        """End the producer's open transaction on the partition with a commit or abort
+        marker (a control record, storage/producers.py); returns its offset once it is
+        fsynced, whatever the topic's durability (the coordinator retries until then), or
+        None when no transaction of the producer is open here (a retried marker: its
+        epoch still fences the producer's older ones). An abort first records the ranges of
+        the transaction's batches in the aborted index (storage/aborted.py). ProducerFenced
+        when a newer epoch of the producer wrote here."""
+        now_ms = int(self._wall_clock() * 1e3)
+        frame = control_frame(commit, now_ms)
+        view = BatchView(1, -1, -1, -1, np.array([len(frame)], np.uint32),
+                         np.zeros(1, np.uint32), np.array([now_ms], np.int64),
+                         memoryview(frame))
+        fields = ProducerFields(producer_id, producer_epoch, -1,
+                                ATTR_CONTROL | (ATTR_COMMIT if commit else 0))
+        with self._core.cond:
+            part = self._writable_partition(partition)
+            part.producers.check_marker(producer_id, producer_epoch)
+            if part.producers.open_txn(producer_id) is None:
+                part.producers.end_txn(producer_id, producer_epoch, now_ms)
+                return None
+            base, end_pos = self._add(partition, view, True, leader_epoch, None, fields)
+            self._flusher.wait_synced(end_pos)
+        return base
+
+    def last_stable(self, partition: int) -> int:
+        """The last stable offset: ``read_committed`` readers stop before the first offset
+        of the oldest open transaction (the log end when none is open)."""
+        with self._core.cond:
+            part = self._readable_partition(partition)
+            return part.producers.last_stable(part.next)
+
+    def aborted_ranges(self, partition: int, start: int, end: int) -> np.ndarray:
+        """(first, last) offsets of aborted transactions' batches overlapping [start, end)."""
+        with self._core.cond:
+            return self._readable_partition(partition).aborted.overlapping(start, end)
+
+    def _add(self, partition: int, view: BatchView, wait: bool, leader_epoch: int,
+             at: int | None, producer: ProducerFields | None) -> tuple[int, int] | None:
+        """Put the batch into the active block (the store's lock held); (base offset, data
+        position after its chunk), or None where ``wait`` is False and it would wait."""
+        need = header_size(producer) + len(view.frames)
+        part = self._writable_partition(partition)
+        while not self._core.cache.active.fits(need):
+            if not wait and self._core.cache.flushing is not None:
+                return None
+            self._make_room()
+            part = self._writable_partition(partition)
+        part.check_append(leader_epoch, at)
+        cost = need + view.count * ENTRY
+        self._core.space.admit(cost)  # raises DiskFull before anything is acknowledged
+        base = part.next
+        if producer is not None:
+            part.before_producer_chunk(producer, base)  # an abort's ranges, fsynced
+        self._core.unwritten += cost
+        block = self._core.cache.active
+        first_in_block = block.fill == 0
+        header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch,
+                              producer)
+        block.add(partition, base, header, view.frames,
+                  index_entries(view, block.end_pos + len(header)))
+        part.next = base + view.count
+        if producer is not None:
+            part.after_producer_chunk(producer, view.count, base, block.end_pos,
+                                      int(self._wall_clock() * 1e3))
+        if first_in_block or self._policy.block_full(block):
+            self._core.cond.notify_all()  # the flusher sleeps until a block needs it
+        return base, block.end_pos
 
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
              tags: Sequence[str] | None = None, max_records: int | None = None,

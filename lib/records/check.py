@@ -13,17 +13,20 @@ from lib.records.decode import iter_frames
 from lib.records.encode import batch_crc
 from lib.records.layout import (
     BATCH_HEADER,
+    BATCH_TRANSACTIONAL,
     COLUMN_BYTES_PER_RECORD,
     COLUMNS_OF,
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     FEW_COLUMNS,
+    FLAG_CONTROL,
     FLAG_VALUE_ZLIB,
     FRAME_HEADER,
     FRAME_HEADER_SIZE,
     HEADER_ENTRY,
     HEADER_SIZE,
     I64,
+    KNOWN_BATCH_FLAGS,
     KNOWN_FLAGS,
     MAGIC,
     MAX_HEADERS,
@@ -39,6 +42,8 @@ from lib.records.layout import (
     range_crcs,
 )
 
+CONTROL_REFUSED = ("it is flagged as a control record (a transaction marker): only the "
+                   "transaction coordinator writes those")
 INFLATE_STEP = 1 << 20  # bytes inflated at a time when checking a compressed value
 FEW_FRAMES = FEW_COLUMNS  # up to this many frames, checked one by one (numpy's fixed cost)
 
@@ -55,6 +60,7 @@ class BatchView(NamedTuple):
     tag_hashes: np.ndarray
     timestamps: np.ndarray
     frames: memoryview
+    transactional: bool = False  # BATCH_TRANSACTIONAL: part of its producer's transaction
 
     @property
     def frames_bytes(self) -> int:
@@ -92,7 +98,7 @@ def parse_batch(
     if len(buf) < HEADER_SIZE:
         raise CorruptRecord(
             f"batch is {len(buf)} bytes, shorter than its {HEADER_SIZE}-byte header")
-    magic, version, _flags, _r, length, crc, count, pid, epoch, _r2, base_seq, _r3 = (
+    magic, version, flags, _r, length, crc, count, pid, epoch, _r2, base_seq, _r3 = (
         BATCH_HEADER.unpack_from(buf)
     )
     if magic != MAGIC:
@@ -104,7 +110,14 @@ def parse_batch(
         raise CorruptRecord(f"batch length field says {length} bytes, got {len(buf)}")
     if batch_crc(buf, version) != crc:
         raise CorruptRecord("batch CRC mismatch: corrupted in transit or built wrongly")
-    return _columns(buf, count, pid, epoch, base_seq, max_message_bytes)
+    if flags & ~KNOWN_BATCH_FLAGS:
+        raise CorruptRecord(f"unknown batch flags {flags:#04x}")
+    view = _columns(buf, count, pid, epoch, base_seq, max_message_bytes)
+    if flags & BATCH_TRANSACTIONAL:
+        if pid < 0:
+            raise CorruptRecord("a transactional batch needs a producer id (>= 0)")
+        return view._replace(transactional=True)
+    return view
 
 
 def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
@@ -171,7 +184,8 @@ def _check_listed(found: tuple[list[int], list[int]], tag_hashes: Sequence[int],
 
 
 def frame_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
-                  *, contents: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                  *, contents: bool = True, known: int = KNOWN_FLAGS
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Check every frame of a run the way decoding will and return each frame's tag hash and
     timestamp: the one frame check of the broker (append) and of recovery (chunk scan).
 
@@ -183,16 +197,18 @@ def frame_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
     ``head``: the frames' headers if the caller gathered them already (they are checked here).
     ``contents=False`` checks the structure alone, not each frame's CRC nor that compressed
     values inflate: for frames whose bytes a CRC of the whole run vouches for, a follower's
-    copy of its leader's frames (the leader checked each frame when it came in).
+    copy of its leader's frames (the leader checked each frame when it came in). ``known``:
+    the frame flags allowed (a store's frames may be control records, a producer's not).
     """
     if len(sizes) <= FEW_FRAMES:
-        tags, times = few_columns(frames, sizes.tolist(), contents)
+        tags, times = few_columns(frames, sizes.tolist(), contents, known)
         return np.array(tags, U32), np.array(times, I64)
-    return many_columns(frames, sizes, head, contents)
+    return many_columns(frames, sizes, head, contents, known)
 
 
 def many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
-                  contents: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                  contents: bool = True, known: int = KNOWN_FLAGS
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`frame_columns` over whole arrays."""
     starts = frame_starts(sizes)
     ends = starts + sizes
@@ -200,7 +216,8 @@ def many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None 
     if head is None:
         head = frame_headers(u8, starts)
     _require(head["length"] == sizes, "its length field disagrees with the batch size column")
-    _require(head["flags"] & ~np.uint8(KNOWN_FLAGS) == 0, "it has unknown flags")
+    _require(head["flags"] & np.uint8(FLAG_CONTROL & ~known) == 0, CONTROL_REFUSED)
+    _require(head["flags"] & ~np.uint8(known) == 0, "it has unknown flags")
     key_lens = head["key_len"].astype(np.int64)
     _require(key_lens >= -1, "its key length is negative")
     tag_lens = head["tag_len"].astype(np.int64)
@@ -221,8 +238,8 @@ def many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None 
     return hashes, head["ts"]
 
 
-def few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
-                 ) -> tuple[list[int], list[int]]:
+def few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True,
+                known: int = KNOWN_FLAGS) -> tuple[list[int], list[int]]:
     """:func:`frame_columns` frame by frame, for batches of a few records (``send_sync``, low
     rates): there the two dozen whole-array numpy calls cost ~50 µs whatever the batch size,
     ten times these checks. The same checks with the same messages; where a batch has several
@@ -235,7 +252,7 @@ def few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
         length, crc, flags, _a, ts, tag_len, key_len, n_headers, value_len = \
             FRAME_HEADER.unpack_from(frames, start)
         bad = _first_fault(frames, start, end, length, flags, tag_len, key_len, n_headers,
-                           value_len)
+                           value_len, known)
         if bad is None and contents and crc32(frames[start + 8:end]) != crc:
             bad = "its CRC does not match its bytes"
         if bad is not None:
@@ -250,12 +267,15 @@ def few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True
 
 
 def _first_fault(frames: memoryview, start: int, end: int, length: int, flags: int,
-                 tag_len: int, key_len: int, n_headers: int, value_len: int) -> str | None:
+                 tag_len: int, key_len: int, n_headers: int, value_len: int,
+                 known: int = KNOWN_FLAGS) -> str | None:
     """What is structurally wrong with one frame (None: nothing), in the order and words of
     the whole-array checks."""
     if length != end - start:
         return "its length field disagrees with the batch size column"
-    if flags & ~KNOWN_FLAGS & 0xFF:
+    if flags & FLAG_CONTROL & ~known:
+        return CONTROL_REFUSED
+    if flags & ~known & 0xFF:
         return "it has unknown flags"
     if key_len < -1:
         return "its key length is negative"

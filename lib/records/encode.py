@@ -10,12 +10,14 @@ import numpy as np
 from lib.errors import CorruptRecord, RecordTooLarge
 from lib.records.layout import (
     BATCH_HEADER,
+    BATCH_TRANSACTIONAL,
     COLUMN_BYTES_PER_RECORD,
     COLUMNS_OF,
     COUNT_AT,
     CRC_AT,
     CRC_END,
     FEW_COLUMNS,
+    FLAG_CONTROL,
     FRAME_DTYPE,
     FRAME_HEAD,
     FRAME_HEADER_SIZE,
@@ -59,6 +61,13 @@ def encode_frame(record: Record) -> bytes:
     return FRAME_HEAD.pack(len(body) + 8, crc32(body)) + body
 
 
+def control_frame(commit: bool, timestamp: int) -> bytes:
+    """A transaction marker's frame (FLAG_CONTROL; key ``commit`` or ``abort``): written by
+    the broker for the coordinator, refused from producers, never delivered to consumers."""
+    return encode_frame(Record(b"", key=b"commit" if commit else b"abort",
+                               timestamp=timestamp, flags=FLAG_CONTROL))
+
+
 def plain_frame(value: bytes, key: bytes | None, timestamp: int, flags: int = 0
                 ) -> tuple[bytes, ...]:
     """The frame of a record without tag and headers, as pieces to join or append: byte for
@@ -79,6 +88,7 @@ def encode_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """Encode records into one batch (header, column arrays, frames)."""
     if not records:
@@ -91,6 +101,7 @@ def encode_batch(
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
+        transactional=transactional,
     )
 
 
@@ -102,12 +113,13 @@ def assemble_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """Build a batch from already encoded frames (lets the producer encode each record once)."""
     body = b"".join(frames)
     head = batch_head(body, [len(f) for f in frames], tag_hashes, timestamps,
                       producer_id=producer_id, producer_epoch=producer_epoch,
-                      base_sequence=base_sequence)
+                      base_sequence=base_sequence, transactional=transactional)
     return head + body
 
 
@@ -124,6 +136,7 @@ def batch_head(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """Header and column arrays of a batch whose frames are already laid out back to back in
     ``frames`` (bytes, or a list of pieces to join): ``batch_head(...) + frames`` is the
@@ -139,7 +152,8 @@ def batch_head(
             np.fromiter(tag_hashes, dtype=U32, count=n)
         columns = b"".join((np.array(sizes, dtype=U32).tobytes(), tags.tobytes(),
                             np.array(timestamps, dtype=I64).tobytes()))
-    fields = [MAGIC, VERSION, 0, 0, HEADER_SIZE + len(columns) + joined_len(frames), 0, n,
+    fields = [MAGIC, VERSION, BATCH_TRANSACTIONAL if transactional else 0, 0,
+              HEADER_SIZE + len(columns) + joined_len(frames), 0, n,
               producer_id, producer_epoch, 0, base_sequence, 0]
     header = BATCH_HEADER.pack(*fields)
     fields[5] = crc32(columns, crc32(header[CRC_END:], crc32(header[:CRC_AT])))

@@ -43,7 +43,15 @@ FRAME_VALUE_LEN_AT = FRAME_DTYPE.fields["value_len"][1]  # 26
 HEADER_ENTRY = struct.Struct("<HI")
 
 FLAG_VALUE_ZLIB = 0x01  # value is zlib-compressed (set by the producer per record)
-KNOWN_FLAGS = FLAG_VALUE_ZLIB
+KNOWN_FLAGS = FLAG_VALUE_ZLIB  # what a producer may set
+# A control record (a transaction's commit or abort marker): written by the broker for the
+# transaction coordinator, never accepted from a producer, never delivered to consumers.
+FLAG_CONTROL = 0x80
+STORED_FLAGS = KNOWN_FLAGS | FLAG_CONTROL  # what a store's frames may carry
+# Batch header flags: a transactional producer's batch (its records belong to the open
+# transaction of its producer id until a marker commits or aborts it).
+BATCH_TRANSACTIONAL = 0x01
+KNOWN_BATCH_FLAGS = BATCH_TRANSACTIONAL
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 DEFAULT_MAX_BATCH_BYTES = 4 << 20

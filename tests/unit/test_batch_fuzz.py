@@ -83,7 +83,8 @@ def test_a_valid_batch_passes_every_frame_check():
     (lambda f: struct.pack_into("<H", f, 18, 5_000), "run past|add up"),  # tag_len too long
     (lambda f: struct.pack_into("<I", f, 26, 3), "add up"),  # value_len too short
     (lambda f: struct.pack_into("<H", f, 24, 9), "headers|add up"),  # header count too high
-    (lambda f: f.__setitem__(8, 0x80), "unknown flags"),
+    (lambda f: f.__setitem__(8, 0x40), "unknown flags"),
+    (lambda f: f.__setitem__(8, 0x80), "control record"),
     (lambda f: f.__setitem__(8, 0x01), "compressed value does not inflate"),  # zlib flag
 ])
 @pytest.mark.parametrize("copies", [1, 3], ids=["frame-by-frame", "whole-array"])

@@ -91,7 +91,7 @@ def test_a_snapshot_holds_only_what_the_files_hold_and_reads_back(tmp_path):
     _append(w, 0, 2, 0, end_pos=100)
     _append(w, 2, 2, 2, end_pos=200)  # still in a cache block at position 150
     write_snapshot(tmp_path, 150, w.rows(150))
-    position, rows = read_snapshot(tmp_path)
+    position, rows, _txns = read_snapshot(tmp_path)
     back = ProducerWindows("t", 3)
     back.load(rows)
     assert position == 150 and [b.base_sequence for b in back.between(-1, 100)] == [0]
