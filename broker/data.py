@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.config import BrokerConfig
+from broker.isolation import leave_out, visible_end
 from broker.metrics import BrokerMetrics
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
@@ -98,19 +99,25 @@ def result_data(partition: int, res) -> PartitionReply:
 
 def visible_read(store: Store, partition: int, offset: int, high_watermark: int | None,
                  max_bytes: int, tags: list[str] | None = None,
-                 max_records: int | None = None) -> PartitionReply:
+                 max_records: int | None = None, committed: bool = False) -> PartitionReply:
     """A consumer's read: below the high watermark of a replicated partition (None: one copy,
-    the log end), which is also the ``latest`` it is told. An offset between the high
-    watermark and the log end reads as nothing yet, not as out of range."""
-    if high_watermark is None:
-        return result_data(partition, store.read(partition, offset, max_bytes, tags,
-                                                 max_records))
-    if high_watermark <= offset <= store.latest(partition):
+    the log end), which is also the ``latest`` it is told, and for ``committed``
+    (read_committed) below the last stable offset too; never a control record, and no
+    aborted record for ``committed`` (broker/isolation.py). An offset between that end and
+    the log end reads as nothing yet, not as out of range."""
+    end = visible_end(store, partition, high_watermark, committed)
+    if end is None:
+        res = store.read(partition, offset, max_bytes, tags, max_records)
+        return result_data(partition, leave_out(store, partition, res, committed))
+    if end <= offset <= store.latest(partition):
         return PartitionReply(partition=partition, next_offset=offset,
-                              earliest=store.earliest(partition), latest=high_watermark)
-    reply = result_data(partition, store.read(partition, offset, max_bytes, tags, max_records,
-                                              stop=high_watermark))
-    reply.latest = high_watermark
+                              earliest=store.earliest(partition),
+                              latest=store.latest(partition) if high_watermark is None
+                              else high_watermark)
+    res = store.read(partition, offset, max_bytes, tags, max_records, stop=end)
+    reply = result_data(partition, leave_out(store, partition, res, committed))
+    if high_watermark is not None:
+        reply.latest = high_watermark
     return reply
 
 
@@ -221,24 +228,26 @@ class DataPlane:
                 out.append(PartitionReply(partition=pf.partition, next_offset=pf.offset))
                 continue
             max_bytes = min(pf.max_bytes or self.config.fetch_default_partition_bytes, budget)
-            data = self._read_one(req.topic, pf.partition, pf.offset, max_bytes, tags)
+            data = self._read_one(req.topic, pf.partition, pf.offset, max_bytes, tags,
+                                  req.read_committed)
             if len(data.frames) > budget and ready:
                 # A store returns at least one frame; only the first data may overshoot.
                 data = PartitionReply(partition=pf.partition, next_offset=pf.offset,
                                       earliest=data.earliest, latest=data.latest)
             budget -= len(data.frames)
             self.metrics.served(req.topic, pf.partition, len(data.frames), len(data.offsets) // 8)
-            ready = ready or bool(data.frames) or bool(data.error_code)
+            ready = ready or bool(data.frames) or bool(data.error_code) \
+                or data.next_offset > pf.offset  # moved past records left out: say so
             out.append(data)
         return out, ready
 
     def _read_one(self, topic: str, partition: int, offset: int, max_bytes: int,
-                  tags: list[str] | None) -> PartitionReply:
+                  tags: list[str] | None, committed: bool = False) -> PartitionReply:
         try:
             store = self.topics.store_for(topic, partition)
             return visible_read(store, partition, offset,
                                 self.replication.high_watermark(topic, partition), max_bytes,
-                                tags)
+                                tags, committed=committed)
         except TubeqError as err:
             return error_data(partition, offset, err)
 
@@ -255,7 +264,8 @@ class DataPlane:
             else:
                 for_time = earliest if req.timestamp_ms == 0 else -1
             out.append(pb.PartitionOffsets(partition=p, earliest=earliest, latest=latest,
-                                           for_time=for_time))
+                                           for_time=for_time,
+                                           last_stable=visible_end(store, p, latest, True)))
         return pb.ListOffsetsResponse(partitions=out)
 
     def query(self, req: pb.QueryMessagesRequest) -> pb.PartitionData:

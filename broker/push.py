@@ -132,7 +132,8 @@ class PushPlane:
         reader = asyncio.ensure_future(_drain(requests, credit))
         self.metrics.push_streams.inc()
         try:
-            async for response in self._loop(start.topic, positions, tags, credit, run):
+            async for response in self._loop(start.topic, positions, tags, credit, run,
+                                             start.read_committed):
                 yield response
                 if self.quotas.active:  # the broker sets the pace of a push stream itself
                     wait_ms = self.quotas.charge("consume", access.quota_principal, start.group,
@@ -153,7 +154,8 @@ class PushPlane:
         return first.start
 
     async def _loop(self, topic: str, positions: dict[int, int], tags: list[str] | None,
-                    credit: Credit, run: Runner) -> AsyncIterator[pb.SubscribeResponse]:
+                    credit: Credit, run: Runner, committed: bool = False
+                    ) -> AsyncIterator[pb.SubscribeResponse]:
         idle = self.config.push_idle_wait_ms / 1e3
         order = list(positions)
         while positions:
@@ -178,7 +180,7 @@ class PushPlane:
                 lag = self._lag(topic, p, positions[p])
                 if lag == 0:
                     continue
-                out = await self._next(topic, p, positions, tags, credit, run, lag)
+                out = await self._next(topic, p, positions, tags, credit, run, lag, committed)
                 if out is not None:
                     sent = True
                     yield out
@@ -196,15 +198,15 @@ class PushPlane:
             return None
 
     async def _next(self, topic: str, p: int, positions: dict[int, int],
-                    tags: list[str] | None, credit: Credit, run: Runner, lag: int | None
-                    ) -> pb.SubscribeResponse | None:
+                    tags: list[str] | None, credit: Credit, run: Runner, lag: int | None,
+                    committed: bool = False) -> pb.SubscribeResponse | None:
         """The next response for partition ``p`` within the credit, or None."""
         messages, nbytes = credit.budget()
         chunk = self.config.push_chunk_bytes
         try:
             store = self.topics.store_for(topic, p)
             read = (self.replication.high_watermark(topic, p), min(chunk, nbytes or chunk),
-                    tags, messages)
+                    tags, messages, committed)
             if read_inline(lag):
                 data = _read(store, p, positions[p], *read)
             else:
@@ -216,7 +218,7 @@ class PushPlane:
             data = error_data(p, positions.pop(p), err)
             return pb.SubscribeResponse(data=data.fields())
         if not data.offsets:
-            positions[p] = data.next_offset  # a tag filter may have skipped entries
+            positions[p] = data.next_offset  # a tag filter or a marker may have been skipped
             return None
         if nbytes is not None and len(data.frames) > nbytes:
             credit.need_bytes = len(data.frames)  # one frame over the byte credit: wait
@@ -229,7 +231,8 @@ class PushPlane:
 
 
 def _read(store: Store, p: int, offset: int, high_watermark: int | None, max_bytes: int,
-          tags: list[str] | None, messages: int) -> PartitionReply:
+          tags: list[str] | None, messages: int, committed: bool) -> PartitionReply:
     """A consumer's read of at most ``messages`` frames (the store stops there: no trim
-    here), below the high watermark."""
-    return visible_read(store, p, offset, high_watermark, max_bytes, tags, messages)
+    here), below the high watermark (and the last stable offset when ``committed``)."""
+    return visible_read(store, p, offset, high_watermark, max_bytes, tags, messages,
+                        committed)

@@ -38,7 +38,14 @@ from lib.logs import event
 from lib.records import tag_hash
 from storage.aborted import AbortedIndex
 from storage.cache import CacheBlock, CachePair, read_span
-from storage.datalog import ATTR_COMMIT, ATTR_CONTROL, DataLog, ProducerFields, ScannedChunk
+from storage.datalog import (
+    ATTR_COMMIT,
+    ATTR_CONTROL,
+    ATTR_TXN,
+    DataLog,
+    ProducerFields,
+    ScannedChunk,
+)
 from storage.epochs import LeaderEpochs
 from storage.fsutil import fsync_dir
 from storage.index import IndexLog
@@ -56,6 +63,7 @@ from storage.removal import (
 from storage.select import assemble, plan
 
 log = logging.getLogger(__name__)
+TRANSACTIONAL = "transactional"  # in a partition's dir: transactions have written here
 MAX_EPOCH = (1 << 32) - 1  # a chunk header holds the leader epoch in a u32
 MAX_READ_ENTRIES = 65_536  # index entries examined per read (bounds filtered scans)
 TIME_SCAN_ENTRIES = 1 << 20  # index entries read per step of a search by timestamp
@@ -95,13 +103,15 @@ class PartitionLog:
     """Partition ``partition`` of ``topic`` in one store (module docstring)."""
 
     __slots__ = ("topic", "partition", "index", "epochs", "epoch", "next", "flushed",
-                 "earliest", "opened", "producers", "aborted")
+                 "earliest", "opened", "producers", "aborted", "transactional")
 
     def __init__(self, topic: str, partition: int, index: IndexLog,
                  limits: ProducerLimits = ProducerLimits()) -> None:
         self.topic, self.partition, self.index = topic, partition, index
         self.producers = ProducerWindows(topic, partition, limits)
         self.aborted = AbortedIndex(index.dir)  # aborted transactions' ranges (aborted.py)
+        # Once a transaction wrote here, reads leave control records out (broker/isolation.py)
+        self.transactional = (index.dir / TRANSACTIONAL).exists()
         self.epochs = LeaderEpochs(index.dir)
         self.epoch = 0  # the latest epoch in ``epochs`` (0: none); see refresh_epoch
         self.refresh_epoch()
@@ -248,6 +258,8 @@ class PartitionLog:
     def after_producer_chunk(self, producer: ProducerFields, count: int, base: int,
                              end_pos: int, now_ms: int) -> None:
         """Remember an idempotent producer's batch, or end its transaction (a marker)."""
+        if producer.attrs & (ATTR_TXN | ATTR_CONTROL) and not self.transactional:
+            self.mark_transactional()
         if producer.attrs & ATTR_CONTROL:
             self.producers.end_txn(producer.producer_id, producer.producer_epoch, now_ms,
                                    base, end_pos)
@@ -255,6 +267,16 @@ class PartitionLog:
             self.producers.record(ProducerBatch(
                 producer.producer_id, producer.producer_epoch, producer.base_sequence, count,
                 base, end_pos, producer.attrs), now_ms)
+
+    def mark_transactional(self) -> None:
+        """Record, once and durably, that transactions write here (``p<N>/transactional``)."""
+        path = self.index.dir / TRANSACTIONAL
+        try:
+            path.touch(mode=0o600)
+            fsync_dir(self.index.dir)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}", path=str(path)) from exc
+        self.transactional = True
 
     # --------------------------------------------------------------------- cuts
 
@@ -378,6 +400,8 @@ def replay_producers(logs: dict[int, PartitionLog], chunks: Iterable[ScannedChun
         if not len(chunk.entries):  # a marker: the log was cut back (or reset) to its base
             part.producers.truncate(chunk.base_offset)
         elif chunk.producer is not None and chunk.producer.attrs & ATTR_CONTROL:
+            if not part.transactional:
+                part.mark_transactional()
             part.producers.end_txn(chunk.producer.producer_id, chunk.producer.producer_epoch,
                                    now_ms, chunk.base_offset, chunk.end)
         elif chunk.producer is not None:

@@ -255,6 +255,12 @@ class Store(Closeable):
             part = self._readable_partition(partition)
             return part.producers.last_stable(part.next)
 
+    def transactional(self, partition: int) -> bool:
+        """Whether a transaction ever wrote to the partition (its reads may hold control
+        records and aborted ones)."""
+        with self._core.cond:
+            return self._readable_partition(partition).transactional
+
     def aborted_ranges(self, partition: int, start: int, end: int) -> np.ndarray:
         """(first, last) offsets of aborted transactions' batches overlapping [start, end)."""
         with self._core.cond:

@@ -39,20 +39,22 @@ class PartitionFetch(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes", "group")
+    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes", "group", "read_committed")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    READ_COMMITTED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
     max_wait_ms: int
     tags: _containers.RepeatedScalarFieldContainer[str]
     max_total_bytes: int
     group: str
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
+    read_committed: bool
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ...) -> None: ...
 
 class PartitionData(_message.Message):
     __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message", "sizes")
@@ -85,16 +87,18 @@ class FetchResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
 
 class SubscribeStart(_message.Message):
-    __slots__ = ("topic", "partitions", "tags", "group")
+    __slots__ = ("topic", "partitions", "tags", "group", "read_committed")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    READ_COMMITTED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
     tags: _containers.RepeatedScalarFieldContainer[str]
     group: str
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., tags: _Optional[_Iterable[str]] = ..., group: _Optional[str] = ...) -> None: ...
+    read_committed: bool
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., tags: _Optional[_Iterable[str]] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages", "bytes")
@@ -189,16 +193,18 @@ class ListOffsetsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class PartitionOffsets(_message.Message):
-    __slots__ = ("partition", "earliest", "latest", "for_time")
+    __slots__ = ("partition", "earliest", "latest", "for_time", "last_stable")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     FOR_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_FIELD_NUMBER: _ClassVar[int]
     partition: int
     earliest: int
     latest: int
     for_time: int
-    def __init__(self, partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., for_time: _Optional[int] = ...) -> None: ...
+    last_stable: int
+    def __init__(self, partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., for_time: _Optional[int] = ..., last_stable: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsResponse(_message.Message):
     __slots__ = ("partitions",)
