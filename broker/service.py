@@ -32,6 +32,7 @@ from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.replication import ReplicaLeader
 from broker.sinks import SinkPlane
+from broker.txn_markers import write_markers
 from lib.auth.access import current_access
 from lib.auth.quotas import QuotaBook
 from lib.errors import TubeqError
@@ -202,6 +203,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def ReplicaFetch(self, request: pb.ReplicaFetchRequest, context):  # noqa: N802
         """A follower copying this leader (cluster credential only, lib/auth/rules.py)."""
         return await self.replication.fetch(request, self.run)
+
+    @_guarded
+    async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest,  # noqa: N802
+                              context):
+        """The coordinator's markers (cluster credential only): answered once each is
+        fsynced and, on a replicated partition, held by every in-sync replica."""
+        response, written = await self.run(write_markers, self.data.topics, request)
+        budget = _wait_budget(context)
+        for topic, partition, offset in written:
+            await self.replication.replicated(topic, partition, offset + 1, budget)
+        return response
 
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802

@@ -134,6 +134,7 @@ RULES: dict[str, Rule] = {
     _B + "QueryMessages": needs(("consume", "topic", "topic")),
     _B + "ResetOffsets": CLUSTER_ONLY,  # masters relay an admin's reset
     _B + "ReplicaFetch": CLUSTER_ONLY,  # followers copy a leader's records
+    _B + "WriteTxnMarkers": CLUSTER_ONLY,  # the transaction coordinator (active master)
     _B + "SinkStage": needs(("produce", "topic", "topic")),
     _B + "SinkCommit": IN_HANDLER,  # produce on every topic the batch staged
     _B + "SinkAbort": IN_HANDLER,

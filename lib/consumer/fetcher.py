@@ -57,6 +57,7 @@ class FetcherConfig:
     prefetch_max_bytes: int = 64 << 20  # fetched but not yet polled, all partitions
     rpc_timeout_s: float = 10.0
     parallelism: int = 2  # fetch requests in flight per (broker, topic), partitions split
+    read_committed: bool = False  # FetchRequest.read_committed (docs/transactions.md)
 
 
     def validate(self) -> None:

@@ -55,8 +55,14 @@ class ConsumerConfig:
     session_timeout_ms: int = 10_000
     client_id: str = ""
     rpc_timeout_s: float = 10.0
+    # "read_committed": stop at each partition's last stable offset and never see aborted
+    # transactions' records (docs/transactions.md); transaction markers are never seen.
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
 
     def validate(self) -> None:
+        require(self.isolation_level in ("read_uncommitted", "read_committed"),
+                f"isolation_level must be 'read_uncommitted' or 'read_committed', got "
+                f"{self.isolation_level!r}")
         if self.group:
             check_name(self.group, "group")
         require(self.auto_commit_interval_ms >= 10,
@@ -70,7 +76,8 @@ class ConsumerConfig:
                     fetch_max_wait_ms=self.fetch_max_wait_ms,
                     fetch_max_total_bytes=max(16 << 20, self.fetch_max_bytes),
                     prefetch_max_bytes=max(self.prefetch_max_bytes, self.fetch_max_bytes),
-                    rpc_timeout_s=self.rpc_timeout_s)
+                    rpc_timeout_s=self.rpc_timeout_s,
+                    read_committed=self.isolation_level == "read_committed")
 
 
 class PullConsumer(ConsumerBase):

@@ -65,9 +65,13 @@ class PushConfig:
     auto_commit_interval_ms: int = 5000
     client_id: str = ""
     rpc_timeout_s: float = 10.0
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
 
     def validate(self) -> None:
         require(bool(self.group), "a PushConsumer needs a group")
+        require(self.isolation_level in ("read_uncommitted", "read_committed"),
+                f"isolation_level must be 'read_uncommitted' or 'read_committed', got "
+                f"{self.isolation_level!r}")
         require(1 <= self.max_inflight_messages <= 1_000_000,
                 f"max_inflight_messages must be within 1..1000000, "
                 f"got {self.max_inflight_messages}")
@@ -221,7 +225,8 @@ class PushConsumer(ConsumerBase):
                 s = PushStream(address, topic, mine, self._share(len(keys), topic), self._session,
                                self._hooks())
                 self._streams.append(s)
-                s.start(self._offsets.stub(address), self._sub.tags, self._group)
+                s.start(self._offsets.stub(address), self._sub.tags, self._group,
+                        self.config.isolation_level == "read_committed")
             if missing or self._sub.missing_positions():
                 self._request_restart()
 

@@ -61,10 +61,11 @@ class PushStream:
                 return
             yield req
 
-    def start(self, stub: broker_pb2_grpc.BrokerStub, tags: Iterable[str], group: str) -> None:
+    def start(self, stub: broker_pb2_grpc.BrokerStub, tags: Iterable[str], group: str,
+              read_committed: bool = False) -> None:
         """Open the call: ``start`` from the known positions, then the first credit."""
         start = broker_pb2.SubscribeStart(
-            topic=self.topic, tags=list(tags), group=group,
+            topic=self.topic, tags=list(tags), group=group, read_committed=read_committed,
             partitions=[broker_pb2.PartitionFetch(partition=p, offset=pos)
                         for p, pos in self.next.items()])
         self._requests.put(broker_pb2.SubscribeRequest(start=start))

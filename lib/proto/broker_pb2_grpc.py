@@ -94,6 +94,11 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/tubeq.broker.Broker/WriteTxnMarkers',
+                request_serializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -179,6 +184,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """The transaction coordinator (the active master) ends a producer's transaction on the
+        partitions this broker leads: a commit or abort marker in each (cluster credential only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -241,6 +254,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ReplicaFetch,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -567,6 +585,33 @@ class Broker:
             '/tubeq.broker.Broker/ReplicaFetch',
             lib_dot_proto_dot_broker__pb2.ReplicaFetchRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/WriteTxnMarkers',
+            lib_dot_proto_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,
