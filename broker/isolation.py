@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.records import FLAG_CONTROL
+from lib.records import FLAG_CONTROL, FRAME_FLAGS_AT
 from storage.partition_log import ReadResult
 from storage.store import Store
-
-FLAGS_AT = 8  # a frame's flags byte: length u32, crc u32, flags u8
 
 
 def visible_end(store: Store, partition: int, high_watermark: int | None,
@@ -39,7 +37,7 @@ def leave_out(store: Store, partition: int, res: ReadResult,
         return res
     sizes = res.sizes.astype(np.int64)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    drop = (np.frombuffer(res.frames, np.uint8)[starts + FLAGS_AT] & FLAG_CONTROL) != 0
+    drop = (np.frombuffer(res.frames, np.uint8)[starts + FRAME_FLAGS_AT] & FLAG_CONTROL) != 0
     if read_committed:
         offsets = res.offsets
         ranges = store.aborted_ranges(partition, int(offsets[0]), int(offsets[-1]) + 1)

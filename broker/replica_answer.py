@@ -128,7 +128,8 @@ class ReplicaAnswers:
         for b in store.producer_batches(partition, -1 if p.producer_state else offset, end):
             reply.producer_batches.add(
                 producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                base_sequence=b.base_sequence, count=b.count, base_offset=b.base_offset)
+                base_sequence=b.base_sequence, count=b.count, base_offset=b.base_offset,
+                attrs=b.attrs)
         if self.offsets is not None:
             self.followers.follower_offsets_at(topic, partition, replica, p)
             self._add_offsets(reply, p)

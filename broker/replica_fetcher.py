@@ -33,12 +33,20 @@ from lib.auth.settings import cluster_header
 from lib.errors import CorruptRecord, TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2 as pb
-from lib.records import STORED_FLAGS, BatchView, frame_columns
+from lib.records import (
+    FLAG_CONTROL,
+    FRAME_FLAGS_AT,
+    STORED_FLAGS,
+    BatchView,
+    decode_frame,
+    frame_columns,
+)
+from lib.records.encode import CONTROL_VALUE
 from lib.records.layout import crc32
 from lib.rpc import channel
 from lib.tls import Tls
 from lib.wire import split
-from storage.datalog import ProducerFields
+from storage.datalog import ATTR_COMMIT, ATTR_CONTROL, ATTR_TXN, ProducerFields
 from storage.offsets import CommittedOffset, SinkMark
 from storage.producers import ProducerBatch
 from storage.store import Store
@@ -213,7 +221,8 @@ class LeaderLoop(threading.Thread):
             listed = producer_batches(data)
             if len(frames):
                 append_copied(store, p, data, frames, listed)
-            store.adopt_producers(p, listed, replace=key not in self._synced)
+            store.adopt_producers(p, listed, replace=key not in self._synced,
+                                  copied_from=data.base_offset if len(frames) else -1)
             self._synced.add(key)
             self._copy_offsets(data)
             self._copy_marks(data, store.latest(p))
@@ -269,7 +278,8 @@ class LeaderLoop(threading.Thread):
 def producer_batches(data: pb.ReplicaFetchData) -> list[ProducerBatch]:
     """The idempotent producer batches a leader listed (storage/producers.py)."""
     return [ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.count,
-                          b.base_offset) for b in data.producer_batches]
+                          b.base_offset, attrs=b.attrs & ATTR_TXN)
+            for b in data.producer_batches]
 
 
 def read_answer(raw: bytes, leader: str) -> list[tuple[pb.ReplicaFetchData, memoryview]]:
@@ -309,7 +319,8 @@ def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData,
     if not bounds or bounds[0][1] > 0:  # records before the first epoch listed: epoch 0
         first = [e.epoch for e in data.epochs if e.start_offset <= base]
         bounds.insert(0, (first[-1] if first else 0, 0))
-    for epoch, lo, hi, producer in copied_runs(base, count, bounds, listed):
+    markers = control_records(frames, starts)
+    for epoch, lo, hi, producer in copied_runs(base, count, bounds, listed, markers):
         run = frames[int(starts[lo]):int(starts[hi])]
         run_sizes = sizes[lo:hi]
         tags, stamps = frame_columns(run, run_sizes, contents=not whole, known=STORED_FLAGS)
@@ -318,16 +329,33 @@ def append_copied(store: Store, partition: int, data: pb.ReplicaFetchData,
         store.append(partition, view, leader_epoch=epoch, at=base + lo, producer=producer)
 
 
+def control_records(frames: memoryview, starts: np.ndarray
+                    ) -> dict[tuple[int, int], ProducerFields]:
+    """The transaction markers among copied frames (their flags byte, one gather), by their
+    (index, index + 1), with the producer fields their frames carry."""
+    flags = np.frombuffer(frames, np.uint8)[starts[:-1] + FRAME_FLAGS_AT]
+    out = {}
+    for i in np.flatnonzero(flags & FLAG_CONTROL).tolist():
+        record = decode_frame(frames[int(starts[i]):int(starts[i + 1])])
+        pid, epoch = CONTROL_VALUE.unpack(record.value)
+        attrs = ATTR_CONTROL | (ATTR_COMMIT if record.key == b"commit" else 0)
+        out[(i, i + 1)] = ProducerFields(pid, epoch, -1, attrs)
+    return out
+
+
 def copied_runs(base: int, count: int, bounds: list[tuple[int, int]],
-                listed: list[ProducerBatch]
+                listed: list[ProducerBatch],
+                markers: dict[tuple[int, int], ProducerFields] | None = None
                 ) -> list[tuple[int, int, int, ProducerFields | None]]:
     """(leader epoch, first, end, producer fields or None) of each chunk to append: records
     [first, end) of the ``count`` copied from offset ``base``, cut where the leader epoch
-    changes (``bounds``: (epoch, first) ascending, the first at 0) and around every listed
-    batch held whole (a batch never spans two epochs: one leader appended it)."""
+    changes (``bounds``: (epoch, first) ascending, the first at 0), around every listed
+    batch held whole (a batch never spans two epochs: one leader appended it) and around each
+    transaction marker (``markers``: its (first, end) -> its fields)."""
     whole = {(b.base_offset - base, b.base_offset - base + b.count):
-             ProducerFields(b.producer_id, b.producer_epoch, b.base_sequence)
+             ProducerFields(b.producer_id, b.producer_epoch, b.base_sequence, b.attrs)
              for b in listed if base <= b.base_offset and b.base_offset + b.count <= base + count}
+    whole.update(markers or {})
     edges = sorted({0, count, *(lo for _e, lo in bounds), *(e for pair in whole for e in pair)})
     runs = []
     for lo, hi in itertools.pairwise(edges):

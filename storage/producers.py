@@ -38,6 +38,7 @@ Not thread-safe: the store calls it under its lock.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 import zlib
@@ -244,14 +245,21 @@ class ProducerWindows:
         out.sort(key=lambda b: b.base_offset)
         return out
 
-    def adopt(self, batches: Iterable[ProducerBatch], now_ms: int,
-              replace: bool = False) -> None:
+    def adopt(self, batches: Iterable[ProducerBatch], now_ms: int, replace: bool = False,
+              copied_from: int = -1) -> None:
         """Remember batches a leader listed (oldest first), after their records were copied
-        here; ``replace``: they are the leader's whole windows, so forget ours first."""
-        if replace:
-            self.clear()
+        here; ``replace``: they are the leader's whole windows, so forget ours first. A
+        copy's transactions are what its own log says (its chunks carry whole listed
+        batches' attrs, its markers are frames of their own), except for a transactional
+        batch that began before ``copied_from`` (the first offset of this copy's answer): it
+        was copied in pieces without its fields, and joins its transaction from here."""
+        if replace and self._producers:
+            self._producers.clear()
+            self.version += 1
         for b in batches:
-            self.record(b, now_ms)
+            pieces = b.base_offset < copied_from <= b.last_offset
+            self.record(b if pieces else dataclasses.replace(b, attrs=b.attrs & ~ATTR_TXN),
+                        now_ms)
 
     def truncate(self, end: int) -> None:
         """Forget batches with records at or after ``end``: the log no longer holds them."""

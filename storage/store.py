@@ -232,7 +232,7 @@ class Store(Closeable):
         the transaction's batches in the aborted index (storage/aborted.py). ProducerFenced
         when a newer epoch of the producer wrote here."""
         now_ms = int(self._wall_clock() * 1e3)
-        frame = control_frame(commit, now_ms)
+        frame = control_frame(commit, now_ms, producer_id, producer_epoch)
         view = BatchView(1, -1, -1, -1, np.array([len(frame)], np.uint32),
                          np.zeros(1, np.uint32), np.array([now_ms], np.int64),
                          memoryview(frame))
@@ -429,12 +429,12 @@ class Store(Closeable):
             return self._readable_partition(partition).producers.between(start, end)
 
     def adopt_producers(self, partition: int, batches: list[ProducerBatch],
-                        replace: bool = False) -> None:
-        """Remember batches a leader listed after their records were copied here;
-        ``replace``: they are its whole windows (storage/producers.py)."""
+                        replace: bool = False, copied_from: int = -1) -> None:
+        """Remember batches a leader listed after their records (from ``copied_from`` on)
+        were copied here; ``replace``: they are its whole windows (storage/producers.py)."""
         with self._core.cond:
             self._readable_partition(partition).producers.adopt(
-                batches, int(self._wall_clock() * 1e3), replace)
+                batches, int(self._wall_clock() * 1e3), replace, copied_from)
 
     def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
         """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""

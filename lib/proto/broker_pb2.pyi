@@ -437,18 +437,20 @@ class GroupOffset(_message.Message):
     def __init__(self, group: _Optional[str] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_time_ms: _Optional[int] = ...) -> None: ...
 
 class ProducerBatch(_message.Message):
-    __slots__ = ("producer_id", "producer_epoch", "base_sequence", "count", "base_offset")
+    __slots__ = ("producer_id", "producer_epoch", "base_sequence", "count", "base_offset", "attrs")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTRS_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_epoch: int
     base_sequence: int
     count: int
     base_offset: int
-    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., count: _Optional[int] = ..., base_offset: _Optional[int] = ...) -> None: ...
+    attrs: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., count: _Optional[int] = ..., base_offset: _Optional[int] = ..., attrs: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
     __slots__ = ("partitions",)

@@ -1,6 +1,7 @@
 """Encoding frames and batches (producers; tests). The broker never encodes a frame."""
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +62,17 @@ def encode_frame(record: Record) -> bytes:
     return FRAME_HEAD.pack(len(body) + 8, crc32(body)) + body
 
 
-def control_frame(commit: bool, timestamp: int) -> bytes:
-    """A transaction marker's frame (FLAG_CONTROL; key ``commit`` or ``abort``): written by
-    the broker for the coordinator, refused from producers, never delivered to consumers."""
-    return encode_frame(Record(b"", key=b"commit" if commit else b"abort",
+CONTROL_VALUE = struct.Struct("<qi")  # a marker's producer id and epoch
+
+
+def control_frame(commit: bool, timestamp: int, producer_id: int = -1,
+                  producer_epoch: int = -1) -> bytes:
+    """A transaction marker's frame (FLAG_CONTROL; key ``commit`` or ``abort``, the producer
+    id and epoch as its value, so a copy of the log knows the marker from its frame alone):
+    written by the broker for the coordinator, refused from producers, never delivered to
+    consumers."""
+    return encode_frame(Record(CONTROL_VALUE.pack(producer_id, producer_epoch),
+                               key=b"commit" if commit else b"abort",
                                timestamp=timestamp, flags=FLAG_CONTROL))
 
 

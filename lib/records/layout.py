@@ -38,6 +38,7 @@ FRAME_HEADER_SIZE = FRAME_HEAD.size + FRAME_TAIL.size  # 30
 FRAME_DTYPE = np.dtype([("length", "<u4"), ("crc", "<u4"), ("flags", "u1"), ("attrs", "u1"),
                         ("ts", "<i8"), ("tag_len", "<u2"), ("key_len", "<i4"),
                         ("header_count", "<u2"), ("value_len", "<u4")])
+FRAME_FLAGS_AT = FRAME_DTYPE.fields["flags"][1]  # 8
 FRAME_TAG_LEN_AT = FRAME_DTYPE.fields["tag_len"][1]  # 18
 FRAME_VALUE_LEN_AT = FRAME_DTYPE.fields["value_len"][1]  # 26
 HEADER_ENTRY = struct.Struct("<HI")

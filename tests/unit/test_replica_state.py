@@ -214,3 +214,50 @@ def test_a_leader_is_reported_unreachable_only_while_followed_and_failing(pair):
     fetcher.reached({1, 5}, False)
     fetcher._forget_unfollowed([r for _, _, r in two.topics.followed()])  # follows 1's only
     assert fetcher.unreachable_leaders() == [1]
+
+
+def test_a_follower_copies_transactions_markers_and_aborted_ranges(pair):
+    """The leader lists its transactional batches with their attrs and every marker is a
+    self-describing frame: the follower's open transactions, last stable offset and aborted
+    index match the leader's, so a new leader serves read_committed readers the same."""
+    one, two = pair
+
+    def txn(pid: int, n: int) -> None:
+        batch = encode_batch([Record(b"t%d-%d" % (pid, i), timestamp=1) for i in range(n)],
+                             producer_id=pid, producer_epoch=0, base_sequence=0,
+                             transactional=True)
+        one.plane.produce(pb.ProduceRequest(topic="t", partition=0, batch=batch))
+    txn(7, 2)  # 0-1, aborted
+    txn(8, 1)  # 2, left open
+    leader = one.topics.store_for("t", 0)
+    assert leader.write_marker(0, 7, 0, commit=False, leader_epoch=3) == 3
+    one.produce(0, 1)  # 4
+    copy = two.topics.replica_store("t", 0)
+    while copy.latest(0) < 5:  # a read stops where the leader's files end and its cache begins
+        two.fetch_from(one)
+    assert copy.latest(0) == 5 and copy.transactional(0)
+    assert copy.last_stable(0) == leader.last_stable(0) == 2
+    assert copy.aborted_ranges(0, 0, 10).tolist() == leader.aborted_ranges(0, 0, 10).tolist()
+    assert leader.write_marker(0, 8, 0, commit=True, leader_epoch=3) == 5
+    while copy.latest(0) < 6:
+        two.fetch_from(one)
+    assert copy.last_stable(0) == 6
+
+
+def test_a_transactional_batch_copied_in_pieces_joins_its_transaction(pair):
+    one, two = pair
+    batch = encode_batch([Record(b"p%d" % i + b"x" * 200, timestamp=1) for i in range(4)],
+                         producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    one.plane.produce(pb.ProduceRequest(topic="t", partition=0, batch=batch))
+    leader = one.topics.store_for("t", 0)
+    leader.flush()
+    frame = len(leader.read(0, 0, 1 << 20).frames) // 4
+    two.fetch_from(one, max_bytes=2 * frame)  # offsets 0-1: the batch is cut
+    copy = two.topics.replica_store("t", 0)
+    assert copy.latest(0) == 2
+    two.fetch_from(one)  # 2-3: it completes, listed as transactional
+    assert copy.latest(0) == 4 and copy.last_stable(0) == 0
+    leader.write_marker(0, 7, 0, commit=False, leader_epoch=3)
+    while copy.latest(0) < 5:
+        two.fetch_from(one)
+    assert copy.last_stable(0) == 5 and copy.aborted_ranges(0, 0, 9).tolist() == [(0, 3)]
