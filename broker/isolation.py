@@ -23,9 +23,9 @@ def visible_end(store: Store, partition: int, high_watermark: int | None,
                 read_committed: bool) -> int | None:
     """Where a consumer's read stops: the high watermark (None: one copy, the log end) and,
     for ``read_committed``, the last stable offset."""
-    if not read_committed or not store.transactional(partition):
+    if not read_committed or not store.producers.transactional(partition):
         return high_watermark
-    stable = store.last_stable(partition)
+    stable = store.producers.last_stable(partition)
     return stable if high_watermark is None else min(high_watermark, stable)
 
 
@@ -33,14 +33,14 @@ def leave_out(store: Store, partition: int, res: ReadResult,
               read_committed: bool) -> ReadResult:
     """``res`` without its control records, and for ``read_committed`` without the records
     of aborted transactions."""
-    if not len(res.offsets) or not store.transactional(partition):
+    if not len(res.offsets) or not store.producers.transactional(partition):
         return res
     sizes = res.sizes.astype(np.int64)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     drop = (np.frombuffer(res.frames, np.uint8)[starts + FRAME_FLAGS_AT] & FLAG_CONTROL) != 0
     if read_committed:
         offsets = res.offsets
-        ranges = store.aborted_ranges(partition, int(offsets[0]), int(offsets[-1]) + 1)
+        ranges = store.producers.aborted_ranges(partition, int(offsets[0]), int(offsets[-1]) + 1)
         if len(ranges):
             ranges = np.sort(ranges, order="first")
             at = np.searchsorted(ranges["first"], offsets, side="right") - 1

@@ -125,7 +125,7 @@ class ReplicaAnswers:
         end, frames = offset, b""
         if offset < reply.log_end:
             end, frames = self._add_records(reply, store, partition, offset, max_bytes)
-        for b in store.producer_batches(partition, -1 if p.producer_state else offset, end):
+        for b in store.producers.batches(partition, -1 if p.producer_state else offset, end):
             reply.producer_batches.add(
                 producer_id=b.producer_id, producer_epoch=b.producer_epoch,
                 base_sequence=b.base_sequence, count=b.count, base_offset=b.base_offset,

@@ -221,7 +221,7 @@ class LeaderLoop(threading.Thread):
             listed = producer_batches(data)
             if len(frames):
                 append_copied(store, p, data, frames, listed)
-            store.adopt_producers(p, listed, replace=key not in self._synced,
+            store.producers.adopt(p, listed, replace=key not in self._synced,
                                   copied_from=data.base_offset if len(frames) else -1)
             self._synced.add(key)
             self._copy_offsets(data)

@@ -27,7 +27,7 @@ def write_markers(topics: TopicManager, req: pb.WriteTxnMarkersRequest
             store = topics.store_for(tp.topic, tp.partition)
             role = topics.role(tp.topic, tp.partition)
             epoch = role.leader_epoch if role is not None and role.replicated else 0
-            offset = store.write_marker(tp.partition, req.producer_id, req.producer_epoch,
+            offset = store.producers.write_marker(tp.partition, req.producer_id, req.producer_epoch,
                                         req.commit, leader_epoch=epoch)
         except TubeqError as err:
             result.error_code, result.error_message = err.code, err.message

@@ -52,14 +52,12 @@ from lib.errors import (
     UnknownPartition,
 )
 from lib.names import check_name
-from lib.records import BatchView, control_frame, parse_batch
+from lib.records import BatchView, parse_batch
 from storage.cache import CachePair
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.core import StoreCore
 from storage.datalog import (
-    ATTR_COMMIT,
-    ATTR_CONTROL,
     ATTR_TXN,
     CHUNK,
     DataLog,
@@ -71,9 +69,10 @@ from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, INDEX_DTYPE, IndexLog, index_entries
 from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
-from storage.producers import ProducerBatch, ProducerLimits
+from storage.producers import ProducerLimits
 from storage.removal import settle
 from storage.space import SpaceGuard
+from storage.store_producers import StoreProducers
 from storage.sync_policy import SyncPolicy
 
 
@@ -109,6 +108,10 @@ class Store(Closeable):
         self._policy = SyncPolicy.of(cfg, clock)
         self._flusher = Flusher(self._core, self._policy, wall_clock)
         self._flusher.start()
+        # Windows and transactions: broker/replica_*.py, broker/txn_markers.py, isolation.py
+        self.producers = StoreProducers(self._core, self._readable_partition,
+                                        self._writable_partition, self._add,
+                                        self._flusher.wait_synced, wall_clock)
 
     # ----------------------------------------------------------------- public API
 
@@ -221,50 +224,6 @@ class Store(Closeable):
             if cfg.durability == "sync":
                 self._flusher.wait_synced(end_pos)
         return base, base + view.count - 1, True
-
-    def write_marker(self, partition: int, producer_id: int, producer_epoch: int,
-                     commit: bool, *, leader_epoch: int = 0) -> int | None:
-        """End the producer's open transaction on the partition with a commit or abort
-        marker (a control record, storage/producers.py); returns its offset once it is
-        fsynced, whatever the topic's durability (the coordinator retries until then), or
-        None when no transaction of the producer is open here (a retried marker: its
-        epoch still fences the producer's older ones). An abort first records the ranges of
-        the transaction's batches in the aborted index (storage/aborted.py). ProducerFenced
-        when a newer epoch of the producer wrote here."""
-        now_ms = int(self._wall_clock() * 1e3)
-        frame = control_frame(commit, now_ms, producer_id, producer_epoch)
-        view = BatchView(1, -1, -1, -1, np.array([len(frame)], np.uint32),
-                         np.zeros(1, np.uint32), np.array([now_ms], np.int64),
-                         memoryview(frame))
-        fields = ProducerFields(producer_id, producer_epoch, -1,
-                                ATTR_CONTROL | (ATTR_COMMIT if commit else 0))
-        with self._core.cond:
-            part = self._writable_partition(partition)
-            part.producers.check_marker(producer_id, producer_epoch)
-            if part.producers.open_txn(producer_id) is None:
-                part.producers.end_txn(producer_id, producer_epoch, now_ms)
-                return None
-            base, end_pos = self._add(partition, view, True, leader_epoch, None, fields)
-            self._flusher.wait_synced(end_pos)
-        return base
-
-    def last_stable(self, partition: int) -> int:
-        """The last stable offset: ``read_committed`` readers stop before the first offset
-        of the oldest open transaction (the log end when none is open)."""
-        with self._core.cond:
-            part = self._readable_partition(partition)
-            return part.producers.last_stable(part.next)
-
-    def transactional(self, partition: int) -> bool:
-        """Whether a transaction ever wrote to the partition (its reads may hold control
-        records and aborted ones)."""
-        with self._core.cond:
-            return self._readable_partition(partition).transactional
-
-    def aborted_ranges(self, partition: int, start: int, end: int) -> np.ndarray:
-        """(first, last) offsets of aborted transactions' batches overlapping [start, end)."""
-        with self._core.cond:
-            return self._readable_partition(partition).aborted.overlapping(start, end)
 
     def _add(self, partition: int, view: BatchView, wait: bool, leader_epoch: int,
              at: int | None, producer: ProducerFields | None) -> tuple[int, int] | None:
@@ -420,21 +379,6 @@ class Store(Closeable):
         self._core.cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
                                np.empty(0, INDEX_DTYPE))
         self._core.cond.notify_all()
-
-    def producer_batches(self, partition: int, start: int, end: int) -> list[ProducerBatch]:
-        """The idempotent batches the partition remembers whose last record is in
-        [start, end) (start -1: all below ``end``), oldest first: what a leader lists to its
-        followers."""
-        with self._core.cond:
-            return self._readable_partition(partition).producers.between(start, end)
-
-    def adopt_producers(self, partition: int, batches: list[ProducerBatch],
-                        replace: bool = False, copied_from: int = -1) -> None:
-        """Remember batches a leader listed after their records (from ``copied_from`` on)
-        were copied here; ``replace``: they are its whole windows (storage/producers.py)."""
-        with self._core.cond:
-            self._readable_partition(partition).producers.adopt(
-                batches, int(self._wall_clock() * 1e3), replace, copied_from)
 
     def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
         """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""

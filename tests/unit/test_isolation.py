@@ -39,16 +39,16 @@ def test_reads_by_isolation(tmp_path):
         s.append(0, txn(7, 0, b"a1", b"a2"))  # 0-1: aborted below
         s.append(0, batch_of([b"plain"]))  # 2
         s.append(0, txn(8, 0, b"c1"))  # 3: committed below
-        s.write_marker(0, 7, 0, commit=False)  # 4
+        s.producers.write_marker(0, 7, 0, commit=False)  # 4
         s.append(0, txn(9, 0, b"open"))  # 5: still open
-        s.write_marker(0, 8, 0, commit=True)  # 6
+        s.producers.write_marker(0, 8, 0, commit=True)  # 6
         s.append(0, batch_of([b"late"]))  # 7
         assert seen(s, committed=False) == (
             [b"a1", b"a2", b"plain", b"c1", b"open", b"late"], [0, 1, 2, 3, 5, 7], 8)
         assert seen(s, committed=True) == ([b"plain", b"c1"], [2, 3], 5), \
             "stops at the open transaction of producer 9"
         assert seen(s, committed=True, offset=5) == ([], [], 5)
-        s.write_marker(0, 9, 0, commit=True)  # 8
+        s.producers.write_marker(0, 9, 0, commit=True)  # 8
         assert seen(s, committed=True, offset=4) == ([b"open", b"late"], [5, 7], 9)
         assert seen(s, committed=True, high_watermark=6, offset=4) == ([b"open"], [5], 6)
 
@@ -56,5 +56,5 @@ def test_reads_by_isolation(tmp_path):
 def test_a_partition_without_transactions_is_read_as_it_is(tmp_path):
     with Store(tmp_path, "plain", 0, [0], SMALL_STORE) as s:
         s.append(0, batch_of([b"x", b"y"]))
-        assert not s.transactional(0)
+        assert not s.producers.transactional(0)
         assert seen(s, committed=True) == ([b"x", b"y"], [0, 1], 2)

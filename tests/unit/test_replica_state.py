@@ -146,7 +146,7 @@ def test_a_replica_that_joins_late_gets_the_whole_windows(pair):
     one.produce(0, 3)
     two.fetch_from(one)
     # as after losing the windows: the records are here, the windows are not
-    two.topics.replica_store("t", 0).adopt_producers(0, [], replace=True)
+    two.topics.replica_store("t", 0).producers.adopt(0, [], replace=True)
     two.new_loop()
     one.produce(3, 1)
     data = two.fetch_from(one)  # the first fetch of this loop asks for the whole state
@@ -166,7 +166,7 @@ def test_a_truncated_batch_is_forgotten(pair):
     data = two.fetch_from(one)
     assert data.diverging_end_offset == 3
     assert two.topics.replica_store("t", 0).latest(0) == 3
-    assert two.topics.replica_store("t", 0).producer_batches(0, -1, 1 << 60)[-1] \
+    assert two.topics.replica_store("t", 0).producers.batches(0, -1, 1 << 60)[-1] \
         .base_sequence == 0
     one.be(1, 6)
     assert one.produce(3, 2) == (3, 4), "sequence 3 may be written again"
@@ -230,18 +230,19 @@ def test_a_follower_copies_transactions_markers_and_aborted_ranges(pair):
     txn(7, 2)  # 0-1, aborted
     txn(8, 1)  # 2, left open
     leader = one.topics.store_for("t", 0)
-    assert leader.write_marker(0, 7, 0, commit=False, leader_epoch=3) == 3
+    assert leader.producers.write_marker(0, 7, 0, commit=False, leader_epoch=3) == 3
     one.produce(0, 1)  # 4
     copy = two.topics.replica_store("t", 0)
     while copy.latest(0) < 5:  # a read stops where the leader's files end and its cache begins
         two.fetch_from(one)
-    assert copy.latest(0) == 5 and copy.transactional(0)
-    assert copy.last_stable(0) == leader.last_stable(0) == 2
-    assert copy.aborted_ranges(0, 0, 10).tolist() == leader.aborted_ranges(0, 0, 10).tolist()
-    assert leader.write_marker(0, 8, 0, commit=True, leader_epoch=3) == 5
+    assert copy.latest(0) == 5 and copy.producers.transactional(0)
+    assert copy.producers.last_stable(0) == leader.producers.last_stable(0) == 2
+    assert copy.producers.aborted_ranges(0, 0, 10).tolist() == \
+        leader.producers.aborted_ranges(0, 0, 10).tolist()
+    assert leader.producers.write_marker(0, 8, 0, commit=True, leader_epoch=3) == 5
     while copy.latest(0) < 6:
         two.fetch_from(one)
-    assert copy.last_stable(0) == 6
+    assert copy.producers.last_stable(0) == 6
 
 
 def test_a_transactional_batch_copied_in_pieces_joins_its_transaction(pair):
@@ -256,8 +257,9 @@ def test_a_transactional_batch_copied_in_pieces_joins_its_transaction(pair):
     copy = two.topics.replica_store("t", 0)
     assert copy.latest(0) == 2
     two.fetch_from(one)  # 2-3: it completes, listed as transactional
-    assert copy.latest(0) == 4 and copy.last_stable(0) == 0
-    leader.write_marker(0, 7, 0, commit=False, leader_epoch=3)
+    assert copy.latest(0) == 4 and copy.producers.last_stable(0) == 0
+    leader.producers.write_marker(0, 7, 0, commit=False, leader_epoch=3)
     while copy.latest(0) < 5:
         two.fetch_from(one)
-    assert copy.last_stable(0) == 5 and copy.aborted_ranges(0, 0, 9).tolist() == [(0, 3)]
+    assert copy.producers.last_stable(0) == 5
+    assert copy.producers.aborted_ranges(0, 0, 9).tolist() == [(0, 3)]

@@ -140,6 +140,6 @@ def test_a_copied_batch_keeps_its_producer_in_the_follower_files(tmp_path):
     root = crash_copy(s, root, tmp_path / "crashed")
     with open_store(root) as s:
         assert [(b.producer_id, b.base_sequence, b.count) for b in
-                s.producer_batches(0, -1, 1 << 60)] == [(PID, 0, 3)]
+                s.producers.batches(0, -1, 1 << 60)] == [(PID, 0, 3)]
         assert s.append_batch(0, batch(0, 3)) == (0, 2, False)
         assert [r.value for r in read_all(s, 0)] == values("copied", 3)

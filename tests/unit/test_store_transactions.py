@@ -42,19 +42,20 @@ def txn_batch(pid: int, seq: int, n: int, epoch: int = 0) -> bytes:
 
 
 def ranges(store: Store, partition: int = 0) -> list[tuple[int, int]]:
-    return [(int(a), int(b)) for a, b in store.aborted_ranges(partition, 0, 1 << 60)]
+    return [(int(a), int(b)) for a, b in store.producers.aborted_ranges(partition, 0, 1 << 60)]
 
 
 def test_an_open_transaction_holds_the_last_stable_offset_until_its_marker(tmp_path):
     with open_store(tmp_path) as s:
         s.append(0, batch_of(values("plain", 2)))  # 0-1
-        assert s.last_stable(0) == 2
+        assert s.producers.last_stable(0) == 2
         assert s.append(0, txn_batch(7, 0, 3)) == (2, 4)
         s.append(0, batch_of(values("after", 2)))  # 5-6: stable only once 7 commits
-        assert s.last_stable(0) == 2
-        assert s.write_marker(0, 7, 0, commit=True) == 7
-        assert s.last_stable(0) == 8 and ranges(s) == []
-        assert s.write_marker(0, 7, 0, commit=True) is None, "a retried marker writes nothing"
+        assert s.producers.last_stable(0) == 2
+        assert s.producers.write_marker(0, 7, 0, commit=True) == 7
+        assert s.producers.last_stable(0) == 8 and ranges(s) == []
+        assert s.producers.write_marker(0, 7, 0, commit=True) is None, \
+            "a retried marker writes nothing"
         assert s.latest(0) == 8
 
 
@@ -64,20 +65,20 @@ def test_an_abort_indexes_exactly_its_batches_and_keeps_other_producers(tmp_path
         s.append(0, txn_batch(8, 0, 2))  # 2-3: another transaction, committed below
         s.append(0, batch_of(values("plain", 1)))  # 4
         s.append(0, txn_batch(7, 2, 3))  # 5-7
-        assert s.last_stable(0) == 0
-        assert s.write_marker(0, 7, 0, commit=False) == 8
-        assert s.last_stable(0) == 2, "producer 8's transaction is still open"
+        assert s.producers.last_stable(0) == 0
+        assert s.producers.write_marker(0, 7, 0, commit=False) == 8
+        assert s.producers.last_stable(0) == 2, "producer 8's transaction is still open"
         assert ranges(s) == [(0, 1), (5, 7)]
-        assert [(int(a), int(b)) for a, b in s.aborted_ranges(0, 2, 5)] == [], \
+        assert [(int(a), int(b)) for a, b in s.producers.aborted_ranges(0, 2, 5)] == [], \
             "no aborted offset in 2-4"
-        s.write_marker(0, 8, 0, commit=True)
-        assert s.last_stable(0) == s.latest(0) == 10
+        s.producers.write_marker(0, 8, 0, commit=True)
+        assert s.producers.last_stable(0) == s.latest(0) == 10
 
 
 def test_a_marker_is_a_control_record_that_survives_a_full_scan(tmp_path):
     with open_store(tmp_path) as s:
         s.append(0, txn_batch(7, 0, 1))
-        marker = s.write_marker(0, 7, 0, commit=False)
+        marker = s.producers.write_marker(0, 7, 0, commit=False)
         got = s.read(0, marker)
         assert len(got.offsets) == 1 and decode_frames(got.frames)[0].flags & FLAG_CONTROL
     (store_dir(tmp_path) / CHECKPOINT).unlink()
@@ -97,14 +98,17 @@ def test_markers_fence_older_epochs(tmp_path):
     with open_store(tmp_path) as s:
         s.append(0, txn_batch(7, 0, 1, epoch=3))
         with pytest.raises(ProducerFenced):
-            s.write_marker(0, 7, 2, commit=True)  # a coordinator that fell behind
-        assert s.write_marker(0, 7, 4, commit=False) == 1  # the coordinator's abort, bumped
+            s.producers.write_marker(0, 7, 2, commit=True)  # a coordinator that fell behind
+        # the coordinator's abort, its epoch bumped
+        assert s.producers.write_marker(0, 7, 4, commit=False) == 1
         with pytest.raises(ProducerFenced):
             s.append(0, txn_batch(7, 1, 1, epoch=3))  # the zombie's late batch
-        assert s.write_marker(1, 9, 5, commit=False) is None  # nothing open: fences anyway
+        # nothing open: fences anyway
+        assert s.producers.write_marker(1, 9, 5, commit=False) is None
         with pytest.raises(ProducerFenced):
             s.append(1, txn_batch(9, 0, 1, epoch=4))
-        assert s.last_stable(0) == s.latest(0) and s.last_stable(1) == s.latest(1) == 0
+        assert s.producers.last_stable(0) == s.latest(0)
+        assert s.producers.last_stable(1) == s.latest(1) == 0
 
 
 @pytest.mark.parametrize("mode", ["clean", "crash", "crash_snapshot_older"])
@@ -116,8 +120,8 @@ def test_transactions_come_back_after_a_reopen(tmp_path, mode):
     s.append(0, txn_batch(7, 0, 2))  # 0-1, aborted below
     s.append(0, txn_batch(8, 0, 2))  # 2-3, left open
     s.append(1, txn_batch(7, 0, 1))  # p1: 0, committed below
-    s.write_marker(0, 7, 0, commit=False)  # 4
-    s.write_marker(1, 7, 0, commit=True)  # p1: 1
+    s.producers.write_marker(0, 7, 0, commit=False)  # 4
+    s.producers.write_marker(1, 7, 0, commit=True)  # p1: 1
     s.append(0, batch_of(values("plain", 2)))  # 5-6
     if mode == "clean":
         s.close()
@@ -127,21 +131,21 @@ def test_transactions_come_back_after_a_reopen(tmp_path, mode):
         s.close()
         root = tmp_path / "crashed"
     with open_store(root) as s:
-        assert s.last_stable(0) == 2 and s.last_stable(1) == 2 == s.latest(1)
+        assert s.producers.last_stable(0) == 2 and s.producers.last_stable(1) == 2 == s.latest(1)
         assert ranges(s) == [(0, 1)]
-        assert s.write_marker(0, 8, 0, commit=True) == 7
-        assert s.last_stable(0) == 8
+        assert s.producers.write_marker(0, 8, 0, commit=True) == 7
+        assert s.producers.last_stable(0) == 8
 
 
 def test_truncation_cuts_markers_rows_and_open_transactions(tmp_path):
     with open_store(tmp_path) as s:
         s.append(0, txn_batch(7, 0, 2))  # 0-1
-        s.write_marker(0, 7, 0, commit=False)  # 2
+        s.producers.write_marker(0, 7, 0, commit=False)  # 2
         s.append(0, txn_batch(8, 0, 2))  # 3-4
         s.truncate(0, 2)
-        assert ranges(s) == [] and s.last_stable(0) == 0, "7 is open again, 8 is gone"
+        assert ranges(s) == [] and s.producers.last_stable(0) == 0, "7 is open again, 8 is gone"
         s.truncate(0, 0)
-        assert s.last_stable(0) == 0 == s.latest(0)
+        assert s.producers.last_stable(0) == 0 == s.latest(0)
 
 
 def test_the_aborted_index_drops_rows_of_a_lost_marker_and_a_torn_row(tmp_path):
