@@ -17,8 +17,10 @@ This module must write nothing to stdout: the JVM reads the daemon's port there.
 PySpark 4 starts its data source planning workers (look up, create, plan a read, write, the
 streaming sink) through ``pyspark.daemon`` whatever the setting says. For those,
 :func:`worker_python` writes a small ``PYSPARK_PYTHON`` that runs this module where Spark asks
-for ``-m pyspark.daemon``, and is the plain interpreter otherwise; local sessions of ours use it
-(spark_sink/pipelines/local.py's ``spark_env``).
+for ``-m pyspark.daemon``, runs ``spark_sink.source_runner`` (which connects back to Spark
+before it imports anything) where Spark starts a streaming source's runner, and is the plain
+interpreter otherwise; local sessions of ours use it (spark_sink/pipelines/local.py's
+``spark_env``).
 """
 from __future__ import annotations
 
@@ -50,7 +52,8 @@ def preload(*modules: str) -> None:
 
 WORKER_PYTHON = """#!/bin/sh
 # PYSPARK_PYTHON written by tubeq (spark_sink/daemon.py): pyspark from site-packages, not from
-# the bytecode-less zip Spark puts first on the path; pyspark.daemon -> spark_sink.daemon
+# the bytecode-less zip Spark puts first on the path; pyspark.daemon -> spark_sink.daemon;
+# the streaming source's runner -> spark_sink.source_runner (connects back before importing)
 for zip in {zips}; do
     case ":$PYTHONPATH:" in
     *":$zip:"*)
@@ -60,9 +63,12 @@ for zip in {zips}; do
         export PYTHONPATH="${{p%:}}" ;;
     esac
 done
-if [ "$1" = "-m" ] && [ "$2" = "pyspark.daemon" ]; then
-    shift 2
-    exec {python} -m spark_sink.daemon "$@"
+if [ "$1" = "-m" ]; then
+    case "$2" in
+    pyspark.daemon) shift 2; exec {python} -m spark_sink.daemon "$@" ;;
+    pyspark.sql.streaming.python_streaming_source_runner)
+        shift 2; exec {python} -m spark_sink.source_runner "$@" ;;
+    esac
 fi
 exec {python} "$@"
 """
@@ -84,7 +90,9 @@ def bundled_zip() -> list[str]:
 
 def worker_python(python: str = sys.executable, cache: Path | None = None) -> str:
     """An executable for ``PYSPARK_PYTHON``: ``python``, importing pyspark from its package
-    (:func:`bundled_zip`), whose ``-m pyspark.daemon`` runs this module. Kept in the user's
+    (:func:`bundled_zip`), whose ``-m pyspark.daemon`` runs this module and whose
+    ``-m pyspark.sql.streaming.python_streaming_source_runner`` runs
+    ``spark_sink.source_runner``. Kept in the user's
     own cache dir (never a shared temp dir: Spark executes it), rewritten whenever its text is
     not the expected one; ``python`` itself where that fails."""
     zips = " ".join(map(shlex.quote, bundled_zip()))

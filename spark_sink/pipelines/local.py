@@ -29,7 +29,9 @@ GATEWAY_TRIES = 3
 # - use.daemon (Linux's default, said here so it stays on): task and planning workers are
 #   forked by pyspark.daemon, which answers within Spark's 60 s window; a worker Spark starts
 #   itself (the streaming source's, always: PythonStreamingSourceRunner) gets a fixed 10 s to
-#   connect back, which no setting changes (see spark_sink/pipelines/queries.py);
+#   connect back, which no setting changes: spark_env's PYSPARK_PYTHON runs it as
+#   spark_sink/source_runner.py, which connects before its imports (and see
+#   spark_sink/pipelines/queries.py);
 # - worker.reuse: a task's worker serves the next task instead of a fork per task;
 # - daemon.module: spark_sink/daemon.py, pyspark.daemon with our data source imported before
 #   it forks (each fork imported it again: about a second of CPU per worker);

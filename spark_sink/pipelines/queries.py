@@ -4,14 +4,14 @@ Why: a query that reads ``format("tubeq")`` (any Python streaming source) has it
 on the driver by a Python process that Spark starts for the query
 (``PythonStreamingSourceRunner``, never through ``pyspark.daemon``), and Spark waits a fixed
 10 s for it to connect back (``PythonWorkerFactory.createSimpleWorker``; PySpark 4 has no
-setting for it). Before it connects, that process imports pyspark, numpy and pyarrow, pyspark
-from Spark's ``python/lib/pyspark.zip`` (first on the workers' path), which holds no bytecode:
-about 2 s of CPU each time. With the cores loaded by other work (load average 8 and more on two
-cores) that can take longer than 10 s, and the query fails at its start with "Python worker
-failed to connect back"; under heavier load every try can miss it (3 in a row were seen).
-Nothing of the query ran then, and the query resumes from its checkpoint, so starting it again
-is safe (the tubeq sink is exactly-once across restarts). Only that failure is retried, and
-only :data:`START_TRIES` times, with a line on stderr each time; any other failure, or the
+setting for it). Our ``PYSPARK_PYTHON`` runs it as ``spark_sink.source_runner``, which connects
+back before it imports pyspark, numpy and pyarrow, so the window covers only the interpreter's
+start (see docs/spark.md, On a busy machine). On a machine loaded far beyond its cores even
+that can take longer than 10 s (or a session runs pyspark's own runner, which connects only
+after its imports), and the query fails at its start with "Python worker failed to connect
+back". Nothing of the query ran then, and the query resumes from its checkpoint, so starting it
+again is safe (the tubeq sink is exactly-once across restarts). Only that failure is retried,
+and only :data:`START_TRIES` times, with a line on stderr each time; any other failure, or the
 same one every time (a Python that cannot start at all fails the same way), is the caller's.
 """
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A busy machine: Spark gives up on a Python worker that takes more than its fixed 10 s to
 connect back (the streaming source's, started without pyspark.daemon), and the query is started
-again from its checkpoint (spark_sink/pipelines/queries.py); nothing else is retried."""
+again from its checkpoint (spark_sink/pipelines/queries.py); nothing else is retried. Slow
+imports do not count against that window: spark_sink/source_runner.py connects back first."""
 from __future__ import annotations
 
 import os
@@ -10,18 +11,30 @@ from tests.spark.conftest import SPARK_ENV
 from tests.spark.drivers import finish_driver, produce, start_driver, topic_values
 
 SLOW = "SparkException: Python worker failed to connect back."
-# Put on the Python path of a driver's JVM: the first Python worker that Spark starts itself
+RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+# Put on the Python path of a driver's JVM. The first Python worker that Spark starts itself
 # (PYTHON_WORKER_FACTORY_PORT is set for those only, not for pyspark.daemon's forks) starts
-# later than Spark's fixed 10 s window, as on a machine loaded far beyond its cores.
-SLOW_FIRST_WORKER = '''
+# later than Spark's fixed 10 s window, as on a machine loaded far beyond its cores: the query
+# is started again. In every later one, importing pyspark's streaming source runner takes
+# longer than that window, as it did beside two busy loops: spark_sink.source_runner has
+# connected back by then, so Spark waits for it and the query is not started a third time.
+SLOW_WORKERS = f'''
 import os
+import sys
 import time
+
+class SlowRunnerImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "{RUNNER}":
+            open(os.environ["TUBEQ_SLOW_WORKER_MARK"] + "-import", "w").close()
+            time.sleep(12)
+        return None
 
 if "PYTHON_WORKER_FACTORY_PORT" in os.environ:
     try:
         os.close(os.open(os.environ["TUBEQ_SLOW_WORKER_MARK"], os.O_CREAT | os.O_EXCL))
     except FileExistsError:
-        pass
+        sys.meta_path.insert(0, SlowRunnerImport())
     else:
         time.sleep(12)
 '''
@@ -78,12 +91,14 @@ def test_a_stream_whose_source_worker_starts_too_late_lands_every_row_once(
     sent = produce(masters, source, 1000)
     slow = tmp_path / "slow-python"
     slow.mkdir()
-    (slow / "sitecustomize.py").write_text(SLOW_FIRST_WORKER)
+    (slow / "sitecustomize.py").write_text(SLOW_WORKERS)
     mark, log = tmp_path / "slowed", tmp_path / "driver.log"
     env = {"PYTHONPATH": os.pathsep.join([str(slow), SPARK_ENV["PYTHONPATH"]]),
            "TUBEQ_SLOW_WORKER_MARK": str(mark)}
     driver = start_driver(masters, source, target, str(tmp_path / "ckpt"), log, env)
     assert finish_driver(driver) == 0, log.read_text()[-3000:]
     assert mark.exists(), "no Python worker was started by Spark itself: nothing was tested"
+    assert mark.with_name(mark.name + "-import").exists(), "the runner's import was not slowed"
     assert "slow to start (try 1 of 3)" in log.read_text()
+    assert "(try 2 of 3)" not in log.read_text(), "a slow import made Spark give up again"
     assert sorted(topic_values(masters, target)) == sorted(b"seen:" + v for v in sent)

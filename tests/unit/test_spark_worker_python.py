@@ -1,5 +1,6 @@
 """spark_sink/daemon.py's worker_python: the PYSPARK_PYTHON that starts Spark's Python
-daemons as spark_sink.daemon and passes everything else to the interpreter."""
+daemons as spark_sink.daemon, the streaming source's runner as spark_sink.source_runner, and
+passes everything else to the interpreter."""
 from __future__ import annotations
 
 import os
@@ -13,12 +14,13 @@ def run(path: str, *args: str) -> str:
     return subprocess.run([path, *args], capture_output=True, text=True, check=True).stdout
 
 
-def test_pyspark_daemon_becomes_ours_and_anything_else_passes_through(tmp_path):
+def test_pyspark_daemon_and_the_streaming_source_runner_become_ours_and_the_rest_passes(tmp_path):
     echo = worker_python(python="/bin/echo", cache=tmp_path / "c")
     assert run(echo, "-m", "pyspark.daemon", "pyspark.sql.worker.plan_data_source_read") \
         == "-m spark_sink.daemon pyspark.sql.worker.plan_data_source_read\n"
     assert run(echo, "-m", "pyspark.sql.streaming.python_streaming_source_runner") \
-        == "-m pyspark.sql.streaming.python_streaming_source_runner\n"
+        == "-m spark_sink.source_runner\n"
+    assert run(echo, "-m", "pyspark.worker") == "-m pyspark.worker\n"
     python = worker_python(cache=tmp_path / "c")
     assert run(python, "-c", "import sys; print(sys.argv[1:])", "a b", "c") == "['a b', 'c']\n"
 
