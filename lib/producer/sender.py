@@ -59,6 +59,7 @@ import numpy as np
 from lib.errors import (
     BatchTooLarge,
     OutOfOrderSequence,
+    PermissionDenied,
     QuotaExceeded,
     TubeqError,
     Unavailable,
@@ -251,13 +252,21 @@ class Sender(threading.Thread):
         pid = self._pids.get(tp)
         if pid is None:
             if self._producer_id < 0:
-                self._producer_id = self._new_producer_id()
+                self._producer_id = self._asked_producer_id(tp)
             pid = self._pids[tp] = self._producer_id
         elif pid == FRESH_ID:
-            pid = self._pids[tp] = self._new_producer_id()
+            pid = self._pids[tp] = self._asked_producer_id(tp)
         seq = self._sequences.get(tp, 0)
         self._sequences[tp] = (seq + count) & 0x7FFFFFFF
         return pid, seq
+
+    def _asked_producer_id(self, tp: TopicPartition) -> int:
+        """A producer id from the master; a refusal names the topic the send was for."""
+        try:
+            return self._new_producer_id()
+        except PermissionDenied as exc:
+            raise PermissionDenied(f"producing to {tp.topic} needs a producer id, refused: "
+                                   f"{exc.message}", topic=tp.topic) from None
 
     def _acknowledged(self, tp: TopicPartition, response: broker_pb2.ProduceResponse,
                       address: str, count: int) -> None:

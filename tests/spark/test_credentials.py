@@ -42,7 +42,9 @@ def test_the_options_user_plans_reads_and_writes_in_the_executors(spark, masters
     df = spark.createDataFrame([(f"v{i}",) for i in range(50)], "value string")
     # describe is enough to plan on the driver; the tasks need produce, which alice lacks
     # (the workers' environment is the admin's: only the options make them alice)
-    with pytest.raises(CapturedException, match=f"{user} may not produce on topic '{topic}'"):
+    # (the producer's first call, for its idempotent producer id, is the one refused)
+    with pytest.raises(CapturedException, match=f"producing to {topic} needs a producer id, "
+                                                f"refused: {user} may not produce on any topic"):
         write(df, masters, topic=topic, **creds)
     admin.add_acl(f"user:{user}", "produce", "topic", topic)
     # Retried until the ACL reaches the broker: an attempt whose tasks straddle its arrival
