@@ -88,9 +88,10 @@ class SecurityCalls:
     def add_acl(self, principal: str, operation: str, resource: str, name: str = "cluster",
                 *, effect: str = "allow", pattern: str = "literal") -> bool:
         """Allow (or, ``effect="deny"``, deny) ``principal`` (``user:<name>``, ``role:<name>``
-        or ``*``) ``operation`` on a topic, group or the cluster, named literally or by prefix.
-        True if the entry is new (adding one that exists changes nothing). Effective on the
-        masters at once and on the brokers with their next heartbeat (about a second)."""
+        or ``*``) ``operation`` on a topic, group, transactional_id or the cluster, named
+        literally or by prefix. True if the entry is new (adding one that exists changes
+        nothing). Effective on the masters at once and on the brokers with their next
+        heartbeat (about a second)."""
         entry = Acl(principal, resource, name, operation, effect, pattern)  # checked here first
         return self._security("AddAcl", to_pb(entry)).changed
 

@@ -192,6 +192,30 @@ class ProducerFenced(TubeqError):
     code = "PRODUCER_FENCED"
 
 
+class ConcurrentTransactions(TubeqError):
+    """The transactional_id's last transaction is still ending (its commit or abort markers
+    are being written): retry the same call after a short backoff (Kafka's
+    CONCURRENT_TRANSACTIONS). From EndTxn: the decision is recorded and final; retry the
+    same EndTxn to learn when every marker is written."""
+
+    code = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class InvalidTxnState(TubeqError):
+    """The call does not fit the transaction's state (``state`` names it), e.g. an abort of a
+    transaction that committed: retrying it cannot help."""
+
+    code = "INVALID_TXN_STATE"
+
+
+class UnknownTransactionalId(TubeqError):
+    """No InitProducerId ever named this transactional_id (or it expired unused): call
+    InitProducerId with it first."""
+
+    code = "UNKNOWN_TRANSACTIONAL_ID"
+
+
 class OutOfOrderSequence(TubeqError):
     """An idempotent batch skipped sequence numbers: earlier batches were lost."""
 

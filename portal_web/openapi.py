@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lib.auth import acl
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 PAGE = [{"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},
         {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1}}]
@@ -51,9 +53,8 @@ PASSWORD_BODY = {"type": "object", "required": ["password"], "properties": {
 KEY_BODY = {"type": "object", "required": ["principal"], "properties": {
     "principal": STR, "description": {**STR, "maxLength": 200}}}
 ACL_FIELDS = {
-    "principal": STR, "operation": {"enum": ["produce", "consume", "describe", "create",
-                                             "alter", "delete", "admin", "all"]},
-    "resource": {"enum": ["topic", "group", "cluster"]}, "name": STR,
+    "principal": STR, "operation": {"enum": list(acl.OPERATIONS)},
+    "resource": {"enum": list(acl.RESOURCES)}, "name": STR,
     "pattern": {"enum": ["literal", "prefix"]}, "effect": {"enum": ["allow", "deny"]}}
 ACL_BODY = {"type": "object", "required": ["principal", "operation", "resource"],
             "properties": ACL_FIELDS}

@@ -1,13 +1,16 @@
 """Who may do what: ACL entries and the decision masters and brokers take from them.
 
 An entry names a principal (``user:<name>``, ``role:<name>``, or ``*`` for anyone logged in),
-a resource (``topic``, ``group`` or ``cluster``) by literal name or by prefix, an operation and
-an effect. The decision is deny by default: a call passes only if some ``allow`` entry matches
-and no ``deny`` entry does (deny wins, whatever the order). The role ``admin`` passes
-everything (the first admin has it: a cluster cannot lock its operators out), and so does the
-cluster identity brokers and masters present to each other.
+a resource (``topic``, ``group``, ``transactional_id`` or ``cluster``) by literal name or by
+prefix, an operation and an effect. The decision is deny by default: a call passes only if
+some ``allow`` entry matches and no ``deny`` entry does (deny wins, whatever the order). The
+role ``admin`` passes everything (the first admin has it: a cluster cannot lock its operators
+out), and so does the cluster identity brokers and masters present to each other.
 
-Operations: produce, consume, describe, create, alter, delete, admin, and ``all``. Every
+Operations: produce, consume, describe, create, alter, delete, admin, write, and ``all``.
+``write`` is the one operation of a ``transactional_id`` besides describe (a transactional
+producer's InitProducerId, AddPartitionsToTxn and EndTxn need it, as Kafka's), and belongs to
+no other resource. Every
 operation but admin also grants describe on the same resource (a producer may look up the
 routes of the topic it writes), as in Kafka. The decisions are cached per (principal, roles,
 operation, resource, name) until the entries are replaced: a hot path costs one dict lookup.
@@ -21,8 +24,11 @@ from lib.errors import InvalidArgument
 from lib.names import check_name
 from lib.proto import security_pb2 as spb
 
-OPERATIONS = ("produce", "consume", "describe", "create", "alter", "delete", "admin", "all")
-RESOURCES = ("topic", "group", "cluster")
+OPERATIONS = ("produce", "consume", "describe", "create", "alter", "delete", "admin", "write",
+              "all")
+RESOURCES = ("topic", "group", "transactional_id", "cluster")
+# The operations a transactional_id takes (write is its alone).
+TXN_OPERATIONS = ("write", "describe", "all")
 PATTERNS = ("literal", "prefix")
 EFFECTS = ("allow", "deny")
 SUPERUSER_ROLE = "admin"
@@ -46,6 +52,13 @@ class Acl:
         _one_of("operation", self.operation, OPERATIONS)
         _one_of("effect", self.effect, EFFECTS)
         _one_of("pattern", self.pattern, PATTERNS)
+        txn = self.resource == "transactional_id"
+        if txn and self.operation not in TXN_OPERATIONS:
+            raise InvalidArgument(f"a transactional_id ACL takes {', '.join(TXN_OPERATIONS)}, "
+                                  f"not {self.operation}")
+        if not txn and self.operation == "write":
+            raise InvalidArgument(f"write is an operation of a transactional_id, not of a "
+                                  f"{self.resource}")
         if self.resource == "cluster":
             if self.name != CLUSTER_NAME or self.pattern != "literal":
                 raise InvalidArgument("a cluster ACL names the resource 'cluster', literally")

@@ -10,8 +10,11 @@ never open by mistake. A rule is one of:
   interceptor on the decoded request before the handler runs;
 - handler: any identified caller; the handler checks per item (streams, whose first message
   names the topic; listings, which show only what the caller may describe; sink commits,
-  which need produce on the topics staged; a producer id, which needs produce on at least one
-  topic).
+  which need produce on the topics staged).
+
+A "needs" rule's handler may check more than the rule says, where the names are not plain
+string fields: a producer id needs produce on at least one topic, and AddPartitionsToTxn
+produce on the topic of every partition it adds.
 
 Resource names come from the request fields named in the rule, so the check and the handler
 read the same names.
@@ -89,7 +92,12 @@ RULES: dict[str, Rule] = {
     _M + "JoinGroup": needs(("consume", "group", "group"), ("consume", "topic", "topics")),
     _M + "GroupHeartbeat": needs(("consume", "group", "group")),
     _M + "LeaveGroup": needs(("consume", "group", "group")),
-    _M + "InitProducerId": IN_HANDLER,  # produce on at least one topic (Kafka's KIP-679)
+    # produce on at least one topic (Kafka's KIP-679), checked by the handler; write on the
+    # transactional_id when one is given
+    _M + "InitProducerId": needs(("write", "transactional_id", "transactional_id?")),
+    # the handler checks produce on every topic of the request's partitions too
+    _M + "AddPartitionsToTxn": needs(("write", "transactional_id", "transactional_id")),
+    _M + "EndTxn": needs(("write", "transactional_id", "transactional_id")),
     # masters: administration
     _A + "MasterStatus": PUBLIC,
     _A + "CreateTopic": needs(("create", "topic", "topic")),
@@ -104,6 +112,8 @@ RULES: dict[str, Rule] = {
     _A + "DescribeGroup": needs(("describe", "group", "group")),
     _A + "ResetGroupOffsets": needs(("alter", "group", "group"), ("describe", "topic", "topic")),
     _A + "AuditLog": ADMIN_CLUSTER,
+    _A + "ListTransactions": IN_HANDLER,  # lists the transactional ids the caller may describe
+    _A + "AbortTransaction": ADMIN_CLUSTER,
     # masters: security
     _S + "Login": PUBLIC,
     _S + "AddUser": ADMIN_CLUSTER,

@@ -284,3 +284,47 @@ class MasterStatusResponse(_message.Message):
     has_quorum: bool
     peers: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, address: _Optional[str] = ..., raft_node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., epoch: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., log_entries: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListTransactionsRequest(_message.Message):
+    __slots__ = ("all",)
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    all: bool
+    def __init__(self, all: _Optional[bool] = ...) -> None: ...
+
+class TransactionDescription(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "state", "partitions", "age_ms", "timeout_ms", "updated_ms")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    partitions: _containers.RepeatedCompositeFieldContainer[_master_pb2.TxnTopicPartition]
+    age_ms: int
+    timeout_ms: int
+    updated_ms: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., state: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_master_pb2.TxnTopicPartition, _Mapping]]] = ..., age_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ...) -> None: ...
+
+class ListTransactionsResponse(_message.Message):
+    __slots__ = ("transactions",)
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    transactions: _containers.RepeatedCompositeFieldContainer[TransactionDescription]
+    def __init__(self, transactions: _Optional[_Iterable[_Union[TransactionDescription, _Mapping]]] = ...) -> None: ...
+
+class AbortTransactionRequest(_message.Message):
+    __slots__ = ("transactional_id",)
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    def __init__(self, transactional_id: _Optional[str] = ...) -> None: ...
+
+class AbortTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: TransactionDescription
+    def __init__(self, transaction: _Optional[_Union[TransactionDescription, _Mapping]] = ...) -> None: ...

@@ -94,6 +94,16 @@ class AdminStub:
                 request_serializer=lib_dot_proto_dot_admin__pb2.AuditLogRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_admin__pb2.AuditLogResponse.FromString,
                 _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/tubeq.admin.Admin/ListTransactions',
+                request_serializer=lib_dot_proto_dot_admin__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_admin__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.AbortTransaction = channel.unary_unary(
+                '/tubeq.admin.Admin/AbortTransaction',
+                request_serializer=lib_dot_proto_dot_admin__pb2.AbortTransactionRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_admin__pb2.AbortTransactionResponse.FromString,
+                _registered_method=True)
         self.MasterStatus = channel.unary_unary(
                 '/tubeq.admin.Admin/MasterStatus',
                 request_serializer=lib_dot_proto_dot_admin__pb2.MasterStatusRequest.SerializeToString,
@@ -181,6 +191,21 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTransactions(self, request, context):
+        """Transactions open or ending (ONGOING, PREPARE_*), those the caller may describe.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortTransaction(self, request, context):
+        """Abort a transactional_id's open transaction with its epoch bumped (its producer is
+        fenced): admin only. Answers once the abort markers are written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def MasterStatus(self, request, context):
         """Answered by every master, standbys included: this master's Raft role and position.
         """
@@ -250,6 +275,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.AuditLog,
                     request_deserializer=lib_dot_proto_dot_admin__pb2.AuditLogRequest.FromString,
                     response_serializer=lib_dot_proto_dot_admin__pb2.AuditLogResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=lib_dot_proto_dot_admin__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_admin__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'AbortTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortTransaction,
+                    request_deserializer=lib_dot_proto_dot_admin__pb2.AbortTransactionRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_admin__pb2.AbortTransactionResponse.SerializeToString,
             ),
             'MasterStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.MasterStatus,
@@ -581,6 +616,60 @@ class Admin:
             '/tubeq.admin.Admin/AuditLog',
             lib_dot_proto_dot_admin__pb2.AuditLogRequest.SerializeToString,
             lib_dot_proto_dot_admin__pb2.AuditLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.admin.Admin/ListTransactions',
+            lib_dot_proto_dot_admin__pb2.ListTransactionsRequest.SerializeToString,
+            lib_dot_proto_dot_admin__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.admin.Admin/AbortTransaction',
+            lib_dot_proto_dot_admin__pb2.AbortTransactionRequest.SerializeToString,
+            lib_dot_proto_dot_admin__pb2.AbortTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

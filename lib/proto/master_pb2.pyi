@@ -384,10 +384,14 @@ class BrokerShutdownResponse(_message.Message):
     def __init__(self, still_led: _Optional[int] = ...) -> None: ...
 
 class InitProducerIdRequest(_message.Message):
-    __slots__ = ("client_id",)
+    __slots__ = ("client_id", "transactional_id", "transaction_timeout_ms")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
-    def __init__(self, client_id: _Optional[str] = ...) -> None: ...
+    transactional_id: str
+    transaction_timeout_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class InitProducerIdResponse(_message.Message):
     __slots__ = ("producer_id", "producer_epoch")
@@ -396,3 +400,43 @@ class InitProducerIdResponse(_message.Message):
     producer_id: int
     producer_epoch: int
     def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class TxnTopicPartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class AddPartitionsToTxnRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partitions")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: _containers.RepeatedCompositeFieldContainer[TxnTopicPartition]
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TxnTopicPartition, _Mapping]]] = ...) -> None: ...
+
+class AddPartitionsToTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EndTxnRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "commit")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ...) -> None: ...
+
+class EndTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -79,6 +79,16 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/tubeq.master.Master/AddPartitionsToTxn',
+                request_serializer=lib_dot_proto_dot_master__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/tubeq.master.Master/EndTxn',
+                request_serializer=lib_dot_proto_dot_master__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -139,6 +149,27 @@ class MasterServicer:
         """An idempotent producer's id and epoch (Kafka's InitProducerId). Ids come out of blocks the
         active master reserves in the replicated state: never handed out twice, across failovers
         and restarts too. Needs produce on at least one topic (or on the cluster).
+        With a transactional_id (docs/transactions.md): the same producer id as the id's last
+        instance with epoch + 1 (fencing it), after aborting a transaction it left open. Needs
+        write on the transactional_id too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddPartitionsToTxn(self, request, context):
+        """Register partitions with the producer's transaction (opens it: ONGOING) before its first
+        transactional batch reaches them. Needs write on the transactional_id and produce on
+        every topic named.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Commit or abort the producer's transaction: the decision is replicated, then a marker is
+        written into every partition added; answers once all are written. Needs write on the
+        transactional_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,6 +222,16 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=lib_dot_proto_dot_master__pb2.InitProducerIdRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.EndTxnRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.EndTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +477,60 @@ class Master:
             '/tubeq.master.Master/InitProducerId',
             lib_dot_proto_dot_master__pb2.InitProducerIdRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/AddPartitionsToTxn',
+            lib_dot_proto_dot_master__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/EndTxn',
+            lib_dot_proto_dot_master__pb2.EndTxnRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.EndTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

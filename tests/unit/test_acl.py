@@ -73,7 +73,8 @@ def test_replacing_the_entries_drops_cached_decisions():
 @pytest.mark.parametrize("fields, error, match", [
     (("alice", "topic", "t", "produce"), InvalidArgument, "user:<name>, role:<name> or"),
     (("user:alice", "queue", "t", "produce"), InvalidArgument, "resource must be one of"),
-    (("user:alice", "topic", "t", "write"), InvalidArgument, "operation must be one of"),
+    (("user:alice", "topic", "t", "read"), InvalidArgument, "operation must be one of"),
+    (("user:alice", "topic", "t", "write"), InvalidArgument, "operation of a transactional_id"),
     (("user:alice", "topic", "../t", "produce"), InvalidName, "invalid topic name"),
     (("user:alice", "cluster", "other", "admin"), InvalidArgument, "resource 'cluster'"),
     (("user:a/b", "topic", "t", "produce"), InvalidName, "invalid user name"),
@@ -123,3 +124,19 @@ def test_a_refusal_to_produce_anywhere_names_the_principal_and_the_call():
     Access(Identity("alice", (), "user"), None).check_somewhere("produce", "topic", "x")
     Access(Identity("alice", (), "user"), Authorizer([Acl("user:alice", "topic", "t", "produce")])
            ).check_somewhere("produce", "topic", "x")
+
+
+def test_a_transactional_id_takes_write_and_describe_and_write_belongs_to_it_alone():
+    auth = Authorizer([Acl("user:p", "transactional_id", "orders-", "write", pattern="prefix"),
+                       Acl("user:r", "transactional_id", "orders-1", "describe")])
+    assert may(auth, "p", "write", "transactional_id", "orders-1")
+    assert may(auth, "p", "describe", "transactional_id", "orders-1"), "write grants describe"
+    assert not may(auth, "p", "write", "topic", "orders-1"), "another resource type"
+    assert may(auth, "r", "describe", "transactional_id", "orders-1")
+    assert not may(auth, "r", "write", "transactional_id", "orders-1")
+    with pytest.raises(InvalidArgument, match="transactional_id ACL takes write, describe"):
+        Acl("user:p", "transactional_id", "t", "produce")
+    with pytest.raises(InvalidArgument, match="write is an operation of a transactional_id"):
+        Acl("user:p", "topic", "t", "write")
+    with pytest.raises(InvalidName, match="transactional_id"):
+        Acl("user:p", "transactional_id", "../x", "write")
