@@ -30,10 +30,17 @@ from lib.types import (
     PartitionInfo,
     PartitionLag,
     TopicInfo,
+    TransactionInfo,
 )
 
 PRINCIPAL_KEY = "tubeq-principal"
 MAX_BROKER_ID = 2**31 - 1  # int32 on the wire
+
+
+def transaction_info(t: admin_pb2.TransactionDescription) -> TransactionInfo:
+    return TransactionInfo(t.transactional_id, t.producer_id, t.producer_epoch, t.state,
+                           tuple((p.topic, p.partition) for p in t.partitions), t.age_ms,
+                           t.timeout_ms, t.updated_ms)
 
 
 def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
@@ -264,6 +271,22 @@ class AdminClient(SecurityCalls, Closeable):
         response = self._call("AuditLog", admin_pb2.AuditLogRequest(limit=limit))
         return [AuditEntry(e.time_ms, e.principal, e.action, e.target, e.details, e.peer)
                 for e in response.entries]
+
+    # ------------------------------------------------------------------ transactions
+
+    def list_transactions(self, every: bool = False) -> list[TransactionInfo]:
+        """Transactions open or ending (``every``: also the transactional ids with none open),
+        of the ids the caller may describe."""
+        response = self._call("ListTransactions", admin_pb2.ListTransactionsRequest(all=every))
+        return [transaction_info(t) for t in response.transactions]
+
+    def abort_transaction(self, transactional_id: str) -> TransactionInfo:
+        """Abort a transactional_id's open transaction, fencing its producer (admin only);
+        answers once its abort markers are written (ConcurrentTransactions, retriable, if
+        they take longer than about 10 s: the abort is decided and goes on)."""
+        request = admin_pb2.AbortTransactionRequest(
+            transactional_id=check_name(transactional_id, "transactional_id"))
+        return transaction_info(self._call("AbortTransaction", request).transaction)
 
     # ------------------------------------------------------------------ lifecycle
 

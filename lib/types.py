@@ -170,6 +170,20 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class TransactionInfo:
+    """A transactional_id's transaction as the coordinator holds it (docs/transactions.md)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str  # EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT
+    partitions: tuple[tuple[str, int], ...]
+    age_ms: int  # since it began (0: none open)
+    timeout_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True)
 class MasterStatus:
     """One master's view of the Raft group (``role`` "unreachable" when it did not answer).
 

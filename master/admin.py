@@ -1,4 +1,5 @@
-"""gRPC servicer of ``tubeq.admin.Admin``: topic and group administration, brokers, audit log.
+"""gRPC servicer of ``tubeq.admin.Admin``: topic and group administration, brokers, audit log,
+transactions.
 
 Thin: requests are checked and turned into calls of :class:`TopicOps` / :class:`GroupOps` /
 :class:`BrokerOps`;
@@ -16,25 +17,30 @@ from lib.auth.access import current_access
 from lib.errors import InvalidArgument
 from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc
+from lib.proto import master_pb2 as mpb
 from master.broker_ops import BrokerOps
-from master.brokers import BrokerRegistry
+from master.brokers import BrokerRegistry, wall_ms
 from master.group_ops import GroupOps
 from master.guard import Leadership, any_master, audited, caller, guarded
 from master.state import MetaState
+from master.state_txns import OPEN
 from master.topic_ops import TopicOps
+from master.transactions import TransactionCoordinator
 
 DEFAULT_AUDIT_LIMIT = 100
 MAX_AUDIT_LIMIT = 10_000
+ABORT_WAIT_S = 10.0  # AbortTransaction waits this long (at most) for the abort's markers
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, state: MetaState, registry: BrokerRegistry, topics: TopicOps,
                  groups: GroupOps, brokers: BrokerOps, leadership: Leadership,
-                 status: Callable[[], dict[str, Any]]) -> None:
+                 status: Callable[[], dict[str, Any]], txns: TransactionCoordinator) -> None:
         self.state, self.registry = state, registry
         self.topics, self.group_ops, self.leadership = topics, groups, leadership
         self.brokers = brokers
         self.status = status
+        self.txns = txns
 
     @any_master
     def MasterStatus(self, request, context):  # noqa: N802
@@ -122,6 +128,35 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                            action=e.get("action", ""), target=e.get("target", ""),
                            details=e.get("details", ""), peer=e.get("peer", ""))
             for e in self.state.audit(limit)])
+
+
+    @guarded
+    def ListTransactions(self, request, context):  # noqa: N802
+        records = self.state.txns()
+        chosen = [t for t in visible("transactional_id", records)
+                  if request.all or records[t]["state"] in OPEN]
+        now = wall_ms()
+        return apb.ListTransactionsResponse(
+            transactions=[txn_pb(t, records[t], now) for t in chosen])
+
+    @guarded
+    def AbortTransaction(self, request, context):  # noqa: N802
+        tid = request.transactional_id
+        left = context.time_remaining()
+        wait = ABORT_WAIT_S if left is None else max(0.0, min(ABORT_WAIT_S, left - 0.2))
+        record = self.txns.abort(tid, wait, caller(context))
+        audited("abort_transaction", transactional_id=tid)
+        return apb.AbortTransactionResponse(transaction=txn_pb(tid, record, wall_ms()))
+
+
+def txn_pb(tid: str, record: dict[str, Any], now_ms: int) -> apb.TransactionDescription:
+    return apb.TransactionDescription(
+        transactional_id=tid, producer_id=record["producer_id"],
+        producer_epoch=record["epoch"], state=record["state"],
+        partitions=[mpb.TxnTopicPartition(topic=t, partition=p)
+                    for t, p in record["partitions"]],
+        age_ms=max(0, now_ms - record["began_ms"]) if record["began_ms"] else 0,
+        timeout_ms=record["timeout_ms"], updated_ms=record["updated_ms"])
 
 
 def visible(resource: str, names: Iterable[str]) -> list[str]:

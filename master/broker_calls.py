@@ -1,7 +1,10 @@
-"""The master's calls to brokers: ListOffsets, FetchOffsets (no claim), ResetOffsets.
+"""The master's calls to brokers: ListOffsets, FetchOffsets (no claim), ResetOffsets, and the
+transaction coordinator's WriteTxnMarkers.
 
 Used by describe and reset. Each call has a short deadline (``timeout_s``, ~1 s) so one dead
-broker cannot stall an admin request; calls to different brokers run concurrently.
+broker cannot stall an admin request; calls to different brokers run concurrently. Markers
+have their own deadline (``marker_timeout_s``): a broker answers them once they are fsynced
+and held by the in-sync replicas.
 """
 from __future__ import annotations
 
@@ -21,8 +24,9 @@ NO_TIME = -1
 
 class BrokerCalls:
     def __init__(self, timeout_s: float = 1.0, workers: int = 8,
-                 cluster_secret: str = "", tls: Tls | None = None) -> None:
-        self.timeout_s = timeout_s
+                 cluster_secret: str = "", tls: Tls | None = None,
+                 marker_timeout_s: float = 5.0) -> None:
+        self.timeout_s, self.marker_timeout_s = timeout_s, marker_timeout_s
         self._metadata = cluster_header(cluster_secret)  # brokers with auth on need it
         self._pool = ChannelPool(tls=tls)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="to-broker")
@@ -50,6 +54,17 @@ class BrokerCalls:
         items = [bpb.OffsetCommit(partition=p, offset=o) for p, o in sorted(offsets.items())]
         req = bpb.ResetOffsetsRequest(group=group, topic=topic, offsets=items, term=term)
         invoke(self._stub(address).ResetOffsets, req, self.timeout_s, self._metadata)
+
+    def write_markers(self, address: str, producer_id: int, producer_epoch: int, commit: bool,
+                      partitions: list[tuple[str, int]]) -> list[bpb.TxnMarkerResult]:
+        """A transaction's marker in each partition the broker leads (per-partition errors in
+        the results; a failed call raises)."""
+        req = bpb.WriteTxnMarkersRequest(
+            producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+            partitions=[bpb.TxnMarkerPartition(topic=t, partition=p) for t, p in partitions])
+        res = invoke(self._stub(address).WriteTxnMarkers, req, self.marker_timeout_s,
+                     self._metadata)
+        return list(res.results)
 
     def each(self, jobs: dict[int, Callable[[], T]]) -> dict[int, T | Exception]:
         """Run one job per broker concurrently; a failed job's value is its exception."""

@@ -74,6 +74,16 @@ class MasterConfig:
     raft_compaction_min_s: int = 300  # ... or this often
     command_timeout_ms: int = 5000  # a metadata change not committed by then: Unavailable
     failover_grace_ms: int = 5000  # a new leader lets brokers and members re-register first
+    # -- Transactions (master/transactions.py, docs/transactions.md) --
+    transaction_timeout_ms: int = 60_000  # when an InitProducerId asks for 0
+    transaction_max_timeout_ms: int = 900_000  # the most an InitProducerId may ask for
+    # A transactional_id with no transaction open, unchanged this long, is forgotten.
+    transactional_id_expiration_ms: int = 7 * DAY_MS
+    transaction_check_interval_ms: int = 1000  # how often timeouts and expiry are checked
+    # EndTxn / InitProducerId wait this long for a transaction's markers, then answer
+    # CONCURRENT_TRANSACTIONS (retriable: the same call again finds it done).
+    transaction_end_wait_ms: int = 10_000
+    transaction_marker_timeout_ms: int = 5000  # one WriteTxnMarkers call to a broker
     # -- Permissions (master/security.py) --
     token_ttl_s: int = 3600  # lifetime of a login's token; clients renew before it ends
     # Refused calls and failed logins reach the audit log summarised, one entry per kind and
@@ -136,6 +146,7 @@ class MasterConfig:
         require(self.group_reaper_interval_ms > 0,
                 "MasterConfig.group_reaper_interval_ms must be > 0")
         self._validate_topic_defaults()
+        self._validate_transactions()
         require(self.tombstones_kept >= 1, "MasterConfig.tombstones_kept must be >= 1")
         require(self.audit_entries_kept >= 1, "MasterConfig.audit_entries_kept must be >= 1")
         require(self.lmdb_map_size >= 1 << 20, "MasterConfig.lmdb_map_size must be >= 1 MiB")
@@ -172,6 +183,20 @@ class MasterConfig:
         require(self.raft_compaction_min_s >= 1, "MasterConfig.raft_compaction_min_s >= 1")
         require(self.command_timeout_ms > 0, "MasterConfig.command_timeout_ms must be > 0")
         require(self.failover_grace_ms >= 0, "MasterConfig.failover_grace_ms must be >= 0")
+
+    def _validate_transactions(self) -> None:
+        require(1 <= self.transaction_max_timeout_ms <= 7 * DAY_MS,
+                "MasterConfig.transaction_max_timeout_ms must be in [1, 604800000]")
+        require(1 <= self.transaction_timeout_ms <= self.transaction_max_timeout_ms,
+                "MasterConfig.transaction_timeout_ms must be in [1, transaction_max_timeout_ms]")
+        require(self.transactional_id_expiration_ms >= 60_000,
+                "MasterConfig.transactional_id_expiration_ms must be >= 60000")
+        require(10 <= self.transaction_check_interval_ms <= 60_000,
+                "MasterConfig.transaction_check_interval_ms must be in [10, 60000]")
+        require(self.transaction_end_wait_ms >= 0,
+                "MasterConfig.transaction_end_wait_ms must be >= 0")
+        require(self.transaction_marker_timeout_ms > 0,
+                "MasterConfig.transaction_marker_timeout_ms must be > 0")
 
     def _validate_topic_defaults(self) -> None:
         require(1 <= self.max_partitions_per_topic <= 1024,

@@ -47,6 +47,8 @@ from master.routes import RouteBook
 from master.sealing import Sealer
 from master.state import MetaState
 from master.topic_ops import TopicOps
+from master.transactions import TransactionCoordinator, TxnSettings
+from master.txn_markers import MarkerWriter
 
 log = logging.getLogger(__name__)
 KEY_SETTLE_HEARTBEATS = 3  # a new signing key signs after this many broker heartbeats
@@ -77,7 +79,8 @@ class Master:
         self.tls = server_tls(c)
         self.calls = BrokerCalls(c.broker_call_timeout_ms / 1000,
                                  cluster_secret=c.resolved_cluster_secret,
-                                 tls=self.tls.as_client())
+                                 tls=self.tls.as_client(),
+                                 marker_timeout_s=c.transaction_marker_timeout_ms / 1000)
         self.routes = RouteBook(self.state, self.registry)
         topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
                              self.write)
@@ -91,12 +94,16 @@ class Master:
                                    interceptors=[StrictDecoding(), self._auth()])
         producer_ids = ProducerIdBlocks(self._reserve_producer_ids,
                                         lambda: self.leadership.epoch)
+        self.txns = TransactionCoordinator(
+            txn_settings(c), self.state, self.write, producer_ids,
+            MarkerWriter(self.state, self._leader_address, self.calls.write_markers,
+                         self.calls.each), self.leadership.is_leader)
         service.add_to(self._server, service.MasterService(
             c, self.state, self.registry, self.groups, self.routes, self.leadership,
-            self.write, producer_ids))
+            self.write, producer_ids, self.txns))
         admin.add_to(self._server, admin.AdminService(
             self.state, self.registry, topic_ops, group_ops, broker_ops, self.leadership,
-            self.status))
+            self.status, self.txns))
         security.add_to(self._server, security.SecurityService(
             self.state, self.leadership, self.write, c.token_ttl_s,
             key_settle_ms=KEY_SETTLE_HEARTBEATS * c.broker_heartbeat_interval_ms,
@@ -136,6 +143,13 @@ class Master:
         """Reserve the next ``count`` producer ids in the replicated state; the first one."""
         block = self.write({"op": "reserve_producer_ids", "time_ms": wall_ms(), "count": count})
         return int(block["first"])
+
+    def _leader_address(self, topic: str, partition: int) -> str:
+        """Where the partition's leader listens now ("" unknown)."""
+        record = self.state.topic(topic)
+        if record is None or partition >= len(record["placement"]):
+            return ""
+        return self.routes.address(record["placement"][partition])
 
     def status(self) -> dict[str, Any]:
         s = self.raft.status()
@@ -310,6 +324,7 @@ class Master:
             self.metrics_address = self.metrics.serve(c.host, c.metrics_port)
         self.groups.start()
         self._watcher.start()
+        self.txns.start()
         for name in ("", *SERVICES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         event(log, "master.started", address=self.address, metrics=self.metrics_address,
@@ -337,6 +352,7 @@ class Master:
         self._server.stop(self.config.stop_grace_s).wait()
         self._wake.set()
         self._watcher.join(timeout=10)
+        self.txns.stop()
         self.groups.stop()
         self.calls.close()
         self.metrics.stop()
@@ -347,6 +363,12 @@ class Master:
     def wait(self) -> None:
         """Block until :meth:`stop` has run (waking to let the main thread take signals)."""
         wait_awake(self._stopped)
+
+
+def txn_settings(c: MasterConfig) -> TxnSettings:
+    return TxnSettings(c.transaction_timeout_ms, c.transaction_max_timeout_ms,
+                       c.transactional_id_expiration_ms, c.transaction_check_interval_ms,
+                       c.transaction_end_wait_ms)
 
 
 def raft_settings(c: MasterConfig) -> RaftSettings:

@@ -1,5 +1,6 @@
 """gRPC servicer of ``tubeq.master.Master``: brokers register and heartbeat, clients get routes,
-coordinate consumer groups and get producer ids (master/producer_ids.py).
+coordinate consumer groups, get producer ids (master/producer_ids.py) and run transactions
+(master/transactions.py).
 
 Every response to a broker carries ``term`` = the master epoch, so a broker can ignore a
 deposed master. Heartbeat responses carry the whole desired state (topic settings, this
@@ -31,22 +32,26 @@ from master.guard import Leadership, caller, guarded
 from master.producer_ids import PRODUCER_EPOCH, ProducerIdBlocks
 from master.routes import RouteBook
 from master.state import MetaState
+from master.transactions import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
 MAX_ROUTE_TOPICS = 10_000
 MAX_REFUSALS = 1001  # per heartbeat: a broker sends at most audit_refusal_kinds + 1
 MAX_CLIENT_ID_LOGGED = 256
+MAX_TXN_PARTITIONS_PER_CALL = 10_000
+WAIT_MARGIN_S = 0.2  # answer this long before the caller's deadline
 
 
 class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
                  groups: GroupCoordinator, routes: RouteBook, leadership: Leadership,
-                 write: Callable[[dict[str, Any]], Any], producer_ids: ProducerIdBlocks) -> None:
+                 write: Callable[[dict[str, Any]], Any], producer_ids: ProducerIdBlocks,
+                 txns: TransactionCoordinator) -> None:
         self.config, self.state, self.registry = config, state, registry
         self.groups, self.routes, self.leadership = groups, routes, leadership
         self.write = write  # replicates a state command (Raft)
-        self.producer_ids = producer_ids
+        self.producer_ids, self.txns = producer_ids, txns
 
     @property
     def term(self) -> int:
@@ -252,14 +257,50 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @guarded
     def InitProducerId(self, request, context):  # noqa: N802
-        """A fresh producer id (epoch 0), for a caller that may produce to at least one topic
-        (Kafka's rule since KIP-679; the admin role and the cluster credential pass)."""
-        current_access.get().check_somewhere("produce", "topic", "a producer id")
-        producer_id = self.producer_ids.take()
-        event(log, "master.producer_id", logging.DEBUG, producer_id=producer_id,
+        """Without a transactional_id: a fresh producer id (epoch 0), for a caller that may
+        produce to at least one topic (Kafka's rule since KIP-679; the admin role and the
+        cluster credential pass). With one (write on it: the access rule): its new
+        instance's id and epoch (master/transactions.py)."""
+        if request.transactional_id:
+            tid = check_name(request.transactional_id, "transactional_id")
+            producer_id, epoch = self.txns.init(tid, request.transaction_timeout_ms,
+                                                self._wait_s(context))
+        else:
+            current_access.get().check_somewhere("produce", "topic", "a producer id")
+            producer_id, epoch = self.producer_ids.take(), PRODUCER_EPOCH
+        event(log, "master.producer_id", logging.DEBUG, producer_id=producer_id, epoch=epoch,
+              transactional_id=request.transactional_id,
               client_id=request.client_id[:MAX_CLIENT_ID_LOGGED], **caller(context))
-        return mpb.InitProducerIdResponse(producer_id=producer_id,
-                                          producer_epoch=PRODUCER_EPOCH)
+        return mpb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
+
+    @guarded
+    def AddPartitionsToTxn(self, request, context):  # noqa: N802
+        """Write on the transactional_id (the access rule) and produce on every topic."""
+        tid = check_name(request.transactional_id, "transactional_id")
+        if len(request.partitions) > MAX_TXN_PARTITIONS_PER_CALL:
+            raise InvalidArgument(f"at most {MAX_TXN_PARTITIONS_PER_CALL} partitions per "
+                                  "AddPartitionsToTxn call")
+        access = current_access.get()
+        for topic in sorted({tp.topic for tp in request.partitions}):
+            check_name(topic, "topic")
+            access.check("produce", "topic", topic)
+        self.txns.add_partitions(tid, request.producer_id, request.producer_epoch,
+                                 [(tp.topic, tp.partition) for tp in request.partitions])
+        return mpb.AddPartitionsToTxnResponse()
+
+    @guarded
+    def EndTxn(self, request, context):  # noqa: N802
+        tid = check_name(request.transactional_id, "transactional_id")
+        self.txns.end(tid, request.producer_id, request.producer_epoch, request.commit,
+                      self._wait_s(context))
+        return mpb.EndTxnResponse()
+
+    def _wait_s(self, context) -> float:
+        """How long a transactional call may wait for markers: the configured wait, within
+        the caller's deadline."""
+        most = self.config.transaction_end_wait_ms / 1000
+        left = context.time_remaining()
+        return most if left is None else max(0.0, min(most, left - WAIT_MARGIN_S))
 
     def _group_state(self, view: MemberView) -> mpb.GroupState:
         return mpb.GroupState(

@@ -17,6 +17,7 @@ The state is in parts, each owning some LMDB databases, a cache of them and its 
 * brokers (master/state_brokers.py): ``register_broker``, ``set_draining``;
 * groups (master/state_groups.py): ``record_group``;
 * producer ids (master/state_producers.py): ``reserve_producer_ids``;
+* transactions (master/state_txns.py): ``txn_write``, ``txn_expire``;
 * users, API keys, signing keys, ACLs, quotas and IP rules (master/principals.py).
 
 Any command may carry an ``audit`` dict (principal, peer, action, target, details) written with
@@ -49,10 +50,11 @@ from master.state_groups import GroupRecords
 from master.state_producers import ProducerIdCounter
 from master.state_tables import Context, Handler, SeqLog, dump, load
 from master.state_topics import TopicRecords
+from master.state_txns import TxnRecords
 
 # The LMDB's named databases: the on-disk and snapshot layout (an existing data dir must open).
 _DBS = (b"meta", b"topics", b"tombstones", b"groups", b"audit", b"brokers", b"users",
-        b"api_keys")
+        b"api_keys", b"txns")
 
 
 class MetaState:
@@ -85,6 +87,7 @@ class MetaState:
         self._brokers = BrokerRecords(self._env, db["brokers"], self._topics)
         self._groups = GroupRecords(self._env, db["groups"])
         self._producer_ids = ProducerIdCounter(self._env, db["meta"])
+        self._txns = TxnRecords(self._env, db["txns"])
         self.principals = Principals(self._env, db["users"], db["api_keys"], db["meta"],
                                      self._sealer)
         self._applied: dict[str, int] = self._meta("applied") or {"index": 0, "term": 0}
@@ -93,7 +96,8 @@ class MetaState:
         self._handlers: dict[str, Handler] = {
             "lead": self._lead, "audit": lambda ctx, cmd: None,
             **self._topics.handlers(), **self._brokers.handlers(), **self._groups.handlers(),
-            **self._producer_ids.handlers(), **self.principals.handlers()}
+            **self._producer_ids.handlers(), **self._txns.handlers(),
+            **self.principals.handlers()}
 
     def _meta(self, key: str) -> Any:
         with self._env.begin(db=self._meta_db) as txn:
@@ -148,6 +152,13 @@ class MetaState:
     def next_producer_id(self) -> int:
         """The first producer id no block has reserved yet (``reserve_producer_ids``)."""
         return self._producer_ids.next_id
+
+    def txns(self) -> dict[str, dict[str, Any]]:
+        """transactional_id -> its record (master/state_txns.py; do not mutate)."""
+        return self._txns.all()
+
+    def txn(self, transactional_id: str) -> dict[str, Any] | None:
+        return self._txns.get(transactional_id)
 
     def audit(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` audit entries, oldest first."""

@@ -31,7 +31,7 @@ from lib.rpc import MasterClient
 from tests.unit.test_auth_rules import MODULES, read_by
 
 ALICE = Credentials("alice", "alice-matrix-password")
-NAMES = {"topic": "matrix", "group": "matrix-g"}
+NAMES = {"topic": "matrix", "group": "matrix-g", "transactional_id": "matrix-t"}
 DENIED, UNAUTH = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED
 SINK = "matrix-sink"
 
@@ -198,13 +198,15 @@ def test_every_method_refuses_every_bad_credential_and_passes_only_with_the_acl(
             code, details = call(channel, name, method, request, alice)
             if rule.kind == "cluster":
                 assert code == DENIED and "brokers and masters only" in details, (name, details)
-            elif rule.kind in ("needs", "handler") and not name.endswith(("/ListTopics",
-                                                                         "/ListGroups")):
+            elif rule.kind in ("needs", "handler") and not name.endswith(
+                    ("/ListTopics", "/ListGroups", "/ListTransactions")):
                 assert code == DENIED and "alice may not" in details, (name, code, details)
     with AdminClient(masters, credentials=ALICE) as client:
         assert client.list_topics() == [] and client.list_groups() == []
+        assert client.list_transactions(every=True) == []
 
-    for resource, name in (("topic", "matrix"), ("group", "matrix-g"), ("cluster", "cluster")):
+    for resource, name in (("topic", "matrix"), ("group", "matrix-g"),
+                           ("transactional_id", "matrix-t"), ("cluster", "cluster")):
         root.add_acl("user:alice", "all", resource, name)
     fetch = next(m for n, m in every if n == "/tubeq.broker.Broker/Fetch")
     deadline = time.monotonic() + 15

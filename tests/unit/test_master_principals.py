@@ -148,7 +148,7 @@ def test_acls_are_added_once_removed_versioned_and_survive_a_reopen(tmp_path):
                                               "orders'"):
         s.apply({"op": "remove_acl", "time_ms": 5, "acl": alice})
     with pytest.raises(InvalidArgument, match="operation must be one of"):
-        s.apply({"op": "add_acl", "time_ms": 6, "acl": {**alice, "operation": "write"}})
+        s.apply({"op": "add_acl", "time_ms": 6, "acl": {**alice, "operation": "read"}})
     assert s.principals.acls()[0] == 3 and len(s.principals.acls()[1]) == 1
     s.close()
 

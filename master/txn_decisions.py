@@ -1,0 +1,176 @@
+"""The transaction coordinator's decisions, pure: from a transactional_id's record (as
+master/state_txns.py keeps it) and a request, the record to write next, or the error to answer.
+No I/O, no clock (``now`` is passed in): master/transactions.py writes what these decide,
+and tests/unit/test_txn_decisions.py walks them.
+
+Fencing (Kafka's KIP-98): a new instance of a transactional_id (InitProducerId) keeps the
+producer id and takes epoch + 1; a call with an older epoch, or with a producer id the
+transactional_id no longer has (a new id was taken when the epoch ran out), is
+ProducerFenced, not retriable. The epoch travels in batch headers as an int16: an instance
+never gets :data:`~master.state_txns.MAX_EPOCH` itself, which stays free for the bump of
+an abort the coordinator starts (a timeout, an admin), so even the last instance of an id is
+fenced by its abort markers; an id whose epoch would reach it takes a new producer id
+(epoch 0) instead.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lib.errors import (
+    ConcurrentTransactions,
+    InvalidArgument,
+    InvalidTxnState,
+    ProducerFenced,
+    UnknownTransactionalId,
+)
+from master.state_txns import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    IDLE,
+    MAX_EPOCH,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARING,
+)
+
+Record = dict[str, Any]
+WAIT = "wait"  # the transaction is ending: wait for its markers (or answer retriable)
+MARKER_RETRY_FIRST_MS, MARKER_RETRY_MAX_MS = 50, 2000
+
+
+def timeout_of(asked_ms: int, default_ms: int, max_ms: int) -> int:
+    """The transaction timeout an InitProducerId asks for (0: the default), within the max."""
+    if asked_ms == 0:
+        return default_ms
+    if not 0 < asked_ms <= max_ms:
+        raise InvalidArgument(f"transaction_timeout_ms {asked_ms} is above the masters' "
+                              f"transaction_max_timeout_ms {max_ms}", max_ms=max_ms)
+    return asked_ms
+
+
+def check_instance(tid: str, record: Record | None, producer_id: int, epoch: int) -> Record:
+    """The record, if the caller is its transactional_id's current instance; else the error
+    (UnknownTransactionalId, ProducerFenced, InvalidArgument for an epoch never handed out)."""
+    if record is None:
+        raise UnknownTransactionalId(
+            f"unknown transactional_id {tid!r}: call InitProducerId with it first (or it "
+            "expired unused)", transactional_id=tid)
+    if producer_id != record["producer_id"] or epoch < record["epoch"]:
+        raise ProducerFenced(
+            f"producer {producer_id} epoch {epoch} is fenced: a newer instance of "
+            f"transactional_id {tid!r} holds producer {record['producer_id']} epoch "
+            f"{record['epoch']}", transactional_id=tid, producer_id=record["producer_id"],
+            producer_epoch=record["epoch"])
+    if epoch > record["epoch"]:
+        raise InvalidArgument(f"producer {producer_id} epoch {epoch} of transactional_id "
+                              f"{tid!r} was never handed out (the current one is "
+                              f"{record['epoch']})", transactional_id=tid)
+    return record
+
+
+def on_init(record: Record | None, timeout_ms: int, new_producer_id: Callable[[], int]
+            ) -> tuple[str, Record | None]:
+    """InitProducerId: ("write", the new instance's record) once nothing is open; ("abort",
+    the PREPARE_ABORT record) for a transaction left ONGOING (aborted first, with the epoch
+    bumped); (WAIT, None) while one is ending."""
+    if record is not None and record["state"] in PREPARING:
+        return WAIT, None
+    if record is not None and record["state"] == ONGOING:
+        return "abort", aborting(record)
+    if record is None or record["epoch"] + 1 >= MAX_EPOCH:
+        producer_id, epoch = new_producer_id(), 0
+    else:
+        producer_id, epoch = record["producer_id"], record["epoch"] + 1
+    return "write", {"producer_id": producer_id, "epoch": epoch, "state": EMPTY,
+                     "partitions": [], "timeout_ms": timeout_ms, "began_ms": 0}
+
+
+def aborting(record: Record) -> Record:
+    """The ONGOING transaction aborted by the coordinator (an InitProducerId, its timeout, an
+    admin): PREPARE_ABORT with the epoch bumped, so its markers fence the old instance."""
+    return {**_fields(record), "state": PREPARE_ABORT,
+            "epoch": min(record["epoch"] + 1, MAX_EPOCH)}
+
+
+def on_add(record: Record, partitions: list[tuple[str, int]], now_ms: int) -> Record | None:
+    """AddPartitionsToTxn: the record with the partitions added (ONGOING; begun now if it was
+    not), or None when nothing changes (all were added before)."""
+    state = record["state"]
+    if state in PREPARING:
+        raise ConcurrentTransactions(
+            f"the last transaction is still ending ({state}): retry", state=state)
+    wanted = {(t, p) for t, p in partitions}
+    if state == ONGOING:
+        known = {(t, p) for t, p in record["partitions"]}
+        if wanted <= known:
+            return None
+        return {**_fields(record), "partitions": sorted(map(list, known | wanted))}
+    if not wanted:
+        return None
+    return {**_fields(record), "state": ONGOING, "partitions": sorted(map(list, wanted)),
+            "began_ms": now_ms}
+
+
+def on_end(tid: str, record: Record, commit: bool) -> tuple[str, Record | None]:
+    """EndTxn: ("write", the next record) for a transaction to end; (WAIT, None) when it is
+    being ended the same way (a retry: wait for its markers); ("done", None) when it ended
+    so already (a retry after a lost answer)."""
+    state, word = record["state"], "commit" if commit else "abort"
+    prepare, complete = (PREPARE_COMMIT, COMPLETE_COMMIT) if commit else \
+        (PREPARE_ABORT, COMPLETE_ABORT)
+    if state == ONGOING:
+        return "write", {**_fields(record), "state": prepare}
+    if state == EMPTY:  # nothing was added: nothing to mark
+        return "write", {**_fields(record), "state": complete, "began_ms": 0}
+    if state == prepare:
+        return WAIT, None
+    if state == complete:
+        return "done", None
+    raise InvalidTxnState(f"cannot {word} the transaction of transactional_id {tid!r}: it is "
+                          f"{state}", transactional_id=tid, state=state)
+
+
+def on_admin_abort(tid: str, record: Record | None) -> tuple[str, Record | None]:
+    """AbortTransaction: like a timeout's abort; (WAIT, None) when an abort is under way."""
+    if record is None:
+        raise UnknownTransactionalId(f"unknown transactional_id {tid!r}",
+                                     transactional_id=tid)
+    if record["state"] == ONGOING:
+        return "write", aborting(record)
+    if record["state"] == PREPARE_ABORT:
+        return WAIT, None
+    raise InvalidTxnState(f"transactional_id {tid!r} has no transaction to abort: it is "
+                          f"{record['state']}", transactional_id=tid, state=record["state"])
+
+
+def completed(record: Record) -> Record:
+    """A PREPARE_* record once every marker is written: COMPLETE_*."""
+    return {**_fields(record), "state": COMPLETE_COMMIT
+            if record["state"] == PREPARE_COMMIT else COMPLETE_ABORT}
+
+
+def timed_out(records: dict[str, Record], now_ms: int) -> list[str]:
+    """The transactional ids whose transaction is ONGOING longer than its timeout."""
+    return sorted(tid for tid, r in records.items()
+                  if r["state"] == ONGOING and now_ms - r["began_ms"] > r["timeout_ms"])
+
+
+def expired(records: dict[str, Record], now_ms: int, expiration_ms: int) -> list[str]:
+    """The transactional ids with no transaction open, unchanged for ``expiration_ms``."""
+    return sorted(tid for tid, r in records.items()
+                  if r["state"] in IDLE and now_ms - r["updated_ms"] > expiration_ms)
+
+
+def marker_retry_ms(failures: int) -> int:
+    """How long a partition whose marker failed ``failures`` times in a row waits before the
+    next try: doubling from 50 ms to 2 s (a leader election takes about a second)."""
+    return min(MARKER_RETRY_FIRST_MS << min(max(failures - 1, 0), 16), MARKER_RETRY_MAX_MS)
+
+
+def _fields(record: Record) -> Record:
+    """What a ``txn_write`` carries of a record (not its ``seq``/``updated_ms``)."""
+    return {k: record[k] for k in ("producer_id", "epoch", "state", "partitions",
+                                   "timeout_ms", "began_ms")}

@@ -1,0 +1,179 @@
+"""The transaction coordinator (master/transactions.py) and its marker writer
+(master/txn_markers.py) over a real LMDB state, with brokers faked as a function that
+answers WriteTxnMarkers: markers grouped per leader, retried until every partition has
+one, a coordinator that takes over a decided transaction (a failover), timeouts that abort
+with the epoch bumped, and calls that answer ConcurrentTransactions while markers are
+pending."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from lib.errors import ConcurrentTransactions, ProducerFenced, Unavailable
+from lib.proto import broker_pb2 as bpb
+from master.producer_ids import ProducerIdBlocks
+from master.state import MetaState
+from master.transactions import TransactionCoordinator, TxnSettings
+from master.txn_markers import MarkerWriter
+
+SETTINGS = {"partitions": 2, "stores": 1, "durability": "async", "retention_ms": 1000,
+            "retention_bytes": -1, "max_message_bytes": 1024}
+
+
+class Brokers:
+    """WriteTxnMarkers answered from a table: the calls seen, and per address what fails."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int, bool, list[tuple[str, int]]]] = []
+        self.down: set[str] = set()
+        self.refuse: dict[tuple[str, int], int] = {}  # partition -> errors left to answer
+        self.lock = threading.Lock()
+
+    def send(self, address, producer_id, epoch, commit, partitions):
+        with self.lock:
+            self.calls.append((address, producer_id, epoch, commit, list(partitions)))
+            if address in self.down:
+                raise Unavailable(f"{address} is down")
+            out = []
+            for topic, p in partitions:
+                result = bpb.TxnMarkerResult(topic=topic, partition=p, offset=1)
+                if self.refuse.get((topic, p), 0) > 0:
+                    self.refuse[(topic, p)] -= 1
+                    result.error_code, result.offset = "NOT_LEADER", -1
+                out.append(result)
+            return out
+
+    def marked(self) -> set[tuple[str, int]]:
+        return {tp for c in self.calls if c[0] not in self.down for tp in c[4]}
+
+
+def each(jobs: dict) -> dict:
+    out = {}
+    for key, job in jobs.items():
+        try:
+            out[key] = job()
+        except Exception as exc:  # noqa: BLE001 - as BrokerCalls.each
+            out[key] = exc
+    return out
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = MetaState(tmp_path / "meta", map_size=1 << 24)
+    for topic in ("a", "b"):
+        s.apply({"op": "create_topic", "time_ms": 1, "topic": topic, "settings": SETTINGS,
+                 "placement": [1, 2]})
+    yield s
+    s.close()
+
+
+def coordinator(state: MetaState, brokers: Brokers, **settings) -> TransactionCoordinator:
+    def reserve(count: int) -> int:
+        return state.apply({"op": "reserve_producer_ids", "time_ms": 1, "count": count})["first"]
+
+    def leader(topic: str, p: int) -> str:
+        return f"broker{state.topic(topic)['placement'][p]}"
+    txns = TransactionCoordinator(
+        TxnSettings(**{"check_interval_ms": 50, "end_wait_ms": 5000, **settings}), state,
+        state.apply, ProducerIdBlocks(reserve, lambda: 1),
+        MarkerWriter(state, leader, brokers.send, each), lambda: True)
+    txns.start()
+    return txns
+
+
+@pytest.fixture
+def run(state):
+    made: list[TransactionCoordinator] = []
+
+    def make(brokers: Brokers, **settings) -> TransactionCoordinator:
+        made.append(coordinator(state, brokers, **settings))
+        return made[-1]
+    yield make
+    for c in made:
+        c.stop()
+
+
+def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+ALL = [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+
+
+def test_a_commit_marks_every_partition_on_its_leader_once_and_completes(state, run):
+    brokers = Brokers()
+    txns = run(brokers)
+    pid, epoch = txns.init("t", 0, 1)
+    txns.add_partitions("t", pid, epoch, ALL)
+    txns.end("t", pid, epoch, True, 5)
+    assert state.txn("t")["state"] == "COMPLETE_COMMIT"
+    assert sorted((c[0], tuple(c[4])) for c in brokers.calls) == [
+        ("broker1", (("a", 0), ("b", 0))), ("broker2", (("a", 1), ("b", 1)))]
+    assert {(c[1], c[2], c[3]) for c in brokers.calls} == {(pid, epoch, True)}
+    txns.end("t", pid, epoch, True, 5)  # a retry: answered, nothing sent again
+    assert len(brokers.calls) == 2
+
+
+def test_partitions_that_fail_are_retried_until_each_has_its_marker(state, run):
+    brokers = Brokers()
+    brokers.refuse = {("a", 1): 3}
+    brokers.down = {"broker1"}
+    txns = run(brokers)
+    pid, epoch = txns.init("t", 0, 1)
+    txns.add_partitions("t", pid, epoch, ALL)
+    with pytest.raises(ConcurrentTransactions, match="PREPARE_ABORT .* retry the same call"):
+        txns.end("t", pid, epoch, False, 0.5)
+    with pytest.raises(ConcurrentTransactions):
+        txns.init("t", 0, 0.2)  # the next instance waits for the abort too
+    brokers.down = set()
+    txns.end("t", pid, epoch, False, 10)
+    assert state.txn("t")["state"] == "COMPLETE_ABORT"
+    assert brokers.marked() == set(ALL)
+    assert sum(1 for c in brokers.calls if ("a", 1) in c[4]) == 4, "3 refusals, then written"
+    with pytest.raises(ProducerFenced):
+        txns.end("t", pid + 1, epoch, True, 1)  # not the id's producer
+
+
+def test_a_coordinator_taking_over_finishes_a_decided_transaction(state, run):
+    brokers = Brokers()
+    brokers.down = {"broker2"}
+    first = run(brokers)
+    pid, epoch = first.init("t", 0, 1)
+    first.add_partitions("t", pid, epoch, ALL)
+    with pytest.raises(ConcurrentTransactions):
+        first.end("t", pid, epoch, True, 0.3)
+    first.stop()  # the active master dies with broker2's markers unwritten
+    assert state.txn("t")["state"] == "PREPARE_COMMIT"
+    brokers.down, brokers.calls = set(), []
+    second = run(brokers)
+    until(lambda: state.txn("t")["state"] == "COMPLETE_COMMIT")
+    assert brokers.marked() == set(ALL), "every partition again: written ones answer -1"
+    second.end("t", pid, epoch, True, 1)  # the producer's retry, at the new master
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_with_the_epoch_bumped(state, run):
+    brokers = Brokers()
+    txns = run(brokers, max_timeout_ms=10_000)
+    pid, epoch = txns.init("t", 200, 1)
+    txns.add_partitions("t", pid, epoch, [("a", 0)])
+    until(lambda: state.txn("t")["state"] == "COMPLETE_ABORT")
+    assert [c[1:4] for c in brokers.calls] == [(pid, epoch + 1, False)]
+    with pytest.raises(ProducerFenced):
+        txns.end("t", pid, epoch, True, 1)
+    assert txns.init("t", 200, 1) == (pid, epoch + 2)
+
+
+def test_a_new_instance_aborts_the_open_transaction_of_the_last_one(state, run):
+    brokers = Brokers()
+    txns = run(brokers)
+    pid, epoch = txns.init("t", 0, 1)
+    txns.add_partitions("t", pid, epoch, [("b", 1)])
+    assert txns.init("t", 0, 5) == (pid, epoch + 2)
+    assert [c[1:] for c in brokers.calls] == [(pid, epoch + 1, False, [("b", 1)])]
+    assert state.txn("t")["state"] == "EMPTY"

@@ -1,0 +1,181 @@
+"""The transaction coordinator's pure decisions (master/txn_decisions.py) and the replicated
+records they become (master/state_txns.py): fencing, the state walk of init/add/end/abort,
+the epoch running out, timeouts, expiry, the marker backoff; transitions the state machine
+refuses whatever the coordinator asks."""
+from __future__ import annotations
+
+import pytest
+
+from lib.errors import (
+    ConcurrentTransactions,
+    InvalidArgument,
+    InvalidTxnState,
+    ProducerFenced,
+    UnknownTransactionalId,
+)
+from master import txn_decisions as d
+from master.state import MetaState
+from master.state_txns import MAX_EPOCH
+
+
+def rec(state="EMPTY", pid=7, epoch=3, parts=(), began=0, timeout=1000, updated=0, seq=1):
+    return {"producer_id": pid, "epoch": epoch, "state": state,
+            "partitions": [list(p) for p in parts], "timeout_ms": timeout, "began_ms": began,
+            "updated_ms": updated, "seq": seq}
+
+
+def no_new_id() -> int:
+    raise AssertionError("no new producer id expected")
+
+
+def test_the_first_instance_takes_a_new_id_and_the_next_ones_bump_the_epoch():
+    step, new = d.on_init(None, 500, lambda: 42)
+    assert step == "write" and (new["producer_id"], new["epoch"], new["state"]) == (42, 0, "EMPTY")
+    for state in ("EMPTY", "COMPLETE_COMMIT", "COMPLETE_ABORT"):
+        step, new = d.on_init(rec(state, parts=[("t", 0)]), 900, no_new_id)
+        assert step == "write"
+        assert (new["producer_id"], new["epoch"], new["partitions"], new["timeout_ms"]) == \
+            (7, 4, [], 900)
+
+
+def test_an_epoch_about_to_run_out_takes_a_new_producer_id():
+    step, new = d.on_init(rec(epoch=MAX_EPOCH - 2), 500, no_new_id)
+    assert new["epoch"] == MAX_EPOCH - 1, "the last epoch an instance gets"
+    step, new = d.on_init(rec(epoch=MAX_EPOCH - 1), 500, lambda: 99)
+    assert (new["producer_id"], new["epoch"]) == (99, 0)
+    assert d.aborting(rec("ONGOING", epoch=MAX_EPOCH - 1))["epoch"] == MAX_EPOCH, \
+        "the coordinator's abort still fences the last instance"
+    assert d.aborting(rec("ONGOING", epoch=MAX_EPOCH))["epoch"] == MAX_EPOCH
+
+
+def test_init_aborts_an_open_transaction_first_and_waits_for_one_ending():
+    step, new = d.on_init(rec("ONGOING", parts=[("t", 1)], began=5), 500, no_new_id)
+    assert step == "abort" and new["state"] == "PREPARE_ABORT" and new["epoch"] == 4
+    assert new["partitions"] == [["t", 1]]
+    for state in ("PREPARE_COMMIT", "PREPARE_ABORT"):
+        assert d.on_init(rec(state), 500, no_new_id) == (d.WAIT, None)
+
+
+def test_only_the_current_instance_passes():
+    r = rec(pid=7, epoch=3)
+    assert d.check_instance("t", r, 7, 3) is r
+    with pytest.raises(ProducerFenced, match="newer instance of transactional_id 't'"):
+        d.check_instance("t", r, 7, 2)
+    with pytest.raises(ProducerFenced):
+        d.check_instance("t", r, 6, 3)  # the id moved to a new producer id
+    with pytest.raises(InvalidArgument, match="never handed out"):
+        d.check_instance("t", r, 7, 4)
+    with pytest.raises(UnknownTransactionalId, match="'t'"):
+        d.check_instance("t", None, 7, 3)
+
+
+def test_adding_partitions_begins_the_transaction_once_and_is_idempotent():
+    new = d.on_add(rec("COMPLETE_COMMIT", parts=[("old", 0)]), [("b", 1), ("a", 0)], 100)
+    assert new["state"] == "ONGOING" and new["began_ms"] == 100
+    assert new["partitions"] == [["a", 0], ["b", 1]], "the last transaction's are gone"
+    ongoing = rec("ONGOING", parts=[("a", 0), ("b", 1)], began=100)
+    assert d.on_add(ongoing, [("a", 0)], 200) is None
+    more = d.on_add(ongoing, [("a", 0), ("c", 2)], 200)
+    assert more["partitions"] == [["a", 0], ["b", 1], ["c", 2]] and more["began_ms"] == 100
+    assert d.on_add(rec("EMPTY"), [], 100) is None
+    with pytest.raises(ConcurrentTransactions):
+        d.on_add(rec("PREPARE_ABORT"), [("a", 0)], 100)
+
+
+def test_ending_a_transaction_and_retrying_the_end():
+    ongoing = rec("ONGOING", parts=[("a", 0)], began=1)
+    assert d.on_end("t", ongoing, True)[1]["state"] == "PREPARE_COMMIT"
+    assert d.on_end("t", ongoing, False)[1]["state"] == "PREPARE_ABORT"
+    step, new = d.on_end("t", rec("EMPTY"), True)
+    assert step == "write" and new["state"] == "COMPLETE_COMMIT", "nothing added: no marker"
+    assert d.on_end("t", rec("PREPARE_COMMIT"), True) == (d.WAIT, None)
+    assert d.on_end("t", rec("COMPLETE_COMMIT"), True) == ("done", None)
+    assert d.on_end("t", rec("COMPLETE_ABORT"), False) == ("done", None)
+    with pytest.raises(InvalidTxnState, match="cannot abort .* it is COMPLETE_COMMIT"):
+        d.on_end("t", rec("COMPLETE_COMMIT"), False)
+    with pytest.raises(InvalidTxnState, match="cannot commit .* it is PREPARE_ABORT"):
+        d.on_end("t", rec("PREPARE_ABORT"), True)
+    assert d.completed(rec("PREPARE_COMMIT"))["state"] == "COMPLETE_COMMIT"
+    assert d.completed(rec("PREPARE_ABORT"))["state"] == "COMPLETE_ABORT"
+
+
+def test_timeouts_expiry_and_backoff():
+    records = {"late": rec("ONGOING", began=1000, timeout=500),
+               "fine": rec("ONGOING", began=1000, timeout=5000),
+               "idle": rec("COMPLETE_COMMIT", began=1000, timeout=1, updated=1000),
+               "ending": rec("PREPARE_ABORT", began=1, timeout=1, updated=1)}
+    assert d.timed_out(records, 1501) == ["late"]
+    assert d.expired(records, 10_000, 5000) == ["idle"], "never one with a transaction open"
+    assert [d.marker_retry_ms(n) for n in (1, 2, 3, 7, 50)] == [50, 100, 200, 2000, 2000]
+    assert d.timeout_of(0, 60_000, 900_000) == 60_000
+    assert d.timeout_of(2000, 60_000, 900_000) == 2000
+    with pytest.raises(InvalidArgument, match="transaction_max_timeout_ms 900000"):
+        d.timeout_of(900_001, 60_000, 900_000)
+
+
+# -- the replicated records ----------------------------------------------------------------
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = MetaState(tmp_path / "meta", map_size=1 << 24)
+    yield s
+    s.close()
+
+
+def write(meta, tid, seq, **record):
+    fields = {k: v for k, v in rec(**record).items() if k not in ("seq", "updated_ms")}
+    return meta.apply({"op": "txn_write", "time_ms": 50, "transactional_id": tid, "seq": seq,
+                        "record": fields})
+
+
+def test_records_are_written_whole_in_order_and_survive_a_reopen(tmp_path):
+    s = MetaState(tmp_path / "m")
+    assert write(s, "t", 0)["seq"] == 1
+    assert write(s, "t", 1, state="ONGOING", parts=[("a", 0)], began=9)["seq"] == 2
+    s.close()
+    s = MetaState(tmp_path / "m")
+    assert s.txn("t") == {**rec("ONGOING", parts=[("a", 0)], began=9), "updated_ms": 50,
+                          "seq": 2}
+    s.close()
+
+
+def test_a_write_from_a_stale_read_is_refused(state):
+    write(state, "t", 0)
+    with pytest.raises(ConcurrentTransactions, match="changed meanwhile"):
+        write(state, "t", 0)
+    write(state, "t", 1, state="ONGOING", parts=[("a", 0)])
+    with pytest.raises(ConcurrentTransactions):
+        write(state, "t", 1, state="PREPARE_COMMIT", parts=[("a", 0)])
+
+
+def test_the_state_machine_refuses_a_transition_the_coordinator_must_never_ask(state):
+    with pytest.raises(InvalidTxnState, match="from None to ONGOING"):
+        write(state, "t", 0, state="ONGOING")
+    write(state, "t", 0)
+    with pytest.raises(InvalidTxnState, match="from EMPTY to PREPARE_COMMIT"):
+        write(state, "t", 1, state="PREPARE_COMMIT")
+    with pytest.raises(InvalidTxnState, match="epoch 2 is older than 3"):
+        write(state, "t", 1, epoch=2)
+    write(state, "t", 1, state="ONGOING", parts=[("a", 0)])
+    with pytest.raises(InvalidTxnState, match="keeps its producer id and partitions"):
+        write(state, "t", 2, state="PREPARE_COMMIT", parts=[("a", 0), ("b", 0)])
+    with pytest.raises(InvalidTxnState, match="keeps its producer id and partitions"):
+        write(state, "t", 2, state="ONGOING", parts=[("b", 0)])
+    write(state, "t", 2, state="PREPARE_ABORT", parts=[("a", 0)], epoch=4)
+    with pytest.raises(InvalidTxnState, match="from PREPARE_ABORT to EMPTY"):
+        write(state, "t", 3, epoch=5)
+    with pytest.raises(InvalidArgument, match="bad state"):
+        write(state, "t", 3, state="DONE")
+
+
+def test_expiry_forgets_idle_ids_not_changed_since(state):
+    write(state, "idle", 0)
+    write(state, "open", 0)
+    write(state, "open", 1, state="ONGOING", parts=[("a", 0)])
+    gone = state.apply({"op": "txn_expire", "time_ms": 99,
+                        "transactional_ids": ["idle", "open", "unknown"], "before_ms": 60})
+    assert gone == ["idle"] and state.txn("idle") is None and state.txn("open") is not None
+    write(state, "idle", 0)  # a new instance of it
+    assert state.apply({"op": "txn_expire", "time_ms": 99, "transactional_ids": ["idle"],
+                        "before_ms": 50}) == [], "changed at 50: not before 50"
