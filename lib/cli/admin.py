@@ -1,4 +1,4 @@
-"""``tubeq topic|group|broker ...``: admin commands over lib.AdminClient."""
+"""``tubeq topic|group|broker|txn ...``: admin commands over lib.AdminClient."""
 from __future__ import annotations
 
 import dataclasses
@@ -319,6 +319,32 @@ def master_status(ctx, as_json) -> None:
         ctx.exit(1)
 
 
+@click.group()
+def txn() -> None:
+    """List transactions and abort one (the coordinator on the masters)."""
+
+
+@txn.command("list")
+@click.option("--all", "every", is_flag=True, help="Also the ids with no transaction open.")
+@json_option
+@click.pass_context
+def txn_list(ctx, every, as_json) -> None:
+    """Transactions open or ending: producer id, epoch, state, partitions, age, timeout."""
+    emit(admin(ctx).list_transactions(every), as_json, lambda ts: print_rows(
+        [{**dataclasses.asdict(t), "partitions": len(t.partitions)} for t in ts],
+        ["transactional_id", "producer_id", "producer_epoch", "state", "partitions",
+         "age_ms", "timeout_ms"]))
+
+
+@txn.command("abort")
+@click.argument("transactional_id")
+@json_option
+@click.pass_context
+def txn_abort(ctx, transactional_id, as_json) -> None:
+    """Abort a transactional_id's open transaction, fencing its producer (admin only)."""
+    emit(admin(ctx).abort_transaction(transactional_id), as_json)
+
+
 @click.command("audit")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True,
               help="How many of the newest entries to read.")
@@ -344,5 +370,5 @@ def _when(time_ms: int) -> str:
 
 
 def register(main: click.Group) -> None:
-    for cmd in (topic, partition, group, broker, master, audit):
+    for cmd in (topic, partition, group, broker, master, txn, audit):
         main.add_command(cmd)

@@ -4,6 +4,9 @@ processes: transactional batches produced raw over gRPC, the coordinator's calls
 read_committed pull consumers see. The failover case runs 3 masters of its own."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -16,6 +19,7 @@ from lib.proto import broker_pb2 as pb
 from lib.proto import master_pb2 as mpb
 from lib.records import Record, encode_batch
 from lib.rpc import invoke
+from tests.cluster import ROOT
 from tests.integration.test_broker_cluster import Harness
 
 pytestmark = pytest.mark.shared_cluster(brokers=2)
@@ -65,6 +69,15 @@ class RawTxnProducer:
         self.master("EndTxn", mpb.EndTxnRequest(
             transactional_id=self.tid, producer_id=self.pid, producer_epoch=self.epoch,
             commit=commit), timeout=timeout)
+
+
+def tubeq(h: Harness, *args: str):
+    """The CLI's --json answer (it logs in as the admin, from the environment)."""
+    res = subprocess.run([sys.executable, "-m", "lib.cli", "--masters",
+                          h.cluster.master_addresses, *args], capture_output=True, timeout=60,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
 
 
 def every_partition(partitions: int = 3) -> list[tuple[str, int]]:
@@ -192,9 +205,10 @@ def test_an_admin_aborts_an_open_transaction(h):
     open_ = {t.transactional_id for t in h.admin(
         "ListTransactions", apb.ListTransactionsRequest()).transactions}
     assert "tx-admin" in open_
-    res = h.master.call(admin_pb2_grpc.AdminStub, "AbortTransaction",
-                        apb.AbortTransactionRequest(transactional_id="tx-admin"))
-    assert res.transaction.state == "COMPLETE_ABORT"
+    listed = tubeq(h, "txn", "list", "--json")
+    assert {"transactional_id": "tx-admin", "state": "ONGOING", "partitions": [["txb", 0]]} \
+        .items() <= next(t for t in listed if t["transactional_id"] == "tx-admin").items()
+    assert tubeq(h, "txn", "abort", "tx-admin", "--json")["state"] == "COMPLETE_ABORT"
     with pytest.raises(errors.ProducerFenced):
         producer.end(commit=True)
     with pytest.raises(errors.InvalidTxnState, match="no transaction to abort"):
