@@ -264,6 +264,7 @@ class Master:
             # The first leadership ever has nobody to wait for; later ones do (failover).
             self.groups.reset(epoch, self.config.failover_grace_ms if epoch > 1 else 0)
             self.leadership.activate(epoch)
+            self.txns.wake()  # resume the transactions a failover left PREPARE_*
             self.metrics.leader_changes.inc()
             event(log, "master.active", epoch=epoch, address=self.address,
                   topics=len(self.state.topics()))

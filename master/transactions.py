@@ -187,6 +187,10 @@ class TransactionCoordinator:
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Look at once (this master just became active: resume what is PREPARE_*)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stopped.set()
         self._wake.set()
@@ -202,9 +206,9 @@ class TransactionCoordinator:
             self._wake.clear()
             if self._stopped.is_set():
                 break
-            if not self._is_active():
+            if not self._is_active():  # a standby: look again in a while
                 self._markers.forget()
-                retry_at = None
+                next_check, retry_at = time.monotonic() + interval, None
                 continue
             try:
                 if time.monotonic() >= next_check:

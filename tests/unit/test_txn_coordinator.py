@@ -70,7 +70,8 @@ def state(tmp_path):
     s.close()
 
 
-def coordinator(state: MetaState, brokers: Brokers, **settings) -> TransactionCoordinator:
+def coordinator(state: MetaState, brokers: Brokers, active: Callable[[], bool] = lambda: True,
+                **settings) -> TransactionCoordinator:
     def reserve(count: int) -> int:
         return state.apply({"op": "reserve_producer_ids", "time_ms": 1, "count": count})["first"]
 
@@ -79,7 +80,7 @@ def coordinator(state: MetaState, brokers: Brokers, **settings) -> TransactionCo
     txns = TransactionCoordinator(
         TxnSettings(**{"check_interval_ms": 50, "end_wait_ms": 5000, **settings}), state,
         state.apply, ProducerIdBlocks(reserve, lambda: 1),
-        MarkerWriter(state, leader, brokers.send, each), lambda: True)
+        MarkerWriter(state, leader, brokers.send, each), active)
     txns.start()
     return txns
 
@@ -88,8 +89,9 @@ def coordinator(state: MetaState, brokers: Brokers, **settings) -> TransactionCo
 def run(state):
     made: list[TransactionCoordinator] = []
 
-    def make(brokers: Brokers, **settings) -> TransactionCoordinator:
-        made.append(coordinator(state, brokers, **settings))
+    def make(brokers: Brokers, active: Callable[[], bool] = lambda: True,
+             **settings) -> TransactionCoordinator:
+        made.append(coordinator(state, brokers, active, **settings))
         return made[-1]
     yield make
     for c in made:
@@ -177,3 +179,22 @@ def test_a_new_instance_aborts_the_open_transaction_of_the_last_one(state, run):
     assert txns.init("t", 0, 5) == (pid, epoch + 2)
     assert [c[1:] for c in brokers.calls] == [(pid, epoch + 1, False, [("b", 1)])]
     assert state.txn("t")["state"] == "EMPTY"
+
+
+def test_a_standby_writes_no_marker_until_it_becomes_active(state, run):
+    brokers = Brokers()
+    brokers.down = {"broker1", "broker2"}
+    first = run(brokers)
+    pid, epoch = first.init("t", 0, 1)
+    first.add_partitions("t", pid, epoch, ALL)
+    with pytest.raises(ConcurrentTransactions):
+        first.end("t", pid, epoch, True, 0.2)
+    first.stop()
+    brokers.down, brokers.calls = set(), []
+    active = threading.Event()
+    standby = run(brokers, active.is_set, check_interval_ms=60_000)
+    time.sleep(0.3)  # what a standby does meanwhile: nothing
+    assert brokers.calls == [] and state.txn("t")["state"] == "PREPARE_COMMIT"
+    active.set()
+    standby.wake()  # the master became active: at once, not a check interval later
+    until(lambda: state.txn("t")["state"] == "COMPLETE_COMMIT", timeout=5)
