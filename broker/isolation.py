@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.records import FLAG_CONTROL, FRAME_FLAGS_AT
+from lib.records import FLAG_CONTROL, FRAME_FLAGS_AT, frame_starts
 from storage.partition_log import ReadResult
 from storage.store import Store
 
@@ -36,7 +36,7 @@ def leave_out(store: Store, partition: int, res: ReadResult,
     if not len(res.offsets) or not store.producers.transactional(partition):
         return res
     sizes = res.sizes.astype(np.int64)
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    starts = frame_starts(sizes)
     drop = (np.frombuffer(res.frames, np.uint8)[starts + FRAME_FLAGS_AT] & FLAG_CONTROL) != 0
     if read_committed:
         offsets = res.offsets

@@ -12,6 +12,8 @@ module:
   them;
 - ``flusher.py``: the background writer (blocks, fsyncs, checkpoints, retention, the
   disk-full condition), the only writer of the files;
+- ``store_producers.py``: idempotent producers' windows and transactions (markers, the last
+  stable offset, aborted ranges); ``cuts.py``: truncating or resetting a partition's log;
 - ``sync_policy.py``: *when* a block is written and the data log fsynced; ``retention.py``:
   which old data segments go;
 - ``datalog.py``, ``index.py`` over ``segments.py``: the files; ``recovery.py``: opening them.
@@ -41,13 +43,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from lib.closing import Closeable
 from lib.errors import (
     CorruptRecord,
     OffsetOutOfRange,
-    StorageError,
     StoreClosed,
     UnknownPartition,
 )
@@ -57,9 +56,9 @@ from storage.cache import CachePair
 from storage.checkpoints import CheckpointSlot, OwnCheckpoint
 from storage.config import StoreConfig
 from storage.core import StoreCore
+from storage.cuts import LogCuts
 from storage.datalog import (
     ATTR_TXN,
-    CHUNK,
     DataLog,
     ProducerFields,
     chunk_header,
@@ -67,7 +66,7 @@ from storage.datalog import (
 )
 from storage.flusher import Flusher
 from storage.fsutil import inside
-from storage.index import ENTRY, INDEX_DTYPE, IndexLog, index_entries
+from storage.index import ENTRY, IndexLog, index_entries
 from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
 from storage.producers import ProducerLimits
 from storage.removal import settle
@@ -109,6 +108,8 @@ class Store(Closeable):
         self._flusher = Flusher(self._core, self._policy, wall_clock)
         self._flusher.start()
         # Windows and transactions: broker/replica_*.py, broker/txn_markers.py, isolation.py
+        self._cuts = LogCuts(self._core, self._flusher, self.flush, self._writable_partition,
+                             self._make_room)
         self.producers = StoreProducers(self._core, self._readable_partition,
                                         self._writable_partition, self._add,
                                         self._flusher.wait_synced, wall_clock)
@@ -328,7 +329,7 @@ class Store(Closeable):
         racing with it may still get the old records, or OffsetOutOfRange for offsets that
         are gone.
         """
-        self._cut(partition, offset, reset=False)
+        self._cuts.cut(partition, offset, reset=False)
 
     def reset(self, partition: int, offset: int) -> None:
         """Empty the partition and continue at ``offset`` (>= latest): earliest = latest =
@@ -338,47 +339,7 @@ class Store(Closeable):
         :meth:`truncate` is (a marker chunk past the end makes recovery restart the index
         there, and an empty index segment named by ``offset`` keeps it on a clean reopen).
         """
-        self._cut(partition, offset, reset=True)
-
-    def _cut(self, partition: int, offset: int, reset: bool) -> None:
-        """Flush (every record of the partition in the files, none in a cache block); then,
-        holding the flusher's ``io_lock`` (no block write, checkpoint or retention) and the
-        store's lock (no append), cut the partition's log and put the marker in the active
-        block, before any later append of the partition; then flush again."""
-        while True:
-            self.flush()
-            with self._flusher.io_lock, self._core.cond:
-                part = self._writable_partition(partition)
-                part.check_cut(offset, reset)
-                active = self._core.cache.active
-                if part.flushed < part.next or partition in active.parts:
-                    continue  # an append came in since the flush: flush again
-                if not active.fits(CHUNK.size):
-                    if self._core.cache.flushing is not None:
-                        continue
-                    self._make_room()  # swaps: the flusher writes it once io_lock is released
-                self._cut_now(part, offset, reset)
-                break
-        self.flush()
-
-    def _cut_now(self, part: PartitionLog, offset: int, reset: bool) -> None:
-        """Epochs, index files, offsets, then the marker into the active block. A failure
-        before the index is cut leaves nothing a retry would not redo; one cutting it stops
-        the store (the index files and the offsets no longer agree)."""
-        part.cut_epochs(offset, reset)
-        self._core.space.admit(CHUNK.size)  # the marker's bytes, like an append's
-        self._core.unwritten += CHUNK.size
-        try:
-            part.cut_index(offset, reset)
-        except StorageError as exc:
-            failed = StorageError(f"store {self._core.name}: {exc.message}", path=exc.path)
-            self._core.failed = failed
-            self._core.cond.notify_all()
-            raise failed from exc
-        p = part.partition
-        self._core.cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
-                               np.empty(0, INDEX_DTYPE))
-        self._core.cond.notify_all()
+        self._cuts.cut(partition, offset, reset=True)
 
     def leader_epochs(self, partition: int) -> list[tuple[int, int]]:
         """The partition's leader-epoch cache: (epoch, start_offset), oldest first."""

@@ -59,7 +59,6 @@ import numpy as np
 from lib.errors import (
     BatchTooLarge,
     OutOfOrderSequence,
-    PermissionDenied,
     QuotaExceeded,
     TubeqError,
     Unavailable,
@@ -69,6 +68,7 @@ from lib.logs import event
 from lib.produce_wire import PRODUCE_METHOD, produce_request, restamp_request
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
+from lib.producer.sequences import Sequences
 from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
 from lib.proto import broker_pb2
 from lib.records import HEADER_SIZE, batch_head
@@ -83,7 +83,6 @@ log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
 # Produce calls in flight at once per producer (one per partition at most); more wait their turn.
 MAX_CALLS_IN_FLIGHT = 32
-FRESH_ID = -2  # a partition's next batch asks the master for a producer id of its own
 class Sender(threading.Thread):
     """Drains the accumulator into Produce calls until stopped."""
 
@@ -97,17 +96,14 @@ class Sender(threading.Thread):
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_s = request_timeout_s
-        self.idempotent = new_producer_id is not None
-        self._new_producer_id = new_producer_id
+        self._seq = None if new_producer_id is None else Sequences(new_producer_id)
+        self.idempotent = self._seq is not None
         self.acks_all = acks_all
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
             queue.SimpleQueue()
         self._stubs: dict[str, tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]] = {}
         self.watch = StuckCallWatch(routes, client_id)
-        self._pids: dict[TopicPartition, int] = {}
-        self._sequences: dict[TopicPartition, int] = {}
-        self._producer_id = -1  # the id most partitions use, asked for at the first send
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
         self._limits = RefusedLimits()  # batch bytes a partition's broker refused above
         # Blocking calls on threads of our own, not .future(): grpc's synchronous channel
@@ -215,7 +211,7 @@ class Sender(threading.Thread):
             if wait > 0:  # throttled by a quota: the caller waits (it asked to)
                 time.sleep(wait)
             if self.idempotent:
-                pid, seq = self._sequence(tp, 1)
+                pid, seq = self._seq.take(tp, 1)
             head = batch_head(frame, (len(frame),), (tag_hash,) if tag_hash else None,
                               (timestamp,), producer_id=pid,
                               producer_epoch=0 if pid >= 0 else -1, base_sequence=seq)
@@ -246,28 +242,6 @@ class Sender(threading.Thread):
         self.acc.unclaim(claim, tp, len(frame))
         return RecordMetadata(topic, partition, response.base_offset, timestamp)
 
-    def _sequence(self, tp: TopicPartition, count: int) -> tuple[int, int]:
-        """The partition's producer id and the base sequence of its next ``count`` records;
-        the first asks the master for the producer's id (TubeqError when it cannot)."""
-        pid = self._pids.get(tp)
-        if pid is None:
-            if self._producer_id < 0:
-                self._producer_id = self._asked_producer_id(tp)
-            pid = self._pids[tp] = self._producer_id
-        elif pid == FRESH_ID:
-            pid = self._pids[tp] = self._asked_producer_id(tp)
-        seq = self._sequences.get(tp, 0)
-        self._sequences[tp] = (seq + count) & 0x7FFFFFFF
-        return pid, seq
-
-    def _asked_producer_id(self, tp: TopicPartition) -> int:
-        """A producer id from the master; a refusal names the topic the send was for."""
-        try:
-            return self._new_producer_id()
-        except PermissionDenied as exc:
-            raise PermissionDenied(f"producing to {tp.topic} needs a producer id, refused: "
-                                   f"{exc.message}", topic=tp.topic) from None
-
     def _acknowledged(self, tp: TopicPartition, response: broker_pb2.ProduceResponse,
                       address: str, count: int) -> None:
         """What every acknowledgement says besides the offsets: a quota's throttle, and a
@@ -282,7 +256,7 @@ class Sender(threading.Thread):
     def _seal(self, batch: Batch) -> None:
         """Build the wire batch once; assign the idempotent sequence on the first send."""
         batch.first_sent = time.monotonic()
-        pid, seq = self._sequence(batch.tp, len(batch)) if self.idempotent else (-1, -1)
+        pid, seq = self._seq.take(batch.tp, len(batch)) if self._seq else (-1, -1)
         batch.producer_id, batch.base_sequence = pid, seq
         batch.encode()
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
@@ -318,8 +292,8 @@ class Sender(threading.Thread):
         self._limits.remember(batch.tp, batch.address, limit)
         if not self._split(batch, limit):
             return False
-        if batch.producer_id >= 0 and self._pids.get(batch.tp) == batch.producer_id:
-            self._sequences[batch.tp] = batch.base_sequence
+        if self._seq is not None and self._seq.current(batch.tp, batch.producer_id):
+            self._seq.rewind(batch.tp, batch.base_sequence)
         return True
 
     def _settle_split(self, piece: Batch, error: TubeqError | None) -> None:
@@ -439,8 +413,8 @@ class Sender(threading.Thread):
 
     def fail(self, batch: Batch, error: TubeqError, in_flight: bool = True) -> None:
         """Fail every record future of ``batch`` with ``error`` and finish the batch."""
-        if batch.producer_id >= 0:
-            self._fresh_producer_id(batch.tp)
+        if self._seq is not None and batch.producer_id >= 0:
+            self._seq.fresh(batch.tp)
         event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), error=error.code,
               message=error.message)
@@ -452,27 +426,21 @@ class Sender(threading.Thread):
         if batch.split is not None:
             self._settle_split(batch, error)
 
-    def _fresh_producer_id(self, tp: TopicPartition) -> None:
-        """The partition starts a new sequence under a producer id of its own, asked for
-        when its next batch is sealed."""
-        self._pids[tp] = FRESH_ID
-        self._sequences[tp] = 0
-
     def _reset_gap(self, batch: Batch, error: OutOfOrderSequence) -> bool:
         """A batch refused as a gap was not stored: stamp it with a fresh producer id and
         sequence 0 (module docstring). False when that cannot be done: it fails as it is."""
         expected = error.details.get("expected")
-        if not isinstance(expected, int) or batch.base_sequence <= expected or \
-                batch.producer_id != self._pids.get(batch.tp) or not batch.payload:
+        if self._seq is None or not isinstance(expected, int) or \
+                batch.base_sequence <= expected or not batch.payload or \
+                not self._seq.current(batch.tp, batch.producer_id):
             return False
         try:
-            pid = self._new_producer_id()
+            pid = self._seq.restart(batch.tp, len(batch))
         except TubeqError:
             return False
         event(log, "producer.sequence_reset", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, expected=expected, sent=batch.base_sequence,
               producer_id=pid)
-        self._pids[batch.tp], self._sequences[batch.tp] = pid, len(batch)
         batch.producer_id, batch.base_sequence = pid, 0
         batch.payload = restamp_request(batch.payload, pid, 0, 0)
         batch.attempts -= 1
