@@ -291,9 +291,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @guarded
     def EndTxn(self, request, context):  # noqa: N802
         tid = check_name(request.transactional_id, "transactional_id")
-        self.txns.end(tid, request.producer_id, request.producer_epoch, request.commit,
-                      self._wait_s(context))
-        return mpb.EndTxnResponse()
+        producer_id, epoch = self.txns.end(tid, request.producer_id, request.producer_epoch,
+                                           request.commit, self._wait_s(context))
+        return mpb.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch)
 
     def _wait_s(self, context) -> float:
         """How long a transactional call may wait for markers: the configured wait, within

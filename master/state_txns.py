@@ -5,7 +5,9 @@ A record (the ``txns`` database, keyed by the transactional_id)::
 
     {"producer_id", "epoch", "state", "partitions": [[topic, partition], ...] (sorted),
      "timeout_ms", "began_ms" (wall ms the transaction went ONGOING; 0 before),
-     "updated_ms", "seq" (1 for the first write, + 1 at every write)}
+     "updated_ms", "seq" (1 for the first write, + 1 at every write),
+     "ended", "next" (from an EndTxn on: the ending instance's [producer id, epoch] and the
+     [producer id, epoch] it goes on with; the record takes ``next`` once COMPLETE_*)}
 
 States (Kafka's KIP-98 coordinator): EMPTY (an instance, no transaction yet), ONGOING
 (partitions added), PREPARE_COMMIT / PREPARE_ABORT (decided: markers being written),
@@ -129,8 +131,18 @@ def _checked(tid: str, record: Any) -> dict[str, Any]:
             isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
             and isinstance(p[1], int) for p in parts):
         raise InvalidArgument(f"transaction record of {tid!r}: bad partitions")
-    return {**{name: record[name] for name in _INTS}, "state": record["state"],
-            "partitions": sorted(parts)}
+    checked = {**{name: record[name] for name in _INTS}, "state": record["state"],
+               "partitions": sorted(parts)}
+    for name in ("ended", "next"):
+        pair = record.get(name)
+        if pair is None:
+            continue
+        if not (isinstance(pair, list) and len(pair) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in pair)
+                and pair[0] >= 1 and 0 <= pair[1] <= MAX_EPOCH):
+            raise InvalidArgument(f"transaction record of {tid!r}: bad {name} {pair!r:.40}")
+        checked[name] = pair
+    return checked
 
 
 def _check_transition(tid: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
@@ -147,7 +159,8 @@ def _check_transition(tid: str, old: dict[str, Any] | None, new: dict[str, Any])
     kept = new["partitions"] == old["partitions"] or (
         new["state"] == ONGOING and set(map(tuple, old["partitions"])) <= set(
             map(tuple, new["partitions"])))
-    if new["producer_id"] != old["producer_id"] or not kept:
+    moved_on = new["state"] in IDLE and new["producer_id"] == old.get("next", [0])[0]
+    if (new["producer_id"] != old["producer_id"] and not moved_on) or not kept:
         raise InvalidTxnState(f"transactional_id {tid!r}: an open transaction keeps its "
                               "producer id and partitions (it may add some while ONGOING)",
                               transactional_id=tid, state=before)

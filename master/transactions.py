@@ -39,6 +39,7 @@ from master.state import MetaState
 from master.state_txns import PREPARING
 from master.txn_decisions import (
     aborting,
+    after_end,
     check_instance,
     completed,
     expired,
@@ -116,19 +117,22 @@ class TransactionCoordinator:
             if new is not None:
                 self._put(tid, record, new)
 
-    def end(self, tid: str, producer_id: int, epoch: int, commit: bool, wait_s: float) -> None:
-        """EndTxn: the decision, replicated, then every marker written (waited for)."""
+    def end(self, tid: str, producer_id: int, epoch: int, commit: bool, wait_s: float
+            ) -> tuple[int, int]:
+        """EndTxn: the decision, replicated, then every marker written (waited for); the
+        producer id and epoch the caller goes on with (bumped: txn_decisions.on_end)."""
         deadline = time.monotonic() + wait_s
         with self._lock(tid):
-            record = check_instance(tid, self._state.txn(tid), producer_id, epoch)
-            step, new = on_end(tid, record, commit)
-            if step == "done":
-                return
+            record = self._state.txn(tid)
+            step, new = on_end(tid, record, producer_id, epoch, commit,
+                               self._producer_ids.take)
             if step == "write":
-                self._put(tid, record, new)
+                record = self._put(tid, record, new)
                 event(log, "txn.decided", transactional_id=tid, commit=commit,
-                      partitions=len(new["partitions"]))
-        self._await_end(tid, deadline)
+                      partitions=len(new["partitions"]), epoch=new["epoch"])
+        if step != "done":
+            self._await_end(tid, deadline)
+        return after_end(self._state.txn(tid), producer_id, epoch)
 
     def abort(self, tid: str, wait_s: float, audit: dict[str, Any]) -> dict[str, Any]:
         """An admin's AbortTransaction: the record once the abort's markers are written."""

@@ -114,23 +114,55 @@ def on_add(record: Record, partitions: list[tuple[str, int]], now_ms: int) -> Re
             "began_ms": now_ms}
 
 
-def on_end(tid: str, record: Record, commit: bool) -> tuple[str, Record | None]:
+def on_end(tid: str, record: Record | None, producer_id: int, epoch: int, commit: bool,
+           new_producer_id: Callable[[], int]) -> tuple[str, Record | None]:
     """EndTxn: ("write", the next record) for a transaction to end; (WAIT, None) when it is
     being ended the same way (a retry: wait for its markers); ("done", None) when it ended
-    so already (a retry after a lost answer)."""
-    state, word = record["state"], "commit" if commit else "abort"
+    so already (a retry after a lost answer).
+
+    Ending bumps the epoch (KIP-890 part 2): the markers carry epoch + 1, so a late batch or
+    a late marker of the ended transaction is fenced on every partition it touched, and the
+    next transaction starts its sequences at 0 under the new epoch (a batch that failed in
+    this one leaves no gap behind). The record keeps ``ended`` (the caller's producer id and
+    epoch: its retry is recognised) and ``next`` (what the caller uses from now on: the same
+    producer id with epoch + 1, or a new producer id with epoch 0 when the epoch runs out).
+    """
+    state = None if record is None else record["state"]
+    word = "commit" if commit else "abort"
     prepare, complete = (PREPARE_COMMIT, COMPLETE_COMMIT) if commit else \
         (PREPARE_ABORT, COMPLETE_ABORT)
+    if record is not None and record.get("ended") == [producer_id, epoch] \
+            and state in (*PREPARING, COMPLETE_COMMIT, COMPLETE_ABORT):
+        if state == prepare:
+            return WAIT, None
+        if state == complete:
+            return "done", None
+        raise InvalidTxnState(f"cannot {word} the transaction of transactional_id {tid!r}: "
+                              f"it is {state}", transactional_id=tid, state=state)
+    record = check_instance(tid, record, producer_id, epoch)
     if state == ONGOING:
-        return "write", {**_fields(record), "state": prepare}
-    if state == EMPTY:  # nothing was added: nothing to mark
+        if epoch + 1 < MAX_EPOCH:
+            marker_epoch, after = epoch + 1, [producer_id, epoch + 1]
+        else:
+            marker_epoch, after = MAX_EPOCH, [new_producer_id(), 0]
+        return "write", {**_fields(record), "state": prepare, "epoch": marker_epoch,
+                         "next": after, "ended": [producer_id, epoch]}
+    if state == EMPTY:  # nothing was added: nothing to mark, nothing to fence
         return "write", {**_fields(record), "state": complete, "began_ms": 0}
-    if state == prepare:
+    if state == prepare:  # a record from before epoch bumps at each end
         return WAIT, None
     if state == complete:
         return "done", None
     raise InvalidTxnState(f"cannot {word} the transaction of transactional_id {tid!r}: it is "
                           f"{state}", transactional_id=tid, state=state)
+
+
+def after_end(record: Record | None, producer_id: int, epoch: int) -> tuple[int, int]:
+    """The producer id and epoch an instance uses once its EndTxn is answered: the bumped
+    ones when this instance's end bumped them, else its own."""
+    if record is not None and record.get("ended") == [producer_id, epoch] and "next" in record:
+        return record["next"][0], record["next"][1]
+    return producer_id, epoch
 
 
 def on_admin_abort(tid: str, record: Record | None) -> tuple[str, Record | None]:
@@ -147,9 +179,14 @@ def on_admin_abort(tid: str, record: Record | None) -> tuple[str, Record | None]
 
 
 def completed(record: Record) -> Record:
-    """A PREPARE_* record once every marker is written: COMPLETE_*."""
-    return {**_fields(record), "state": COMPLETE_COMMIT
+    """A PREPARE_* record once every marker is written: COMPLETE_*, under the producer id
+    and epoch its ending instance goes on with (``next``)."""
+    done = {**_fields(record), "state": COMPLETE_COMMIT
             if record["state"] == PREPARE_COMMIT else COMPLETE_ABORT}
+    if "next" in record:
+        done.update(producer_id=record["next"][0], epoch=record["next"][1],
+                    next=record["next"], ended=record["ended"])
+    return done
 
 
 def timed_out(records: dict[str, Record], now_ms: int) -> list[str]:

@@ -231,6 +231,15 @@ class PullConsumer(ConsumerBase):
         for tp, po in self._offsets.list_offsets(self._targets(tps), timestamp_ms).items():
             self.seek(tp, po.for_time if po.for_time >= 0 else po.latest)
 
+    def end_offsets(self, *tps: TopicPartition) -> dict[TopicPartition, int]:
+        """Where reading ``tps`` (default: all assigned) ends now: the log end, or for a
+        ``read_committed`` consumer the last stable offset (the first offset of the oldest
+        open transaction), as Kafka's ``end_offsets``. A consumer whose ``position`` reached
+        it has read everything it can see."""
+        committed = self.config.isolation_level == "read_committed"
+        return {tp: po.last_stable if committed else po.latest
+                for tp, po in self._offsets.list_offsets(self._targets(tps)).items()}
+
     def _targets(self, tps: tuple[TopicPartition, ...]) -> list[TopicPartition]:
         self._check_open()
         targets = [TopicPartition(*tp) for tp in tps] or sorted(self._sub.assignment())

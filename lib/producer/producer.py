@@ -10,14 +10,22 @@ Example::
     with Producer("127.0.0.1:8715") as producer:
         producer.send("orders", b"payload", key=b"customer-7")
         producer.flush()
+
+Transactions (``transactional_id``; lib/producer/transaction.py, docs/transactions.md)::
+
+    with Producer(masters, transactional_id="orders-writer") as producer:
+        with producer.transaction():  # commits at the end, aborts on an exception
+            producer.send("orders", b"a")
+            producer.send("audit", b"b")
 """
 from __future__ import annotations
 
 import os
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +38,7 @@ from lib.errors import (
     ClientClosed,
     ConfigError,
     InvalidArgument,
+    InvalidTxnState,
     RecordTooLarge,
     RequestTimedOut,
     Unavailable,
@@ -42,6 +51,7 @@ from lib.producer.bulk import BulkFuture, bulk_values, groups, take
 from lib.producer.ids import init_producer_id
 from lib.producer.partitioner import Partitioner
 from lib.producer.sender import Sender
+from lib.producer.transaction import FENCED, Transactions
 from lib.records import (
     DEFAULT_MAX_BATCH_BYTES,
     FLAG_VALUE_ZLIB,
@@ -90,6 +100,12 @@ class ProducerConfig:
     acks: str = "1"
     client_id: str = ""
     metadata_max_age_ms: int = 30_000  # routes are refreshed at least this often
+    # Set: a transactional producer (begin/commit/abort, docs/transactions.md); a new
+    # producer with the same id fences this one and aborts its open transaction.
+    transactional_id: str = ""
+    # How long a transaction may stay open before the coordinator aborts it (0: the
+    # masters' transaction_timeout_ms, 60 s; at most their transaction_max_timeout_ms).
+    transaction_timeout_ms: int = 0
 
     def validate(self) -> None:
         limit = MAX_BATCH_BYTES
@@ -104,6 +120,10 @@ class ProducerConfig:
             (self.compression in (None, "zlib"), "compression must be None or 'zlib'"),
             (self.acks in ("1", "all"), f"acks must be '1' or 'all', got {self.acks!r}"),
             (self.metadata_max_age_ms > 0, "metadata_max_age_ms must be > 0"),
+            (self.idempotent or not self.transactional_id,
+             "a transactional producer is idempotent: idempotent=False with a "
+             "transactional_id"),
+            (self.transaction_timeout_ms >= 0, "transaction_timeout_ms must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -129,13 +149,25 @@ class Producer(Closeable):
         self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)
         self._acc = Accumulator(cfg.batch_bytes, cfg.buffer_bytes, cfg.linger_ms / 1000,
                                 cfg.max_block_ms / 1000)
+        self._txn = None
+        if cfg.transactional_id:
+            self._txn = Transactions(self._master, check_name(cfg.transactional_id,
+                                                              "transactional_id"),
+                                     cfg.transaction_timeout_ms, client_id, timeout_s)
         self._sender = Sender(self._acc, self._routes, self._pool, retries=cfg.retries,
                               retry_backoff_s=cfg.retry_backoff_ms / 1000,
                               request_timeout_s=timeout_s,
                               new_producer_id=(lambda: init_producer_id(
                                   self._master, client_id, timeout_s)[0])
                               if cfg.idempotent else None,
-                              client_id=client_id, acks_all=cfg.acks == "all")
+                              client_id=client_id, acks_all=cfg.acks == "all", txn=self._txn)
+        if self._txn is not None:
+            try:
+                self._sender.sequences.reset(*self._txn.init())
+            except BaseException:
+                self._master.close()
+                self._pool.close()
+                raise
         self._zlib = cfg.compression == "zlib"
         self._named: set[str] = set()
         self._batch_bytes = cfg.batch_bytes
@@ -155,6 +187,8 @@ class Producer(Closeable):
         RecordTooLarge, UnknownTopic, UnknownPartition; RequestTimedOut when the buffer stays
         full for max_block_ms; ClientClosed after close().
         """
+        if self._txn is not None:
+            self._txn.check_send()
         if (key is None and partition is None and tag is None and headers is None
                 and timestamp is None and value.__class__ is bytes and not self._zlib):
             # The commonest record, lean: no frame encoded here (its batch is encoded whole
@@ -199,6 +233,8 @@ class Producer(Closeable):
         hash, timestamp). Raises the errors :meth:`send` documents."""
         if self._closed:
             raise ClientClosed("the producer is closed: it accepts no more records")
+        if self._txn is not None:
+            self._txn.check_send()
         if topic not in self._named:
             check_name(topic)
             self._named.add(topic)
@@ -272,6 +308,8 @@ class Producer(Closeable):
         """
         if self._closed:
             raise ClientClosed("the producer is closed: it accepts no more records")
+        if self._txn is not None:
+            self._txn.check_send()
         check_name(topic)
         values = bulk_values(values)
         n = len(values)
@@ -319,7 +357,8 @@ class Producer(Closeable):
         tp, pieces, size, hashed, ts = self._encode(topic, value, key, tag, headers,
                                                     partition, timestamp)
         deadline = None if timeout is None else time.monotonic() + timeout
-        claim = self._acc.claim(tp, size)
+        # A transaction's partitions are registered by the sender thread: no direct send.
+        claim = self._acc.claim(tp, size) if self._txn is None else 0
         if claim:
             frame = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             outcome = self._sender.send_direct(claim, tp, frame, hashed, ts, timeout)
@@ -366,6 +405,72 @@ class Producer(Closeable):
         finally:
             with self._acc.cond:
                 self._acc.flushing -= 1
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin(self) -> None:
+        """Open a transaction: the records sent until :meth:`commit` are stored atomically,
+        across any partitions of any topics (a ``transactional_id`` producer only).
+        InvalidTxnState when one is open already; ProducerFenced once fenced."""
+        self._transactional("begin").begin()
+
+    def commit(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it: read_committed consumers
+        see all of its records or none. InvalidTxnState when a send of it failed (only
+        :meth:`abort` can end it then) or none is open; ProducerFenced when a newer instance
+        took the transactional_id (close this one); Unavailable / RequestTimedOut when the
+        coordinator could not be reached: calling commit() again is safe."""
+        txn = self._transactional("commit")
+        txn.start_end(True)
+        try:
+            self.flush(timeout)
+        except BaseException:
+            txn.end_failed()
+            raise
+        txn.check_commit()
+        self._end(txn, True)
+
+    def abort(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: none of its records is ever delivered to a
+        read_committed consumer. Records still queued are sent first (their sequence
+        numbers are taken), then the abort markers are written."""
+        txn = self._transactional("abort")
+        txn.start_end(False)
+        try:
+            self.flush(timeout)
+        except BaseException:
+            txn.end_failed()
+            raise
+        self._end(txn, False)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` begins, commits when the block ends, aborts
+        when it raises (and lets the exception go on)."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            if self._txn.state != FENCED:
+                self.abort()
+            raise
+        self.commit()
+
+    def _end(self, txn: Transactions, commit: bool) -> None:
+        txn.end(commit)
+        self._sender.sequences.reset(txn.producer_id, txn.epoch)
+
+    def _transactional(self, call: str) -> Transactions:
+        if self._txn is None:
+            raise InvalidTxnState(f"{call}(): this producer has no transactional_id "
+                                  "(Producer(..., transactional_id=...))")
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        return self._txn
+
+    @property
+    def transactional_id(self) -> str:
+        return "" if self._txn is None else self._txn.transactional_id
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -41,6 +41,11 @@ starts a new sequence instead of leaving a gap that would fail every later batch
 refused as a gap (``OutOfOrderSequence`` past the expected sequence: the broker lost
 acknowledged batches of an ``async`` topic in a crash, docs/durability.md) was not stored: it is
 stamped with a fresh producer id and sent again (Kafka's KIP-360 reset), without using a retry.
+
+Transactions (lib/producer/transaction.py): before the batches drained in one turn are
+sealed, the partitions among them new to the transaction are registered with the coordinator
+in one call; a batch that fails for good makes the transaction abortable instead of moving its
+partition to a fresh id (the transaction's end bumps the epoch and restarts every sequence).
 """
 from __future__ import annotations
 
@@ -70,6 +75,7 @@ from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.futures import RecordFuture
 from lib.producer.sequences import Sequences
 from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
+from lib.producer.transaction import Transactions
 from lib.proto import broker_pb2
 from lib.records import HEADER_SIZE, batch_head
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
@@ -89,8 +95,9 @@ class Sender(threading.Thread):
     def __init__(self, acc: Accumulator, routes: RouteCache, pool: ChannelPool, *,
                  retries: int, retry_backoff_s: float, request_timeout_s: float,
                  new_producer_id: Callable[[], int] | None, client_id: str,
-                 acks_all: bool = False) -> None:
-        """``new_producer_id`` (None: not idempotent) asks the master for a producer id."""
+                 acks_all: bool = False, txn: Transactions | None = None) -> None:
+        """``new_producer_id`` (None: not idempotent) asks the master for a producer id;
+        ``txn``: a transactional producer's transaction state."""
         super().__init__(name=f"tubeq-producer-{client_id}", daemon=True)
         self.acc, self.routes, self.pool = acc, routes, pool
         self.retries = retries
@@ -98,6 +105,7 @@ class Sender(threading.Thread):
         self.request_timeout_s = request_timeout_s
         self._seq = None if new_producer_id is None else Sequences(new_producer_id)
         self.idempotent = self._seq is not None
+        self.txn = txn
         self.acks_all = acks_all
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
@@ -144,6 +152,8 @@ class Sender(threading.Thread):
                     wait = None if next_at is None else max(0.0, next_at - time.monotonic())
                     self.acc.cond.wait(wait if wait is None else min(wait, 1.0))
                     continue
+            if self.txn is not None and batches:
+                batches = self._register(batches)
             for batch in batches:
                 self._send(batch)
         self.fail_all(Unavailable("producer closed before these records were acknowledged "
@@ -156,6 +166,26 @@ class Sender(threading.Thread):
             self.acc.cond.notify_all()
 
     # ------------------------------------------------------------------ sending
+
+    @property
+    def sequences(self) -> Sequences | None:
+        return self._seq
+
+    def _register(self, batches: list[Batch]) -> list[Batch]:
+        """Register the partitions of unsealed batches new to the transaction, in one call;
+        the batches left to send (those of a failed call go through the retry logic)."""
+        new = [b for b in batches if not b.payload and b.tp not in self.txn.added]
+        if not new:
+            return batches
+        try:
+            self.txn.add(b.tp for b in new)
+        except TubeqError as exc:
+            for batch in new:
+                batch.attempts += 1
+                self._retry_or_fail(batch, exc)
+            failed = set(map(id, new))
+            return [b for b in batches if id(b) not in failed]
+        return batches
 
     def _send(self, batch: Batch) -> None:
         if batch.abandoned is not None:  # a piece after one that failed: never sent
@@ -214,7 +244,8 @@ class Sender(threading.Thread):
                 pid, seq = self._seq.take(tp, 1)
             head = batch_head(frame, (len(frame),), (tag_hash,) if tag_hash else None,
                               (timestamp,), producer_id=pid,
-                              producer_epoch=0 if pid >= 0 else -1, base_sequence=seq)
+                              producer_epoch=self._seq.epoch if pid >= 0 else -1,
+                              base_sequence=seq)
             payload = produce_request(tp, head, frame, self.acks_all)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
@@ -260,8 +291,8 @@ class Sender(threading.Thread):
         batch.producer_id, batch.base_sequence = pid, seq
         batch.encode()
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
-                          producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                          base_sequence=seq)
+                          producer_id=pid, producer_epoch=self._seq.epoch if pid >= 0 else -1,
+                          base_sequence=seq, transactional=self.txn is not None)
         batch.payload = produce_request(batch.tp, head, batch.buf, self.acks_all)
         batch.buf = bytearray()  # the request holds the frames now: free the second copy
 
@@ -413,7 +444,9 @@ class Sender(threading.Thread):
 
     def fail(self, batch: Batch, error: TubeqError, in_flight: bool = True) -> None:
         """Fail every record future of ``batch`` with ``error`` and finish the batch."""
-        if self._seq is not None and batch.producer_id >= 0:
+        if self.txn is not None:
+            self.txn.failed(error)
+        elif self._seq is not None and batch.producer_id >= 0:
             self._seq.fresh(batch.tp)
         event(log, "producer.batch_failed", logging.WARNING, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), error=error.code,
@@ -430,7 +463,7 @@ class Sender(threading.Thread):
         """A batch refused as a gap was not stored: stamp it with a fresh producer id and
         sequence 0 (module docstring). False when that cannot be done: it fails as it is."""
         expected = error.details.get("expected")
-        if self._seq is None or not isinstance(expected, int) or \
+        if self._seq is None or self.txn is not None or not isinstance(expected, int) or \
                 batch.base_sequence <= expected or not batch.payload or \
                 not self._seq.current(batch.tp, batch.producer_id):
             return False

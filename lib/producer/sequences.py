@@ -6,6 +6,9 @@ own (the broker cannot tell whether that batch was stored; a fresh id starts a n
 instead of leaving a gap), asked for when its next batch is sealed; a batch refused as a gap
 restarts its partition at once under a fresh id (lib/producer/sender.py: when). Used by the
 sender thread, and by a caller's thread in ``send_direct`` for a partition it claimed.
+
+A transactional producer's partitions all share its instance's id and epoch, and start again
+at sequence 0 whenever a transaction ends (:meth:`reset`: the end bumped the epoch).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ class Sequences:
         self._pids: dict[TopicPartition, int] = {}
         self._next: dict[TopicPartition, int] = {}
         self._shared = -1  # the id most partitions use
+        self.epoch = 0  # of every id: 0 but for a transactional producer
 
     def take(self, tp: TopicPartition, count: int) -> tuple[int, int]:
         """The partition's producer id and the base sequence of its next ``count`` records;
@@ -40,6 +44,12 @@ class Sequences:
         seq = self._next.get(tp, 0)
         self._next[tp] = (seq + count) & MAX_SEQUENCE
         return pid, seq
+
+    def reset(self, producer_id: int, epoch: int) -> None:
+        """Every partition goes on under ``producer_id`` and ``epoch``, from sequence 0."""
+        self._shared, self.epoch = producer_id, epoch
+        self._pids.clear()
+        self._next.clear()
 
     def current(self, tp: TopicPartition, pid: int) -> bool:
         """Whether ``pid`` is still the partition's producer id."""

@@ -66,9 +66,12 @@ class RawTxnProducer:
         return res
 
     def end(self, commit: bool, timeout: float | None = None) -> None:
-        self.master("EndTxn", mpb.EndTxnRequest(
+        """The next transaction goes on under the epoch the end bumped (KIP-890 part 2)."""
+        res = self.master("EndTxn", mpb.EndTxnRequest(
             transactional_id=self.tid, producer_id=self.pid, producer_epoch=self.epoch,
             commit=commit), timeout=timeout)
+        if (res.producer_id, res.producer_epoch) != (self.pid, self.epoch):
+            self.pid, self.epoch, self.seq = res.producer_id, res.producer_epoch, Counter()
 
 
 def tubeq(h: Harness, *args: str):

@@ -113,13 +113,17 @@ def test_a_commit_marks_every_partition_on_its_leader_once_and_completes(state, 
     txns = run(brokers)
     pid, epoch = txns.init("t", 0, 1)
     txns.add_partitions("t", pid, epoch, ALL)
-    txns.end("t", pid, epoch, True, 5)
+    assert txns.end("t", pid, epoch, True, 5) == (pid, epoch + 1), "each end bumps the epoch"
     assert state.txn("t")["state"] == "COMPLETE_COMMIT"
     assert sorted((c[0], tuple(c[4])) for c in brokers.calls) == [
         ("broker1", (("a", 0), ("b", 0))), ("broker2", (("a", 1), ("b", 1)))]
-    assert {(c[1], c[2], c[3]) for c in brokers.calls} == {(pid, epoch, True)}
-    txns.end("t", pid, epoch, True, 5)  # a retry: answered, nothing sent again
-    assert len(brokers.calls) == 2
+    assert {(c[1], c[2], c[3]) for c in brokers.calls} == {(pid, epoch + 1, True)}, \
+        "the markers carry the bumped epoch"
+    assert txns.end("t", pid, epoch, True, 5) == (pid, epoch + 1), "a retry: answered again"
+    assert len(brokers.calls) == 2, "nothing sent again"
+    txns.add_partitions("t", pid, epoch + 1, [("a", 0)])  # the next transaction
+    with pytest.raises(ProducerFenced):
+        txns.add_partitions("t", pid, epoch, [("a", 0)])
 
 
 def test_partitions_that_fail_are_retried_until_each_has_its_marker(state, run):
@@ -134,7 +138,7 @@ def test_partitions_that_fail_are_retried_until_each_has_its_marker(state, run):
     with pytest.raises(ConcurrentTransactions):
         txns.init("t", 0, 0.2)  # the next instance waits for the abort too
     brokers.down = set()
-    txns.end("t", pid, epoch, False, 10)
+    assert txns.end("t", pid, epoch, False, 10) == (pid, epoch + 1)
     assert state.txn("t")["state"] == "COMPLETE_ABORT"
     assert brokers.marked() == set(ALL)
     assert sum(1 for c in brokers.calls if ("a", 1) in c[4]) == 4, "3 refusals, then written"
@@ -156,7 +160,8 @@ def test_a_coordinator_taking_over_finishes_a_decided_transaction(state, run):
     second = run(brokers)
     until(lambda: state.txn("t")["state"] == "COMPLETE_COMMIT")
     assert brokers.marked() == set(ALL), "every partition again: written ones answer -1"
-    second.end("t", pid, epoch, True, 1)  # the producer's retry, at the new master
+    assert second.end("t", pid, epoch, True, 1) == (pid, epoch + 1), \
+        "the producer's retry, at the new master"
 
 
 def test_a_transaction_open_past_its_timeout_is_aborted_with_the_epoch_bumped(state, run):

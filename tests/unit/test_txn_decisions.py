@@ -82,21 +82,45 @@ def test_adding_partitions_begins_the_transaction_once_and_is_idempotent():
         d.on_add(rec("PREPARE_ABORT"), [("a", 0)], 100)
 
 
-def test_ending_a_transaction_and_retrying_the_end():
+def end(record, commit, pid=7, epoch=3, new_id=no_new_id):
+    return d.on_end("t", record, pid, epoch, commit, new_id)
+
+
+def test_ending_a_transaction_bumps_the_epoch_and_retrying_the_end():
     ongoing = rec("ONGOING", parts=[("a", 0)], began=1)
-    assert d.on_end("t", ongoing, True)[1]["state"] == "PREPARE_COMMIT"
-    assert d.on_end("t", ongoing, False)[1]["state"] == "PREPARE_ABORT"
-    step, new = d.on_end("t", rec("EMPTY"), True)
-    assert step == "write" and new["state"] == "COMPLETE_COMMIT", "nothing added: no marker"
-    assert d.on_end("t", rec("PREPARE_COMMIT"), True) == (d.WAIT, None)
-    assert d.on_end("t", rec("COMPLETE_COMMIT"), True) == ("done", None)
-    assert d.on_end("t", rec("COMPLETE_ABORT"), False) == ("done", None)
+    step, new = end(ongoing, True)
+    assert step == "write" and new["state"] == "PREPARE_COMMIT"
+    assert new["epoch"] == 4, "the markers carry the bumped epoch: they fence epoch 3"
+    assert (new["ended"], new["next"]) == ([7, 3], [7, 4])
+    assert end(ongoing, False)[1]["state"] == "PREPARE_ABORT"
+    step, new = end(rec("EMPTY"), True)
+    assert step == "write" and new["state"] == "COMPLETE_COMMIT" and new["epoch"] == 3, \
+        "nothing added: no marker, no bump"
+    preparing = {**rec("PREPARE_COMMIT", epoch=4), "ended": [7, 3], "next": [7, 4]}
+    assert end(preparing, True) == (d.WAIT, None), "the caller's retry, with its old epoch"
+    done = {**d.completed(preparing), "updated_ms": 0, "seq": 2}
+    assert (done["state"], done["producer_id"], done["epoch"]) == ("COMPLETE_COMMIT", 7, 4)
+    assert end(done, True) == ("done", None)
+    assert d.after_end(done, 7, 3) == (7, 4), "the retry learns the epoch to go on with"
+    assert d.after_end(done, 7, 4) == (7, 4)
     with pytest.raises(InvalidTxnState, match="cannot abort .* it is COMPLETE_COMMIT"):
-        d.on_end("t", rec("COMPLETE_COMMIT"), False)
+        end(done, False)
     with pytest.raises(InvalidTxnState, match="cannot commit .* it is PREPARE_ABORT"):
-        d.on_end("t", rec("PREPARE_ABORT"), True)
-    assert d.completed(rec("PREPARE_COMMIT"))["state"] == "COMPLETE_COMMIT"
-    assert d.completed(rec("PREPARE_ABORT"))["state"] == "COMPLETE_ABORT"
+        end({**preparing, "state": "PREPARE_ABORT"}, True)
+    with pytest.raises(ProducerFenced):
+        end(done, True, epoch=2)
+    aborted = d.completed(rec("PREPARE_ABORT", epoch=4))  # the coordinator's own abort
+    assert aborted["state"] == "COMPLETE_ABORT" and "next" not in aborted
+    with pytest.raises(ProducerFenced):  # the instance it fenced
+        end({**aborted, "updated_ms": 0, "seq": 2}, True)
+
+
+def test_an_end_at_the_last_epoch_moves_the_instance_to_a_new_producer_id():
+    step, new = end(rec("ONGOING", epoch=MAX_EPOCH - 1, parts=[("a", 0)]), True,
+                    epoch=MAX_EPOCH - 1, new_id=lambda: 99)
+    assert new["epoch"] == MAX_EPOCH and new["next"] == [99, 0]
+    done = d.completed(new)
+    assert (done["producer_id"], done["epoch"]) == (99, 0)
 
 
 def test_timeouts_expiry_and_backoff():
@@ -167,6 +191,22 @@ def test_the_state_machine_refuses_a_transition_the_coordinator_must_never_ask(s
         write(state, "t", 3, epoch=5)
     with pytest.raises(InvalidArgument, match="bad state"):
         write(state, "t", 3, state="DONE")
+
+
+def test_an_ending_instance_may_move_to_its_next_producer_id_and_no_other(state):
+    write(state, "t", 0)
+    write(state, "t", 1, state="ONGOING", parts=[("a", 0)])
+    fields = {k: v for k, v in rec("PREPARE_COMMIT", parts=[("a", 0)], epoch=MAX_EPOCH).items()
+              if k not in ("seq", "updated_ms")}
+    state.apply({"op": "txn_write", "time_ms": 60, "transactional_id": "t", "seq": 2,
+                 "record": {**fields, "ended": [7, MAX_EPOCH - 1], "next": [99, 0]}})
+    with pytest.raises(InvalidTxnState, match="keeps its producer id"):
+        write(state, "t", 3, state="COMPLETE_COMMIT", parts=[("a", 0)], pid=98, epoch=0)
+    done = write(state, "t", 3, state="COMPLETE_COMMIT", parts=[("a", 0)], pid=99, epoch=0)
+    assert (done["producer_id"], done["epoch"]) == (99, 0)
+    with pytest.raises(InvalidArgument, match="bad next"):
+        state.apply({"op": "txn_write", "time_ms": 60, "transactional_id": "u", "seq": 0,
+                     "record": {**fields, "state": "EMPTY", "next": [0, 1]}})
 
 
 def test_expiry_forgets_idle_ids_not_changed_since(state):

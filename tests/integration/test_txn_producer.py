@@ -1,0 +1,166 @@
+"""The transactional Producer (lib/producer/transaction.py) against real masters and brokers:
+commit and abort over two topics, the context manager, many transactions in a row (each end
+bumps the epoch and restarts the sequences), a zombie instance fenced, and the errors a
+careless caller gets."""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+
+from lib import Producer, PullConsumer, TopicPartition, errors
+from lib.errors import ConfigError
+from tests.integration.test_broker_cluster import Harness
+
+pytestmark = pytest.mark.shared_cluster(brokers=2)
+TOPICS = ("tpa", "tpb")
+PARTITIONS = 3
+
+
+@pytest.fixture
+def h(cluster):
+    harness = Harness(cluster)
+    for topic in TOPICS:
+        try:
+            harness.create(topic, partitions=PARTITIONS)
+        except errors.TopicExists:
+            pass
+    yield harness
+    harness.close()
+
+
+def producer(h: Harness, tid: str, **settings) -> Producer:
+    return Producer(h.cluster.master_addresses, transactional_id=tid, linger_ms=1, **settings)
+
+
+def read(h: Harness, isolation: str, wait_s: float = 60.0) -> dict[TopicPartition, list[bytes]]:
+    """Values per partition, in offset order, that a consumer of ``isolation`` reads from the
+    start of every partition up to its end now (``end_offsets``: the last stable offset for
+    read_committed)."""
+    got: dict[TopicPartition, list[bytes]] = defaultdict(list)
+    with PullConsumer(h.cluster.master_addresses, isolation_level=isolation,
+                      fetch_max_wait_ms=100) as consumer:
+        tps = [TopicPartition(t, p) for t in TOPICS for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets()
+        deadline = time.monotonic() + wait_s
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            assert time.monotonic() < deadline, {tp: (consumer.position(tp), e)
+                                                 for tp, e in ends.items()}
+            for r in consumer.poll(timeout=0.5):
+                got[TopicPartition(r.topic, r.partition)].append(r.value)
+    return got
+
+
+def values(got: dict[TopicPartition, list[bytes]], prefix: bytes) -> list[bytes]:
+    return sorted(v for vs in got.values() for v in vs if v.startswith(prefix))
+
+
+def every(tag: str) -> list[tuple[str, int, bytes]]:
+    return [(t, p, f"{tag}-{t}{p}".encode()) for t in TOPICS for p in range(PARTITIONS)]
+
+
+def test_commit_and_abort_over_two_topics_and_the_context_manager(h):
+    with producer(h, "txp-basic") as p:
+        p.begin()
+        for t, part, v in every("c1"):
+            p.send(t, v, partition=part)
+        p.commit()
+        p.begin()
+        for t, part, v in every("a1"):
+            p.send(t, v, partition=part)
+        p.abort()
+        with p.transaction():
+            for t, part, v in every("c2"):
+                p.send(t, v, partition=part)
+        with pytest.raises(RuntimeError, match="the block failed"):
+            with p.transaction():
+                for t, part, v in every("a2"):
+                    p.send(t, v, partition=part)
+                p.flush()  # stored, then aborted
+                raise RuntimeError("the block failed")
+    committed = read(h, "read_committed")
+    assert values(committed, b"c") == sorted(v for tag in ("c1", "c2") for *_, v in every(tag))
+    assert not values(committed, b"a"), "nothing of an aborted transaction"
+    seen = read(h, "read_uncommitted")
+    assert len(values(seen, b"a")) == 12, "read_uncommitted sees the aborted ones too"
+
+
+def test_many_transactions_in_a_row_keep_their_order_per_partition(h):
+    """Each end bumps the epoch and every partition starts again at sequence 0: twenty
+    transactions of 12 records, with an abort every fifth."""
+    with producer(h, "txp-many") as p:
+        for n in range(20):
+            with pytest.raises(ZeroDivisionError) if n % 5 == 4 else _nothing():
+                with p.transaction():
+                    for i in range(2):
+                        for t, part, _ in every(""):
+                            p.send(t, f"m{n:02d}-{i}-{t}{part}".encode(), partition=part)
+                    if n % 5 == 4:
+                        raise ZeroDivisionError
+    got = read(h, "read_committed")
+    for tp, vs in got.items():
+        mine = [v for v in vs if v.startswith(b"m")]
+        assert len(mine) == 16 * 2, tp
+        assert mine == sorted(mine), f"{tp}: in commit order"
+        assert not [v for v in mine if int(v[1:3]) % 5 == 4]
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_zombie_is_fenced_and_nothing_it_sends_after_the_fence_is_seen(h):
+    old = producer(h, "txp-zombie")
+    try:
+        old.begin()
+        old.send("tpa", b"zombie-before", partition=0)
+        old.flush()
+        with producer(h, "txp-zombie") as new:  # fences old, aborts its transaction
+            with pytest.raises(errors.ProducerFenced):
+                old.send("tpa", b"zombie-after", partition=1)
+                old.flush()
+                old.commit()
+            with pytest.raises(errors.ProducerFenced, match="fenced"):
+                old.begin()
+            with new.transaction():
+                new.send("tpa", b"new-instance", partition=1)
+    finally:
+        old.close()
+    got = read(h, "read_committed")
+    assert values(got, b"new-") == [b"new-instance"]
+    assert not values(got, b"zombie"), "neither before nor after the fence"
+
+
+def test_a_careless_caller_gets_errors_that_name_the_problem(h):
+    with producer(h, "txp-careless") as p:
+        with pytest.raises(errors.InvalidTxnState, match="call begin"):
+            p.send("tpa", b"x")
+        with pytest.raises(errors.InvalidTxnState, match="no transaction open"):
+            p.commit()
+        with pytest.raises(errors.InvalidTxnState, match="no transaction open"):
+            p.abort()
+        p.begin()
+        with pytest.raises(errors.InvalidTxnState, match="already has a transaction"):
+            p.begin()
+        p.commit()  # empty: ends locally, no coordinator call
+        assert p.metrics()["records_acked"] == 0
+        p.begin()
+        with pytest.raises(errors.UnknownTopic):
+            p.send("no-such-topic", b"x")
+        p.send("tpb", b"fine", partition=2)
+        p.commit()
+    with Producer(h.cluster.master_addresses) as plain:
+        with pytest.raises(errors.InvalidTxnState, match="no transactional_id"):
+            plain.begin()
+    with pytest.raises(ConfigError, match="idempotent=False with a transactional_id"):
+        Producer(h.cluster.master_addresses, transactional_id="x", idempotent=False)
+    with pytest.raises(errors.InvalidName):
+        Producer(h.cluster.master_addresses, transactional_id="bad name!")
+    assert values(read(h, "read_committed"), b"fine") == [b"fine"]
