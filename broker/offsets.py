@@ -12,6 +12,16 @@ carries the groups' offsets committed since the version the follower names
 stores them as they are, so a new leader serves the groups' offsets. The exactly-once sinks'
 marks of a partition (broker/sinks.py) are numbered the same way and sent whole when one
 changed: a new leader knows which micro-batches its partitions hold.
+
+Transactions (docs/transactions.md, send_offsets): a CommitOffsets carrying a producer id is a
+transactional producer's (Kafka's TxnOffsetCommit): fenced by the claims like any commit, then
+held *pending* in memory, not committed, until the coordinator's marker
+(:meth:`OffsetsPlane.end_txn`) commits the offsets it carries or drops them. While one is
+pending, FetchOffsets of that group and partition claims as usual but answers
+UnstableOffsetCommit (retriable), so a member taking the partition over starts from what the
+transaction decides, never from an offset about to move. Pending entries live in this
+process only, as the claims do: a leader change or restart forgets them (the marker still
+commits the offsets; only that guard is lost, see docs/transactions.md).
 """
 from __future__ import annotations
 
@@ -24,7 +34,7 @@ from dataclasses import dataclass, field
 from broker.claims import ClaimTable
 from broker.term import TermWatermark
 from broker.topics import TopicManager
-from lib.errors import Fenced, OffsetOutOfRange
+from lib.errors import Fenced, OffsetOutOfRange, TubeqError, UnstableOffsetCommit
 from lib.logs import event
 from lib.names import check_name
 from lib.proto import broker_pb2 as pb
@@ -69,6 +79,8 @@ class OffsetsPlane:
         self._reported: set[tuple[str, str]] = set()
         self.incarnation = random.randrange(1, 1 << 62)  # versions of another process differ
         self._versions: dict[tuple[str, int], _Versions] = {}
+        # (group, topic, partition) -> producer id of the transaction holding offsets there
+        self._pending: dict[tuple[str, str, int], int] = {}
         # Offsets committed before this process started, checked against each partition's
         # recovered log end when its store opens (then forgotten).
         self._unchecked = store.by_partition()
@@ -96,6 +108,10 @@ class OffsetsPlane:
         rows = self._checked(req.topic, req.offsets)
         with self._lock:
             self.claims.check_commit(group, req.topic, rows, req.member_id, req.generation)
+            if req.producer_id > 0:  # a transaction's: pending until its marker
+                for p in rows:
+                    self._pending[(group, req.topic, p)] = req.producer_id
+                return pb.CommitOffsetsResponse()
             if rows:
                 self.store.commit(group, req.topic, rows)
                 self._changed(group, req.topic, rows)
@@ -208,11 +224,48 @@ class OffsetsPlane:
             self.topics.store_for(req.topic, p)  # unknown / not hosted here: say so
         with self._lock:
             self.claims.claim(group, req.topic, partitions, req.member_id, req.generation)
+            unstable = [p for p in partitions if (group, req.topic, p) in self._pending]
+            if unstable:
+                raise UnstableOffsetCommit(
+                    f"a transaction holds offsets of group {group} for {req.topic} partition(s) "
+                    f"{unstable[:10]} pending: retry once it commits or aborts",
+                    group=group, topic=req.topic, partition=unstable[0])
             got = self.store.fetch(group, req.topic, partitions)
         return pb.FetchOffsetsResponse(offsets=[
             pb.CommittedOffset(partition=p, offset=c.offset, metadata=c.metadata,
                                commit_time_ms=c.commit_time_ms)
             for p, c in sorted(got.items())])
+
+    def end_txn(self, producer_id: int, commit: bool,
+                entries: Iterable[pb.TxnMarkerOffset]) -> list[pb.TxnMarkerResult]:
+        """The coordinator's marker for a transaction's consumer offsets on partitions this
+        broker leads: commit carries them into the committed offsets, abort drops them;
+        either way the producer's pending entry goes. A partition not led here answers its
+        error (the coordinator tries its leader again later)."""
+        results, committed = [], set()
+        for e in entries:
+            result = pb.TxnMarkerResult(topic=e.topic, partition=e.partition, offset=-1,
+                                        group=e.group)
+            results.append(result)
+            try:
+                group = check_name(e.group, "group")
+                self.topics.store_for(e.topic, e.partition)
+            except TubeqError as err:
+                result.error_code, result.error_message = err.code, err.message
+                continue
+            key = (group, e.topic, e.partition)
+            with self._lock:
+                if self._pending.get(key) == producer_id:
+                    del self._pending[key]
+                if commit:
+                    self.store.commit(group, e.topic, {e.partition: (e.offset, b"")})
+                    self._changed(group, e.topic, [e.partition])
+                    if (group, e.topic) not in self._reported:
+                        self._unreported.add((group, e.topic))
+                    committed.add((e.topic, e.partition))
+        for topic in {t for t, _ in committed}:
+            self._tell_followers(topic, [p for t, p in committed if t == topic])
+        return results
 
     def reset(self, req: pb.ResetOffsetsRequest) -> pb.ResetOffsetsResponse:
         """Overwrite offsets as the master says, unless that master has been replaced."""

@@ -209,10 +209,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                               context):
         """The coordinator's markers (cluster credential only): answered once each is
         fsynced and, on a replicated partition, held by every in-sync replica."""
-        response, written = await self.run(write_markers, self.data.topics, request)
+        response, written = await self.run(write_markers, self.data.topics, self.offsets,
+                                           request)
         budget = _wait_budget(context)
         for topic, partition, offset in written:
             await self.replication.replicated(topic, partition, offset + 1, budget)
+        if request.commit and request.offsets:
+            done = {(r.topic, r.partition) for r in response.results
+                    if r.group and not r.error_code}
+            for topic in sorted({t for t, _ in done}):
+                await self.replication.offsets_replicated(
+                    topic, [p for t, p in done if t == topic], budget)
         return response
 
     @_guarded

@@ -7,16 +7,20 @@ replicated partition also held by every in-sync replica (the service waits, as f
 ``acks=all`` produce): a decided transaction must not lose its marker to a crash or a
 failover. A partition this broker does not lead, or a store being reconfigured, answers
 with its error code and the coordinator tries again later; the other partitions of the
-request are written all the same.
+request are written all the same. The transaction's consumer offsets on partitions this
+broker leads go to the offsets plane (broker/offsets.py ``end_txn``): committed or dropped,
+no record written.
 """
 from __future__ import annotations
 
+from broker.offsets import OffsetsPlane
 from broker.topics import TopicManager
 from lib.errors import TubeqError
 from lib.proto import broker_pb2 as pb
 
 
-def write_markers(topics: TopicManager, req: pb.WriteTxnMarkersRequest
+def write_markers(topics: TopicManager, offsets: OffsetsPlane,
+                  req: pb.WriteTxnMarkersRequest
                   ) -> tuple[pb.WriteTxnMarkersResponse, list[tuple[str, int, int]]]:
     """The response, and (topic, partition, offset) of each marker written (to await its
     replication)."""
@@ -37,4 +41,6 @@ def write_markers(topics: TopicManager, req: pb.WriteTxnMarkersRequest
                 written.append((tp.topic, tp.partition, offset))
                 topics.notify(tp.topic)  # read_committed waiters: the stable offset moved
         out.append(result)
+    if req.offsets:
+        out += offsets.end_txn(req.producer_id, req.commit, req.offsets)
     return pb.WriteTxnMarkersResponse(results=out), written

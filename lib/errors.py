@@ -216,6 +216,15 @@ class UnknownTransactionalId(TubeqError):
     code = "UNKNOWN_TRANSACTIONAL_ID"
 
 
+class UnstableOffsetCommit(TubeqError):
+    """A transaction holds offsets of this group and partition pending (Kafka's
+    UNSTABLE_OFFSET_COMMIT): the committed offset is about to change; retry once its
+    commit or abort marker lands (consumers do, within their rpc timeout)."""
+
+    code = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+
+
 class OutOfOrderSequence(TubeqError):
     """An idempotent batch skipped sequence numbers: earlier batches were lost."""
 

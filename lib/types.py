@@ -19,6 +19,17 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+@dataclass(frozen=True)
+class GroupMetadata:
+    """A group member's identity as a consumer holds it now (Kafka's ConsumerGroupMetadata):
+    what a transactional producer's ``send_offsets`` passes on, so the broker fences the
+    offsets of a member that lost its partitions in a rebalance."""
+
+    group: str
+    member_id: str = ""  # "": a consumer outside group coordination (never fenced)
+    generation: int = -1
+
+
 @dataclass(frozen=True, slots=True)  # slots: one per produced record, keep it small
 class RecordMetadata:
     """Where the broker stored a produced record (the result of ``Producer.send``)."""

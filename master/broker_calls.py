@@ -56,12 +56,17 @@ class BrokerCalls:
         invoke(self._stub(address).ResetOffsets, req, self.timeout_s, self._metadata)
 
     def write_markers(self, address: str, producer_id: int, producer_epoch: int, commit: bool,
-                      partitions: list[tuple[str, int]]) -> list[bpb.TxnMarkerResult]:
-        """A transaction's marker in each partition the broker leads (per-partition errors in
-        the results; a failed call raises)."""
+                      partitions: list[tuple[str, int]],
+                      offsets: list[tuple[str, str, int, int]] = ()
+                      ) -> list[bpb.TxnMarkerResult]:
+        """A transaction's marker in each partition the broker leads, and its consumer
+        offsets (group, topic, partition, offset) there (per-target errors in the results;
+        a failed call raises)."""
         req = bpb.WriteTxnMarkersRequest(
             producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
-            partitions=[bpb.TxnMarkerPartition(topic=t, partition=p) for t, p in partitions])
+            partitions=[bpb.TxnMarkerPartition(topic=t, partition=p) for t, p in partitions],
+            offsets=[bpb.TxnMarkerOffset(group=g, topic=t, partition=p, offset=o)
+                     for g, t, p, o in offsets])
         res = invoke(self._stub(address).WriteTxnMarkers, req, self.marker_timeout_s,
                      self._metadata)
         return list(res.results)

@@ -289,6 +289,23 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.AddPartitionsToTxnResponse()
 
     @guarded
+    def AddOffsetsToTxn(self, request, context):  # noqa: N802
+        """Write on the transactional_id and consume on the group (the access rule)."""
+        tid = check_name(request.transactional_id, "transactional_id")
+        group = check_name(request.group, "group")
+        if len(request.offsets) > MAX_TXN_PARTITIONS_PER_CALL:
+            raise InvalidArgument(f"at most {MAX_TXN_PARTITIONS_PER_CALL} offsets per "
+                                  "AddOffsetsToTxn call")
+        for o in request.offsets:
+            check_name(o.topic, "topic")
+            if o.offset < 0:
+                raise InvalidArgument(f"offset {o.offset} of {o.topic}/{o.partition} is "
+                                      "negative", topic=o.topic, partition=o.partition)
+        self.txns.add_offsets(tid, request.producer_id, request.producer_epoch, group,
+                              [(o.topic, o.partition, o.offset) for o in request.offsets])
+        return mpb.AddOffsetsToTxnResponse()
+
+    @guarded
     def EndTxn(self, request, context):  # noqa: N802
         tid = check_name(request.transactional_id, "transactional_id")
         producer_id, epoch = self.txns.end(tid, request.producer_id, request.producer_epoch,

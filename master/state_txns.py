@@ -4,6 +4,7 @@ epoch its current instance holds and its transaction's state (docs/transactions.
 A record (the ``txns`` database, keyed by the transactional_id)::
 
     {"producer_id", "epoch", "state", "partitions": [[topic, partition], ...] (sorted),
+     "offsets": [[group, topic, partition, offset], ...] (sorted; AddOffsetsToTxn),
      "timeout_ms", "began_ms" (wall ms the transaction went ONGOING; 0 before),
      "updated_ms", "seq" (1 for the first write, + 1 at every write),
      "ended", "next" (from an EndTxn on: the ending instance's [producer id, epoch] and the
@@ -131,8 +132,14 @@ def _checked(tid: str, record: Any) -> dict[str, Any]:
             isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
             and isinstance(p[1], int) for p in parts):
         raise InvalidArgument(f"transaction record of {tid!r}: bad partitions")
+    offsets = record.get("offsets", [])
+    if not isinstance(offsets, list) or len(offsets) > MAX_PARTITIONS or not all(
+            isinstance(o, list) and len(o) == 4 and isinstance(o[0], str)
+            and isinstance(o[1], str) and isinstance(o[2], int) and isinstance(o[3], int)
+            and o[3] >= 0 for o in offsets):
+        raise InvalidArgument(f"transaction record of {tid!r}: bad offsets")
     checked = {**{name: record[name] for name in _INTS}, "state": record["state"],
-               "partitions": sorted(parts)}
+               "partitions": sorted(parts), "offsets": sorted(offsets)}
     for name in ("ended", "next"):
         pair = record.get(name)
         if pair is None:
@@ -156,11 +163,13 @@ def _check_transition(tid: str, old: dict[str, Any] | None, new: dict[str, Any])
                               f"{old['epoch']}", transactional_id=tid, state=before or "")
     if before not in OPEN:
         return
-    kept = new["partitions"] == old["partitions"] or (
+    kept = (new["partitions"] == old["partitions"] or (
         new["state"] == ONGOING and set(map(tuple, old["partitions"])) <= set(
-            map(tuple, new["partitions"])))
+            map(tuple, new["partitions"])))) and (
+        new["state"] == ONGOING or new["offsets"] == old.get("offsets", []))
     moved_on = new["state"] in IDLE and new["producer_id"] == old.get("next", [0])[0]
     if (new["producer_id"] != old["producer_id"] and not moved_on) or not kept:
         raise InvalidTxnState(f"transactional_id {tid!r}: an open transaction keeps its "
-                              "producer id and partitions (it may add some while ONGOING)",
+                              "producer id, partitions and offsets (it may add some while "
+                              "ONGOING)",
                               transactional_id=tid, state=before)

@@ -44,6 +44,7 @@ from master.txn_decisions import (
     completed,
     expired,
     on_add,
+    on_add_offsets,
     on_admin_abort,
     on_end,
     on_init,
@@ -114,6 +115,16 @@ class TransactionCoordinator:
         with self._lock(tid):
             record = check_instance(tid, self._state.txn(tid), producer_id, epoch)
             new = on_add(record, partitions, wall_ms())
+            if new is not None:
+                self._put(tid, record, new)
+
+    def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str,
+                    offsets: list[tuple[str, int, int]]) -> None:
+        """AddOffsetsToTxn: a group's offsets join the transaction (it begins: ONGOING)."""
+        self._check_partitions([(t, p) for t, p, _ in offsets])
+        with self._lock(tid):
+            record = check_instance(tid, self._state.txn(tid), producer_id, epoch)
+            new = on_add_offsets(record, group, offsets, wall_ms())
             if new is not None:
                 self._put(tid, record, new)
 

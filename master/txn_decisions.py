@@ -85,7 +85,7 @@ def on_init(record: Record | None, timeout_ms: int, new_producer_id: Callable[[]
     else:
         producer_id, epoch = record["producer_id"], record["epoch"] + 1
     return "write", {"producer_id": producer_id, "epoch": epoch, "state": EMPTY,
-                     "partitions": [], "timeout_ms": timeout_ms, "began_ms": 0}
+                     "partitions": [], "offsets": [], "timeout_ms": timeout_ms, "began_ms": 0}
 
 
 def aborting(record: Record) -> Record:
@@ -111,6 +111,29 @@ def on_add(record: Record, partitions: list[tuple[str, int]], now_ms: int) -> Re
     if not wanted:
         return None
     return {**_fields(record), "state": ONGOING, "partitions": sorted(map(list, wanted)),
+            "offsets": [], "began_ms": now_ms}
+
+
+def on_add_offsets(record: Record, group: str, offsets: list[tuple[str, int, int]],
+                   now_ms: int) -> Record | None:
+    """AddOffsetsToTxn: the record with the group's offsets in the transaction (ONGOING;
+    begun now if it was not; a partition named again takes the later offset), or None when
+    nothing changes."""
+    state = record["state"]
+    if state in PREPARING:
+        raise ConcurrentTransactions(
+            f"the last transaction is still ending ({state}): retry", state=state)
+    ongoing = state == ONGOING
+    held = {(g, t, p): o for g, t, p, o in (record.get("offsets", []) if ongoing else [])}
+    merged = {**held, **{(group, t, p): o for t, p, o in offsets}}
+    if ongoing and merged == held:
+        return None
+    if not ongoing and not offsets:
+        return None
+    rows = sorted([g, t, p, o] for (g, t, p), o in merged.items())
+    if ongoing:
+        return {**_fields(record), "offsets": rows}
+    return {**_fields(record), "state": ONGOING, "partitions": [], "offsets": rows,
             "began_ms": now_ms}
 
 
@@ -208,6 +231,8 @@ def marker_retry_ms(failures: int) -> int:
 
 
 def _fields(record: Record) -> Record:
-    """What a ``txn_write`` carries of a record (not its ``seq``/``updated_ms``)."""
-    return {k: record[k] for k in ("producer_id", "epoch", "state", "partitions",
-                                   "timeout_ms", "began_ms")}
+    """What a ``txn_write`` carries of a record (not its ``seq``/``updated_ms``, nor an
+    end's ``ended``/``next``)."""
+    return {**{k: record[k] for k in ("producer_id", "epoch", "state", "partitions",
+                                      "timeout_ms", "began_ms")},
+            "offsets": record.get("offsets", [])}

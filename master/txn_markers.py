@@ -3,6 +3,11 @@ transaction in PREPARE_COMMIT / PREPARE_ABORT into each partition it added, on t
 partition's leader (``Broker.WriteTxnMarkers``, the cluster credential), until every one is
 written; then the transaction is COMPLETE_* (master/transactions.py writes that).
 
+A transaction's consumer offsets (AddOffsetsToTxn) go with the markers, to the leaders of
+their partitions: a target is a partition ``(topic, partition)`` to mark, or a group's offset
+``(topic, partition, group)`` to commit or drop there; both are written, retried and counted
+alike.
+
 Runs on the active master only, driven by the coordinator's thread: one :meth:`round` sends
 every partition that is due, grouped into one request per (transaction, leader's address),
 the requests side by side. A partition whose broker answered an error (NOT_LEADER,
@@ -39,17 +44,20 @@ from master.txn_decisions import marker_retry_ms
 log = logging.getLogger(__name__)
 FENCED = "PRODUCER_FENCED"
 TopicPartition = tuple[str, int]
-# (address, producer id, epoch, commit, partitions) -> per-partition results
-Send = Callable[[str, int, int, bool, list[TopicPartition]], list[bpb.TxnMarkerResult]]
+Target = tuple  # (topic, partition): a marker; (topic, partition, group): an offset
+# (address, producer id, epoch, commit, partitions, offsets as (group, topic, partition,
+# offset)) -> per-target results
+Send = Callable[[str, int, int, bool, list[TopicPartition], list[tuple[str, str, int, int]]],
+                list[bpb.TxnMarkerResult]]
 
 
 @dataclass
 class _Progress:
     """What one PREPARE_* record's markers have done on this master."""
 
-    written: set[TopicPartition] = field(default_factory=set)
-    failures: dict[TopicPartition, int] = field(default_factory=dict)
-    due: dict[TopicPartition, float] = field(default_factory=dict)  # monotonic seconds
+    written: set[Target] = field(default_factory=set)
+    failures: dict[Target, int] = field(default_factory=dict)
+    due: dict[Target, float] = field(default_factory=dict)  # monotonic seconds
 
 
 class MarkerWriter:
@@ -76,7 +84,7 @@ class MarkerWriter:
         for gone in set(self._progress) - set(keys.values()):
             del self._progress[gone]
         jobs: dict[tuple[str, str], Callable[[], Any]] = {}
-        sent: dict[tuple[str, str], list[TopicPartition]] = {}
+        sent: dict[tuple[str, str], list[Target]] = {}
         for tid, record in preparing.items():
             progress = self._progress.setdefault(keys[tid], _Progress())
             for address, parts in self._due(record, progress, now).items():
@@ -86,24 +94,24 @@ class MarkerWriter:
             self._note(tid, self._progress[keys[tid]], address, sent[(tid, address)],
                        outcome, now)
         done = [(tid, r) for tid, r in preparing.items()
-                if self._progress[keys[tid]].written >= _partitions(r)]
+                if self._progress[keys[tid]].written >= _targets(r)]
         waits = [t for p in self._progress.values() for tp, t in p.due.items()
                  if tp not in p.written]
         return done, min(waits) if waits else None
 
     def _due(self, record: dict[str, Any], progress: _Progress,
-             now: float) -> dict[str, list[TopicPartition]]:
-        """address -> the partitions to send there now (those with nothing to mark are
+             now: float) -> dict[str, list[Target]]:
+        """address -> the targets to send there now (those with nothing to mark are
         counted as written)."""
-        out: dict[str, list[TopicPartition]] = {}
-        for tp in sorted(_partitions(record) - progress.written):
+        out: dict[str, list[Target]] = {}
+        for tp in sorted(_targets(record) - progress.written):
             if progress.due.get(tp, 0.0) > now:
                 continue
             topic = self._state.topic(tp[0])
             if topic is None or tp[1] >= len(topic["placement"]):
                 progress.written.add(tp)  # deleted since: nothing left to mark
                 continue
-            address = self._leader_address(*tp)
+            address = self._leader_address(tp[0], tp[1])
             if not address:
                 self._failed(progress, tp, now)
                 continue
@@ -111,12 +119,15 @@ class MarkerWriter:
         return out
 
     def _job(self, address: str, record: dict[str, Any],
-             parts: list[TopicPartition]) -> Callable[[], list[bpb.TxnMarkerResult]]:
+             targets: list[Target]) -> Callable[[], list[bpb.TxnMarkerResult]]:
         commit = record["state"] == PREPARE_COMMIT
+        parts = [t for t in targets if len(t) == 2]
+        offset_of = {(t, p, g): o for g, t, p, o in record.get("offsets", [])}
+        offsets = [(t[2], t[0], t[1], offset_of[t]) for t in targets if len(t) == 3]
         return lambda: self._send(address, record["producer_id"], record["epoch"], commit,
-                                  parts)
+                                  parts, offsets)
 
-    def _note(self, tid: str, progress: _Progress, address: str, sent: list[TopicPartition],
+    def _note(self, tid: str, progress: _Progress, address: str, sent: list[Target],
               outcome: Any, now: float) -> None:
         """Record a call's answer: written partitions, and backoff for the others."""
         if isinstance(outcome, Exception):  # the whole call failed: its partitions wait
@@ -125,12 +136,12 @@ class MarkerWriter:
             for tp in sent:
                 self._failed(progress, tp, now)
             return
-        answered = {(r.topic, r.partition) for r in outcome}
+        answered = {_target_of(r) for r in outcome}
         for tp in sent:
             if tp not in answered:  # never expected: try again
                 self._failed(progress, tp, now)
         for result in outcome:
-            tp = (result.topic, result.partition)
+            tp = _target_of(result)
             if not result.error_code or result.error_code == FENCED:
                 if result.error_code:
                     event(log, "txn.marker_fenced", logging.WARNING, transactional_id=tid,
@@ -145,7 +156,7 @@ class MarkerWriter:
                 self._failed(progress, tp, now)
 
     @staticmethod
-    def _failed(progress: _Progress, tp: TopicPartition, now: float) -> None:
+    def _failed(progress: _Progress, tp: Target, now: float) -> None:
         failures = progress.failures[tp] = progress.failures.get(tp, 0) + 1
         progress.due[tp] = now + marker_retry_ms(failures) / 1000
 
@@ -155,5 +166,12 @@ def _key(tid: str, record: dict[str, Any]) -> tuple:
     return tid, record["producer_id"], record["epoch"], record["state"], record["seq"]
 
 
-def _partitions(record: dict[str, Any]) -> set[TopicPartition]:
-    return {(t, p) for t, p in record["partitions"]}
+def _targets(record: dict[str, Any]) -> set[Target]:
+    return {(t, p) for t, p in record["partitions"]} | {
+        (t, p, g) for g, t, p, _ in record.get("offsets", [])}
+
+
+def _target_of(result: bpb.TxnMarkerResult) -> Target:
+    if result.group:
+        return result.topic, result.partition, result.group
+    return result.topic, result.partition

@@ -98,6 +98,8 @@ RULES: dict[str, Rule] = {
     # the handler checks produce on every topic of the request's partitions too
     _M + "AddPartitionsToTxn": needs(("write", "transactional_id", "transactional_id")),
     _M + "EndTxn": needs(("write", "transactional_id", "transactional_id")),
+    _M + "AddOffsetsToTxn": needs(("write", "transactional_id", "transactional_id"),
+                                  ("consume", "group", "group")),
     # masters: administration
     _A + "MasterStatus": PUBLIC,
     _A + "CreateTopic": needs(("create", "topic", "topic")),

@@ -21,7 +21,7 @@ from lib.names import check_name
 from lib.routes import RouteCache
 from lib.rpc import MasterClient, client_pool
 from lib.tls import Tls
-from lib.types import TopicPartition
+from lib.types import GroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,15 @@ class ConsumerBase(Closeable):
     @property
     def _identity(self) -> tuple[str, int]:
         return self._coordinator.identity if self._coordinator else NO_MEMBER
+
+    def group_metadata(self) -> GroupMetadata:
+        """This consumer's group and member identity now, for a transactional producer's
+        ``send_offsets`` (consume-transform-produce: docs/transactions.md)."""
+        if not self._group:
+            raise errors.InvalidArgument("group_metadata needs a consumer group: pass "
+                                         "group=... to the consumer or to subscribe()")
+        member, generation = self._identity
+        return GroupMetadata(self._group, member, generation)
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         if not self._group:

@@ -78,13 +78,19 @@ class OffsetClient:
         return out
 
     def commit(self, group: str, offsets: dict[TopicPartition, int],
-               identity: tuple[str, int] = NO_MEMBER) -> None:
-        """Commit ``offsets`` (next offset to read, per partition); Fenced if we lost one."""
+               identity: tuple[str, int] = NO_MEMBER,
+               producer: tuple[int, int] | None = None) -> None:
+        """Commit ``offsets`` (next offset to read, per partition); Fenced if we lost one.
+        ``producer`` (id, epoch): a transactional producer's, held pending by the brokers
+        until its transaction's marker (broker/offsets.py)."""
+        pid, epoch = producer or (0, 0)
+
         def call(stub: Any, topic: str, parts: list[int]) -> None:
             items = [broker_pb2.OffsetCommit(partition=p, offset=offsets[TopicPartition(topic, p)])
                      for p in parts]
             req = broker_pb2.CommitOffsetsRequest(group=group, topic=topic, member_id=identity[0],
-                                                  generation=identity[1], offsets=items)
+                                                  generation=identity[1], offsets=items,
+                                                  producer_id=pid, producer_epoch=epoch)
             invoke(stub.CommitOffsets, req, self.timeout)
         self.per_broker(offsets, call)
 
@@ -131,7 +137,8 @@ class OffsetClient:
 
     def per_broker(self, tps: Iterable[TopicPartition],
                    call: Callable[[Any, str, list[int]], None]) -> None:
-        """Run ``call(stub, topic, partitions)`` per (broker, topic), retrying stale routes."""
+        """Run ``call(stub, topic, partitions)`` per (broker, topic), retrying stale routes
+        and offsets a transaction holds pending (UnstableOffsetCommit) until ``timeout``."""
         todo = list(dict.fromkeys(tps))
         deadline = time.monotonic() + self.timeout
         while todo:
@@ -145,7 +152,8 @@ class OffsetClient:
                     except errors.TubeqError as exc:
                         # A broker's UNKNOWN_TOPIC may only mean it has not learned a new
                         # topic yet: the route refresh below asks the master, who decides.
-                        if not exc.refresh_metadata:
+                        if not exc.refresh_metadata and \
+                                not isinstance(exc, errors.UnstableOffsetCommit):
                             raise
                         last = exc
                         failed += [TopicPartition(topic, p) for p in parts]

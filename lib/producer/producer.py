@@ -41,6 +41,7 @@ from lib.errors import (
     InvalidTxnState,
     RecordTooLarge,
     RequestTimedOut,
+    TubeqError,
     Unavailable,
     UnknownPartition,
 )
@@ -67,7 +68,7 @@ from lib.records.layout import crc32
 from lib.routes import RouteCache, TopicRoutes
 from lib.rpc import MasterClient, client_pool
 from lib.tls import Tls
-from lib.types import BulkMetadata, RecordMetadata, TopicPartition
+from lib.types import BulkMetadata, GroupMetadata, RecordMetadata, TopicPartition
 
 _BYTES = (bytes, bytearray)
 _time_ns = time.time_ns
@@ -149,7 +150,7 @@ class Producer(Closeable):
         self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)
         self._acc = Accumulator(cfg.batch_bytes, cfg.buffer_bytes, cfg.linger_ms / 1000,
                                 cfg.max_block_ms / 1000)
-        self._txn = None
+        self._txn, self._offsets = None, None
         if cfg.transactional_id:
             self._txn = Transactions(self._master, check_name(cfg.transactional_id,
                                                               "transactional_id"),
@@ -442,6 +443,46 @@ class Producer(Closeable):
             txn.end_failed()
             raise
         self._end(txn, False)
+
+    def send_offsets(self, offsets: Mapping[TopicPartition, int],
+                     group: str | GroupMetadata) -> None:
+        """Commit a consumer group's offsets as part of the open transaction
+        (consume-transform-produce): they count once the transaction commits, never if it
+        aborts. ``offsets``: the next offset to read per input partition (the position
+        after the last record processed); ``group``: the consumer's ``group_metadata()``
+        (its member and generation fence a consumer that lost the partitions in a rebalance:
+        ``Fenced``) or a group name (no fencing, as a manual assignment). Until the
+        transaction ends, the group's offsets of those partitions answer
+        ``UnstableOffsetCommit`` to a consumer that fetches them (it retries). A failure
+        makes the transaction abortable, as a failed send does."""
+        txn = self._transactional("send_offsets")
+        txn.check_send()
+        meta = group if isinstance(group, GroupMetadata) else GroupMetadata(group)
+        check_name(meta.group, "group")
+        rows = {TopicPartition(*tp): off for tp, off in offsets.items()}
+        for tp, off in rows.items():
+            check_name(tp.topic)
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise InvalidArgument(f"cannot commit offset {off!r} for {tp}: offsets are "
+                                      "integers >= 0")
+        if not rows:
+            return
+        try:
+            txn.add_offsets(meta.group, rows)
+            self._offset_client().commit(meta.group, rows, (meta.member_id, meta.generation),
+                                         producer=(txn.producer_id, txn.epoch))
+        except TubeqError as exc:
+            txn.failed(exc)
+            raise
+
+    def _offset_client(self) -> Any:
+        """The consumers' offset calls (lib/consumer/coordinator.py), made when first used:
+        a producer that never sends offsets does not import the consumers."""
+        if self._offsets is None:
+            from lib.consumer.coordinator import OffsetClient
+            self._offsets = OffsetClient(self._pool, self._master, self._routes,
+                                         self.config.request_timeout_ms / 1000)
+        return self._offsets
 
     @contextmanager
     def transaction(self) -> Iterator[Producer]:

@@ -48,6 +48,7 @@ class Transactions:
         self.error: TubeqError | None = None  # why the transaction is abortable or fenced
         self.producer_id, self.epoch = -1, -1
         self.added: set[TopicPartition] = set()
+        self.offsets_added = False  # send_offsets joined the coordinator's record
 
     # -- the coordinator's calls ---------------------------------------------------------
 
@@ -80,11 +81,26 @@ class Transactions:
             raise
         self.added.update(new)
 
+    def add_offsets(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        """AddOffsetsToTxn: the group's offsets join the transaction at the coordinator,
+        which commits them with its markers (before the brokers are told: the caller's
+        next step)."""
+        try:
+            self._call("AddOffsetsToTxn", master_pb2.AddOffsetsToTxnRequest(
+                transactional_id=self.transactional_id, producer_id=self.producer_id,
+                producer_epoch=self.epoch, group=group,
+                offsets=[master_pb2.TxnOffset(topic=t, partition=p, offset=o)
+                         for (t, p), o in sorted(offsets.items())]))
+        except ProducerFenced as exc:
+            self.fence(exc)
+            raise
+        self.offsets_added = True
+
     def end(self, commit: bool) -> None:
-        """EndTxn (skipped when no partition was added: nothing to mark), then ready again
-        under the epoch the end bumped. A failure leaves the transaction as it was, so the
-        same end can be tried again (the coordinator recognises the retry)."""
-        if self.added:
+        """EndTxn (skipped when nothing joined the transaction: nothing to mark), then
+        ready again under the epoch the end bumped. A failure leaves the transaction as it
+        was, so the same end can be tried again (the coordinator recognises the retry)."""
+        if self.added or self.offsets_added:
             try:
                 response = self._call("EndTxn", master_pb2.EndTxnRequest(
                     transactional_id=self.transactional_id, producer_id=self.producer_id,
@@ -98,7 +114,7 @@ class Transactions:
             self.producer_id, self.epoch = response.producer_id, response.producer_epoch
         with self._lock:
             self.state, self.error = READY, None
-            self.added = set()
+            self.added, self.offsets_added = set(), False
 
     def _call(self, method: str, request):
         """A coordinator call, retried through ConcurrentTransactions (the last transaction's

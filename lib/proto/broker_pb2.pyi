@@ -133,18 +133,22 @@ class OffsetCommit(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "member_id", "generation", "offsets")
+    __slots__ = ("group", "topic", "member_id", "generation", "offsets", "producer_id", "producer_epoch")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     member_id: str
     generation: int
     offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
 class CommitOffsetsResponse(_message.Message):
     __slots__ = ()
@@ -467,30 +471,46 @@ class TxnMarkerPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class WriteTxnMarkersRequest(_message.Message):
-    __slots__ = ("producer_id", "producer_epoch", "commit", "partitions")
+    __slots__ = ("producer_id", "producer_epoch", "commit", "partitions", "offsets")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_epoch: int
     commit: bool
     partitions: _containers.RepeatedCompositeFieldContainer[TxnMarkerPartition]
-    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[TxnMarkerPartition, _Mapping]]] = ...) -> None: ...
+    offsets: _containers.RepeatedCompositeFieldContainer[TxnMarkerOffset]
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[TxnMarkerPartition, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[TxnMarkerOffset, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerOffset(_message.Message):
+    __slots__ = ("group", "topic", "partition", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class TxnMarkerResult(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "error_code", "error_message")
+    __slots__ = ("topic", "partition", "offset", "error_code", "error_message", "group")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     error_code: str
     error_message: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class WriteTxnMarkersResponse(_message.Message):
     __slots__ = ("results",)

@@ -425,6 +425,34 @@ class AddPartitionsToTxnResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class TxnOffset(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class AddOffsetsToTxnRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group", "offsets")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group: str
+    offsets: _containers.RepeatedCompositeFieldContainer[TxnOffset]
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., group: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[TxnOffset, _Mapping]]] = ...) -> None: ...
+
+class AddOffsetsToTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class EndTxnRequest(_message.Message):
     __slots__ = ("transactional_id", "producer_id", "producer_epoch", "commit")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]

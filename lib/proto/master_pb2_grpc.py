@@ -89,6 +89,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.EndTxnRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.EndTxnResponse.FromString,
                 _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/tubeq.master.Master/AddOffsetsToTxn',
+                request_serializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -175,6 +180,17 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddOffsetsToTxn(self, request, context):
+        """Consume-transform-produce (Kafka's AddOffsetsToTxn): a group's offsets become part of the
+        producer's transaction, committed by its commit markers and dropped by its abort ones.
+        The producer then sends them to the partitions' leaders (Broker.CommitOffsets with its
+        producer id), which hold them pending until the marker. Needs write on the
+        transactional_id and consume on the group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -232,6 +248,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.EndTxn,
                     request_deserializer=lib_dot_proto_dot_master__pb2.EndTxnRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -531,6 +552,33 @@ class Master:
             '/tubeq.master.Master/EndTxn',
             lib_dot_proto_dot_master__pb2.EndTxnRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/AddOffsetsToTxn',
+            lib_dot_proto_dot_master__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.AddOffsetsToTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ import pytest
 
 from lib import Producer, PullConsumer, TopicPartition, errors
 from lib.errors import ConfigError
+from lib.types import GroupMetadata
 from tests.integration.test_broker_cluster import Harness
 
 pytestmark = pytest.mark.shared_cluster(brokers=2)
@@ -164,3 +165,61 @@ def test_a_careless_caller_gets_errors_that_name_the_problem(h):
     with pytest.raises(errors.InvalidName):
         Producer(h.cluster.master_addresses, transactional_id="bad name!")
     assert values(read(h, "read_committed"), b"fine") == [b"fine"]
+
+
+def test_offsets_sent_in_a_transaction_count_only_when_it_commits(h):
+    """send_offsets: pending (UnstableOffsetCommit to a consumer that fetches them) until
+    the transaction ends; committed by its commit, dropped by its abort."""
+    tp = TopicPartition("tpa", 0)
+    h.produce("tpa", 0, [b"in-%d" % i for i in range(10)])  # input to commit offsets of
+    with producer(h, "txp-offsets") as p, PullConsumer(
+            h.cluster.master_addresses, group="g-offsets", rpc_timeout_s=1) as consumer:
+        consumer.assign([tp])
+        p.begin()
+        p.send("tpb", b"out-1", partition=0)
+        p.send_offsets({tp: 3}, "g-offsets")
+        with pytest.raises(errors.UnstableOffsetCommit, match="g-offsets"):
+            consumer.committed(tp)
+        p.commit()
+        assert consumer.committed(tp) == 3
+        with p.transaction():  # offsets alone make a transaction too
+            p.send_offsets({tp: 5}, "g-offsets")
+        assert consumer.committed(tp) == 5
+        p.begin()
+        p.send_offsets({tp: 9}, "g-offsets")
+        p.abort()
+        assert consumer.committed(tp) == 5, "an aborted transaction's offsets never count"
+        with pytest.raises(errors.InvalidTxnState, match="call begin"):
+            p.send_offsets({tp: 1}, "g-offsets")
+        p.begin()
+        with pytest.raises(errors.InvalidArgument, match="integers >= 0"):
+            p.send_offsets({tp: -1}, "g-offsets")
+        p.abort()
+
+
+def test_a_member_that_lost_its_partitions_cannot_send_their_offsets(h):
+    tp = TopicPartition("tpa", 1)
+    h.produce("tpa", 1, [b"in"])
+    with PullConsumer(h.cluster.master_addresses, group="g-fence") as member:
+        member.subscribe(["tpa"])
+        deadline = time.monotonic() + 60
+        while True:  # until the member claimed tp (FetchOffsets at its generation)
+            assert time.monotonic() < deadline
+            member.poll(timeout=0.2)
+            try:
+                if tp in member.assignment() and member.position(tp) >= 0:
+                    break
+            except errors.Unavailable:
+                pass
+        now = member.group_metadata()
+        with producer(h, "txp-fence") as p:
+            p.begin()
+            stale = GroupMetadata(now.group, "gone-member", now.generation - 1)
+            with pytest.raises(errors.Fenced):
+                p.send_offsets({tp: 0}, stale)
+            with pytest.raises(errors.InvalidTxnState, match="abort"):
+                p.commit()
+            p.abort()
+            with p.transaction():
+                p.send_offsets({tp: 0}, now)
+        assert member.committed(tp) == 0

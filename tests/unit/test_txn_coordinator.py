@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lib.errors import ConcurrentTransactions, ProducerFenced, Unavailable
+from lib.errors import ConcurrentTransactions, ProducerFenced, Unavailable, UnknownTopic
 from lib.proto import broker_pb2 as bpb
 from master.producer_ids import ProducerIdBlocks
 from master.state import MetaState
@@ -29,12 +29,15 @@ class Brokers:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, int, bool, list[tuple[str, int]]]] = []
         self.down: set[str] = set()
-        self.refuse: dict[tuple[str, int], int] = {}  # partition -> errors left to answer
+        self.refuse: dict[tuple, int] = {}  # partition (, group) -> errors left to answer
+        self.offsets: list[tuple[str, bool, list]] = []  # (address, commit, offsets) sent
         self.lock = threading.Lock()
 
-    def send(self, address, producer_id, epoch, commit, partitions):
+    def send(self, address, producer_id, epoch, commit, partitions, offsets=()):
         with self.lock:
             self.calls.append((address, producer_id, epoch, commit, list(partitions)))
+            if offsets:
+                self.offsets.append((address, commit, list(offsets)))
             if address in self.down:
                 raise Unavailable(f"{address} is down")
             out = []
@@ -43,6 +46,12 @@ class Brokers:
                 if self.refuse.get((topic, p), 0) > 0:
                     self.refuse[(topic, p)] -= 1
                     result.error_code, result.offset = "NOT_LEADER", -1
+                out.append(result)
+            for group, topic, p, _ in offsets:
+                result = bpb.TxnMarkerResult(topic=topic, partition=p, offset=-1, group=group)
+                if self.refuse.get((topic, p, group), 0) > 0:
+                    self.refuse[(topic, p, group)] -= 1
+                    result.error_code = "NOT_LEADER"
                 out.append(result)
             return out
 
@@ -124,6 +133,29 @@ def test_a_commit_marks_every_partition_on_its_leader_once_and_completes(state, 
     txns.add_partitions("t", pid, epoch + 1, [("a", 0)])  # the next transaction
     with pytest.raises(ProducerFenced):
         txns.add_partitions("t", pid, epoch, [("a", 0)])
+
+
+def test_offsets_in_a_transaction_go_with_its_markers_to_their_leaders(state, run):
+    brokers = Brokers()
+    brokers.refuse = {("b", 1, "g"): 2}
+    txns = run(brokers)
+    pid, epoch = txns.init("t", 0, 1)
+    txns.add_partitions("t", pid, epoch, [("a", 0)])
+    txns.add_offsets("t", pid, epoch, "g", [("b", 0, 10), ("b", 1, 20)])
+    txns.add_offsets("t", pid, epoch, "g", [("b", 1, 25)])  # the later offset wins
+    with pytest.raises(UnknownTopic):
+        txns.add_offsets("t", pid, epoch, "g", [("nope", 0, 1)])
+    txns.end("t", pid, epoch, True, 10)
+    assert state.txn("t")["state"] == "COMPLETE_COMMIT"
+    sent = sorted((a, c, tuple(map(tuple, o))) for a, c, o in brokers.offsets)
+    assert sent[0] == ("broker1", True, (("g", "b", 0, 10),))
+    assert {s[2] for s in sent[1:]} == {(("g", "b", 1, 25),)} and len(sent) == 4, \
+        "broker2's offset refused twice, then taken"
+    pid, epoch = txns.end("t", pid, epoch, True, 1)
+    txns.add_offsets("t", pid, epoch, "g", [("a", 1, 3)])  # offsets alone: a transaction
+    assert state.txn("t")["state"] == "ONGOING"
+    txns.end("t", pid, epoch, False, 10)
+    assert brokers.offsets[-1] == ("broker2", False, [("g", "a", 1, 3)])
 
 
 def test_partitions_that_fail_are_retried_until_each_has_its_marker(state, run):

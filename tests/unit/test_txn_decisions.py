@@ -20,8 +20,8 @@ from master.state_txns import MAX_EPOCH
 
 def rec(state="EMPTY", pid=7, epoch=3, parts=(), began=0, timeout=1000, updated=0, seq=1):
     return {"producer_id": pid, "epoch": epoch, "state": state,
-            "partitions": [list(p) for p in parts], "timeout_ms": timeout, "began_ms": began,
-            "updated_ms": updated, "seq": seq}
+            "partitions": [list(p) for p in parts], "offsets": [], "timeout_ms": timeout,
+            "began_ms": began, "updated_ms": updated, "seq": seq}
 
 
 def no_new_id() -> int:
@@ -80,6 +80,25 @@ def test_adding_partitions_begins_the_transaction_once_and_is_idempotent():
     assert d.on_add(rec("EMPTY"), [], 100) is None
     with pytest.raises(ConcurrentTransactions):
         d.on_add(rec("PREPARE_ABORT"), [("a", 0)], 100)
+
+
+def test_offsets_join_the_transaction_and_the_later_offset_wins():
+    new = d.on_add_offsets(rec("COMPLETE_COMMIT"), "g", [("in", 0, 5), ("in", 1, 9)], 100)
+    assert new["state"] == "ONGOING" and new["began_ms"] == 100 and new["partitions"] == []
+    assert new["offsets"] == [["g", "in", 0, 5], ["g", "in", 1, 9]]
+    ongoing = {**rec("ONGOING", parts=[("out", 0)], began=100), "offsets": new["offsets"]}
+    assert d.on_add_offsets(ongoing, "g", [("in", 0, 5)], 200) is None, "nothing new"
+    more = d.on_add_offsets(ongoing, "g", [("in", 0, 7)], 200)
+    assert more["offsets"] == [["g", "in", 0, 7], ["g", "in", 1, 9]]
+    assert more["partitions"] == [["out", 0]] and more["began_ms"] == 100
+    assert d.on_add_offsets(ongoing, "h", [("in", 0, 1)], 200)["offsets"][-1] == \
+        ["h", "in", 0, 1]
+    assert d.on_add(more, [("out", 1)], 300)["offsets"] == more["offsets"], "kept"
+    assert d.on_add(rec("COMPLETE_ABORT"), [("out", 1)], 300)["offsets"] == [], \
+        "a new transaction starts without the last one's"
+    with pytest.raises(ConcurrentTransactions):
+        d.on_add_offsets(rec("PREPARE_COMMIT"), "g", [("in", 0, 1)], 100)
+    assert d.aborting(more)["offsets"] == more["offsets"], "an abort drops them pending"
 
 
 def end(record, commit, pid=7, epoch=3, new_id=no_new_id):
@@ -182,9 +201,9 @@ def test_the_state_machine_refuses_a_transition_the_coordinator_must_never_ask(s
     with pytest.raises(InvalidTxnState, match="epoch 2 is older than 3"):
         write(state, "t", 1, epoch=2)
     write(state, "t", 1, state="ONGOING", parts=[("a", 0)])
-    with pytest.raises(InvalidTxnState, match="keeps its producer id and partitions"):
+    with pytest.raises(InvalidTxnState, match="keeps its producer id, partitions"):
         write(state, "t", 2, state="PREPARE_COMMIT", parts=[("a", 0), ("b", 0)])
-    with pytest.raises(InvalidTxnState, match="keeps its producer id and partitions"):
+    with pytest.raises(InvalidTxnState, match="keeps its producer id, partitions"):
         write(state, "t", 2, state="ONGOING", parts=[("b", 0)])
     write(state, "t", 2, state="PREPARE_ABORT", parts=[("a", 0)], epoch=4)
     with pytest.raises(InvalidTxnState, match="from PREPARE_ABORT to EMPTY"):
