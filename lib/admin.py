@@ -15,7 +15,7 @@ from typing import Any
 from lib.admin_security import SecurityCalls
 from lib.auth.client import Credentials
 from lib.closing import Closeable
-from lib.errors import InvalidArgument, TubeqError
+from lib.errors import InvalidArgument, TubeqError, UnknownTransactionalId
 from lib.names import check_name
 from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
 from lib.rpc import MasterClient, client_pool, invoke
@@ -40,7 +40,8 @@ MAX_BROKER_ID = 2**31 - 1  # int32 on the wire
 def transaction_info(t: admin_pb2.TransactionDescription) -> TransactionInfo:
     return TransactionInfo(t.transactional_id, t.producer_id, t.producer_epoch, t.state,
                            tuple((p.topic, p.partition) for p in t.partitions), t.age_ms,
-                           t.timeout_ms, t.updated_ms)
+                           t.timeout_ms, t.updated_ms,
+                           tuple((o.group, o.topic, o.partition, o.offset) for o in t.offsets))
 
 
 def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
@@ -279,6 +280,16 @@ class AdminClient(SecurityCalls, Closeable):
         of the ids the caller may describe."""
         response = self._call("ListTransactions", admin_pb2.ListTransactionsRequest(all=every))
         return [transaction_info(t) for t in response.transactions]
+
+    def describe_transaction(self, transactional_id: str) -> TransactionInfo:
+        """One transactional_id's transaction (UnknownTransactionalId when the coordinator
+        holds no such id, or the caller may not describe it)."""
+        tid = check_name(transactional_id, "transactional_id")
+        for t in self.list_transactions(every=True):
+            if t.transactional_id == tid:
+                return t
+        raise UnknownTransactionalId(f"unknown transactional_id {tid!r} (or not yours to "
+                                     "describe)", transactional_id=tid)
 
     def abort_transaction(self, transactional_id: str) -> TransactionInfo:
         """Abort a transactional_id's open transaction, fencing its producer (admin only);

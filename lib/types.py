@@ -192,6 +192,7 @@ class TransactionInfo:
     age_ms: int  # since it began (0: none open)
     timeout_ms: int
     updated_ms: int
+    offsets: tuple[tuple[str, str, int, int], ...] = ()  # (group, topic, partition, offset)
 
 
 @dataclass(frozen=True)

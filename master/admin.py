@@ -156,7 +156,9 @@ def txn_pb(tid: str, record: dict[str, Any], now_ms: int) -> apb.TransactionDesc
         partitions=[mpb.TxnTopicPartition(topic=t, partition=p)
                     for t, p in record["partitions"]],
         age_ms=max(0, now_ms - record["began_ms"]) if record["began_ms"] else 0,
-        timeout_ms=record["timeout_ms"], updated_ms=record["updated_ms"])
+        timeout_ms=record["timeout_ms"], updated_ms=record["updated_ms"],
+        offsets=[apb.TxnGroupOffset(group=g, topic=t, partition=p, offset=o)
+                 for g, t, p, o in record.get("offsets", [])])
 
 
 def visible(resource: str, names: Iterable[str]) -> list[str]:

@@ -21,7 +21,7 @@ producer open there), and so does one the transaction added but never wrote to. 
 partition's answer of PRODUCER_FENCED (a newer epoch of the producer wrote there, which
 ended what this marker would end) counts as written; any other error is retried, so a
 decided transaction is never half applied; one that cannot complete shows in
-``tubeq txn list`` (Admin.ListTransactions) as PREPARE_* growing old.
+``tubeq transaction list`` (Admin.ListTransactions) as PREPARE_* growing old.
 
 Topic gone: a partition of a deleted topic (or one beyond its count) has nothing to mark.
 

@@ -321,7 +321,8 @@ def master_status(ctx, as_json) -> None:
 
 @click.group()
 def txn() -> None:
-    """List transactions and abort one (the coordinator on the masters)."""
+    """List, describe and abort transactions (the coordinator on the masters; `tubeq txn`
+    is the same command)."""
 
 
 @txn.command("list")
@@ -334,6 +335,33 @@ def txn_list(ctx, every, as_json) -> None:
         [{**dataclasses.asdict(t), "partitions": len(t.partitions)} for t in ts],
         ["transactional_id", "producer_id", "producer_epoch", "state", "partitions",
          "age_ms", "timeout_ms"]))
+
+
+@txn.command("describe")
+@click.argument("transactional_id")
+@json_option
+@click.pass_context
+def txn_describe(ctx, transactional_id, as_json) -> None:
+    """One transaction: its state, producer id and epoch, age, and every partition and
+    consumer offset it holds (a stuck one shows what it blocks: read_committed readers of
+    those partitions stop at its first record)."""
+    t = admin(ctx).describe_transaction(transactional_id)
+
+    def show(info) -> None:
+        print_rows([{k: v for k, v in dataclasses.asdict(info).items()
+                     if k not in ("partitions", "offsets")}],
+                   ["transactional_id", "producer_id", "producer_epoch", "state", "age_ms",
+                    "timeout_ms"])
+        if info.partitions:
+            click.echo("")
+            print_rows([{"topic": t, "partition": p} for t, p in info.partitions],
+                       ["topic", "partition"])
+        if info.offsets:
+            click.echo("")
+            print_rows([{"group": g, "topic": t, "partition": p, "offset": o}
+                        for g, t, p, o in info.offsets],
+                       ["group", "topic", "partition", "offset"])
+    emit(t, as_json, show)
 
 
 @txn.command("abort")
@@ -372,3 +400,4 @@ def _when(time_ms: int) -> str:
 def register(main: click.Group) -> None:
     for cmd in (topic, partition, group, broker, master, txn, audit):
         main.add_command(cmd)
+    main.add_command(txn, "transaction")  # the issue's name; `txn` for short

@@ -292,7 +292,7 @@ class ListTransactionsRequest(_message.Message):
     def __init__(self, all: _Optional[bool] = ...) -> None: ...
 
 class TransactionDescription(_message.Message):
-    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "state", "partitions", "age_ms", "timeout_ms", "updated_ms")
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "state", "partitions", "age_ms", "timeout_ms", "updated_ms", "offsets")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -301,6 +301,7 @@ class TransactionDescription(_message.Message):
     AGE_MS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -309,7 +310,20 @@ class TransactionDescription(_message.Message):
     age_ms: int
     timeout_ms: int
     updated_ms: int
-    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., state: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_master_pb2.TxnTopicPartition, _Mapping]]] = ..., age_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedCompositeFieldContainer[TxnGroupOffset]
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., state: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_master_pb2.TxnTopicPartition, _Mapping]]] = ..., age_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[TxnGroupOffset, _Mapping]]] = ...) -> None: ...
+
+class TxnGroupOffset(_message.Message):
+    __slots__ = ("group", "topic", "partition", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ListTransactionsResponse(_message.Message):
     __slots__ = ("transactions",)

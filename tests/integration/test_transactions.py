@@ -211,7 +211,9 @@ def test_an_admin_aborts_an_open_transaction(h):
     listed = tubeq(h, "txn", "list", "--json")
     assert {"transactional_id": "tx-admin", "state": "ONGOING", "partitions": [["txb", 0]]} \
         .items() <= next(t for t in listed if t["transactional_id"] == "tx-admin").items()
-    assert tubeq(h, "txn", "abort", "tx-admin", "--json")["state"] == "COMPLETE_ABORT"
+    described = tubeq(h, "transaction", "describe", "tx-admin", "--json")
+    assert (described["state"], described["partitions"]) == ("ONGOING", [["txb", 0]])
+    assert tubeq(h, "transaction", "abort", "tx-admin", "--json")["state"] == "COMPLETE_ABORT"
     with pytest.raises(errors.ProducerFenced):
         producer.end(commit=True)
     with pytest.raises(errors.InvalidTxnState, match="no transaction to abort"):

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from lib import Producer, PullConsumer, TopicPartition, errors
+from lib import AdminClient, Producer, PullConsumer, TopicPartition, errors
 from lib.errors import ConfigError
 from lib.types import GroupMetadata
 from tests.integration.test_broker_cluster import Harness
@@ -180,6 +180,11 @@ def test_offsets_sent_in_a_transaction_count_only_when_it_commits(h):
         p.send_offsets({tp: 3}, "g-offsets")
         with pytest.raises(errors.UnstableOffsetCommit, match="g-offsets"):
             consumer.committed(tp)
+        with AdminClient(h.cluster.master_addresses) as admin:
+            assert admin.describe_transaction("txp-offsets").offsets == (
+                ("g-offsets", "tpa", 0, 3),)
+            with pytest.raises(errors.UnknownTransactionalId, match="txp-never"):
+                admin.describe_transaction("txp-never")
         p.commit()
         assert consumer.committed(tp) == 3
         with p.transaction():  # offsets alone make a transaction too
