@@ -74,6 +74,10 @@ class BrokerConfig:
     audit_refusal_kinds: int = 20
     sink_staging_bytes: int = 512 * MiB  # exactly-once sinks: staged, uncommitted batches
     sink_staging_ttl_s: float = 900.0  # staging nobody committed or aborted is dropped after
+    # A transaction open on a partition led here for this long is checked with the
+    # coordinator (then again as long after), and aborted here when the coordinator will not
+    # end it (a hanging transaction: broker/hanging_txns.py).
+    txn_hanging_after_ms: int = 60_000
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -111,6 +115,8 @@ class BrokerConfig:
                 "BrokerConfig.audit_refusal_kinds must be in [1, 1000]")
         require(self.sink_staging_bytes > 0, "BrokerConfig.sink_staging_bytes must be > 0")
         require(self.sink_staging_ttl_s > 0, "BrokerConfig.sink_staging_ttl_s must be > 0")
+        require(self.txn_hanging_after_ms >= 100,
+                "BrokerConfig.txn_hanging_after_ms must be >= 100")
         problem = auth_setting_problem("BrokerConfig", self.auth, self.resolved_cluster_secret)
         require(not problem, problem)
         problem = server_tls(self).problem("BrokerConfig")

@@ -93,6 +93,8 @@ class MasterLink:
         self._soon = threading.Event()  # heartbeat now, not at the next interval
         # Leaders this broker cannot fetch from (broker/replica_fetcher.py), for the master.
         self.unreachable: Callable[[], list[int]] = list
+        # Work of this thread after each heartbeat (the hanging-transaction check).
+        self.after_heartbeat: Callable[[], None] = lambda: None
         self._thread = threading.Thread(target=self._run, daemon=True, name="master-link")
 
     def start(self) -> None:
@@ -174,6 +176,10 @@ class MasterLink:
         self._apply_policies(res)
         if self.offsets is not None:
             self.offsets.reported(pairs)
+        try:
+            self.after_heartbeat()
+        except Exception:  # the link must survive it
+            log.exception("master.after_heartbeat_failed")
 
     def _apply(self, topics, placements, deleted, signing_keys) -> None:
         if self.keyring is not None and signing_keys:  # none: auth = "none" on the master
@@ -237,6 +243,19 @@ class MasterLink:
         if res.leader_epoch != change.leader_epoch or tuple(res.replicas) != change.replicas:
             self.heartbeat_soon()
         return res
+
+    def open_txns(self, queries: list[tuple[int, int, str, int]]) -> list[bool]:
+        """Whether the coordinator will still end each transaction (producer id, epoch,
+        topic, partition) this broker holds open (broker/hanging_txns.py)."""
+        req = mpb.CheckOpenTxnsRequest(queries=[
+            mpb.OpenTxnQuery(producer_id=pid, producer_epoch=epoch, topic=topic,
+                             partition=partition)
+            for pid, epoch, topic, partition in queries])
+        res = self.client.call(master_pb2_grpc.MasterStub, "CheckOpenTxns", req,
+                               metadata=self._metadata)
+        if len(res.open) != len(queries):
+            raise TubeqError(f"CheckOpenTxns answered {len(res.open)} of {len(queries)}")
+        return list(res.open)
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

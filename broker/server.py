@@ -32,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.config import BrokerConfig
 from broker.data import DataPlane
+from broker.hanging_txns import HangingTxns
 from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
@@ -129,6 +130,10 @@ class Broker:
                                    refusals=self.refusals, tls=server_tls(cfg).as_client())
             self.link.unreachable = self.fetcher.unreachable_leaders
             self.fetcher.on_unreachable = self.link.heartbeat_soon
+            after_s = cfg.txn_hanging_after_ms / 1000
+            self.hanging = HangingTxns(self.topics, self.link.open_txns, after_s,
+                                       check_s=min(10.0, after_s))
+            self.link.after_heartbeat = self.hanging.maybe_check
             self.link.start()
             self.fetcher.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()

@@ -306,6 +306,16 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.AddOffsetsToTxnResponse()
 
     @guarded
+    def CheckOpenTxns(self, request, context):  # noqa: N802
+        """Brokers only (the access rule); answered by the active master alone (guarded)."""
+        if len(request.queries) > MAX_TXN_PARTITIONS_PER_CALL:
+            raise InvalidArgument(f"at most {MAX_TXN_PARTITIONS_PER_CALL} queries per "
+                                  "CheckOpenTxns call")
+        return mpb.CheckOpenTxnsResponse(open=self.txns.open_on(
+            [(q.producer_id, q.producer_epoch, q.topic, q.partition)
+             for q in request.queries]))
+
+    @guarded
     def EndTxn(self, request, context):  # noqa: N802
         tid = check_name(request.transactional_id, "transactional_id")
         producer_id, epoch = self.txns.end(tid, request.producer_id, request.producer_epoch,

@@ -48,6 +48,7 @@ from master.txn_decisions import (
     on_admin_abort,
     on_end,
     on_init,
+    still_open,
     timed_out,
     timeout_of,
 )
@@ -127,6 +128,14 @@ class TransactionCoordinator:
             new = on_add_offsets(record, group, offsets, wall_ms())
             if new is not None:
                 self._put(tid, record, new)
+
+    def open_on(self, queries: list[tuple[int, int, str, int]]) -> list[bool]:
+        """CheckOpenTxns: for each (producer id, epoch, topic, partition) a broker holds a
+        transaction open on, whether the coordinator will still end it there
+        (txn_decisions.still_open)."""
+        by_producer = {r["producer_id"]: r for r in self._state.txns().values()}
+        return [still_open(by_producer.get(pid), pid, epoch, topic, partition)
+                for pid, epoch, topic, partition in queries]
 
     def end(self, tid: str, producer_id: int, epoch: int, commit: bool, wait_s: float
             ) -> tuple[int, int]:

@@ -201,6 +201,21 @@ def on_admin_abort(tid: str, record: Record | None) -> tuple[str, Record | None]
                           f"{record['state']}", transactional_id=tid, state=record["state"])
 
 
+def still_open(record: Record | None, producer_id: int, epoch: int, topic: str,
+               partition: int) -> bool:
+    """Whether the transaction whose batches (of ``producer_id`` at ``epoch``) a broker holds
+    open on the partition will still be ended by the coordinator: ONGOING at that epoch with
+    the partition added, or decided (PREPARE_*, at that epoch or the one its end bumped to)
+    with it. Anything else (another epoch, a transaction that completed, a producer id no
+    transactional_id holds) is a hanging transaction the broker aborts itself."""
+    if record is None or record["producer_id"] != producer_id \
+            or [topic, partition] not in record["partitions"]:
+        return False
+    if record["state"] == ONGOING:
+        return record["epoch"] == epoch
+    return record["state"] in PREPARING and epoch <= record["epoch"]
+
+
 def completed(record: Record) -> Record:
     """A PREPARE_* record once every marker is written: COMPLETE_*, under the producer id
     and epoch its ending instance goes on with (``next``)."""

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterable
@@ -96,10 +97,13 @@ class ProducerBatch:
 @dataclass
 class OpenTxn:
     """A transaction open on this partition: its producer's epoch and its batches' (first
-    offset, last offset, data position after the chunk)."""
+    offset, last offset, data position after the chunk). ``opened_at`` (monotonic seconds,
+    not stored: a reopened store counts from its opening) lets the broker ask the
+    coordinator about one open too long (broker/hanging_txns.py)."""
 
     epoch: int
     ranges: list[tuple[int, int, int]]
+    opened_at: float = field(default_factory=time.monotonic, compare=False)
 
     @property
     def first_offset(self) -> int:
@@ -184,6 +188,10 @@ class ProducerWindows:
 
     def open_txn(self, producer_id: int) -> OpenTxn | None:
         return self._open.get(producer_id)
+
+    def open_txns(self) -> list[tuple[int, OpenTxn]]:
+        """(producer id, transaction) of every transaction open here."""
+        return list(self._open.items())
 
     def check_marker(self, producer_id: int, epoch: int) -> None:
         """ProducerFenced when a newer epoch of the producer wrote here (the marker of a

@@ -17,7 +17,7 @@ from lib.records import BatchView, control_frame
 from storage.core import StoreCore
 from storage.datalog import ATTR_COMMIT, ATTR_CONTROL, ProducerFields
 from storage.partition_log import PartitionLog
-from storage.producers import ProducerBatch
+from storage.producers import OpenTxn, ProducerBatch
 
 
 class StoreProducers:
@@ -57,6 +57,11 @@ class StoreProducers:
             base, end_pos = self._add(partition, view, True, leader_epoch, None, fields)
             self._wait_synced(end_pos)
         return base
+
+    def open_txns(self, partition: int) -> list[tuple[int, OpenTxn]]:
+        """(producer id, transaction) of every transaction open on the partition."""
+        with self._core.cond:
+            return self._readable(partition).producers.open_txns()
 
     def last_stable(self, partition: int) -> int:
         """The last stable offset: ``read_committed`` readers stop before the first offset

@@ -100,6 +100,7 @@ RULES: dict[str, Rule] = {
     _M + "EndTxn": needs(("write", "transactional_id", "transactional_id")),
     _M + "AddOffsetsToTxn": needs(("write", "transactional_id", "transactional_id"),
                                   ("consume", "group", "group")),
+    _M + "CheckOpenTxns": CLUSTER_ONLY,  # brokers ask about transactions open too long
     # masters: administration
     _A + "MasterStatus": PUBLIC,
     _A + "CreateTopic": needs(("create", "topic", "topic")),

@@ -453,6 +453,30 @@ class AddOffsetsToTxnResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class OpenTxnQuery(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "topic", "partition")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    topic: str
+    partition: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class CheckOpenTxnsRequest(_message.Message):
+    __slots__ = ("queries",)
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    queries: _containers.RepeatedCompositeFieldContainer[OpenTxnQuery]
+    def __init__(self, queries: _Optional[_Iterable[_Union[OpenTxnQuery, _Mapping]]] = ...) -> None: ...
+
+class CheckOpenTxnsResponse(_message.Message):
+    __slots__ = ("open",)
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    open: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, open: _Optional[_Iterable[bool]] = ...) -> None: ...
+
 class EndTxnRequest(_message.Message):
     __slots__ = ("transactional_id", "producer_id", "producer_epoch", "commit")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]

@@ -94,6 +94,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnResponse.FromString,
                 _registered_method=True)
+        self.CheckOpenTxns = channel.unary_unary(
+                '/tubeq.master.Master/CheckOpenTxns',
+                request_serializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -191,6 +196,15 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckOpenTxns(self, request, context):
+        """Brokers only (the cluster credential): whether each transaction a broker has held open
+        on a partition for long is still open at the coordinator; a broker aborts one that is not
+        (a hanging transaction: broker/hanging_txns.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -253,6 +267,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.AddOffsetsToTxn,
                     request_deserializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'CheckOpenTxns': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckOpenTxns,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -579,6 +598,33 @@ class Master:
             '/tubeq.master.Master/AddOffsetsToTxn',
             lib_dot_proto_dot_master__pb2.AddOffsetsToTxnRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckOpenTxns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/CheckOpenTxns',
+            lib_dot_proto_dot_master__pb2.CheckOpenTxnsRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.CheckOpenTxnsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -101,6 +101,18 @@ def test_offsets_join_the_transaction_and_the_later_offset_wins():
     assert d.aborting(more)["offsets"] == more["offsets"], "an abort drops them pending"
 
 
+def test_a_broker_is_told_which_transactions_the_coordinator_will_still_end():
+    ongoing = rec("ONGOING", parts=[("a", 0)], began=1)
+    assert d.still_open(ongoing, 7, 3, "a", 0)
+    assert not d.still_open(ongoing, 7, 3, "a", 1), "a partition never added: hanging"
+    assert not d.still_open(ongoing, 7, 2, "a", 0), "an older epoch's late batch"
+    assert not d.still_open(ongoing, 8, 3, "a", 0), "another producer id"
+    assert not d.still_open(None, 7, 3, "a", 0), "no transactional_id holds it"
+    ending = {**rec("PREPARE_COMMIT", epoch=4, parts=[("a", 0)]), "ended": [7, 3]}
+    assert d.still_open(ending, 7, 3, "a", 0), "decided: its markers are coming"
+    assert not d.still_open(rec("COMPLETE_COMMIT", epoch=4, parts=[("a", 0)]), 7, 3, "a", 0)
+
+
 def end(record, commit, pid=7, epoch=3, new_id=no_new_id):
     return d.on_end("t", record, pid, epoch, commit, new_id)
 
