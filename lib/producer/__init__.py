@@ -1,8 +1,10 @@
 """The producer: :class:`Producer` is a facade over an accumulator (per-partition batches,
 bounded memory) and one sender thread (Produce calls, retries, idempotence).
 
-``producer.py`` the facade and its config, ``accumulator.py`` batching, ``sender.py`` the wire
-side, ``partitioner.py`` where a record goes, ``futures.py`` what ``send`` returns.
+``producer.py`` the facade, ``config.py`` its settings, ``encoder.py`` a record's partition and
+frame, ``accumulator.py`` batching, ``sender.py`` the wire side, ``partitioner.py`` where a
+record goes, ``futures.py`` what ``send`` returns, ``transaction.py`` a transactional
+producer's state and coordinator calls.
 """
 from lib.producer.producer import Producer, ProducerConfig
 

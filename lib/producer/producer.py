@@ -22,113 +22,38 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.config import settle
 from lib.errors import (
     ClientClosed,
-    ConfigError,
     InvalidArgument,
     InvalidTxnState,
-    RecordTooLarge,
     RequestTimedOut,
     TubeqError,
-    Unavailable,
-    UnknownPartition,
 )
 from lib.memory import keep_freed_memory
 from lib.names import check_name
 from lib.producer.accumulator import Accumulator
 from lib.producer.bulk import BulkFuture, bulk_values, groups, take
+from lib.producer.config import MAX_BATCH_BYTES, ProducerConfig
+from lib.producer.encoder import RecordEncoder
 from lib.producer.ids import init_producer_id
-from lib.producer.partitioner import Partitioner
 from lib.producer.sender import Sender
 from lib.producer.transaction import FENCED, Transactions
-from lib.records import (
-    DEFAULT_MAX_BATCH_BYTES,
-    FLAG_VALUE_ZLIB,
-    FRAME_HEADER_SIZE,
-    Record,
-    encode_frame,
-    encode_run,
-    headers_of,
-    plain_frame,
-    tag_hash,
-)
-from lib.records.layout import crc32
-from lib.routes import RouteCache, TopicRoutes
+from lib.records import encode_run
+from lib.routes import RouteCache
 from lib.rpc import MasterClient, client_pool
 from lib.tls import Tls
 from lib.types import BulkMetadata, GroupMetadata, RecordMetadata, TopicPartition
 
-_BYTES = (bytes, bytearray)
 _time_ns = time.time_ns
-# A batch passes batch_bytes by at most one message (1 MiB by default) and must stay within
-# the broker's default max_batch_bytes (4 MiB).
-MAX_BATCH_BYTES = DEFAULT_MAX_BATCH_BYTES // 2
-
-
-@dataclass(frozen=True)
-class ProducerConfig:
-    """Every producer setting; ``Producer(masters, **settings)`` builds one."""
-
-    linger_ms: int = 5  # how long a batch waits for more records before it is sent
-    # A batch is sent once it holds this many frame bytes. 2 MiB batches cost a quarter less
-    # CPU per 1 KiB record than 512 KiB ones, on both sides; a broker with a lower
-    # max_batch_bytes gets them in pieces (lib/producer/split.py).
-    batch_bytes: int = MAX_BATCH_BYTES
-    buffer_bytes: int = 64 * 1024 * 1024  # bytes held (queued + in flight) before send() blocks
-    max_block_ms: int = 60_000  # how long send() blocks on a full buffer before raising
-    retries: int = 5  # retries of a batch on retriable errors
-    retry_backoff_ms: int = 100  # first backoff; doubles per retry, at most 1 s
-    request_timeout_ms: int = 30_000  # deadline of one Produce call and of master calls
-    compression: str | None = None  # None or "zlib" (per record, only when it saves bytes)
-    # The broker stores a retried batch once (ids from the active master; kept across broker
-    # restarts). False: a retry after a lost answer may store a batch twice.
-    idempotent: bool = True
-    # "1": a send is acknowledged once the partition's leader stored it; "all": once every
-    # in-sync replica did (refused with NotEnoughReplicas, and retried, while the ISR is
-    # below the topic's min_insync_replicas).
-    acks: str = "1"
-    client_id: str = ""
-    metadata_max_age_ms: int = 30_000  # routes are refreshed at least this often
-    # Set: a transactional producer (begin/commit/abort, docs/transactions.md); a new
-    # producer with the same id fences this one and aborts its open transaction.
-    transactional_id: str = ""
-    # How long a transaction may stay open before the coordinator aborts it (0: the
-    # masters' transaction_timeout_ms, 60 s; at most their transaction_max_timeout_ms).
-    transaction_timeout_ms: int = 0
-
-    def validate(self) -> None:
-        limit = MAX_BATCH_BYTES
-        checks = [
-            (self.linger_ms >= 0, "linger_ms must be >= 0"),
-            (0 < self.batch_bytes <= limit, f"batch_bytes must be in 1..{limit}"),
-            (self.buffer_bytes >= self.batch_bytes, "buffer_bytes must be >= batch_bytes"),
-            (self.max_block_ms >= 0, "max_block_ms must be >= 0"),
-            (self.retries >= 0, "retries must be >= 0"),
-            (self.retry_backoff_ms >= 0, "retry_backoff_ms must be >= 0"),
-            (self.request_timeout_ms > 0, "request_timeout_ms must be > 0"),
-            (self.compression in (None, "zlib"), "compression must be None or 'zlib'"),
-            (self.acks in ("1", "all"), f"acks must be '1' or 'all', got {self.acks!r}"),
-            (self.metadata_max_age_ms > 0, "metadata_max_age_ms must be > 0"),
-            (self.idempotent or not self.transactional_id,
-             "a transactional producer is idempotent: idempotent=False with a "
-             "transactional_id"),
-            (self.transaction_timeout_ms >= 0, "transaction_timeout_ms must be >= 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(f"producer config: {message}")
+__all__ = ["MAX_BATCH_BYTES", "Producer", "ProducerConfig"]  # the config's home: config.py
 
 
 class Producer(Closeable):
@@ -147,7 +72,8 @@ class Producer(Closeable):
         self._pool = client_pool(masters, credentials, timeout_s, tls)
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout_s)
         self._routes = RouteCache(self._master, cfg.metadata_max_age_ms / 1000, timeout_s)
-        self._partitioner = Partitioner(sticky_bytes=cfg.batch_bytes)
+        self._encoder = RecordEncoder(self._routes, cfg.batch_bytes,
+                                      cfg.compression == "zlib")
         self._acc = Accumulator(cfg.batch_bytes, cfg.buffer_bytes, cfg.linger_ms / 1000,
                                 cfg.max_block_ms / 1000)
         self._txn, self._offsets = None, None
@@ -169,11 +95,8 @@ class Producer(Closeable):
                 self._master.close()
                 self._pool.close()
                 raise
-        self._zlib = cfg.compression == "zlib"
-        self._named: set[str] = set()
-        self._batch_bytes = cfg.batch_bytes
-        # topic -> [partition, max frame bytes, open batch]: send()'s plain values (_stick)
-        self._sticky: dict[str, list] = {}
+        self._zlib = self._encoder.zlib
+        self._sticky = self._encoder.sticky  # read inline by send()
         self._closed = False
         self._sender.start()
 
@@ -206,18 +129,8 @@ class Producer(Closeable):
         return self._send_checked(topic, value, key, tag, headers, partition, timestamp)
 
     def _stick(self, topic: str, value: bytes) -> list | None:
-        """The topic's next sticky partition for plain values: [partition, max frame bytes,
-        open batch (None: the accumulator opens one)]; None when the record needs the checked
-        path (closed, unknown or unavailable topic, too large)."""
-        if self._closed or topic not in self._named:
-            return None
-        route = self._routes.get(topic)
-        if not route.available or len(value) + FRAME_HEADER_SIZE > route.max_message_bytes:
-            return None
-        p = self._partitioner.partition(topic, None, route.count, route.available,
-                                        self._batch_bytes)  # a whole turn: the next partition
-        sticky = self._sticky[topic] = [route.tps[p], route.max_message_bytes, None]
-        return sticky
+        """The topic's next sticky partition for a plain value (RecordEncoder.stick)."""
+        return None if self._closed else self._encoder.stick(topic, value)
 
     def _send_checked(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
                       headers: Mapping[str, bytes] | None, partition: int | None,
@@ -230,64 +143,12 @@ class Producer(Closeable):
     def _encode(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
                 headers: Mapping[str, bytes] | None, partition: int | None,
                 timestamp: int | None) -> tuple[TopicPartition, tuple[bytes, ...], int, int, int]:
-        """Check one record and encode its frame: (partition, frame pieces, frame size, tag
-        hash, timestamp). Raises the errors :meth:`send` documents."""
+        """The record checked and encoded (RecordEncoder.encode), if the producer takes it."""
         if self._closed:
             raise ClientClosed("the producer is closed: it accepts no more records")
         if self._txn is not None:
             self._txn.check_send()
-        if topic not in self._named:
-            check_name(topic)
-            self._named.add(topic)
-        if not isinstance(value, _BYTES) or (key is not None and not isinstance(key, _BYTES)):
-            raise InvalidArgument(
-                f"value and key must be bytes, got value {type(value).__name__}, "
-                f"key {type(key).__name__}")
-        route = self._routes.get(topic)
-        ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
-        p = self._choose(route, key, partition, len(value))
-        flags = 0
-        if self._zlib and len(value) > 64:
-            packed = zlib.compress(value, 1)
-            if len(packed) < len(value):
-                value, flags = packed, FLAG_VALUE_ZLIB
-        if tag or headers:
-            frame = encode_frame(Record(bytes(value), None if key is None else bytes(key), tag,
-                                        headers_of(headers), ts, flags=flags))
-            pieces: tuple[bytes, ...] = (frame,)
-        else:
-            pieces = plain_frame(value, key, ts, flags)
-        size = sum(map(len, pieces))
-        if size > route.max_message_bytes:
-            raise self._too_large(route, size)
-        # Not route.tps[p]: _choose may have refreshed the routes to find a new partition p.
-        return TopicPartition(route.topic, p), pieces, size, tag_hash(tag) if tag else 0, ts
-
-    @staticmethod
-    def _too_large(route: TopicRoutes, size: int) -> RecordTooLarge:
-        return RecordTooLarge(
-            f"message for {route.topic} is {size} bytes encoded, over the topic's "
-            f"max_message_bytes of {route.max_message_bytes}",
-            topic=route.topic, size=size, limit=route.max_message_bytes)
-
-    def _choose(self, route: TopicRoutes, key: bytes | None, partition: int | None,
-                size: int) -> int:
-        if partition is None:
-            if not route.count:
-                raise Unavailable(f"topic {route.topic} has no partitions placed yet",
-                                  topic=route.topic)
-            return self._partitioner.partition(route.topic, key, route.count, route.available,
-                                               size)
-        if not isinstance(partition, int) or partition < 0:
-            raise InvalidArgument(f"partition must be an int >= 0, got {partition!r}")
-        if partition >= route.count:
-            self._routes.invalidate(route.topic)
-            route = self._routes.get(route.topic)
-            if partition >= route.count:
-                raise UnknownPartition(
-                    f"topic {route.topic} has {route.count} partitions, no partition {partition}",
-                    topic=route.topic, partition=partition, partitions=route.count)
-        return partition
+        return self._encoder.encode(topic, value, key, tag, headers, partition, timestamp)
 
     def send_batch(self, topic: str, values: Sequence[bytes] | Any,
                    keys: Sequence[bytes] | None = None, tags: Sequence[str] | None = None,
@@ -321,30 +182,19 @@ class Producer(Closeable):
                 raise InvalidArgument(f"{name} has {len(column)} items for {n} values")
         route = self._routes.get(topic)
         ts = time.time_ns() // 1_000_000
-        parts = self._bulk_partitions(route, values, keys, partition)
+        parts = self._encoder.bulk_partitions(route, values, keys, partition)
         bulk = BulkFuture(topic, parts, ts)
         for p, idx in groups(parts):
             run = encode_run(take(values, idx), ts, take(keys, idx), take(tags, idx),
                              take(headers, idx))
             biggest = int(run.sizes.max())
             if biggest > route.max_message_bytes:
-                raise self._too_large(route, biggest)
+                raise self._encoder.too_large(route, biggest)
             for batch in self._acc.append_run(TopicPartition(topic, p), run.frames, run.sizes,
                                               run.tag_hashes, ts):
                 bulk.track(batch, idx)
         bulk.arm()
         return bulk
-
-    def _bulk_partitions(self, route: TopicRoutes, values: Sequence[bytes],
-                         keys: Sequence[bytes] | None, partition: int | None) -> np.ndarray:
-        n = len(values)
-        if keys is not None and partition is None:
-            if not route.count:
-                raise Unavailable(f"topic {route.topic} has no partitions placed yet",
-                                  topic=route.topic)
-            return np.fromiter(map(crc32, keys), np.int64, n) % route.count
-        size = sum(map(len, values))
-        return np.full(n, self._choose(route, None, partition, size), np.int64)
 
     def send_sync(self, topic: str, value: bytes, key: bytes | None = None,
                   tag: str | None = None, headers: Mapping[str, bytes] | None = None,
