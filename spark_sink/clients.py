@@ -33,18 +33,20 @@ _CONSUMER = dict(enable_auto_commit=False, fetch_max_bytes=4 << 20, prefetch_max
 
 
 @contextmanager
-def consumer(conn: Connection, fail_on_data_loss: bool) -> Iterator[PullConsumer]:
+def consumer(conn: Connection, fail_on_data_loss: bool,
+             isolation_level: str = "read_uncommitted") -> Iterator[PullConsumer]:
     """A consumer with no group for this task, returned to the pool afterwards.
 
     Out of range is an error (``failOnDataLoss``) or a jump to the earliest offset.
     """
-    key = (os.getpid(), conn, fail_on_data_loss)
+    key = (os.getpid(), conn, fail_on_data_loss, isolation_level)
     with _lock:
         idle = _idle_consumers.get(key)
         c = idle.pop() if idle else None
     if c is None:
         c = PullConsumer(conn.masters, auto_offset_reset="error" if fail_on_data_loss
-                         else "earliest", **_CONSUMER, **conn.clients("consumer"))
+                         else "earliest", isolation_level=isolation_level, **_CONSUMER,
+                         **conn.clients("consumer"))
     ok = False
     try:
         yield c

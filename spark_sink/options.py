@@ -41,11 +41,12 @@ _TIMEOUT_ARGS = {"admin": ("timeout", 1000), "consumer": ("rpc_timeout_s", 1000)
 READ_OPTIONS = CONNECTION_OPTIONS | {"subscribe", "subscribepattern", "assign", "startingoffsets",
                 "endingoffsets", "minpartitions", "tags", "includeheaders", "failondataloss",
                 "polltimeoutms", "maxoffsetspertrigger", "startingtimestamp",
-                "startingoffsetsbytimestamp", "groupid"}
+                "startingoffsetsbytimestamp", "groupid", "isolationlevel"}
 WRITE_OPTIONS = CONNECTION_OPTIONS | {"topic", "idempotent", "lingerms", "batchbytes", "sinkid",
                  "checkpointlocation"}
 # Kafka options that mean nothing here; refusing them beats silently ignoring them.
 NOT_SUPPORTED = {"kafka.bootstrap.servers": "masters", "kafka.group.id": "groupId",
+                 "kafka.isolation.level": "isolationLevel",
                  "endingtimestamp": None, "endingoffsetsbytimestamp": None}
 # The ways to choose where a read starts: at most one of them (Kafka ranks them instead; a
 # silent ranking hides a forgotten option).
@@ -127,6 +128,9 @@ class ReadOptions:
     starting_timestamp: int | None = None
     starting_timestamps: dict[str, dict[int, int]] | None = None  # topic -> partition -> ms
     group_id: str | None = None  # streams only: the group their progress is committed to
+    # "read_committed": ends at each partition's last stable offset, and leaves out aborted
+    # transactions' records (docs/transactions.md); "read_uncommitted" (default) reads all.
+    isolation_level: str = "read_uncommitted"
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,15 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         starting_timestamps=(_timestamps(opts["startingoffsetsbytimestamp"])
                              if opts.get("startingoffsetsbytimestamp") else None),
         group_id=_group(opts.get("groupid", "")),
+        isolation_level=_isolation(opts.get("isolationlevel", "read_uncommitted")),
     )
+
+
+def _isolation(value: str) -> str:
+    if value not in ("read_uncommitted", "read_committed"):
+        raise OptionError("isolationLevel", f"must be read_uncommitted or read_committed, got "
+                                            f"{value!r}")
+    return value
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:

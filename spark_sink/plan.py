@@ -8,6 +8,7 @@ reaches the user from the driver before any task runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -98,7 +99,30 @@ def describe_topics(admin: AdminClient, opts: ReadOptions) -> dict[str, TopicInf
             out[name] = _described(admin, name)
         except UnknownTopic:
             raise OptionError(option, f"unknown topic {name!r}") from None
+    if opts.isolation_level == "read_committed":
+        out = stable_ends(opts.conn, out)
     return out
+
+
+def stable_ends(conn: Connection, topics: dict[str, TopicInfo]) -> dict[str, TopicInfo]:
+    """``topics`` with each partition's ``latest`` turned into its last stable offset, as its
+    broker says it now (-1 when none answered): a read_committed read ends there, before the
+    first record of the oldest open transaction (Kafka's read_committed end offsets)."""
+    tps = [TopicPartition(t, p.partition) for t, info in topics.items()
+           for p in info.partitions if p.latest >= 0]
+    ends: dict[TopicPartition, int] = {}
+    if tps:
+        try:
+            with PullConsumer(conn.masters, enable_auto_commit=False, client_id="tubeq-spark",
+                              isolation_level="read_committed",
+                              **conn.clients("consumer")) as c:
+                c.assign(tps)
+                ends = c.end_offsets()
+        except TubeqError:
+            ends = {}
+    return {t: dataclasses.replace(info, partitions=[
+        dataclasses.replace(p, latest=ends.get(TopicPartition(t, p.partition), -1))
+        for p in info.partitions]) for t, info in topics.items()}
 
 
 def _described(admin: AdminClient, name: str, wait_s: float = OFFSETS_WAIT_S) -> TopicInfo:
@@ -184,18 +208,19 @@ def offsets_for_times(conn: Connection, times: dict[tuple[str, int], int],
         return {(t, p): c.position(TopicPartition(t, p)) for t, p in times}
 
 
-def broker_latest(conn: Connection, tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """Each partition's latest offset as its own broker says it now; partitions whose broker
-    does not answer are left out. (The masters' describe falls back to the last heartbeat's
-    stats, up to a heartbeat old, for a broker that does not answer them.)"""
+def broker_latest(conn: Connection, tps: set[tuple[str, int]],
+                  isolation_level: str = "read_uncommitted") -> dict[tuple[str, int], int]:
+    """Each partition's latest offset (its last stable offset for read_committed) as its own
+    broker says it now; partitions whose broker does not answer are left out. (The masters'
+    describe falls back to the last heartbeat's stats, up to a heartbeat old, for a broker
+    that does not answer them.)"""
     if not tps:
         return {}
     try:
         with PullConsumer(conn.masters, enable_auto_commit=False, client_id="tubeq-spark",
-                          **conn.clients("consumer")) as c:
+                          isolation_level=isolation_level, **conn.clients("consumer")) as c:
             c.assign([TopicPartition(t, p) for t, p in tps])
-            c.seek_to_end()
-            return {(t, p): c.position(TopicPartition(t, p)) for t, p in tps}
+            return {(tp.topic, tp.partition): end for tp, end in c.end_offsets().items()}
     except TubeqError:
         return {}
 

@@ -37,10 +37,12 @@ class RangePartition(InputPartition):
     tags: tuple[str, ...]
     fail_on_data_loss: bool
     poll_timeout_ms: int
+    isolation_level: str = "read_uncommitted"
 
     @classmethod
     def of(cls, r: OffsetRange, o: ReadOptions) -> RangePartition:
-        return cls(r, o.conn, o.tags, o.fail_on_data_loss, o.poll_timeout_ms)
+        return cls(r, o.conn, o.tags, o.fail_on_data_loss, o.poll_timeout_ms,
+                   o.isolation_level)
 
 
 class TubeqReader(DataSourceReader):
@@ -153,7 +155,7 @@ def read_range(p: RangePartition) -> Iterator[FrameColumns]:
     r = p.range
     tp = TopicPartition(r.topic, r.partition)
     timeout = p.poll_timeout_ms / 1000
-    with clients.consumer(p.conn, p.fail_on_data_loss) as consumer:
+    with clients.consumer(p.conn, p.fail_on_data_loss, p.isolation_level) as consumer:
         consumer.assign([tp], tags=list(p.tags))
         consumer.seek(tp, r.start)
         last_progress, position = time.monotonic(), r.start

@@ -103,7 +103,8 @@ class TubeqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # An end behind the query's position counts only once the broker itself says so:
         # for a broker that does not answer them, the masters report its last heartbeat's.
         now = broker_latest(self.opts.conn, {tp for tp, (_, latest) in bounds.items()
-                                                if 0 <= latest < begin[tp]})
+                                                if 0 <= latest < begin[tp]},
+                            self.opts.isolation_level)
         end = {tp: now[tp] if now.get(tp, begin[tp]) < begin[tp]
                else self._end(tp, begin[tp], latest) for tp, (_, latest) in bounds.items()}
         if isinstance(limit, ReadMaxRows):

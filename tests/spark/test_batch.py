@@ -177,3 +177,30 @@ def test_empty_ranges_give_an_empty_frame(spark, masters, new_topic, ending):
     df = read(spark, masters, subscribe=topic, startingOffsets="latest", endingOffsets=ending) \
         if ending == "latest" else read(spark, masters, subscribe=topic, endingOffsets=ending)
     assert df.count() == 0
+
+
+def test_a_read_committed_read_ends_at_the_last_stable_offset_and_skips_aborted_records(
+        spark, masters, new_topic):
+    topic = new_topic(partitions=1)
+    with Producer(masters, transactional_id=f"{topic}-writer", linger_ms=1) as producer:
+        with producer.transaction():
+            producer.send_batch(topic, [b"committed-%d" % i for i in range(5)])
+        producer.begin()
+        producer.send_batch(topic, [b"aborted-%d" % i for i in range(3)])
+        producer.abort()
+        producer.begin()
+        producer.send_batch(topic, [b"open-%d" % i for i in range(2)])
+        producer.flush()
+        with Producer(masters) as plain:  # after the open transaction: not stable yet
+            plain.send_sync(topic, b"plain-after")
+
+        def values(isolation: str) -> list[bytes]:
+            rows = read(spark, masters, subscribe=topic, isolationLevel=isolation).toArrow()
+            return rows.column("value").to_pylist()
+
+        assert values("read_committed") == [b"committed-%d" % i for i in range(5)], \
+            "stops before the open transaction; the aborted one left out"
+        assert len(values("read_uncommitted")) == 11, "everything but the markers"
+        producer.commit()
+    assert values("read_committed") == [*(b"committed-%d" % i for i in range(5)),
+                                        b"open-0", b"open-1", b"plain-after"]

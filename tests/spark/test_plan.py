@@ -61,3 +61,14 @@ def test_batch_bytes_above_the_producers_limit_is_refused_at_planning_naming_the
         == MAX_BATCH_BYTES
     with pytest.raises(OptionError, match=f"batchBytes.*<= {MAX_BATCH_BYTES}, got"):
         write_options({**base, "batchBytes": str(MAX_BATCH_BYTES + 1)})
+
+
+def test_isolation_level_is_checked_and_kafkas_name_points_to_ours():
+    base = {"masters": "h:1", "subscribe": "a"}
+    assert read_options(base).isolation_level == "read_uncommitted"
+    assert read_options({**base, "isolationLevel": "read_committed"}).isolation_level == \
+        "read_committed"
+    with pytest.raises(OptionError, match="isolationLevel.*read_uncommitted or read_committed"):
+        read_options({**base, "isolationLevel": "serializable"})
+    with pytest.raises(OptionError, match="kafka.isolation.level.*'isolationLevel'"):
+        read_options({**base, "kafka.isolation.level": "read_committed"})
