@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from broker.config import BrokerConfig
 from broker.isolation import leave_out, visible_end
 from broker.metrics import BrokerMetrics
@@ -283,4 +285,13 @@ class DataPlane:
         cap = self.config.fetch_max_bytes
         res = store.read(req.partition, req.start_offset, min(req.max_bytes or cap, cap),
                          stop=end)
-        return pb.PartitionData(**result_data(req.partition, res).fields())
+        data = pb.PartitionData(**result_data(req.partition, res).fields())
+        if store.producers.transactional(req.partition):
+            ranges = store.producers.aborted_ranges(req.partition, req.start_offset,
+                                                    max(data.next_offset, req.start_offset + 1))
+            data.aborted = np.ascontiguousarray(
+                np.column_stack([ranges["first"], ranges["last"]]), "<i8").tobytes() \
+                if len(ranges) else b""
+            data.last_stable = store.producers.last_stable(req.partition)
+            data.transactional = True
+        return data

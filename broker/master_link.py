@@ -270,11 +270,12 @@ class MasterLink:
             try:
                 earliest, latest = store.earliest(p), store.latest(p)
                 disk_bytes = store.disk_bytes(p)
+                stable = store.producers.last_stable(p)
             except (TubeqError, OSError):
                 continue  # the store is being reopened, closed or trimmed: report it next time
             c = self.metrics.partition(topic, p)
             out.append(mpb.PartitionStats(
                 topic=topic, partition=p, earliest=earliest, latest=latest,
                 bytes_in=c.bytes_in, messages_in=c.messages_in, bytes_out=c.bytes_out,
-                messages_out=c.messages_out, disk_bytes=disk_bytes))
+                messages_out=c.messages_out, disk_bytes=disk_bytes, last_stable=stable))
         return out

@@ -32,7 +32,7 @@ from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.replication import ReplicaLeader
 from broker.sinks import SinkPlane
-from broker.txn_markers import write_markers
+from broker.txn_markers import sync_txn, write_markers
 from lib.auth.access import current_access
 from lib.auth.quotas import QuotaBook
 from lib.errors import TubeqError
@@ -221,6 +221,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 await self.replication.offsets_replicated(
                     topic, [p for t, p in done if t == topic], budget)
         return response
+
+    @_guarded
+    async def SyncTxn(self, request: pb.SyncTxnRequest, context):  # noqa: N802
+        check_name(request.topic)
+        return await self.run(sync_txn, self.data.topics, request)
 
     @_guarded
     async def Fetch(self, request: pb.FetchRequest, context):  # noqa: N802

@@ -19,6 +19,22 @@ from lib.errors import TubeqError
 from lib.proto import broker_pb2 as pb
 
 
+def sync_txn(topics: TopicManager, req: pb.SyncTxnRequest) -> pb.SyncTxnResponse:
+    """A transactional producer's check before its commit (storage ``sync_txn``): per
+    partition, an empty error when its open transaction holds every record acknowledged."""
+    out = []
+    for sp in req.partitions:
+        result = pb.TxnMarkerResult(topic=req.topic, partition=sp.partition, offset=-1)
+        try:
+            store = topics.store_for(req.topic, sp.partition)
+            store.producers.sync_txn(sp.partition, req.producer_id, req.producer_epoch,
+                                     sp.records)
+        except TubeqError as err:
+            result.error_code, result.error_message = err.code, err.message
+        out.append(result)
+    return pb.SyncTxnResponse(results=out)
+
+
 def write_markers(topics: TopicManager, offsets: OffsetsPlane,
                   req: pb.WriteTxnMarkersRequest
                   ) -> tuple[pb.WriteTxnMarkersResponse, list[tuple[str, int, int]]]:

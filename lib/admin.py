@@ -56,7 +56,7 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
         partitions=[PartitionInfo(p.partition, p.broker_id, p.address, p.available,
                                   p.earliest, p.latest, p.disk_bytes, p.leader_epoch,
                                   list(p.replicas), list(p.isr), list(p.replica_lags),
-                                  list(p.target_replicas))
+                                  list(p.target_replicas), p.last_stable)
                     for p in parts],
         replication_factor=s.replication_factor or 1,
         min_insync_replicas=s.min_insync_replicas or 1,

@@ -216,6 +216,14 @@ class UnknownTransactionalId(TubeqError):
     code = "UNKNOWN_TRANSACTIONAL_ID"
 
 
+class TxnRecordsLost(TubeqError):
+    """A partition holds fewer of an open transaction's records than the producer had
+    acknowledged there (a crash of its only copy lost the rest, or a leader change did): the
+    transaction cannot commit whole; abort it (``partition``, ``held``, ``acknowledged``)."""
+
+    code = "TXN_RECORDS_LOST"
+
+
 class UnstableOffsetCommit(TubeqError):
     """A transaction holds offsets of this group and partition pending (Kafka's
     UNSTABLE_OFFSET_COMMIT): the committed offset is about to change; retry once its

@@ -77,6 +77,9 @@ class PartitionInfo:
     replica_lags: list[int] = field(default_factory=list)  # per replica: offsets behind (-1: ?)
     # A reassignment in progress moves the partition to these replicas ([]: none).
     target_replicas: list[int] = field(default_factory=list)
+    # Where read_committed readers stop (the oldest open transaction's first offset, else
+    # ``latest``); -1 when not known.
+    last_stable: int = -1
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.OutOfOrderSequence: grpc.StatusCode.FAILED_PRECONDITION,
     e.ConcurrentTransactions: grpc.StatusCode.ABORTED,
     e.UnstableOffsetCommit: grpc.StatusCode.ABORTED,
+    e.TxnRecordsLost: grpc.StatusCode.FAILED_PRECONDITION,
     e.InvalidTxnState: grpc.StatusCode.FAILED_PRECONDITION,
     e.UnknownTransactionalId: grpc.StatusCode.NOT_FOUND,
     e.SinkStagingLost: grpc.StatusCode.FAILED_PRECONDITION,

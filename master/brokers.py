@@ -37,6 +37,7 @@ class PartitionStat:
     bytes_out: int = 0
     messages_out: int = 0
     disk_bytes: int = 0
+    last_stable: int = -1
 
 
 @dataclass(frozen=True)

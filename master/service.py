@@ -81,7 +81,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def BrokerHeartbeat(self, request, context):  # noqa: N802
         stats = [(s.topic, s.partition, PartitionStat(
             s.earliest, s.latest, s.bytes_in, s.messages_in, s.bytes_out, s.messages_out,
-            s.disk_bytes))
+            s.disk_bytes, s.last_stable))
             for s in request.stats]
         disk = (DiskState(request.disk.free_bytes, request.disk.reserve_bytes, request.disk.full)
                 if request.HasField("disk") else None)

@@ -142,11 +142,13 @@ class TopicOps:
         parts = []
         for route in self.routes.partitions(record):
             stat = self.registry.stat(route.broker_id, record["topic"], route.partition)
-            earliest, latest = offsets.get(route.partition) or (
-                (-1, -1) if stat is None else (stat.earliest, stat.latest))
+            earliest, latest, stable = offsets.get(route.partition) or (
+                (-1, -1, -1) if stat is None else (stat.earliest, stat.latest,
+                                                   stat.last_stable))
             parts.append(apb.PartitionDescription(
                 partition=route.partition, broker_id=route.broker_id, address=route.address,
                 available=route.available, earliest=earliest, latest=latest,
+                last_stable=stable,
                 disk_bytes=-1 if stat is None else stat.disk_bytes,
                 leader_epoch=route.leader_epoch, replicas=route.replicas, isr=route.isr,
                 replica_lags=self._lags(record["topic"], route, latest),
@@ -165,17 +167,18 @@ class TopicOps:
             lags.append(-1 if end < 0 or latest < 0 else max(0, latest - end))
         return lags
 
-    def _live_offsets(self, record: dict[str, Any]) -> dict[int, tuple[int, int]]:
+    def _live_offsets(self, record: dict[str, Any]) -> dict[int, tuple[int, int, int]]:
         jobs = {}
         for broker, parts in self.routes.by_broker(record).items():
             address = self.routes.address(broker)
             if address and self.registry.is_alive(broker):
                 jobs[broker] = (lambda a=address, ps=parts:
                                 self.calls.list_offsets(a, record["topic"], ps))
-        out: dict[int, tuple[int, int]] = {}
+        out: dict[int, tuple[int, int, int]] = {}
         for result in self.calls.each(jobs).values():
             if isinstance(result, dict):
-                out.update({p: (po.earliest, po.latest) for p, po in result.items()})
+                out.update({p: (po.earliest, po.latest, po.last_stable)
+                            for p, po in result.items()})
         return out
 
     def _existing(self, name: str) -> dict[str, Any]:

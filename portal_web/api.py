@@ -85,6 +85,16 @@ def group_reset(name: str):
     return jsonify(views.reset_offsets(client(), name, body, bool(body.get("dry_run"))))
 
 
+@bp.get("/transactions")
+def transactions():
+    return jsonify(views.transactions(client(), request.args))
+
+
+@bp.post("/transactions/<tid>/abort")
+def transaction_abort(tid: str):
+    return jsonify(views.plain(client().abort_transaction(tid)))
+
+
 @bp.get("/audit")
 def audit():
     return jsonify(views.audit(client(), request.args))

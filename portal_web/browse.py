@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib.consumer.reader import MessageReader, OffsetBounds
-from lib.records import Record
+from lib.consumer.reader import MessageReader, OffsetBounds, ReadResult
+from lib.records import FLAG_CONTROL, Record
 from portal_web.errors import PortalError
 from portal_web.humane import size
 from portal_web.message_query import (
@@ -44,6 +44,20 @@ class PartitionScan:
     nbytes: int = 0
     stopped: str = "end"  # end, limit, bytes, offsets
     matches: deque[Record] = field(default_factory=deque)
+    txn: dict[int, str] = field(default_factory=dict)  # offset -> txn_state of a match
+
+
+def txn_state(r: Record, got: ReadResult) -> str:
+    """What a record is to transactions, as far as a read shows: a commit or abort marker, a
+    record of an aborted transaction, one read_committed readers do not see yet (at or past
+    the last stable offset), or "" (committed, or written outside any transaction)."""
+    if r.flags & FLAG_CONTROL:
+        return "commit marker" if r.key == b"commit" else "abort marker"
+    if any(first <= r.offset <= last for first, last in got.aborted):
+        return "aborted"
+    if 0 <= got.last_stable <= r.offset:
+        return "not yet stable"
+    return ""
 
 
 # ------------------------------------------------------------------ the scan
@@ -66,6 +80,7 @@ def scan_partition(reader: MessageReader, topic: str, partition: int, start: int
         for r in got.records:
             if filt.matches(r):
                 s.matches.append(r)
+                s.txn[r.offset] = txn_state(r, got)
                 if len(s.matches) >= want:
                     s.pos, s.stopped = r.offset + 1, "limit"
                     return s
@@ -90,7 +105,7 @@ def scan_newest(reader: MessageReader, topic: str, partition: int, low: int, end
             break
         first = max(low, s.start - window, end - max_offsets)
         found, nbytes, whole = _read_window(reader, topic, partition, first, s.start, filt,
-                                            max_bytes - s.nbytes)
+                                            max_bytes - s.nbytes, s.txn)
         s.nbytes += nbytes
         if not whole:
             s.stopped = "bytes"
@@ -108,16 +123,21 @@ def scan_newest(reader: MessageReader, topic: str, partition: int, low: int, end
 
 
 def _read_window(reader: MessageReader, topic: str, partition: int, first: int, stop: int,
-                 filt: Filters, budget: int) -> tuple[list[Record], int, bool]:
+                 filt: Filters, budget: int, txn: dict[int, str]
+                 ) -> tuple[list[Record], int, bool]:
     """Matches of [first, stop), bytes read, and whether the whole window was read before
-    ``budget`` ran out (its first read always happens)."""
+    ``budget`` ran out (its first read always happens); each match's txn_state into
+    ``txn``."""
     pos, nbytes, found = first, 0, []
     while pos < stop:
         if nbytes >= budget and pos > first:
             return found, nbytes, False
         got = reader.read(topic, partition, pos, stop, max(1, min(CHUNK_BYTES, budget - nbytes)))
         nbytes += got.nbytes
-        found.extend(r for r in got.records if filt.matches(r))
+        for r in got.records:
+            if filt.matches(r):
+                found.append(r)
+                txn[r.offset] = txn_state(r, got)
         if got.next_offset <= pos:
             break  # nothing more to read (the partition ends before ``stop``)
         pos = got.next_offset
@@ -159,7 +179,8 @@ def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
     if rest:
         reasons.add("limit")
     return {
-        "records": [record_view(r, made.fmt) for r in shown_records],
+        "records": [record_view(r, made.fmt, scans[r.partition].txn.get(r.offset, ""))
+                    for r in shown_records],
         "scan": {"partitions": len(made.ranges), "offsets": sum(s.pos - s.start
                                                                 for s in scans.values()),
                  "bytes": sum(s.nbytes for s in scans.values()), "matched": len(matches),
@@ -183,8 +204,9 @@ def summary(view: Mapping[str, Any], made: Plan) -> str:
     return f"{text} Stopped at {stops}: refine the filters or page on with next."
 
 
-def record_view(r: Record, fmt: str) -> dict[str, Any]:
+def record_view(r: Record, fmt: str, txn: str = "") -> dict[str, Any]:
     return {"partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+            "txn": txn,
             "tag": r.tag, "key": shown(r.key, fmt, KEY_PREVIEW), "value": shown(r.value, fmt),
             "headers": [{"name": k, "value": shown(v, fmt, HEADER_PREVIEW)}
                         for k, v in sorted(r.headers.items())]}

@@ -119,6 +119,13 @@ ROUTES: list[tuple[str, str, str, list, dict | None, str]] = [
      None, "200"),
     ("/groups/{name}/reset", "post", "Reset a group's offsets of a topic (the group must "
      "have no live members); dry_run previews the moves", NAME, RESET_BODY, "200"),
+    ("/transactions", "get", "Transactions open or ending (all=1: every transactional_id "
+     "kept), those the caller may describe: producer id, epoch, state, partitions, consumer "
+     "offsets, age and timeout", [{"name": "all", "in": "query", "schema": {"type": "string"}}],
+     None, "200"),
+    ("/transactions/{tid}/abort", "post", "Abort a transactional_id's open transaction, "
+     "fencing its producer (admin only)", [{"name": "tid", "in": "path", "required": True,
+                                           "schema": {"type": "string"}}], None, "200"),
     ("/audit", "get", "Audit entries, newest first, filtered",
      [{"name": k, "in": "query", "schema": {"type": t}} for k, t in (
          ("principal", "string"), ("action", "string"), ("target", "string"),

@@ -80,6 +80,17 @@ def group_reset(name: str):
     return redirect(url_for("pages.group", name=name))
 
 
+@bp.get("/transactions")
+def transactions():
+    return render_template("transactions.html", view=views.transactions(client(), request.args))
+
+
+@bp.post("/transactions/<tid>/abort")
+def transaction_abort(tid: str):
+    client().abort_transaction(tid)
+    return redirect(url_for("pages.transactions"))
+
+
 @bp.get("/audit")
 def audit():
     return render_template("audit.html", view=views.audit(client(), request.args))

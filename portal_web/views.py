@@ -202,6 +202,18 @@ def group(client: AdminClient, name: str) -> dict:
     return info
 
 
+def transactions(client: AdminClient, args: Mapping[str, Any]) -> dict:
+    """The transactions open or ending (``all=1``: every transactional_id kept), those the
+    caller may describe, oldest first: what a stuck one holds (partitions, offsets) and how
+    long it has been open against its timeout."""
+    every = args.get("all") in ("1", "true")
+    items = sorted((plain(t) for t in client.list_transactions(every)),
+                   key=lambda t: (-t["age_ms"], t["transactional_id"]))
+    for t in items:
+        t["overdue"] = t["state"] == "ONGOING" and t["age_ms"] > t["timeout_ms"]
+    return {"all": every, "items": items}
+
+
 RESET_TARGETS = ("earliest", "latest", "offset", "time")
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from lib.errors import TxnRecordsLost
 from lib.records import BatchView, control_frame
 from storage.core import StoreCore
 from storage.datalog import ATTR_COMMIT, ATTR_CONTROL, ProducerFields
@@ -57,6 +58,26 @@ class StoreProducers:
             base, end_pos = self._add(partition, view, True, leader_epoch, None, fields)
             self._wait_synced(end_pos)
         return base
+
+    def sync_txn(self, partition: int, producer_id: int, producer_epoch: int,
+                 records: int) -> None:
+        """Before a commit: make sure the producer's open transaction holds the ``records``
+        it acknowledged on the partition, and that they are on disk (fsynced up to its last
+        batch, whatever the topic's durability), so the commit marker cannot outlive them.
+        TxnRecordsLost when fewer are held (a crash of an ``async`` copy lost the rest)."""
+        with self._core.cond:
+            part = self._writable(partition)
+            txn = part.producers.open_txn(producer_id)
+            held = 0 if txn is None or txn.epoch != producer_epoch else sum(
+                last - first + 1 for first, last, _end in txn.ranges)
+            if held < records:
+                raise TxnRecordsLost(
+                    f"{part.producers.topic}/{partition} holds {held} of the {records} "
+                    f"records producer {producer_id} epoch {producer_epoch} had acknowledged "
+                    "there in its transaction (lost in a crash or a leader change): abort "
+                    "the transaction", partition=partition, held=held, acknowledged=records)
+            if records:
+                self._wait_synced(txn.ranges[-1][2])
 
     def open_txns(self, partition: int) -> list[tuple[int, OpenTxn]]:
         """(producer id, transaction) of every transaction open on the partition."""

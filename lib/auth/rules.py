@@ -139,6 +139,7 @@ RULES: dict[str, Rule] = {
     _S + "ListIpRules": ADMIN_CLUSTER,
     # brokers
     _B + "Produce": needs(("produce", "topic", "topic")),
+    _B + "SyncTxn": needs(("produce", "topic", "topic")),  # a transactional producer's
     _B + "Fetch": needs(("consume", "topic", "topic"), ("consume", "group", "group?")),
     _B + "Subscribe": IN_HANDLER,  # the stream's first message names the topic
     _B + "CommitOffsets": needs(("consume", "group", "group"), ("consume", "topic", "topic")),

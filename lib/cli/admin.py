@@ -44,7 +44,8 @@ def _topic_table(info) -> None:
     moving = any(p.get("target_replicas") for p in parts)
     print_rows(parts, [c for c in ("partition", "broker_id", "address", "available",
                                    "leader_epoch", "replicas", "isr", "replica_lags",
-                                   "target_replicas", "earliest", "latest", "disk_bytes")
+                                   "target_replicas", "earliest", "latest", "last_stable",
+                                   "disk_bytes")
                        if (not parts or c in parts[0]) and (c != "target_replicas" or moving)])
 
 

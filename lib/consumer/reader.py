@@ -80,6 +80,10 @@ class ReadResult:
     earliest: int
     latest: int
     nbytes: int
+    # A partition transactions wrote to: (first, last) offsets of aborted transactions'
+    # batches among those read, and where read_committed readers stop now (-1: none wrote).
+    aborted: tuple[tuple[int, int], ...] = ()
+    last_stable: int = -1
 
 
 class MessageReader(Closeable):
@@ -155,8 +159,12 @@ class MessageReader(Closeable):
                                        topic=topic, partition=partition)
         offsets = np.frombuffer(data.offsets, "<i8")
         records = decode_records(data.frames, offsets, partition, topic)
+        pairs = np.frombuffer(data.aborted, "<i8") if len(data.aborted) % 16 == 0 else \
+            np.empty(0, "<i8")
+        aborted = tuple(zip(pairs[0::2].tolist(), pairs[1::2].tolist(), strict=True))
+        stable = data.last_stable if data.transactional else -1
         return ReadResult(topic, partition, records, data.next_offset, data.earliest,
-                          data.latest, len(data.frames))
+                          data.latest, len(data.frames), aborted, stable)
 
     def _checked_partitions(self, topic: str, partitions: Iterable[int] | None) -> list[int]:
         count = self.partitions(topic)

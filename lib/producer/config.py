@@ -32,8 +32,10 @@ class ProducerConfig:
     idempotent: bool = True
     # "1": a send is acknowledged once the partition's leader stored it; "all": once every
     # in-sync replica did (refused with NotEnoughReplicas, and retried, while the ISR is
-    # below the topic's min_insync_replicas).
-    acks: str = "1"
+    # below the topic's min_insync_replicas). "" (the default): "1", but "all" for a
+    # transactional producer, which needs it (as Kafka's): with "1" a leader failover can
+    # cut an acknowledged record out of a transaction that then commits without it.
+    acks: str = ""
     client_id: str = ""
     metadata_max_age_ms: int = 30_000  # routes are refreshed at least this often
     # Set: a transactional producer (begin/commit/abort, docs/transactions.md); a new
@@ -42,6 +44,11 @@ class ProducerConfig:
     # How long a transaction may stay open before the coordinator aborts it (0: the
     # masters' transaction_timeout_ms, 60 s; at most their transaction_max_timeout_ms).
     transaction_timeout_ms: int = 0
+
+    @property
+    def acks_all(self) -> bool:
+        """Whether sends wait for every in-sync replica (``acks`` resolved)."""
+        return self.acks == "all" or (self.acks == "" and bool(self.transactional_id))
 
     def validate(self) -> None:
         limit = MAX_BATCH_BYTES
@@ -54,7 +61,10 @@ class ProducerConfig:
             (self.retry_backoff_ms >= 0, "retry_backoff_ms must be >= 0"),
             (self.request_timeout_ms > 0, "request_timeout_ms must be > 0"),
             (self.compression in (None, "zlib"), "compression must be None or 'zlib'"),
-            (self.acks in ("1", "all"), f"acks must be '1' or 'all', got {self.acks!r}"),
+            (self.acks in ("", "1", "all"), f"acks must be '1' or 'all', got {self.acks!r}"),
+            (self.acks != "1" or not self.transactional_id,
+             "a transactional producer needs acks='all' (with acks='1' a leader failover can "
+             "cut an acknowledged record out of a committed transaction)"),
             (self.metadata_max_age_ms > 0, "metadata_max_age_ms must be > 0"),
             (self.idempotent or not self.transactional_id,
              "a transactional producer is idempotent: idempotent=False with a "

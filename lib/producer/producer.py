@@ -45,7 +45,7 @@ from lib.producer.config import MAX_BATCH_BYTES, ProducerConfig
 from lib.producer.encoder import RecordEncoder
 from lib.producer.ids import init_producer_id
 from lib.producer.sender import Sender
-from lib.producer.transaction import FENCED, Transactions
+from lib.producer.transaction import ABORTABLE, FENCED, Transactions
 from lib.records import encode_run
 from lib.routes import RouteCache
 from lib.rpc import MasterClient, client_pool
@@ -87,7 +87,7 @@ class Producer(Closeable):
                               new_producer_id=(lambda: init_producer_id(
                                   self._master, client_id, timeout_s)[0])
                               if cfg.idempotent else None,
-                              client_id=client_id, acks_all=cfg.acks == "all", txn=self._txn)
+                              client_id=client_id, acks_all=cfg.acks_all, txn=self._txn)
         if self._txn is not None:
             try:
                 self._sender.sequences.reset(*self._txn.init())
@@ -279,6 +279,13 @@ class Producer(Closeable):
             txn.end_failed()
             raise
         txn.check_commit()
+        try:
+            txn.sync(self._offset_client().per_broker, self.config.request_timeout_ms / 1000)
+        except TubeqError as exc:
+            if not exc.retriable:  # records lost, fenced...: it can only be aborted now
+                txn.failed(exc)
+            txn.end_failed()  # a broker not answering: commit() may be tried again
+            raise
         self._end(txn, True)
 
     def abort(self, timeout: float | None = None) -> None:
@@ -345,7 +352,12 @@ class Producer(Closeable):
             if self._txn.state != FENCED:
                 self.abort()
             raise
-        self.commit()
+        try:
+            self.commit()
+        except TubeqError:
+            if self._txn.state == ABORTABLE:  # a send or a partition lost records: undo
+                self.abort()
+            raise
 
     def _end(self, txn: Transactions, commit: bool) -> None:
         txn.end(commit)

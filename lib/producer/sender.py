@@ -408,6 +408,8 @@ class Sender(threading.Thread):
         times = batch.timestamps
         with self._counting:
             self.records_acked += len(batch)
+        if self.txn is not None:
+            self.txn.count(batch.tp, len(batch))
         batch.base_offset = base
         batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i,
                                                           int(times[i])))

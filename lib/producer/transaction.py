@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from lib.errors import (
     ConcurrentTransactions,
@@ -26,9 +27,10 @@ from lib.errors import (
     ProducerFenced,
     TubeqError,
 )
-from lib.proto import master_pb2, master_pb2_grpc
-from lib.rpc import MasterClient
+from lib.proto import broker_pb2, master_pb2, master_pb2_grpc
+from lib.rpc import MasterClient, invoke
 from lib.types import TopicPartition
+from lib.wire_errors import error_class
 
 READY, OPEN, ENDING = "ready", "open", "ending"
 ABORTABLE, FENCED = "abortable", "fenced"
@@ -49,6 +51,7 @@ class Transactions:
         self.producer_id, self.epoch = -1, -1
         self.added: set[TopicPartition] = set()
         self.offsets_added = False  # send_offsets joined the coordinator's record
+        self.acked: dict[TopicPartition, int] = {}  # records acknowledged per partition
 
     # -- the coordinator's calls ---------------------------------------------------------
 
@@ -96,6 +99,31 @@ class Transactions:
             raise
         self.offsets_added = True
 
+    def count(self, tp: TopicPartition, records: int) -> None:
+        """Records of the transaction acknowledged on ``tp`` (the sender thread)."""
+        self.acked[tp] = self.acked.get(tp, 0) + records
+
+    def sync(self, per_broker: Callable[[Iterable[TopicPartition], Callable], None],
+             timeout_s: float) -> None:
+        """Before EndTxn(commit): every partition's leader holds all the records it
+        acknowledged in the transaction, on disk (``Broker.SyncTxn``). A copy that crashed
+        and lost some (an ``async`` topic's cache) answers TxnRecordsLost: the transaction
+        becomes abortable rather than committing without them. ``per_broker`` groups the
+        calls by leader and follows moved partitions (OffsetClient.per_broker)."""
+        acked = dict(self.acked)
+
+        def call(stub: Any, topic: str, parts: list[int]) -> None:
+            req = broker_pb2.SyncTxnRequest(
+                topic=topic, producer_id=self.producer_id, producer_epoch=self.epoch,
+                partitions=[broker_pb2.SyncTxnPartition(
+                    partition=p, records=acked[TopicPartition(topic, p)]) for p in parts])
+            for r in invoke(stub.SyncTxn, req, timeout_s).results:
+                if r.error_code:
+                    raise error_class(r.error_code)(r.error_message, topic=topic,
+                                                    partition=r.partition)
+        if acked:
+            per_broker(acked, call)
+
     def end(self, commit: bool) -> None:
         """EndTxn (skipped when nothing joined the transaction: nothing to mark), then
         ready again under the epoch the end bumped. A failure leaves the transaction as it
@@ -114,7 +142,7 @@ class Transactions:
             self.producer_id, self.epoch = response.producer_id, response.producer_epoch
         with self._lock:
             self.state, self.error = READY, None
-            self.added, self.offsets_added = set(), False
+            self.added, self.offsets_added, self.acked = set(), False, {}
 
     def _call(self, method: str, request):
         """A coordinator call, retried through ConcurrentTransactions (the last transaction's

@@ -42,7 +42,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "broker_id", "address", "available", "earliest", "latest", "disk_bytes", "leader_epoch", "replicas", "isr", "replica_lags", "target_replicas")
+    __slots__ = ("partition", "broker_id", "address", "available", "earliest", "latest", "disk_bytes", "leader_epoch", "replicas", "isr", "replica_lags", "target_replicas", "last_stable")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class PartitionDescription(_message.Message):
     ISR_FIELD_NUMBER: _ClassVar[int]
     REPLICA_LAGS_FIELD_NUMBER: _ClassVar[int]
     TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_FIELD_NUMBER: _ClassVar[int]
     partition: int
     broker_id: int
     address: str
@@ -67,7 +68,8 @@ class PartitionDescription(_message.Message):
     isr: _containers.RepeatedScalarFieldContainer[int]
     replica_lags: _containers.RepeatedScalarFieldContainer[int]
     target_replicas: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., replica_lags: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+    last_stable: int
+    def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., replica_lags: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ..., last_stable: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
     __slots__ = ("topic", "settings", "partitions", "created_ms")

@@ -6,6 +6,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SyncTxnPartition(_message.Message):
+    __slots__ = ("partition", "records")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    records: int
+    def __init__(self, partition: _Optional[int] = ..., records: _Optional[int] = ...) -> None: ...
+
+class SyncTxnRequest(_message.Message):
+    __slots__ = ("topic", "producer_id", "producer_epoch", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_id: int
+    producer_epoch: int
+    partitions: _containers.RepeatedCompositeFieldContainer[SyncTxnPartition]
+    def __init__(self, topic: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[SyncTxnPartition, _Mapping]]] = ...) -> None: ...
+
+class SyncTxnResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[TxnMarkerResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[TxnMarkerResult, _Mapping]]] = ...) -> None: ...
+
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "partition", "batch", "acks_all")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -57,7 +83,7 @@ class FetchRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ...) -> None: ...
 
 class PartitionData(_message.Message):
-    __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message", "sizes")
+    __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message", "sizes", "aborted", "last_stable", "transactional")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FRAMES_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +93,9 @@ class PartitionData(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SIZES_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_FIELD_NUMBER: _ClassVar[int]
     partition: int
     frames: bytes
     offsets: bytes
@@ -76,7 +105,10 @@ class PartitionData(_message.Message):
     error_code: str
     error_message: str
     sizes: bytes
-    def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., sizes: _Optional[bytes] = ...) -> None: ...
+    aborted: bytes
+    last_stable: int
+    transactional: bool
+    def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., sizes: _Optional[bytes] = ..., aborted: _Optional[bytes] = ..., last_stable: _Optional[int] = ..., transactional: _Optional[bool] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("partitions", "throttle_ms")

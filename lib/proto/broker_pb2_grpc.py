@@ -99,6 +99,11 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.SyncTxn = channel.unary_unary(
+                '/tubeq.broker.Broker/SyncTxn',
+                request_serializer=lib_dot_proto_dot_broker__pb2.SyncTxnRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.SyncTxnResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -192,6 +197,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SyncTxn(self, request, context):
+        """A transactional producer, before it commits: its open transaction holds every record it
+        acknowledged on these partitions, fsynced (TXN_RECORDS_LOST per partition otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -259,6 +272,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'SyncTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncTxn,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.SyncTxnRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.SyncTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -612,6 +630,33 @@ class Broker:
             '/tubeq.broker.Broker/WriteTxnMarkers',
             lib_dot_proto_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/SyncTxn',
+            lib_dot_proto_dot_broker__pb2.SyncTxnRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.SyncTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -101,7 +101,7 @@ class SigningKey(_message.Message):
     def __init__(self, key_id: _Optional[str] = ..., secret: _Optional[bytes] = ...) -> None: ...
 
 class PartitionStats(_message.Message):
-    __slots__ = ("topic", "partition", "earliest", "latest", "bytes_in", "messages_in", "bytes_out", "messages_out", "disk_bytes")
+    __slots__ = ("topic", "partition", "earliest", "latest", "bytes_in", "messages_in", "bytes_out", "messages_out", "disk_bytes", "last_stable")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class PartitionStats(_message.Message):
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_OUT_FIELD_NUMBER: _ClassVar[int]
     DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     earliest: int
@@ -120,7 +121,8 @@ class PartitionStats(_message.Message):
     bytes_out: int
     messages_out: int
     disk_bytes: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
+    last_stable: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., bytes_in: _Optional[int] = ..., messages_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., messages_out: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., last_stable: _Optional[int] = ...) -> None: ...
 
 class DiskStatus(_message.Message):
     __slots__ = ("free_bytes", "reserve_bytes", "full")

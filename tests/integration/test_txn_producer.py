@@ -162,6 +162,8 @@ def test_a_careless_caller_gets_errors_that_name_the_problem(h):
             plain.begin()
     with pytest.raises(ConfigError, match="idempotent=False with a transactional_id"):
         Producer(h.cluster.master_addresses, transactional_id="x", idempotent=False)
+    with pytest.raises(ConfigError, match="needs acks='all'"):
+        Producer(h.cluster.master_addresses, transactional_id="x", acks="1")
     with pytest.raises(errors.InvalidName):
         Producer(h.cluster.master_addresses, transactional_id="bad name!")
     assert values(read(h, "read_committed"), b"fine") == [b"fine"]

@@ -38,3 +38,10 @@ def test_a_config_of_the_wrong_kind_is_refused():
         PullConsumer(NOWHERE, config=ProducerConfig())
     with pytest.raises(errors.InvalidArgument, match="needs a group"):
         PushConsumer(NOWHERE)
+
+
+def test_a_transactional_producer_waits_for_every_in_sync_replica():
+    assert not ProducerConfig().acks_all and ProducerConfig(acks="all").acks_all
+    assert ProducerConfig(transactional_id="t").acks_all, "the default becomes all"
+    with pytest.raises(errors.ConfigError, match="transactional producer needs acks='all'"):
+        Producer(NOWHERE, transactional_id="t", acks="1")
