@@ -84,6 +84,14 @@ class MasterConfig:
     # CONCURRENT_TRANSACTIONS (retriable: the same call again finds it done).
     transaction_end_wait_ms: int = 10_000
     transaction_marker_timeout_ms: int = 5000  # one WriteTxnMarkers call to a broker
+    # RocketMQ's transactional messages (send_in_transaction, docs/transactions.md): a half
+    # message whose local transaction has not answered is checked back with a live producer
+    # of its group this long after it was stored (RocketMQ's transactionTimeout), then every
+    # transaction_check_back_interval_ms, at most transaction_check_back_max times (RocketMQ's
+    # transactionCheckMax), then rolled back.
+    transaction_check_back_after_ms: int = 6000
+    transaction_check_back_interval_ms: int = 10_000
+    transaction_check_back_max: int = 15
     # -- Permissions (master/security.py) --
     token_ttl_s: int = 3600  # lifetime of a login's token; clients renew before it ends
     # Refused calls and failed logins reach the audit log summarised, one entry per kind and
@@ -197,6 +205,13 @@ class MasterConfig:
                 "MasterConfig.transaction_end_wait_ms must be >= 0")
         require(self.transaction_marker_timeout_ms > 0,
                 "MasterConfig.transaction_marker_timeout_ms must be > 0")
+        require(10 <= self.transaction_check_back_after_ms <= self.transaction_max_timeout_ms,
+                "MasterConfig.transaction_check_back_after_ms must be in [10, "
+                "transaction_max_timeout_ms]")
+        require(10 <= self.transaction_check_back_interval_ms <= DAY_MS,
+                "MasterConfig.transaction_check_back_interval_ms must be in [10, 86400000]")
+        require(1 <= self.transaction_check_back_max <= 1000,
+                "MasterConfig.transaction_check_back_max must be in [1, 1000]")
 
     def _validate_topic_defaults(self) -> None:
         require(1 <= self.max_partitions_per_topic <= 1024,

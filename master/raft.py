@@ -280,6 +280,12 @@ class RaftLog:
             deserializer=self._read_snapshot, raftMinTimeout=settings.election_min_s,
             raftMaxTimeout=settings.election_max_s,
             appendEntriesPeriod=settings.append_period_s,
+            # A command goes out at once (pysyncobj wakes its tick thread through a pipe)
+            # instead of waiting for the next tick and append period: a metadata write takes
+            # a few ms, not ~100 (every transaction makes three). Heartbeats keep their period.
+            appendEntriesUseBatch=False,
+            # A lone master commits at its next tick (no peer's answer wakes it): tick often.
+            autoTickPeriod=0.05 if settings.peers else 0.005,
             connectionTimeout=max(3.5, settings.election_max_s * 2),
             connectionRetryTime=0.5,  # default 5 s: a master started late stays cut off that long
             leaderFallbackTimeout=settings.leader_fallback_s,

@@ -369,7 +369,8 @@ class Master:
 def txn_settings(c: MasterConfig) -> TxnSettings:
     return TxnSettings(c.transaction_timeout_ms, c.transaction_max_timeout_ms,
                        c.transactional_id_expiration_ms, c.transaction_check_interval_ms,
-                       c.transaction_end_wait_ms)
+                       c.transaction_end_wait_ms, c.transaction_check_back_after_ms,
+                       c.transaction_check_back_interval_ms, c.transaction_check_back_max)
 
 
 def raft_settings(c: MasterConfig) -> RaftSettings:

@@ -18,7 +18,7 @@ import grpc
 from lib.auth.access import current_access
 from lib.auth.acl import to_pb
 from lib.auth.identities import CLUSTER
-from lib.errors import InvalidArgument, TubeqError, UnknownTopic
+from lib.errors import InvalidArgument, TubeqError, UnknownTopic, UnknownTransactionalId
 from lib.logs import event
 from lib.names import check_name
 from lib.proto import master_pb2 as mpb
@@ -314,6 +314,48 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return mpb.CheckOpenTxnsResponse(open=self.txns.open_on(
             [(q.producer_id, q.producer_epoch, q.topic, q.partition)
              for q in request.queries]))
+
+    @guarded
+    def BeginHalfMessage(self, request, context):  # noqa: N802
+        group = check_name(request.producer_group, "producer_group")
+        tid, producer_id, epoch = self.txns.begin_half(group, check_name(request.topic),
+                                                       request.partition)
+        return mpb.BeginHalfMessageResponse(transactional_id=tid, producer_id=producer_id,
+                                            producer_epoch=epoch)
+
+    @guarded
+    def EndHalfMessage(self, request, context):  # noqa: N802
+        group, tid = self._half_of(request)
+        producer_id, epoch = self.txns.end(tid, request.producer_id, request.producer_epoch,
+                                           request.commit, self._wait_s(context))
+        return mpb.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch)
+
+    @guarded
+    def PollTxnChecks(self, request, context):  # noqa: N802
+        group = check_name(request.producer_group, "producer_group")
+        left = context.time_remaining()
+        wait = min(request.wait_ms / 1000, 10.0, 10.0 if left is None else max(0.0, left - 0.2))
+        return mpb.PollTxnChecksResponse(checks=[
+            mpb.TxnCheck(**check) for check in self.txns.poll_checks(group, wait)])
+
+    @guarded
+    def ResolveTxnCheck(self, request, context):  # noqa: N802
+        _group, tid = self._half_of(request)
+        if request.outcome not in ("commit", "rollback", "unknown"):
+            raise InvalidArgument(f"outcome must be commit, rollback or unknown, got "
+                                  f"{request.outcome!r:.40}")
+        return mpb.ResolveTxnCheckResponse(step=self.txns.resolve_check(
+            tid, request.producer_id, request.producer_epoch, request.outcome))
+
+    def _half_of(self, request) -> tuple[str, str]:
+        """(group, transactional_id) of a half message the request's group owns."""
+        group = check_name(request.producer_group, "producer_group")
+        tid = check_name(request.transactional_id, "transactional_id")
+        if self.txns.half_group(tid) != group:
+            raise UnknownTransactionalId(f"no half message {tid!r} of producer group "
+                                         f"{group!r} (ended, or another group's)",
+                                         transactional_id=tid)
+        return group, tid
 
     @guarded
     def EndTxn(self, request, context):  # noqa: N802

@@ -8,7 +8,9 @@ A record (the ``txns`` database, keyed by the transactional_id)::
      "timeout_ms", "began_ms" (wall ms the transaction went ONGOING; 0 before),
      "updated_ms", "seq" (1 for the first write, + 1 at every write),
      "ended", "next" (from an EndTxn on: the ending instance's [producer id, epoch] and the
-     [producer id, epoch] it goes on with; the record takes ``next`` once COMPLETE_*)}
+     [producer id, epoch] it goes on with; the record takes ``next`` once COMPLETE_*),
+     "oneshot", "check" (a RocketMQ half message: master/half_decisions.py; it is written
+     ONGOING at once, and forgotten once COMPLETE_*)}
 
 States (Kafka's KIP-98 coordinator): EMPTY (an instance, no transaction yet), ONGOING
 (partitions added), PREPARE_COMMIT / PREPARE_ABORT (decided: markers being written),
@@ -127,19 +129,12 @@ def _checked(tid: str, record: Any) -> dict[str, Any]:
     if record.get("state") not in STATES:
         raise InvalidArgument(f"transaction record of {tid!r}: bad state "
                               f"{record.get('state')!r:.40}")
-    parts = record.get("partitions")
-    if not isinstance(parts, list) or len(parts) > MAX_PARTITIONS or not all(
-            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
-            and isinstance(p[1], int) for p in parts):
-        raise InvalidArgument(f"transaction record of {tid!r}: bad partitions")
-    offsets = record.get("offsets", [])
-    if not isinstance(offsets, list) or len(offsets) > MAX_PARTITIONS or not all(
-            isinstance(o, list) and len(o) == 4 and isinstance(o[0], str)
-            and isinstance(o[1], str) and isinstance(o[2], int) and isinstance(o[3], int)
-            and o[3] >= 0 for o in offsets):
-        raise InvalidArgument(f"transaction record of {tid!r}: bad offsets")
     checked = {**{name: record[name] for name in _INTS}, "state": record["state"],
-               "partitions": sorted(parts), "offsets": sorted(offsets)}
+               **_checked_lists(tid, record)}
+    if record.get("oneshot") is True:
+        checked["oneshot"] = True
+    if record.get("check") is not None:
+        checked["check"] = _checked_check(tid, record["check"])
     for name in ("ended", "next"):
         pair = record.get(name)
         if pair is None:
@@ -152,9 +147,36 @@ def _checked(tid: str, record: Any) -> dict[str, Any]:
     return checked
 
 
+def _checked_lists(tid: str, record: dict[str, Any]) -> dict[str, list]:
+    """``partitions`` and ``offsets``, checked and sorted."""
+    parts = record.get("partitions")
+    if not isinstance(parts, list) or len(parts) > MAX_PARTITIONS or not all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+            and isinstance(p[1], int) for p in parts):
+        raise InvalidArgument(f"transaction record of {tid!r}: bad partitions")
+    offsets = record.get("offsets", [])
+    if not isinstance(offsets, list) or len(offsets) > MAX_PARTITIONS or not all(
+            isinstance(o, list) and len(o) == 4 and isinstance(o[0], str)
+            and isinstance(o[1], str) and isinstance(o[2], int) and isinstance(o[3], int)
+            and o[3] >= 0 for o in offsets):
+        raise InvalidArgument(f"transaction record of {tid!r}: bad offsets")
+    return {"partitions": sorted(parts), "offsets": sorted(offsets)}
+
+
+def _checked_check(tid: str, check: Any) -> dict[str, Any]:
+    """A half message's ``check`` entry (master/half_decisions.py), checked."""
+    if not (isinstance(check, dict) and isinstance(check.get("group"), str)
+            and all(isinstance(check.get(k), int) and not isinstance(check.get(k), bool)
+                    and check[k] >= 0 for k in ("checks", "next_ms"))):
+        raise InvalidArgument(f"transaction record of {tid!r}: bad check {check!r:.60}")
+    return {"group": check_name(check["group"], "group"), "checks": check["checks"],
+            "next_ms": check["next_ms"]}
+
+
 def _check_transition(tid: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
     before = None if old is None else old["state"]
-    if new["state"] not in TRANSITIONS[before]:
+    half = old is None and new.get("oneshot") and new["state"] == ONGOING  # a half message
+    if new["state"] not in TRANSITIONS[before] and not half:
         raise InvalidTxnState(f"transactional_id {tid!r} cannot go from {before} to "
                               f"{new['state']}", transactional_id=tid, state=before or "")
     if old is not None and new["producer_id"] == old["producer_id"] \

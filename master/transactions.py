@@ -24,6 +24,7 @@ active resumes every PREPARE_* transaction from its record.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 import zlib
@@ -34,6 +35,13 @@ from typing import Any
 from lib.errors import ConcurrentTransactions, TubeqError, UnknownPartition, UnknownTopic
 from lib.logs import event
 from master.brokers import wall_ms
+from master.half_decisions import (
+    ROLLBACK,
+    checks_due,
+    next_check,
+    on_check_result,
+    on_half_begin,
+)
 from master.producer_ids import ProducerIdBlocks
 from master.state import MetaState
 from master.state_txns import PREPARING
@@ -68,6 +76,9 @@ class TxnSettings:
     id_expiration_ms: int = 7 * 24 * 3600 * 1000
     check_interval_ms: int = 1000
     end_wait_ms: int = 10_000
+    check_back_after_ms: int = 6000  # RocketMQ's half messages (master/half_messages.py)
+    check_back_interval_ms: int = 10_000
+    check_back_max: int = 15
 
 
 class TransactionCoordinator:
@@ -81,6 +92,11 @@ class TransactionCoordinator:
         self._ended = threading.Condition()  # notified when a transaction completes
         self._wake = threading.Event()
         self._stopped = threading.Event()
+        # Half messages' checks handed to the group's producers (PollTxnChecks): group ->
+        # transactional_id -> the check; in memory, on the active master only (a check lost
+        # with it is asked again at the next interval).
+        self._checks: dict[str, dict[str, dict[str, Any]]] = {}
+        self._checks_ready = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True, name="txn-coordinator")
 
     def _lock(self, tid: str) -> threading.Lock:
@@ -136,6 +152,75 @@ class TransactionCoordinator:
         by_producer = {r["producer_id"]: r for r in self._state.txns().values()}
         return [still_open(by_producer.get(pid), pid, epoch, topic, partition)
                 for pid, epoch, topic, partition in queries]
+
+    # -- RocketMQ's half messages (master/half_decisions.py) ---------------------------------
+
+    def begin_half(self, group: str, topic: str, partition: int) -> tuple[str, int, int]:
+        """BeginHalfMessage: a one-record transaction of the group, ONGOING at once on its
+        partition: (its transactional_id, producer id, epoch)."""
+        self._check_partitions([(topic, partition)])
+        tid = f"{group}.{secrets.token_hex(8)}"
+        s = self.settings
+        record = on_half_begin(group, topic, partition, self._producer_ids.take(), wall_ms(),
+                               s.max_timeout_ms, s.check_back_after_ms)
+        with self._lock(tid):
+            done = self._put(tid, None, record)
+        return tid, done["producer_id"], done["epoch"]
+
+    def half_group(self, tid: str) -> str:
+        """The producer group a half message belongs to ("" when it is not one)."""
+        record = self._state.txn(tid)
+        return "" if record is None or "check" not in record else record["check"]["group"]
+
+    def poll_checks(self, group: str, wait_s: float, limit: int = 100) -> list[dict[str, Any]]:
+        """PollTxnChecks: the group's half messages to ask about, each handed out once
+        (waiting up to ``wait_s`` for one)."""
+        deadline = time.monotonic() + wait_s
+        with self._checks_ready:
+            while not self._checks.get(group):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopped.is_set():
+                    return []
+                self._checks_ready.wait(left)
+            pending = self._checks[group]
+            taken = [pending.pop(tid) for tid in sorted(pending)[:limit]]
+            if not pending:
+                del self._checks[group]
+            return taken
+
+    def resolve_check(self, tid: str, producer_id: int, epoch: int, outcome: str) -> str:
+        """ResolveTxnCheck: a producer's answer; the step taken (commit, rollback, unknown:
+        asked again later, stale: it ended meanwhile)."""
+        with self._lock(tid):
+            record = self._state.txn(tid)
+            step, new = on_check_result(record, producer_id, epoch, outcome)
+            if new is not None:
+                self._put(tid, record, new)
+        event(log, "txn.check_resolved", transactional_id=tid, outcome=outcome, step=step)
+        return step
+
+    def _issue_checks(self) -> None:
+        """Hand out the checks that are due; roll back half messages asked too often."""
+        s = self.settings
+        for tid in checks_due(self._state.txns(), wall_ms()):
+            with self._lock(tid):
+                record = self._state.txn(tid)
+                if record is None or tid not in checks_due({tid: record}, wall_ms()):
+                    continue
+                step, new = next_check(record, wall_ms(), s.check_back_interval_ms,
+                                       s.check_back_max)
+                self._put(tid, record, new)
+            if step == ROLLBACK:
+                event(log, "txn.check_back_exhausted", logging.WARNING, transactional_id=tid,
+                      checks=record["check"]["checks"])
+                continue
+            topic, partition = record["partitions"][0]
+            with self._checks_ready:
+                self._checks.setdefault(new["check"]["group"], {})[tid] = {
+                    "transactional_id": tid, "producer_id": new["producer_id"],
+                    "producer_epoch": new["epoch"], "topic": topic, "partition": partition,
+                    "attempt": new["check"]["checks"]}
+                self._checks_ready.notify_all()
 
     def end(self, tid: str, producer_id: int, epoch: int, commit: bool, wait_s: float
             ) -> tuple[int, int]:
@@ -218,6 +303,8 @@ class TransactionCoordinator:
     def stop(self) -> None:
         self._stopped.set()
         self._wake.set()
+        with self._checks_ready:
+            self._checks_ready.notify_all()  # pollers return
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
@@ -232,12 +319,15 @@ class TransactionCoordinator:
                 break
             if not self._is_active():  # a standby: look again in a while
                 self._markers.forget()
+                with self._checks_ready:
+                    self._checks.clear()
                 next_check, retry_at = time.monotonic() + interval, None
                 continue
             try:
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + interval
                     self._abort_timed_out()
+                    self._issue_checks()
                     self._expire()
                 retry_at = self._write_markers()
             except TubeqError as err:  # lost the leadership, no quorum: the next turn
@@ -257,6 +347,9 @@ class TransactionCoordinator:
                 final = self._put(tid, current, completed(current))
             event(log, "txn.completed", transactional_id=tid, state=final["state"],
                   partitions=len(final["partitions"]), epoch=final["epoch"])
+            if final.get("oneshot"):  # a half message: nothing to keep once it ended
+                self._write({"op": "txn_expire", "time_ms": wall_ms(),
+                             "transactional_ids": [tid], "before_ms": wall_ms() + 1})
         if done:
             with self._ended:
                 self._ended.notify_all()

@@ -91,7 +91,7 @@ def on_init(record: Record | None, timeout_ms: int, new_producer_id: Callable[[]
 def aborting(record: Record) -> Record:
     """The ONGOING transaction aborted by the coordinator (an InitProducerId, its timeout, an
     admin): PREPARE_ABORT with the epoch bumped, so its markers fence the old instance."""
-    return {**_fields(record), "state": PREPARE_ABORT,
+    return {**fields_of(record), "state": PREPARE_ABORT,
             "epoch": min(record["epoch"] + 1, MAX_EPOCH)}
 
 
@@ -107,10 +107,10 @@ def on_add(record: Record, partitions: list[tuple[str, int]], now_ms: int) -> Re
         known = {(t, p) for t, p in record["partitions"]}
         if wanted <= known:
             return None
-        return {**_fields(record), "partitions": sorted(map(list, known | wanted))}
+        return {**fields_of(record), "partitions": sorted(map(list, known | wanted))}
     if not wanted:
         return None
-    return {**_fields(record), "state": ONGOING, "partitions": sorted(map(list, wanted)),
+    return {**fields_of(record), "state": ONGOING, "partitions": sorted(map(list, wanted)),
             "offsets": [], "began_ms": now_ms}
 
 
@@ -132,8 +132,8 @@ def on_add_offsets(record: Record, group: str, offsets: list[tuple[str, int, int
         return None
     rows = sorted([g, t, p, o] for (g, t, p), o in merged.items())
     if ongoing:
-        return {**_fields(record), "offsets": rows}
-    return {**_fields(record), "state": ONGOING, "partitions": [], "offsets": rows,
+        return {**fields_of(record), "offsets": rows}
+    return {**fields_of(record), "state": ONGOING, "partitions": [], "offsets": rows,
             "began_ms": now_ms}
 
 
@@ -168,10 +168,10 @@ def on_end(tid: str, record: Record | None, producer_id: int, epoch: int, commit
             marker_epoch, after = epoch + 1, [producer_id, epoch + 1]
         else:
             marker_epoch, after = MAX_EPOCH, [new_producer_id(), 0]
-        return "write", {**_fields(record), "state": prepare, "epoch": marker_epoch,
+        return "write", {**fields_of(record), "state": prepare, "epoch": marker_epoch,
                          "next": after, "ended": [producer_id, epoch]}
     if state == EMPTY:  # nothing was added: nothing to mark, nothing to fence
-        return "write", {**_fields(record), "state": complete, "began_ms": 0}
+        return "write", {**fields_of(record), "state": complete, "began_ms": 0}
     if state == prepare:  # a record from before epoch bumps at each end
         return WAIT, None
     if state == complete:
@@ -219,7 +219,7 @@ def still_open(record: Record | None, producer_id: int, epoch: int, topic: str,
 def completed(record: Record) -> Record:
     """A PREPARE_* record once every marker is written: COMPLETE_*, under the producer id
     and epoch its ending instance goes on with (``next``)."""
-    done = {**_fields(record), "state": COMPLETE_COMMIT
+    done = {**fields_of(record), "state": COMPLETE_COMMIT
             if record["state"] == PREPARE_COMMIT else COMPLETE_ABORT}
     if "next" in record:
         done.update(producer_id=record["next"][0], epoch=record["next"][1],
@@ -230,7 +230,8 @@ def completed(record: Record) -> Record:
 def timed_out(records: dict[str, Record], now_ms: int) -> list[str]:
     """The transactional ids whose transaction is ONGOING longer than its timeout."""
     return sorted(tid for tid, r in records.items()
-                  if r["state"] == ONGOING and now_ms - r["began_ms"] > r["timeout_ms"])
+                  if r["state"] == ONGOING and "check" not in r
+                  and now_ms - r["began_ms"] > r["timeout_ms"])
 
 
 def expired(records: dict[str, Record], now_ms: int, expiration_ms: int) -> list[str]:
@@ -245,9 +246,12 @@ def marker_retry_ms(failures: int) -> int:
     return min(MARKER_RETRY_FIRST_MS << min(max(failures - 1, 0), 16), MARKER_RETRY_MAX_MS)
 
 
-def _fields(record: Record) -> Record:
-    """What a ``txn_write`` carries of a record (not its ``seq``/``updated_ms``, nor an
-    end's ``ended``/``next``)."""
-    return {**{k: record[k] for k in ("producer_id", "epoch", "state", "partitions",
+def fields_of(record: Record) -> Record:
+    """What a ``txn_write`` carries of a record (not its ``seq``/``updated_ms``, an end's
+    ``ended``/``next``, nor a half message's ``check``: master/half_decisions.py)."""
+    kept = {**{k: record[k] for k in ("producer_id", "epoch", "state", "partitions",
                                       "timeout_ms", "began_ms")},
             "offsets": record.get("offsets", [])}
+    if record.get("oneshot"):
+        kept["oneshot"] = True
+    return kept

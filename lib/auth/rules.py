@@ -101,6 +101,12 @@ RULES: dict[str, Rule] = {
     _M + "AddOffsetsToTxn": needs(("write", "transactional_id", "transactional_id"),
                                   ("consume", "group", "group")),
     _M + "CheckOpenTxns": CLUSTER_ONLY,  # brokers ask about transactions open too long
+    # RocketMQ's half messages: the producer group names the transactional_id resource
+    _M + "BeginHalfMessage": needs(("write", "transactional_id", "producer_group"),
+                                   ("produce", "topic", "topic")),
+    _M + "EndHalfMessage": needs(("write", "transactional_id", "producer_group")),
+    _M + "PollTxnChecks": needs(("write", "transactional_id", "producer_group")),
+    _M + "ResolveTxnCheck": needs(("write", "transactional_id", "producer_group")),
     # masters: administration
     _A + "MasterStatus": PUBLIC,
     _A + "CreateTopic": needs(("create", "topic", "topic")),

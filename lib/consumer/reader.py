@@ -60,12 +60,15 @@ class ReaderConfig:
 class OffsetBounds:
     """Offsets of one partition: ``earliest`` still stored, ``latest`` the next to be written
     (``latest - earliest`` messages), ``for_time`` the first at or after the time asked
-    (``latest`` when every message is older; -1 when no time was asked)."""
+    (``latest`` when every message is older; -1 when no time was asked), ``last_stable``
+    where read_committed readers stop (the oldest open transaction's first offset, else
+    ``latest``)."""
 
     partition: int
     earliest: int
     latest: int
     for_time: int = -1
+    last_stable: int = -1
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,8 @@ class MessageReader(Closeable):
         asked = -1 if timestamp_ms is None else timestamp_ms
         got = self._offsets.list_offsets([TopicPartition(topic, p) for p in parts], asked)
         return {tp.partition: OffsetBounds(tp.partition, po.earliest, po.latest,
-                                           po.for_time if timestamp_ms is not None else -1)
+                                           po.for_time if timestamp_ms is not None else -1,
+                                           po.last_stable)
                 for tp, po in sorted(got.items())}
 
     def read(self, topic: str, partition: int, start: int, end: int | None = None,

@@ -44,6 +44,10 @@ class ProducerConfig:
     # How long a transaction may stay open before the coordinator aborts it (0: the
     # masters' transaction_timeout_ms, 60 s; at most their transaction_max_timeout_ms).
     transaction_timeout_ms: int = 0
+    # Set: send_in_transaction() (RocketMQ's transactional messages, docs/transactions.md)
+    # in this producer group; with Producer(..., check=fn) this producer also answers the
+    # masters' check-backs of the group's half messages.
+    producer_group: str = ""
 
     @property
     def acks_all(self) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +32,7 @@ from lib.closing import Closeable
 from lib.config import settle
 from lib.errors import (
     ClientClosed,
+    ConfigError,
     InvalidArgument,
     InvalidTxnState,
     RequestTimedOut,
@@ -43,6 +44,7 @@ from lib.producer.accumulator import Accumulator
 from lib.producer.bulk import BulkFuture, bulk_values, groups, take
 from lib.producer.config import MAX_BATCH_BYTES, ProducerConfig
 from lib.producer.encoder import RecordEncoder
+from lib.producer.half import HalfMessage, HalfMessages, TxnSendResult
 from lib.producer.ids import init_producer_id
 from lib.producer.sender import Sender
 from lib.producer.transaction import ABORTABLE, FENCED, Transactions
@@ -61,10 +63,13 @@ class Producer(Closeable):
 
     def __init__(self, masters: str | Sequence[str], *, config: ProducerConfig | None = None,
                  credentials: Credentials | None = None, tls: Tls | None = None,
+                 check: Callable[[HalfMessage], Any] | None = None,
                  **settings: Any) -> None:
         """``settings`` are :class:`ProducerConfig` fields; ``credentials`` (else the
         environment's TUBEQ_USER/TUBEQ_PASSWORD, TUBEQ_API_KEY or TUBEQ_TOKEN) log in;
-        ``tls`` (else TUBEQ_TLS_CA ...) reaches TLS ports."""
+        ``tls`` (else TUBEQ_TLS_CA ...) reaches TLS ports; ``check`` (with a
+        ``producer_group``) answers the masters' check-backs of the group's half messages
+        (:meth:`send_in_transaction`)."""
         self.config = cfg = settle(ProducerConfig, config, settings)
         keep_freed_memory()  # batches reuse pages instead of faulting fresh ones (lib/memory.py)
         client_id = cfg.client_id or f"producer-{os.getpid()}-{id(self):x}"
@@ -98,6 +103,14 @@ class Producer(Closeable):
         self._zlib = self._encoder.zlib
         self._sticky = self._encoder.sticky  # read inline by send()
         self._closed = False
+        self._half = None
+        if cfg.producer_group or check is not None:
+            if not cfg.producer_group:
+                raise ConfigError("producer config: check= needs a producer_group")
+            self._half = HalfMessages(
+                check_name(cfg.producer_group, "producer_group"), self._master, self._pool,
+                self._routes, timeout_s, check,
+                lambda: _reader(masters, credentials, tls, timeout_s))
         self._sender.start()
 
     # ------------------------------------------------------------------ sending
@@ -341,6 +354,27 @@ class Producer(Closeable):
                                          self.config.request_timeout_ms / 1000)
         return self._offsets
 
+    def send_in_transaction(self, topic: str, value: bytes, *,
+                            local: Callable[[HalfMessage, Any], Any],
+                            key: bytes | None = None,
+                            headers: Mapping[str, bytes] | None = None,
+                            partition: int | None = None, arg: Any = None) -> TxnSendResult:
+        """RocketMQ's transactional message: store ``value`` as a half message (invisible
+        to read_committed consumers), run ``local(message, arg)``, and commit or roll it
+        back by its answer ("commit", "rollback"; "unknown" or an exception: the masters
+        check back with a producer of the group later). Needs a ``producer_group``; blocks
+        for the local transaction. See lib/producer/half.py and docs/transactions.md."""
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        if self._half is None:
+            raise InvalidTxnState("send_in_transaction(): this producer has no "
+                                  "producer_group (Producer(..., producer_group=...))")
+        check_name(topic)
+        if not isinstance(value, (bytes, bytearray)) or (
+                key is not None and not isinstance(key, (bytes, bytearray))):
+            raise InvalidArgument("value and key must be bytes")
+        return self._half.send(topic, bytes(value), local, key, headers, partition, arg)
+
     @contextmanager
     def transaction(self) -> Iterator[Producer]:
         """``with producer.transaction():`` begins, commits when the block ends, aborts
@@ -396,6 +430,8 @@ class Producer(Closeable):
                 self._acc.forced = True
         self._sender.stop()
         self._sender.join(timeout=5.0)
+        if self._half is not None:
+            self._half.close()
         self._master.close()
         self._pool.close()
 
@@ -415,3 +451,10 @@ class Producer(Closeable):
                 "buffer_used_bytes": self._acc.used_bytes,
                 "batches_in_flight": self._acc.in_flight_count(),
                 "batches_incomplete": len(self._acc.incomplete())}
+
+
+def _reader(masters: str | Sequence[str], credentials: Credentials | None, tls: Tls | None,
+            timeout_s: float) -> Any:
+    """A MessageReader for the half-message checker (imported when first needed)."""
+    from lib.consumer.reader import MessageReader
+    return MessageReader(masters, credentials=credentials, tls=tls, rpc_timeout_s=timeout_s)

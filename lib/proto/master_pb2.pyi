@@ -479,6 +479,90 @@ class CheckOpenTxnsResponse(_message.Message):
     open: _containers.RepeatedScalarFieldContainer[bool]
     def __init__(self, open: _Optional[_Iterable[bool]] = ...) -> None: ...
 
+class BeginHalfMessageRequest(_message.Message):
+    __slots__ = ("producer_group", "topic", "partition")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    topic: str
+    partition: int
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class BeginHalfMessageResponse(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class EndHalfMessageRequest(_message.Message):
+    __slots__ = ("producer_group", "transactional_id", "producer_id", "producer_epoch", "commit")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    def __init__(self, producer_group: _Optional[str] = ..., transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ...) -> None: ...
+
+class PollTxnChecksRequest(_message.Message):
+    __slots__ = ("producer_group", "wait_ms")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    wait_ms: int
+    def __init__(self, producer_group: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class TxnCheck(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "topic", "partition", "attempt")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topic: str
+    partition: int
+    attempt: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class PollTxnChecksResponse(_message.Message):
+    __slots__ = ("checks",)
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    checks: _containers.RepeatedCompositeFieldContainer[TxnCheck]
+    def __init__(self, checks: _Optional[_Iterable[_Union[TxnCheck, _Mapping]]] = ...) -> None: ...
+
+class ResolveTxnCheckRequest(_message.Message):
+    __slots__ = ("producer_group", "transactional_id", "producer_id", "producer_epoch", "outcome")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    outcome: str
+    def __init__(self, producer_group: _Optional[str] = ..., transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class ResolveTxnCheckResponse(_message.Message):
+    __slots__ = ("step",)
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    def __init__(self, step: _Optional[str] = ...) -> None: ...
+
 class EndTxnRequest(_message.Message):
     __slots__ = ("transactional_id", "producer_id", "producer_epoch", "commit")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]

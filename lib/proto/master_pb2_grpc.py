@@ -99,6 +99,26 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsResponse.FromString,
                 _registered_method=True)
+        self.BeginHalfMessage = channel.unary_unary(
+                '/tubeq.master.Master/BeginHalfMessage',
+                request_serializer=lib_dot_proto_dot_master__pb2.BeginHalfMessageRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.BeginHalfMessageResponse.FromString,
+                _registered_method=True)
+        self.EndHalfMessage = channel.unary_unary(
+                '/tubeq.master.Master/EndHalfMessage',
+                request_serializer=lib_dot_proto_dot_master__pb2.EndHalfMessageRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.PollTxnChecks = channel.unary_unary(
+                '/tubeq.master.Master/PollTxnChecks',
+                request_serializer=lib_dot_proto_dot_master__pb2.PollTxnChecksRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.PollTxnChecksResponse.FromString,
+                _registered_method=True)
+        self.ResolveTxnCheck = channel.unary_unary(
+                '/tubeq.master.Master/ResolveTxnCheck',
+                request_serializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -205,6 +225,35 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginHalfMessage(self, request, context):
+        """RocketMQ's transactional messages (docs/transactions.md): a half message is a one-record
+        transaction of a producer group, opened by the master; its producer ends it
+        (EndHalfMessage) by its local transaction's outcome, or the master checks back with a
+        live producer of the group (PollTxnChecks, ResolveTxnCheck). All need write on the
+        transactional_id named by the producer group (and BeginHalfMessage produce on the topic).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndHalfMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PollTxnChecks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveTxnCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -272,6 +321,26 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.CheckOpenTxns,
                     request_deserializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.CheckOpenTxnsResponse.SerializeToString,
+            ),
+            'BeginHalfMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginHalfMessage,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.BeginHalfMessageRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.BeginHalfMessageResponse.SerializeToString,
+            ),
+            'EndHalfMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndHalfMessage,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.EndHalfMessageRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'PollTxnChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollTxnChecks,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.PollTxnChecksRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.PollTxnChecksResponse.SerializeToString,
+            ),
+            'ResolveTxnCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveTxnCheck,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -625,6 +694,114 @@ class Master:
             '/tubeq.master.Master/CheckOpenTxns',
             lib_dot_proto_dot_master__pb2.CheckOpenTxnsRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.CheckOpenTxnsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginHalfMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/BeginHalfMessage',
+            lib_dot_proto_dot_master__pb2.BeginHalfMessageRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.BeginHalfMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndHalfMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/EndHalfMessage',
+            lib_dot_proto_dot_master__pb2.EndHalfMessageRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PollTxnChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/PollTxnChecks',
+            lib_dot_proto_dot_master__pb2.PollTxnChecksRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.PollTxnChecksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveTxnCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/ResolveTxnCheck',
+            lib_dot_proto_dot_master__pb2.ResolveTxnCheckRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.ResolveTxnCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

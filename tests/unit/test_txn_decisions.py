@@ -250,3 +250,33 @@ def test_expiry_forgets_idle_ids_not_changed_since(state):
     write(state, "idle", 0)  # a new instance of it
     assert state.apply({"op": "txn_expire", "time_ms": 99, "transactional_ids": ["idle"],
                         "before_ms": 50}) == [], "changed at 50: not before 50"
+
+
+def test_a_half_message_is_checked_back_a_bounded_number_of_times_then_rolled_back():
+    from master import half_decisions as h
+
+    half = {**h.on_half_begin("g", "t", 1, 9, 1000, 900_000, 500), "updated_ms": 0, "seq": 1}
+    assert (half["state"], half["partitions"], half["oneshot"]) == ("ONGOING", [["t", 1]], True)
+    assert h.checks_due({"x": half}, 1499) == [] and h.checks_due({"x": half}, 1500) == ["x"]
+    assert d.timed_out({"x": {**half, "began_ms": 0, "timeout_ms": 1}}, 10**9) == [], \
+        "a half message is never timed out: its checks decide"
+    for n in range(1, 4):
+        step, half = h.next_check(half, 2000 * n, 300, 3)
+        assert step == "check" and half["check"]["checks"] == n
+        assert half["check"]["next_ms"] == 2000 * n + 300
+    step, last = h.next_check(half, 9000, 300, 3)
+    assert step == h.ROLLBACK and last["state"] == "PREPARE_ABORT" and last["epoch"] == 1
+    assert last["oneshot"] and "check" not in last
+
+
+def test_a_checks_answer_commits_or_rolls_back_with_the_epoch_bumped_or_is_stale():
+    from master import half_decisions as h
+
+    half = {**h.on_half_begin("g", "t", 0, 9, 0, 900_000, 500), "updated_ms": 0, "seq": 1}
+    step, new = h.on_check_result(half, 9, 0, "commit")
+    assert step == "commit" and (new["state"], new["epoch"]) == ("PREPARE_COMMIT", 1)
+    assert h.on_check_result(half, 9, 0, "rollback")[1]["state"] == "PREPARE_ABORT"
+    assert h.on_check_result(half, 9, 0, "unknown") == ("unknown", None)
+    assert h.on_check_result(half, 8, 0, "commit") == ("stale", None), "another producer id"
+    assert h.on_check_result(None, 9, 0, "commit") == ("stale", None), "ended and forgotten"
+    assert h.on_check_result({**half, "state": "PREPARE_ABORT"}, 9, 0, "commit")[0] == "stale"
