@@ -118,14 +118,17 @@ def ensure_topic(masters: str, topic: str, partitions: int, durability: str, *,
 
 
 def run_produce(masters: str, topic: str, count: int, size: int, rate: float | None,
-                progress: bool, **producer_opts) -> dict:
-    """Send ``count`` messages of ``size`` bytes (optionally at a steady ``rate``).
+                progress: bool, round_robin: bool = False, **producer_opts) -> dict:
+    """Send ``count`` messages of ``size`` bytes (optionally at a steady ``rate``; with
+    ``round_robin`` record i to partition ``i % partitions``, else the producer's sticky
+    round robin).
 
     One warm-up record, not timed and not counted, goes first: a topic created just now is
     served once its brokers learn of it (at their next heartbeat), and that wait is not
     throughput."""
     import numpy as np
 
+    from lib.cli.bench_txn import round_robin_send
     from lib.producer.producer import Producer
 
     value = os.urandom(size)
@@ -143,7 +146,7 @@ def run_produce(masters: str, topic: str, count: int, size: int, rate: float | N
             click.progressbar(length=count, label="produce", file=sys.stderr,
                               hidden=not progress) as bar:
         producer.send_sync(topic, value, timeout=60)
-        send = producer.send
+        send = round_robin_send(producer, topic) if round_robin else producer.send
         start = time.perf_counter()
         if rate:
             for i in range(count):
@@ -204,8 +207,10 @@ def run_produce_bulk(masters: str, topic: str, count: int, size: int, per_call: 
 
 def run_consume(masters: str, topic: str, count: int, progress: bool,
                 timeout: float = 60.0, e2e: bool = False, from_end: bool = False, *,
-                credentials: Credentials | None = None, tls: Tls | None = None) -> dict:
-    """Read ``count`` messages from the start (or the end) of every partition (no group)."""
+                isolation: str = "read_uncommitted", credentials: Credentials | None = None,
+                tls: Tls | None = None) -> dict:
+    """Read ``count`` messages from the start (or the end) of every partition (no group),
+    at ``isolation`` (the PullConsumer's isolation_level)."""
     from lib.admin import AdminClient
     from lib.consumer.pull import PullConsumer
     from lib.types import TopicPartition
@@ -213,8 +218,8 @@ def run_consume(masters: str, topic: str, count: int, progress: bool,
     admin = AdminClient(masters, credentials=credentials, tls=tls)
     parts = [p.partition for p in admin.describe_topic(topic).partitions]
     admin.close()
-    consumer = PullConsumer(masters, auto_offset_reset="earliest", credentials=credentials,
-                            tls=tls)
+    consumer = PullConsumer(masters, auto_offset_reset="earliest", isolation_level=isolation,
+                            credentials=credentials, tls=tls)
     consumer.assign([TopicPartition(topic, p) for p in parts])
     if from_end:
         consumer.seek_to_end()
@@ -306,18 +311,36 @@ def with_common(fn):
               help="Send with Producer.send_batch, this many values per call (0: send()).")
 @click.option("--idempotent/--no-idempotent", default=True, show_default=True,
               help="The producer's idempotence (its default: on).")
+@click.option("--round-robin", is_flag=True,
+              help="Record i to partition i % partitions (else the sticky round robin).")
+@click.option("--transactional-id", default=None,
+              help="Send in transactions of --txn-records records, as this transactional_id.")
+@click.option("--txn-records", type=int, default=1000, show_default=True,
+              help="Records per transaction (with --transactional-id).")
+@click.option("--abort-every", type=int, default=0, show_default=True,
+              help="Abort every Nth transaction (0: commit all).")
 @click.pass_context
 def bench_produce(ctx, topic, count, size, partitions, durability, as_json, no_ceilings, data_dir,
-                  rate, linger_ms, batch_bytes, bulk, idempotent) -> None:
+                  rate, linger_ms, batch_bytes, bulk, idempotent, round_robin, transactional_id,
+                  txn_records, abort_every) -> None:
+    """Send --messages records as fast as the producer takes them (or at --rate)."""
+    from lib.cli.bench_txn import check_txn_options, run_produce_txn
+
     masters = ctx.obj["masters"]
+    check_txn_options(transactional_id, txn_records, abort_every, bulk, rate)
     ensure_topic(masters, topic, partitions, durability)
     opts = dict(linger_ms=linger_ms, idempotent=idempotent)
     if batch_bytes is not None:
         opts["batch_bytes"] = batch_bytes
-    if bulk > 0:
+    if transactional_id:
+        produced = run_produce_txn(masters, topic, count, size, txn_records, abort_every,
+                                   round_robin, not as_json, transactional_id=transactional_id,
+                                   **opts)
+    elif bulk > 0:
         produced = run_produce_bulk(masters, topic, count, size, bulk, **opts)
     else:
-        produced = run_produce(masters, topic, count, size, rate, not as_json, **opts)
+        produced = run_produce(masters, topic, count, size, rate, not as_json, round_robin,
+                               **opts)
     result = {"produce": produced, "value_bytes": size, "topic": topic}
     if not no_ceilings:
         result["ceilings"] = ceilings(data_dir)
@@ -329,12 +352,16 @@ def bench_produce(ctx, topic, count, size, partitions, durability, as_json, no_c
 @click.option("--e2e", is_flag=True, help="Also report end-to-end latency from timestamps.")
 @click.option("--from-end", is_flag=True, help="Only messages produced from now on.")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]),
+              default="read_uncommitted", show_default=True,
+              help="The consumer's isolation_level.")
 @click.pass_context
 def bench_consume(ctx, topic, count, size, partitions, durability, as_json, no_ceilings,
-                  data_dir, e2e, from_end, timeout) -> None:
+                  data_dir, e2e, from_end, timeout, isolation) -> None:
     masters = ctx.obj["masters"]
-    result = {"consume": run_consume(masters, topic, count, not as_json, timeout, e2e, from_end),
-              "topic": topic}
+    result = {"consume": run_consume(masters, topic, count, not as_json, timeout, e2e, from_end,
+                                     isolation=isolation),
+              "topic": topic, "isolation": isolation}
     if not no_ceilings:
         result["ceilings"] = ceilings(data_dir)
     _print(result, as_json)
