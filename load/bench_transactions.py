@@ -33,6 +33,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,6 +107,43 @@ def one_round(masters: str, n: int, messages: int, per_txn: int, read: dict,
     return {name: case() for name, case in cases}
 
 
+WRITES_PER_TXN = 3  # AddPartitionsToTxn, PREPARE_*, COMPLETE_*: each one Raft round
+
+
+def master_write_ms(masters: str, samples: int = 30) -> float:
+    """The median time of one replicated metadata write, measured now: InitProducerId of a
+    transactional_id bumps its epoch, one Raft round each."""
+    from lib.producer.transaction import Transactions
+    from lib.rpc import MasterClient, client_pool
+
+    pool = client_pool(masters, None, 10, None)  # the admin, from the environment
+    client = MasterClient(masters, pool=pool, timeout=10)
+    try:
+        txn = Transactions(client, "bench-write-probe", 0, "bench", 10)
+        txn.init()
+        took = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            txn.init()
+            took.append((time.perf_counter() - start) * 1000)
+        return round(statistics.median(took), 2)
+    finally:
+        client.close()
+        pool.close()
+
+
+def ceiling(per_txn: int, idempotent_per_s: float, write_ms: float) -> dict:
+    """What ``transactional_vs_idempotent`` can reach on this machine at best: a transaction's
+    records take as long as sent idempotently, plus its coordinator's Raft rounds at the
+    write time measured in the same run (markers and the pre-commit fsync not even
+    counted)."""
+    records_ms = per_txn / idempotent_per_s * 1000
+    return {"master_write_ms": write_ms, "writes_per_transaction": WRITES_PER_TXN,
+            "records_ms_per_transaction": round(records_ms, 2),
+            "transactional_vs_idempotent": round(
+                records_ms / (records_ms + WRITES_PER_TXN * write_ms), 3)}
+
+
 def where_time_goes(runs: list[dict]) -> dict:
     """The transactional runs' own account: per transaction, the median and p99 of the wait
     for its records' acknowledgements after its last send (drain) and of EndTxn (end)."""
@@ -135,6 +173,7 @@ def run(messages: int, rounds: int, per_txn: int, abort_every: int) -> dict:
         read = aborted_topic(masters, messages, per_txn, abort_every)
         for n in range(rounds):
             per_round.append(one_round(masters, n, messages, per_txn, read, txn_runs))
+        write_ms = master_write_ms(masters)
     finally:
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)
@@ -152,6 +191,9 @@ def run(messages: int, rounds: int, per_txn: int, abort_every: int) -> dict:
         "targets": TARGETS,
         "met": {k: ratios[k] >= t for k, t in TARGETS.items()},
         "transactions": where_time_goes(txn_runs),
+        "ceiling": {**(top := ceiling(per_txn, medians["idempotent_round_robin"], write_ms)),
+                    "measured_of_ceiling": round(ratios["transactional_vs_idempotent"]
+                                                 / top["transactional_vs_idempotent"], 3)},
         "read_committed_topic": read,
     }
 
