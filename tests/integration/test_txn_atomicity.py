@@ -1,0 +1,280 @@
+"""Transactions stay atomic through crashes, over real processes (docs/transactions.md).
+
+A transactional producer runs as a child process (tests/integration/txn_worker.py) so that it
+can be SIGKILLed and SIGSTOPped like a real application:
+
+- it commits transactions of 10 records over 6 partitions of 2 topics (replication factor 2)
+  while it, a partition leader broker and the active master (of 3) are SIGKILLed and
+  restarted at random points: a read_committed consumer sees each transaction whole or not
+  at all, every transaction whose commit() returned among them, in transaction order within
+  each partition; a read_uncommitted consumer sees all of that and more, nothing twice;
+- a transaction left open by a SIGKILLed producer is aborted after its
+  transaction_timeout_ms, after which read_committed consumers read past it, never into it;
+- a zombie instance SIGSTOPped mid-transaction while a new instance of its transactional_id
+  commits is fenced when it wakes: nothing it sends after the fence is stored.
+
+Each test is bounded: faults wait for conditions with generous deadlines (a 2-core machine
+running other tests), never for fixed sleeps to assert.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from lib import AdminClient, PullConsumer, TopicPartition
+from tests.cluster import ROOT, Cluster
+from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
+from tests.integration.txn_worker import RECORDS
+
+TOPICS = ("atom-a", "atom-b")
+PARTITIONS = 3
+PLACES = [(t, p) for t in TOPICS for p in range(PARTITIONS)]
+FAULTS_EACH = 2  # SIGKILLs of the producer, of a leader broker and of the active master
+PROGRESS = 3  # transactions committed between two faults
+PACE_MS = 20  # between two records of a transaction: kills land among the sends too
+DEADLINE_S = 60.0  # for any one condition (a busy machine); an idle one needs a few seconds
+VALUE = re.compile(rb"t(\d{6})-(\d{2})")
+
+
+class Workers:
+    """txn_worker child processes: started with their output in ``root``, stopped by PID."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.procs = root, []
+
+    def start(self, mode: str, masters: str, tid: str, *args: str) -> tuple[subprocess.Popen,
+                                                                           Path]:
+        n = len(self.procs)
+        out, log = self.root / f"{tid}-{n}.out", self.root / f"{tid}-{n}.log"
+        with open(log, "ab") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.txn_worker", mode, masters, tid,
+                 str(out), *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log_file,
+                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        self.procs.append(proc)
+        return proc, out
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped one too
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def workers(tmp_path):
+    made = Workers(tmp_path)
+    try:
+        yield made
+    finally:
+        made.stop_all()
+
+
+def lines(path: Path) -> list[list[str]]:
+    """The worker's output lines, split (a line it had not finished is left out)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [line.split() for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def numbers(outs: list[Path], word: str) -> list[int]:
+    return [int(fields[1]) for out in outs for fields in lines(out) if fields[0] == word]
+
+
+def logs(root: Path) -> str:
+    """The workers' outputs and logs, for a failing assertion."""
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                     for p in sorted(root.glob("*.out")) + sorted(root.glob("*.log")))
+
+
+def read_all(masters: str, tps: list[TopicPartition], isolation: str,
+             wait_s: float = DEADLINE_S) -> dict[TopicPartition, list[tuple[int, bytes]]]:
+    """(offset, value) per partition that a consumer of ``isolation`` reads from the start of
+    each partition up to its end now (the last stable offset for read_committed)."""
+    got: dict[TopicPartition, list[tuple[int, bytes]]] = defaultdict(list)
+    with PullConsumer(masters, isolation_level=isolation, fetch_max_wait_ms=100) as consumer:
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets()
+        deadline = time.monotonic() + wait_s
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            assert time.monotonic() < deadline, \
+                f"{isolation}: positions {[consumer.position(tp) for tp in ends]} ends {ends}"
+            for r in consumer.poll(timeout=0.5):
+                got[TopicPartition(r.topic, r.partition)].append((r.offset, r.value))
+    return got
+
+
+def open_transactions(masters: str) -> dict[str, str]:
+    """transactional_id -> state of every transaction open or ending."""
+    with AdminClient(masters, timeout=30) as admin:
+        return {t.transactional_id: t.state for t in admin.list_transactions()}
+
+
+# -- 1. atomicity through SIGKILLs of the producer, a leader broker and the active master ---
+
+
+@pytest.fixture
+def ha_cluster(cluster_factory, tmp_path):
+    """3 masters, 2 brokers; leaders move about 2 s after a broker dies."""
+    master_conf, broker_conf = tmp_path / "master.toml", tmp_path / "broker.toml"
+    master_conf.write_text("[master]\n" + "".join(f"{k} = {v}\n"
+                                                  for k, v in FAST_FAILOVER.items()))
+    broker_conf.write_text(f"[broker]\nreplica_lag_max_ms = {REPLICA_LAG_MAX_MS}\n")
+    cluster = cluster_factory(2, masters=3, master_args=["--config", str(master_conf)],
+                              broker_args=["--config", str(broker_conf)])
+    with AdminClient(cluster.master_addresses, timeout=30) as admin:
+        for topic in TOPICS:
+            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=2)
+    return cluster
+
+
+class Faults:
+    """The faults of the atomicity test, one at a time, each waited out."""
+
+    def __init__(self, cluster: Cluster, workers: Workers, rng: random.Random) -> None:
+        self.cluster, self.workers, self.rng = cluster, workers, rng
+        self.masters = cluster.master_addresses
+        self.outs: list[Path] = []
+        self.worker: subprocess.Popen | None = None
+        self.stop_file, self.hold_file = workers.root / "stop", workers.root / "hold"
+        self.held: list[int] = []  # transactions killed with half their records acknowledged
+
+    def start_worker(self) -> None:
+        start = max(numbers(self.outs, "begin"), default=-1) + 1
+        self.worker, out = self.workers.start(
+            "loop", self.masters, "atom-loop", "--places",
+            ",".join(f"{t}:{p}" for t, p in PLACES), "--start", str(start),
+            "--stop", str(self.stop_file), "--hold", str(self.hold_file),
+            "--pace-ms", str(PACE_MS))
+        self.outs.append(out)
+
+    def committed(self) -> list[int]:
+        return numbers(self.outs, "commit")
+
+    def progress(self, count: int = PROGRESS) -> None:
+        """Until ``count`` more transactions committed, then a random pause."""
+        want = len(self.committed()) + count
+        wait_until(lambda: len(self.committed()) >= want or self.worker.poll() is not None,
+                   f"{count} more commits", DEADLINE_S)
+        assert self.worker.poll() is None, f"the worker exited\n{logs(self.workers.root)}"
+        time.sleep(self.rng.uniform(0, 1.0))  # a random point of the next transaction
+
+    def kill_producer(self) -> None:
+        """The first time in the middle of a transaction (half of it acknowledged), then at
+        a random point."""
+        if not self.held:
+            self.hold_file.touch()
+            wait_until(lambda: numbers(self.outs[-1:], "holding") or self.worker.poll()
+                       is not None, "a transaction half sent", DEADLINE_S)
+            assert self.worker.poll() is None, f"the worker exited\n{logs(self.workers.root)}"
+            self.held += numbers(self.outs[-1:], "holding")
+            self.hold_file.unlink()
+        self.worker.kill()
+        self.worker.wait(10)
+        self.start_worker()
+
+    def kill_leader_broker(self) -> None:
+        with AdminClient(self.masters, timeout=30) as admin:
+            wait_until(lambda: all(len(p.isr) == 2 for p in self.partitions(admin)),
+                       "every partition's replicas in sync", DEADLINE_S)
+            victim = self.rng.choice(self.partitions(admin)).broker_id
+            self.cluster.brokers[victim].kill()
+            wait_until(lambda: all(p.broker_id != victim and p.available
+                                   for p in self.partitions(admin)),
+                       f"leaders elected instead of broker {victim}", DEADLINE_S)
+        self.cluster.start_broker(victim)
+        self.cluster.wait_brokers_registered(DEADLINE_S)
+
+    @staticmethod
+    def partitions(admin: AdminClient) -> list:
+        return [p for t in TOPICS for p in admin.describe_topic(t).partitions]
+
+    def kill_active_master(self) -> None:
+        old = self.cluster.leader(timeout=DEADLINE_S)
+        old.kill()
+        assert self.cluster.leader(timeout=DEADLINE_S) is not old
+        old.start()
+
+    def stop_worker(self) -> None:
+        self.stop_file.touch()
+        self.worker.wait(DEADLINE_S * 2)
+        assert self.worker.returncode == 0, f"worker exit {self.worker.returncode}\n" \
+                                            f"{logs(self.workers.root)}"
+
+
+def transactions_of(values: list[bytes]) -> dict[int, Counter]:
+    """Transaction number -> how many times each record index was read."""
+    got: dict[int, Counter] = defaultdict(Counter)
+    for value in values:
+        match = VALUE.fullmatch(value)
+        assert match, f"a value no transaction wrote: {value!r}"
+        got[int(match[1])][int(match[2])] += 1
+    return got
+
+
+def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kills(
+        ha_cluster, workers):
+    seed = int(os.environ.get("TXN_ATOMICITY_SEED", time.time_ns() % 1_000_000))
+    print(f"TXN_ATOMICITY_SEED={seed}")
+    rng = random.Random(seed)
+    faults = Faults(ha_cluster, workers, rng)
+    plan = ["producer", "broker", "master"] * FAULTS_EACH
+    rng.shuffle(plan)
+    faults.start_worker()
+    for fault in plan:
+        faults.progress()
+        print(f"{time.strftime('%H:%M:%S')} SIGKILL {fault}")
+        {"producer": faults.kill_producer, "broker": faults.kill_leader_broker,
+         "master": faults.kill_active_master}[fault]()
+    faults.progress()
+    faults.stop_worker()
+    wait_until(lambda: "atom-loop" not in open_transactions(faults.masters),
+               "the last transaction ended", DEADLINE_S)
+
+    tps = [TopicPartition(t, p) for t, p in PLACES]
+    committed = read_all(faults.masters, tps, "read_committed")
+    seen = read_all(faults.masters, tps, "read_uncommitted")
+    recorded = set(faults.committed())
+    context = f"seed {seed}, plan {plan}\n{logs(workers.root)}"
+
+    txns = transactions_of([v for tp in tps for _, v in committed[tp]])
+    whole = Counter({i: 1 for i in range(RECORDS)})
+    partial = {n: sorted(c.elements()) for n, c in txns.items() if c != whole}
+    assert not partial, f"transactions read in part or twice: {partial}; {context}"
+    missing = sorted(recorded - set(txns))
+    assert not missing, f"commit() returned, not read committed: {missing}; {context}"
+    assert len(recorded) >= PROGRESS * (len(plan) + 1), context
+    for tp in tps:
+        order = [int(VALUE.fullmatch(v)[1]) for _, v in committed[tp]]
+        assert order == sorted(order), f"{tp} out of transaction order: {order}; {context}"
+
+    every = [v for tp in tps for _, v in seen[tp]]
+    uncommitted = transactions_of(every)
+    for n in faults.held:  # killed mid-transaction: aborted by the next instance
+        assert n not in txns, f"transaction {n} killed before its commit was read; {context}"
+        assert sum(uncommitted[n].values()) >= RECORDS // 2, \
+            f"the acknowledged half of transaction {n} is not stored: {uncommitted[n]}"
+    twice = [v for v, c in Counter(every).items() if c > 1]
+    assert not twice, f"read_uncommitted read records twice: {twice[:10]}; {context}"
+    for tp in tps:
+        at = dict(seen[tp])
+        differ = [(o, v, at.get(o)) for o, v in committed[tp] if at.get(o) != v]
+        assert not differ, f"{tp}: read_committed's records not at read_uncommitted's " \
+                           f"offsets: {differ[:5]}; {context}"
+    assert len(every) >= sum(len(committed[tp]) for tp in tps)
+    print(f"{len(txns)} transactions committed ({len(recorded)} recorded), "
+          f"{len(set(uncommitted) - set(txns))} aborted, {len(every)} records read "
+          f"uncommitted; killed holding {faults.held}")
