@@ -30,9 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from lib import AdminClient, PullConsumer, TopicPartition
+from lib import AdminClient, Producer, PullConsumer, TopicPartition
 from tests.cluster import ROOT, Cluster
 from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
+from tests.integration.test_broker_cluster import Harness
 from tests.integration.txn_worker import RECORDS
 
 TOPICS = ("atom-a", "atom-b")
@@ -278,3 +279,112 @@ def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kill
     print(f"{len(txns)} transactions committed ({len(recorded)} recorded), "
           f"{len(set(uncommitted) - set(txns))} aborted, {len(every)} records read "
           f"uncommitted; killed holding {faults.held}")
+
+
+# -- 2. a transaction left open by a dead producer ------------------------------------------
+
+HUNG_TIMEOUT_MS = 2000
+# What the abort may take past the timeout: the coordinator looks every second
+# (transaction_check_interval_ms), then writes the markers; the rest is for a busy machine.
+ABORT_MARGIN_S = 45.0
+
+
+def first_line(out: Path, word: str, proc: subprocess.Popen, root: Path) -> list[str]:
+    """The worker's first line starting with ``word``, waited for."""
+    def found() -> list[str] | None:
+        return next((f for f in lines(out) if f[0] == word), None)
+    wait_until(lambda: found() is not None or proc.poll() is not None, f"{word!r}",
+               DEADLINE_S)
+    assert found() is not None, f"the worker exited {proc.returncode}\n{logs(root)}"
+    return found()
+
+
+def create(cluster: Cluster, topic: str) -> None:
+    harness = Harness(cluster)
+    try:
+        harness.create(topic, partitions=PARTITIONS)
+    finally:
+        harness.close()
+
+
+@pytest.mark.shared_cluster(brokers=2)
+def test_a_dead_producers_transaction_is_aborted_after_its_timeout_and_read_past(
+        cluster, workers):
+    masters, tp = cluster.master_addresses, TopicPartition("atom-hung", 1)
+    create(cluster, tp.topic)
+    proc, out = workers.start("hang", masters, "atom-hung", "--places", f"{tp.topic}:1",
+                              "--timeout-ms", str(HUNG_TIMEOUT_MS), "--count", "3")
+    hung_at = int(first_line(out, "sent", proc, workers.root)[1])
+    proc.kill()  # its transaction stays open: nobody will end it but the coordinator
+    proc.wait(10)
+    killed = time.monotonic()
+    after = [b"after-%d" % i for i in range(5)]
+    with Producer(masters, transactional_id="atom-after", linger_ms=1) as producer:
+        with producer.transaction():
+            for value in after:
+                producer.send(tp.topic, value, partition=tp.partition)
+    got: list[bytes] = []
+    with PullConsumer(masters, isolation_level="read_committed",
+                      fetch_max_wait_ms=100) as consumer:
+        consumer.assign([tp])
+        stable = consumer.end_offsets()[tp]
+        if open_transactions(masters).get("atom-hung") == "ONGOING":  # so it was at the read
+            assert stable <= hung_at, "read_committed must stop at the open transaction"
+        consumer.seek_to_beginning(tp)
+        deadline = killed + HUNG_TIMEOUT_MS / 1000 + ABORT_MARGIN_S
+        while not set(after) <= set(got):
+            assert time.monotonic() < deadline, f"read_committed read only {got}"
+            got += [r.value for r in consumer.poll(timeout=0.5)]
+        waited = time.monotonic() - killed
+    assert got == after, "the committed records once each, never the dead producer's"
+    with AdminClient(masters) as admin:
+        hung = next(t for t in admin.list_transactions(every=True)
+                    if t.transactional_id == "atom-hung")
+    assert hung.state == "COMPLETE_ABORT"
+    seen = [v for _, v in read_all(masters, [tp], "read_uncommitted")[tp]]
+    assert seen == [b"hung-0", b"hung-1", b"hung-2", *after], "stored, then aborted"
+    print(f"read past the hung transaction {waited:.1f} s after its producer died")
+
+
+# -- 3. a zombie woken after a new instance took over ------------------------------------
+
+
+def freeze(proc: subprocess.Popen) -> None:
+    """SIGSTOP and wait until every thread of ``proc`` stopped."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    tasks = Path(f"/proc/{proc.pid}/task")
+    wait_until(lambda: all(Path(t, "stat").read_text().rsplit(")", 1)[1].split()[0] in "tT"
+                           for t in tasks.iterdir()), "the worker stopped", DEADLINE_S)
+
+
+@pytest.mark.shared_cluster(brokers=2)
+def test_a_zombie_woken_after_a_new_instance_committed_is_fenced(cluster, workers):
+    masters, topic = cluster.master_addresses, "atom-zombie"
+    create(cluster, topic)
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    go = workers.root / "zombie-go"
+    proc, out = workers.start("zombie", masters, "atom-zombie", "--places",
+                              ",".join(f"{topic}:{p}" for p in range(PARTITIONS)),
+                              "--stop", str(go))
+    first_line(out, "sending", proc, workers.root)
+    wait_until(lambda: len(read_all(masters, tps, "read_uncommitted")[tps[1]]) >= 5,
+               "the zombie's transaction under way", DEADLINE_S)
+    freeze(proc)  # mid-transaction, records queued and in flight
+    try:
+        with Producer(masters, transactional_id="atom-zombie", linger_ms=1) as new:
+            with new.transaction():  # the new instance fenced the old, aborted its records
+                for tp in tps:
+                    new.send(topic, b"new-%d" % tp.partition, partition=tp.partition)
+        go.touch()  # the zombie sends to every partition (one new to it) and commits
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(DEADLINE_S) == 0, logs(workers.root)
+    said = [" ".join(f) for f in lines(out)]
+    assert "commit_error ProducerFenced" in said and "committed" not in said, said
+    committed = read_all(masters, tps, "read_committed")
+    assert sorted(v for tp in tps for _, v in committed[tp]) == \
+        [b"new-0", b"new-1", b"new-2"], "nothing of the zombie's, before or after the fence"
+    seen = [v for tp, got in read_all(masters, tps, "read_uncommitted").items()
+            for _, v in got]
+    assert not [v for v in seen if v.startswith(b"zafter")], "refused, never stored"
+    assert [v for v in seen if v.startswith(b"zbefore")], "stored before the fence, aborted"
