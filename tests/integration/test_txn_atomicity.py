@@ -39,7 +39,7 @@ from tests.integration.txn_worker import RECORDS
 TOPICS = ("atom-a", "atom-b")
 PARTITIONS = 3
 PLACES = [(t, p) for t in TOPICS for p in range(PARTITIONS)]
-FAULTS_EACH = 2  # SIGKILLs of the producer, of a leader broker and of the active master
+FAULTS_EACH = 3  # SIGKILLs of the producer, of a leader broker and of the active master
 PROGRESS = 3  # transactions committed between two faults
 PACE_MS = 20  # between two records of a transaction: kills land among the sends too
 DEADLINE_S = 60.0  # for any one condition (a busy machine); an idle one needs a few seconds
@@ -226,6 +226,10 @@ def transactions_of(values: list[bytes]) -> dict[int, Counter]:
     return got
 
 
+def txn_of(value: bytes) -> int:
+    return int(VALUE.fullmatch(value)[1])
+
+
 def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kills(
         ha_cluster, workers):
     seed = int(os.environ.get("TXN_ATOMICITY_SEED", time.time_ns() % 1_000_000))
@@ -248,37 +252,62 @@ def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kill
     tps = [TopicPartition(t, p) for t, p in PLACES]
     committed = read_all(faults.masters, tps, "read_committed")
     seen = read_all(faults.masters, tps, "read_uncommitted")
-    recorded = set(faults.committed())
+    with PullConsumer(faults.masters) as consumer:
+        consumer.assign(tps)
+        ends = consumer.end_offsets()
     context = f"seed {seed}, plan {plan}\n{logs(workers.root)}"
+    txns = check_committed(committed, set(faults.committed()), context)
+    assert len(txns) >= PROGRESS * (len(plan) + 1), context
+    aborted = check_uncommitted(seen, committed, ends, faults.held, context)
+    print(f"{len(txns)} transactions committed, {len(aborted)} aborted, "
+          f"{sum(map(len, seen.values()))} records read uncommitted; killed holding "
+          f"{faults.held}")
 
-    txns = transactions_of([v for tp in tps for _, v in committed[tp]])
+
+def check_committed(committed: dict, recorded: set[int], context: str) -> set[int]:
+    """Every transaction read committed is whole, once; every ``recorded`` one (commit()
+    returned) is among them; each partition holds them in transaction order. Returns
+    their numbers."""
+    txns = transactions_of([v for got in committed.values() for _, v in got])
     whole = Counter({i: 1 for i in range(RECORDS)})
     partial = {n: sorted(c.elements()) for n, c in txns.items() if c != whole}
     assert not partial, f"transactions read in part or twice: {partial}; {context}"
     missing = sorted(recorded - set(txns))
     assert not missing, f"commit() returned, not read committed: {missing}; {context}"
-    assert len(recorded) >= PROGRESS * (len(plan) + 1), context
-    for tp in tps:
-        order = [int(VALUE.fullmatch(v)[1]) for _, v in committed[tp]]
+    for tp, got in committed.items():
+        order = [txn_of(v) for _, v in got]
         assert order == sorted(order), f"{tp} out of transaction order: {order}; {context}"
+    return set(txns)
 
-    every = [v for tp in tps for _, v in seen[tp]]
-    uncommitted = transactions_of(every)
-    for n in faults.held:  # killed mid-transaction: aborted by the next instance
-        assert n not in txns, f"transaction {n} killed before its commit was read; {context}"
-        assert sum(uncommitted[n].values()) >= RECORDS // 2, \
-            f"the acknowledged half of transaction {n} is not stored: {uncommitted[n]}"
+
+def check_uncommitted(seen: dict, committed: dict, ends: dict, held: list[int],
+                      context: str) -> set[int]:
+    """read_uncommitted holds every committed record at the offset read_committed read it
+    at, nothing twice, the acknowledged half of each ``held`` transaction, and skips
+    nothing: one producer wrote these partitions, so its records are dense but for one
+    marker after each transaction (commit or abort). Returns the aborted transactions."""
+    every = [v for got in seen.values() for _, v in got]
     twice = [v for v, c in Counter(every).items() if c > 1]
     assert not twice, f"read_uncommitted read records twice: {twice[:10]}; {context}"
-    for tp in tps:
-        at = dict(seen[tp])
+    uncommitted = transactions_of(every)
+    aborted = set(uncommitted) - {txn_of(v) for got in committed.values() for _, v in got}
+    for n in held:  # killed mid-transaction: aborted by the next instance
+        assert n in aborted, f"transaction {n} killed before its commit was read; {context}"
+        assert sum(uncommitted[n].values()) >= RECORDS // 2, \
+            f"the acknowledged half of transaction {n} is not stored: {uncommitted[n]}"
+    for tp, got in seen.items():
+        at = dict(got)
         differ = [(o, v, at.get(o)) for o, v in committed[tp] if at.get(o) != v]
         assert not differ, f"{tp}: read_committed's records not at read_uncommitted's " \
                            f"offsets: {differ[:5]}; {context}"
-    assert len(every) >= sum(len(committed[tp]) for tp in tps)
-    print(f"{len(txns)} transactions committed ({len(recorded)} recorded), "
-          f"{len(set(uncommitted) - set(txns))} aborted, {len(every)} records read "
-          f"uncommitted; killed holding {faults.held}")
+        want, offset = [], 0  # where each record must be: after its predecessor's marker
+        for i, (_, value) in enumerate(got):
+            offset += 2 if i and txn_of(value) != txn_of(got[i - 1][1]) else int(i > 0)
+            want.append(offset)
+        assert [o for o, _ in got] == want and ends[tp] == offset + 2, \
+            f"{tp}: records and markers not dense: {[o for o, _ in got]}, end " \
+            f"{ends[tp]}; {context}"
+    return aborted
 
 
 # -- 2. a transaction left open by a dead producer ------------------------------------------
