@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -143,6 +144,47 @@ def ha_cluster(cluster_factory, tmp_path):
     return cluster
 
 
+class LiveReader(threading.Thread):
+    """A consumer of ``isolation`` reading the partitions from their start while the faults
+    happen; keeps (offset, value) per partition. After ``finish(ends)`` it reads up to
+    ``ends`` and stops."""
+
+    def __init__(self, masters: str, tps: list[TopicPartition], isolation: str) -> None:
+        super().__init__(daemon=True)
+        self.masters, self.tps, self.isolation = masters, tps, isolation
+        self.got: dict[TopicPartition, list[tuple[int, bytes]]] = defaultdict(list)
+        self.errors: list[str] = []
+        self.ends: dict[TopicPartition, int] | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with PullConsumer(self.masters, isolation_level=self.isolation,
+                              fetch_max_wait_ms=100, rpc_timeout_s=30) as consumer:
+                consumer.assign(self.tps)
+                consumer.seek_to_beginning(*self.tps)
+                while self.ends is None or any(consumer.position(tp) < end
+                                               for tp, end in self.ends.items()):
+                    self._poll(consumer)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(repr(exc))
+        finally:
+            self.done.set()
+
+    def _poll(self, consumer: PullConsumer) -> None:
+        try:
+            for r in consumer.poll(timeout=0.3):
+                self.got[TopicPartition(r.topic, r.partition)].append((r.offset, r.value))
+        except TubeqError as exc:  # a leader or master gone: the consumer finds the next
+            self.errors.append(repr(exc))
+            time.sleep(0.2)
+
+    def finish(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, list]:
+        self.ends = ends
+        assert self.done.wait(DEADLINE_S), f"{self.isolation} live reader: {self.errors}"
+        return self.got
+
+
 class Faults:
     """The faults of the atomicity test, one at a time, each waited out."""
 
@@ -239,6 +281,11 @@ def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kill
     faults = Faults(ha_cluster, workers, rng)
     plan = ["producer", "broker", "master"] * FAULTS_EACH
     rng.shuffle(plan)
+    tps = [TopicPartition(t, p) for t, p in PLACES]
+    live = {isolation: LiveReader(faults.masters, tps, isolation)
+            for isolation in ("read_committed", "read_uncommitted")}
+    for reader in live.values():
+        reader.start()
     faults.start_worker()
     for fault in plan:
         faults.progress()
@@ -250,13 +297,18 @@ def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kill
     wait_until(lambda: "atom-loop" not in open_transactions(faults.masters),
                "the last transaction ended", DEADLINE_S)
 
-    tps = [TopicPartition(t, p) for t, p in PLACES]
     committed = read_all(faults.masters, tps, "read_committed")
     seen = read_all(faults.masters, tps, "read_uncommitted")
     with PullConsumer(faults.masters) as consumer:
         consumer.assign(tps)
         ends = consumer.end_offsets()
     context = f"seed {seed}, plan {plan}\n{logs(workers.root)}"
+    for isolation, final in (("read_committed", committed), ("read_uncommitted", seen)):
+        # what a reader read while leaders and masters died is what the log holds in the
+        # end: nothing later aborted or truncated away, nothing skipped, nothing twice
+        got = live[isolation].finish(ends)
+        differ = {tp: (got[tp], final[tp]) for tp in tps if got[tp] != final[tp]}
+        assert not differ, f"{isolation} read during the faults: {differ}; {context}"
     txns = check_committed(committed, set(faults.committed()), context)
     assert len(txns) >= PROGRESS * (len(plan) + 1), context
     aborted = check_uncommitted(seen, committed, ends, faults.held, context)
