@@ -3,15 +3,21 @@
 A transactional producer runs as a child process (tests/integration/txn_worker.py) so that it
 can be SIGKILLed and SIGSTOPped like a real application:
 
-- it commits transactions of 10 records over 6 partitions of 2 topics (replication factor 2)
-  while it, a partition leader broker and the active master (of 3) are SIGKILLed and
-  restarted at random points: a read_committed consumer sees each transaction whole or not
-  at all, every transaction whose commit() returned among them, in transaction order within
-  each partition; a read_uncommitted consumer sees all of that and more, nothing twice;
+- it commits transactions of 10 records over 6 partitions of 2 topics (replication factor 2,
+  acks="all") while it, a partition leader broker and the active master (of 3) are
+  SIGKILLed and restarted at random points (``TXN_ATOMICITY_SEED`` replays a run's order
+  and pauses): a read_committed consumer sees each transaction whole or not at all, every
+  transaction whose commit() returned among them, in transaction order within each
+  partition; a read_uncommitted consumer sees all of that at the same offsets and the
+  aborted ones too, nothing twice, nothing skipped (dense but for the markers); consumers
+  reading during the faults read exactly what the final log holds;
 - a transaction left open by a SIGKILLed producer is aborted after its
   transaction_timeout_ms, after which read_committed consumers read past it, never into it;
 - a zombie instance SIGSTOPped mid-transaction while a new instance of its transactional_id
-  commits is fenced when it wakes: nothing it sends after the fence is stored.
+  commits is fenced when it wakes: nothing it sends after the fence is stored;
+- known gaps, strict xfails: a commit that returns although a record of the transaction was
+  lost (acks="1" through a leader failover; an async topic's cached records through a
+  broker crash).
 
 Each test is bounded: faults wait for conditions with generous deadlines (a 2-core machine
 running other tests), never for fixed sleeps to assert.
@@ -33,7 +39,7 @@ import pytest
 
 from lib import AdminClient, Producer, PullConsumer, TopicPartition
 from lib.errors import ConfigError, TubeqError
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, ServerProcess
 from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
 from tests.integration.test_broker_cluster import Harness
 from tests.integration.txn_worker import RECORDS
@@ -308,7 +314,8 @@ def test_transactions_are_all_or_nothing_through_producer_broker_and_master_kill
         # end: nothing later aborted or truncated away, nothing skipped, nothing twice
         got = live[isolation].finish(ends)
         differ = {tp: (got[tp], final[tp]) for tp in tps if got[tp] != final[tp]}
-        assert not differ, f"{isolation} read during the faults: {differ}; {context}"
+        assert not differ, f"{isolation} read during the faults: {differ}, errors " \
+                           f"{live[isolation].errors[-5:]}; {context}"
     txns = check_committed(committed, set(faults.committed()), context)
     assert len(txns) >= PROGRESS * (len(plan) + 1), context
     aborted = check_uncommitted(seen, committed, ends, faults.held, context)
@@ -431,7 +438,7 @@ def test_a_dead_producers_transaction_is_aborted_after_its_timeout_and_read_past
 # -- 3. a zombie woken after a new instance took over ------------------------------------
 
 
-def freeze(proc: subprocess.Popen) -> None:
+def freeze(proc: subprocess.Popen | ServerProcess) -> None:
     """SIGSTOP and wait until every thread of ``proc`` stopped."""
     os.kill(proc.pid, signal.SIGSTOP)
     tasks = Path(f"/proc/{proc.pid}/task")
@@ -554,7 +561,7 @@ def test_a_commit_after_a_leader_failover_holds_every_record_acknowledged_to_ack
             print(f"commit() refused: {exc!r}")
             return  # refused at the commit: atomicity kept
     print("read_committed:", committed_values(masters, tps))
-    assert committed_values(masters, tps) == [b"r-0", b"r-1", *LATE], \
+    assert committed_values(masters, tps) in ([], [b"r-0", b"r-1", *LATE]), \
         "commit() returned: every record of the transaction, or none"
 
 
@@ -569,7 +576,9 @@ def test_a_commit_after_a_broker_crash_holds_every_record_of_an_async_topic(
     with AdminClient(masters, timeout=30) as admin:
         admin.create_topic(topic, partitions=2, durability="async")  # 1 copy, the default
     tps = [TopicPartition(topic, p) for p in range(2)]
-    victim = topic_ready(masters, topic, 1)[0].broker_id
+    placed = topic_ready(masters, topic, 1)
+    victim = placed[0].broker_id
+    assert placed[1].broker_id != victim, "partition 1 must survive the crash"
     with Producer(masters, transactional_id="atom-async", acks="all",
                   linger_ms=1) as producer:
         producer.begin()
@@ -585,5 +594,5 @@ def test_a_commit_after_a_broker_crash_holds_every_record_of_an_async_topic(
             print(f"commit() refused: {exc!r}")
             return  # refused at the commit: atomicity kept
     print("read_committed:", committed_values(masters, tps))
-    assert committed_values(masters, tps) == [b"r-0", b"r-1"], \
+    assert committed_values(masters, tps) in ([], [b"r-0", b"r-1"]), \
         "commit() returned: every record of the transaction, or none"
