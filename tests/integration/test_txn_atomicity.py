@@ -15,9 +15,10 @@ can be SIGKILLed and SIGSTOPped like a real application:
   transaction_timeout_ms, after which read_committed consumers read past it, never into it;
 - a zombie instance SIGSTOPped mid-transaction while a new instance of its transactional_id
   commits is fenced when it wakes: nothing it sends after the fence is stored;
-- known gaps, strict xfails: a commit that returns although a record of the transaction was
-  lost (acks="1" through a leader failover; an async topic's cached records through a
-  broker crash).
+- a commit never returns with a record of the transaction lost: acks="1" is refused for a
+  transactional producer (a leader failover could lose a record only the leader held), and an
+  async topic's cached records lost in a broker crash make the commit refuse
+  (TxnRecordsLost: the pre-commit check, Broker.SyncTxn).
 
 Each test is bounded: faults wait for conditions with generous deadlines (a 2-core machine
 running other tests), never for fixed sleeps to assert.
@@ -479,10 +480,11 @@ def test_a_zombie_woken_after_a_new_instance_committed_is_fenced(cluster, worker
     assert [v for v in seen if v.startswith(b"zbefore")], "stored before the fence, aborted"
 
 
-# -- 4. commits that return with a record lost (known gaps, xfail strict) ---------------------
+# -- 4. no commit returns with a record lost -----------------------------------------------
 # Each test asserts what atomicity needs: commit() refused (by the config or at the commit)
-# or every record of the transaction read committed. Today commit() returns and a record is
-# missing; once fixed, the strict xfail fails as XPASS: remove the marker then.
+# or every record of the transaction read committed. Both were gaps once (a strict xfail
+# each): acks="1" is now refused for a transactional producer, and commit() first checks
+# that every partition holds, on disk, what it acknowledged.
 
 
 @pytest.fixture
@@ -516,11 +518,6 @@ def topic_ready(masters: str, topic: str, replicas: int) -> list:
 LATE = [b"r-late-%d" % i for i in range(5)]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "product gap: a transactional producer may use acks='1' (the default); a record only "
-    "its leader held is lost when a follower in the ISR takes over, the marker finds "
-    "nothing open there (-1, counted as written) and the commit completes without it. "
-    "Kafka requires acks=all with a transactional.id."))
 def test_a_commit_after_a_leader_failover_holds_every_record_acknowledged_to_acks_1(
         gap_cluster):
     masters, topic = gap_cluster.master_addresses, "atom-acks1"
@@ -565,11 +562,6 @@ def test_a_commit_after_a_leader_failover_holds_every_record_acknowledged_to_ack
         "commit() returned: every record of the transaction, or none"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "product gap: on an async topic a broker crash loses acknowledged records still in its "
-    "cache block (docs/durability.md); when they belong to an open transaction the "
-    "coordinator's marker finds nothing open (-1, counted as written) and the commit "
-    "completes with the other partitions' records only."))
 def test_a_commit_after_a_broker_crash_holds_every_record_of_an_async_topic(
         gap_cluster):
     masters, topic = gap_cluster.master_addresses, "atom-async"
