@@ -65,6 +65,9 @@ from master.txn_markers import MarkerWriter
 log = logging.getLogger(__name__)
 LOCK_STRIPES = 64
 EXPIRE_BATCH = 1000  # ids forgotten per command
+# Half messages checked back per round (a round every transaction_check_interval_ms): the rest
+# wait for the next round, so a backlog of unknown outcomes never floods the checkers.
+CHECKS_PER_ROUND = 500
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,7 @@ class TransactionCoordinator:
     def _issue_checks(self) -> None:
         """Hand out the checks that are due; roll back half messages asked too often."""
         s = self.settings
-        for tid in checks_due(self._state.txns(), wall_ms()):
+        for tid in checks_due(self._state.txns(), wall_ms())[:CHECKS_PER_ROUND]:
             with self._lock(tid):
                 record = self._state.txn(tid)
                 if record is None or tid not in checks_due({tid: record}, wall_ms()):
