@@ -1,10 +1,11 @@
 """The producer's one background thread: sends ready batches, retries, resolves futures.
 
-Each ready batch becomes one blocking ``Broker.Produce`` call on a pool of call threads, so many
-partitions are in flight at once while each partition has at most one (the accumulator enforces
-that). A call thread only queues the outcome and wakes this thread; resolving record
-futures, retry decisions and route refreshes all happen here, so a user's done-callback runs on
-this thread (keep it short: a callback that blocks stalls every partition).
+Each ready batch becomes one blocking ``Broker.Produce`` call on a call thread
+(lib/producer/calls.py), so many partitions are in flight at once while each partition has at
+most one (the accumulator enforces that). A call thread only queues the outcome and wakes
+this thread; resolving record futures, retry decisions and route refreshes all happen here, so
+a user's done-callback runs on this thread (keep it short: a callback that blocks stalls every
+partition).
 
 ``send_direct`` is the exception to "this thread sends": ``send_sync`` on an idle partition
 sends its record from the caller's thread and settles it there; its failures come here.
@@ -54,7 +55,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures._base import PENDING
 from typing import Any
 
@@ -70,8 +70,9 @@ from lib.errors import (
     UnknownTopic,
 )
 from lib.logs import event
-from lib.produce_wire import PRODUCE_METHOD, produce_request, restamp_request
+from lib.produce_wire import produce_request, restamp_request
 from lib.producer.accumulator import Accumulator, Batch
+from lib.producer.calls import ProduceCalls
 from lib.producer.futures import RecordFuture
 from lib.producer.sequences import Sequences
 from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
@@ -81,14 +82,13 @@ from lib.records import HEADER_SIZE, batch_head
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.routes import RouteCache, confirm_unknown
 from lib.rpc import ChannelPool
-from lib.stuck_calls import StuckCallWatch
 from lib.types import RecordMetadata, TopicPartition
 from lib.wire_errors import from_rpc_error
 
 log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
-# Produce calls in flight at once per producer (one per partition at most); more wait their turn.
-MAX_CALLS_IN_FLIGHT = 32
+
+
 class Sender(threading.Thread):
     """Drains the accumulator into Produce calls until stopped."""
 
@@ -110,17 +110,9 @@ class Sender(threading.Thread):
         self.metadata = (("tubeq-client-id", client_id),)
         self._completions: queue.SimpleQueue[tuple[Batch, Any, TubeqError | None]] = \
             queue.SimpleQueue()
-        self._stubs: dict[str, tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]] = {}
-        self.watch = StuckCallWatch(routes, client_id)
+        self.calls = ProduceCalls(routes, pool, client_id)
         self._paused: dict[str, float] = {}  # broker address -> monotonic end of its throttle
         self._limits = RefusedLimits()  # batch bytes a partition's broker refused above
-        # Blocking calls on threads of our own, not .future(): grpc's synchronous channel
-        # starts a thread to complete futures whenever a call begins on an idle channel and
-        # ends it with the last call, so a producer sending a batch at a time started one per
-        # batch, each start holding this thread ~0.8 ms until the new thread got the GIL from
-        # the caller's send() loop (450-510 starts per 2M records of 100 B). These threads
-        # stay once started (as many as calls were ever in flight at once, at most the cap).
-        self._calls = ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, f"tubeq-produce-{client_id}")
         self._stopping = False
         self._counting = threading.Lock()  # send_direct counts on callers' threads too
         self.records_acked = 0  # read racily by metrics()
@@ -136,8 +128,7 @@ class Sender(threading.Thread):
             log.exception("producer sender thread crashed")
             self.fail_all(Unavailable(f"producer sender thread crashed: {exc!r}"))
         finally:
-            self._calls.shutdown(wait=False)  # calls still running end with the channels
-            self.watch.close()
+            self.calls.close()
 
     def _loop(self) -> None:
         while True:
@@ -199,7 +190,7 @@ class Sender(threading.Thread):
                 raise Unavailable(f"no broker hosts {topic}/{partition} right now",
                                   topic=topic, partition=partition)
             address = route.address(partition)
-            stub = self._stub(address)
+            stub = self.calls.stub(address)
             metadata = self.metadata + self.pool.auth_metadata()  # may log in again
         except TubeqError as exc:
             self._retry_or_fail(batch, exc)
@@ -219,7 +210,8 @@ class Sender(threading.Thread):
             except TubeqError as exc:  # no producer id: the master cannot be reached
                 self._retry_or_fail(batch, exc)
                 return
-        self._calls.submit(self._call, stub, batch, metadata)
+        self.calls.submit(stub, batch.payload, self.request_timeout_s, address, batch.tp,
+                          metadata, lambda result, error: self._hand_over(batch, result, error))
 
     def send_direct(self, claim: int, tp: TopicPartition, frame: bytes, tag_hash: int,
                     timestamp: int, timeout: float | None = None
@@ -236,7 +228,7 @@ class Sender(threading.Thread):
             if not address:
                 raise Unavailable(f"no broker hosts {topic}/{partition} right now",
                                   topic=topic, partition=partition)
-            stub = self._stub(address)
+            stub = self.calls.stub(address)
             wait = self._paused.get(address, 0.0) - time.monotonic()
             if wait > 0:  # throttled by a quota: the caller waits (it asked to)
                 time.sleep(wait)
@@ -249,8 +241,8 @@ class Sender(threading.Thread):
             payload = produce_request(tp, head, frame, self.acks_all)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
-            response = self._watched(stub, payload, limit, address, (tp,),
-                                     self.metadata + self.pool.auth_metadata())
+            response = self.calls.watched(stub, payload, limit, address, (tp,),
+                                          self.metadata + self.pool.auth_metadata())
         except (TubeqError, grpc.RpcError) as exc:
             error = exc if isinstance(exc, TubeqError) else from_rpc_error(exc)
             future, batch = self.acc.adopt(claim, tp, frame, tag_hash, timestamp)
@@ -334,46 +326,6 @@ class Sender(threading.Thread):
             if parent is None:
                 return
             piece = parent
-
-    def _stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:
-        # The bare channel: the calls carry the auth metadata themselves (ChannelPool). A
-        # channel closed for a hung leader (ChannelPool.discard) is replaced: so is its stub.
-        channel = self.pool.get_bare(address)
-        cached = self._stubs.get(address)
-        if cached is None or cached[0] is not channel:
-            cached = self._stubs[address] = (channel, channel.unary_unary(
-                PRODUCE_METHOD, request_serializer=None,
-                response_deserializer=broker_pb2.ProduceResponse.FromString))
-        return cached[1]
-
-    def _watched(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
-                 address: str, tps: tuple[TopicPartition, ...],
-                 metadata: tuple[tuple[str, str], ...]) -> broker_pb2.ProduceResponse:
-        """One blocking Produce call, watched for a leader that moves away meanwhile (then
-        the channel to ``address`` is closed, which fails the call: see the module
-        docstring)."""
-        token = self.watch.started(address, tps, lambda: self.pool.discard(address))
-        try:
-            return stub(payload, timeout=timeout, metadata=metadata)
-        except ValueError as exc:  # the stub's channel was closed just before: a cut link
-            raise Unavailable(f"produce call to {address} failed: {exc}",
-                              topic=tps[0].topic, partition=tps[0].partition) from None
-        finally:
-            self.watch.finished(token)
-
-    def _call(self, stub: grpc.UnaryUnaryMultiCallable, batch: Batch,
-              metadata: tuple[tuple[str, str], ...]) -> None:
-        """A call thread: one blocking Produce call, its outcome handed to the sender thread."""
-        try:
-            result, error = self._watched(stub, batch.payload, self.request_timeout_s,
-                                          batch.address, (batch.tp,), metadata), None
-        except grpc.RpcError as exc:
-            result, error = None, from_rpc_error(exc)
-        except TubeqError as exc:  # its channel closed under it (see _watched)
-            result, error = None, exc
-        except Exception as exc:  # noqa: BLE001 - e.g. cancelled on close: still report it
-            result, error = None, Unavailable(f"produce call failed: {exc!r}")
-        self._hand_over(batch, result, error)
 
     def _hand_over(self, batch: Batch, result: Any, error: TubeqError | None) -> None:
         self._completions.put((batch, result, error))
