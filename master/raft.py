@@ -1,4 +1,5 @@
-"""The one module that owns pysyncobj: Raft replication of the master's metadata commands.
+"""The module that owns pysyncobj (with master/raft_journal.py): Raft replication of the
+master's metadata commands.
 
 Every master runs a :class:`RaftLog`. The leader's :meth:`RaftLog.submit` appends a command
 (a JSON document, never a Python object) to the Raft log; once a majority holds it, every
@@ -16,9 +17,10 @@ What this adapter adds to pysyncobj, and why:
   JSON header; a lagging master that receives it replaces its state with it. A failure to write
   one is logged as an error and retried, not swallowed.
 * **A journal that reaches the disk.** pysyncobj writes its journal through mmap and never
-  msyncs it (only at close), and writes the vote file without fsync. :class:`SyncedJournal`
-  msyncs after every append/truncate and fsyncs the vote file, so an entry a master
-  acknowledged survives its power loss (docs/replication.md, "Master HA", has the details).
+  msyncs it (only at close), and writes the vote file without fsync. ``SyncedJournal``
+  (master/raft_journal.py) msyncs after every append/truncate and fsyncs the vote file, so an
+  entry a master acknowledged survives its power loss (docs/replication.md, "Master HA", has
+  the details).
 * **Pre-vote and leader stickiness** (Raft thesis §9.6, master/prevote.py): a master stands
   for election, raising its term, only once a majority would vote for it, and a master that
   hears from a live leader ignores vote requests of a higher term. So a master cut off from
@@ -40,15 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pysyncobj.syncobj as _syncobj
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.journal import FileJournal
 from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _RAFT_STATE
 
 from lib.errors import NotLeader, TubeqError, Unavailable
 from lib.logs import event
 from lib.wire_errors import error_class
+from master import raft_journal  # noqa: F401 - installs the durable journal in pysyncobj
 from master.prevote import Campaign, Position, disruptive, would_vote
 from master.state import MetaState
 
@@ -74,59 +75,6 @@ class RaftSettings:
     compaction_entries: int = 5000
     compaction_min_s: float = 300.0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-class SyncedJournal(FileJournal):
-    """pysyncobj's file journal, made durable: msync after each change, fsync of the votes."""
-
-    def __init__(self, path: str) -> None:
-        self._bulk = False
-        self._meta_path = path + ".meta"
-        super().__init__(path)
-
-    def add(self, command: bytes, idx: int, term: int) -> None:
-        super().add(command, idx, term)
-        if not self._bulk:
-            self.flush()
-
-    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802 - pysyncobj's name
-        super().deleteEntriesFrom(entryFrom)
-        self.flush()
-
-    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
-        self._bulk = True  # rewrites the journal entry by entry: one msync at the end
-        try:
-            super().deleteEntriesTo(entryTo)
-        finally:
-            self._bulk = False
-        self.flush()
-
-    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
-        super().setCurrentTerm(term, votedForNodeId)
-        _fsync_file(self._meta_path)
-
-
-def _fsync_file(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError as exc:
-        event(log, "raft.fsync_failed", logging.ERROR, path=path, error=str(exc))
-
-
-def _create_journal(path: str | None = None) -> Any:
-    return _syncobj.MemoryJournal() if path is None else SyncedJournal(path)
-
-
-_syncobj.createJournal = _create_journal  # SyncObj looks it up here at construction
 
 
 # pysyncobj internals the pre-vote below relies on (name-mangled, so a subclass can override

@@ -42,13 +42,7 @@ class TransactionalApi:
         :meth:`abort` can end it then) or none is open; ProducerFenced when a newer instance
         took the transactional_id (close this one); Unavailable / RequestTimedOut when the
         coordinator could not be reached: calling commit() again is safe."""
-        txn = self._transactional("commit")
-        txn.start_end(True)
-        try:
-            self.flush(timeout)
-        except BaseException:
-            txn.end_failed()
-            raise
+        txn = self._ending("commit", True, timeout)
         txn.check_commit()
         try:
             txn.sync(self._offset_client().per_broker, self.config.request_timeout_ms / 1000)
@@ -63,14 +57,7 @@ class TransactionalApi:
         """Abort the open transaction: none of its records is ever delivered to a
         read_committed consumer. Records still queued are sent first (their sequence
         numbers are taken), then the abort markers are written."""
-        txn = self._transactional("abort")
-        txn.start_end(False)
-        try:
-            self.flush(timeout)
-        except BaseException:
-            txn.end_failed()
-            raise
-        self._end(txn, False)
+        self._end(self._ending("abort", False, timeout), False)
 
     def send_offsets(self, offsets: Mapping[TopicPartition, int],
                      group: str | GroupMetadata) -> None:
@@ -150,6 +137,18 @@ class TransactionalApi:
             if self._txn.state == ABORTABLE:  # a send or a partition lost records: undo
                 self.abort()
             raise
+
+    def _ending(self, call: str, commit: bool, timeout: float | None) -> Transactions:
+        """The transaction, its end begun (sends refused) and its records sent; a flush
+        that fails leaves it as it was, to end again."""
+        txn = self._transactional(call)
+        txn.start_end(commit)
+        try:
+            self.flush(timeout)
+        except BaseException:
+            txn.end_failed()
+            raise
+        return txn
 
     def _end(self, txn: Transactions, commit: bool) -> None:
         txn.end(commit)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lib import AdminClient, Producer, PullConsumer, TopicPartition
+from lib import AdminClient, Producer, TopicPartition
 from tests.cluster import ROOT
+from tests.integration.reads import read_to_end
 
 INPUT, OUTPUT, GROUP = "eos-in", "eos-out", "eos-upper"
 PARTITIONS = 4
@@ -59,17 +60,9 @@ def feed(masters: str, values: list[bytes], seconds: float = 40.0) -> None:
 
 
 def output_values(masters: str) -> list[bytes]:
-    with PullConsumer(masters, isolation_level="read_committed", fetch_max_wait_ms=100) as c:
-        tps = [TopicPartition(OUTPUT, p) for p in range(PARTITIONS)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        ends = c.end_offsets()
-        got: list[bytes] = []
-        deadline = time.monotonic() + 120
-        while any(c.position(tp) < end for tp, end in ends.items()):
-            assert time.monotonic() < deadline
-            got += [r.value for r in c.poll(max_records=5000, timeout=0.5)]
-        return got
+    got = read_to_end(masters, [TopicPartition(OUTPUT, p) for p in range(PARTITIONS)],
+                      "read_committed", 120)
+    return [r.value for records in got.values() for r in records]
 
 
 @pytest.mark.shared_cluster(brokers=2)

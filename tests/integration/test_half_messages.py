@@ -16,8 +16,9 @@ from collections import Counter
 
 import pytest
 
-from lib import AdminClient, Producer, PullConsumer, TopicPartition, errors
+from lib import AdminClient, Producer, TopicPartition, errors
 from tests.cluster import ROOT
+from tests.integration.reads import read_to_end
 
 TOPIC = "half"
 
@@ -42,17 +43,9 @@ def masters(cluster_factory, tmp_path):
 
 def committed(masters: str) -> Counter:
     """Values a read_committed consumer reads from both partitions, up to their ends now."""
-    with PullConsumer(masters, isolation_level="read_committed", fetch_max_wait_ms=100) as c:
-        tps = [TopicPartition(TOPIC, p) for p in range(2)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        ends = c.end_offsets()
-        got: Counter = Counter()
-        deadline = time.monotonic() + 30
-        while any(c.position(tp) < end for tp, end in ends.items()):
-            assert time.monotonic() < deadline
-            got.update(r.value for r in c.poll(timeout=0.5))
-        return got
+    got = read_to_end(masters, [TopicPartition(TOPIC, p) for p in range(2)], "read_committed",
+                      30)
+    return Counter(r.value for records in got.values() for r in records)
 
 
 def half_ids(masters: str) -> set[str]:

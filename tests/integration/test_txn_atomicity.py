@@ -42,6 +42,7 @@ from lib import AdminClient, Producer, PullConsumer, TopicPartition
 from lib.errors import ConfigError, TubeqError
 from tests.cluster import ROOT, Cluster, ServerProcess
 from tests.integration.fault_kit import FAST_FAILOVER, REPLICA_LAG_MAX_MS, wait_until
+from tests.integration.reads import read_to_end
 from tests.integration.test_broker_cluster import Harness
 from tests.integration.txn_worker import RECORDS
 
@@ -113,18 +114,8 @@ def read_all(masters: str, tps: list[TopicPartition], isolation: str,
              wait_s: float = DEADLINE_S) -> dict[TopicPartition, list[tuple[int, bytes]]]:
     """(offset, value) per partition that a consumer of ``isolation`` reads from the start of
     each partition up to its end now (the last stable offset for read_committed)."""
-    got: dict[TopicPartition, list[tuple[int, bytes]]] = defaultdict(list)
-    with PullConsumer(masters, isolation_level=isolation, fetch_max_wait_ms=100) as consumer:
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets()
-        deadline = time.monotonic() + wait_s
-        while any(consumer.position(tp) < end for tp, end in ends.items()):
-            assert time.monotonic() < deadline, \
-                f"{isolation}: positions {[consumer.position(tp) for tp in ends]} ends {ends}"
-            for r in consumer.poll(timeout=0.5):
-                got[TopicPartition(r.topic, r.partition)].append((r.offset, r.value))
-    return got
+    return {tp: [(r.offset, r.value) for r in records]
+            for tp, records in read_to_end(masters, tps, isolation, wait_s).items()}
 
 
 def open_transactions(masters: str) -> dict[str, str]:

@@ -5,13 +5,13 @@ careless caller gets."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 
 import pytest
 
 from lib import AdminClient, Producer, PullConsumer, TopicPartition, errors
 from lib.errors import ConfigError
 from lib.types import GroupMetadata
+from tests.integration.reads import read_to_end
 from tests.integration.test_broker_cluster import Harness
 
 pytestmark = pytest.mark.shared_cluster(brokers=2)
@@ -35,24 +35,12 @@ def producer(h: Harness, tid: str, **settings) -> Producer:
     return Producer(h.cluster.master_addresses, transactional_id=tid, linger_ms=1, **settings)
 
 
-def read(h: Harness, isolation: str, wait_s: float = 60.0) -> dict[TopicPartition, list[bytes]]:
+def read(h: Harness, isolation: str) -> dict[TopicPartition, list[bytes]]:
     """Values per partition, in offset order, that a consumer of ``isolation`` reads from the
-    start of every partition up to its end now (``end_offsets``: the last stable offset for
-    read_committed)."""
-    got: dict[TopicPartition, list[bytes]] = defaultdict(list)
-    with PullConsumer(h.cluster.master_addresses, isolation_level=isolation,
-                      fetch_max_wait_ms=100) as consumer:
-        tps = [TopicPartition(t, p) for t in TOPICS for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets()
-        deadline = time.monotonic() + wait_s
-        while any(consumer.position(tp) < end for tp, end in ends.items()):
-            assert time.monotonic() < deadline, {tp: (consumer.position(tp), e)
-                                                 for tp, e in ends.items()}
-            for r in consumer.poll(timeout=0.5):
-                got[TopicPartition(r.topic, r.partition)].append(r.value)
-    return got
+    start of every partition up to its end now."""
+    tps = [TopicPartition(t, p) for t in TOPICS for p in range(PARTITIONS)]
+    return {tp: [r.value for r in records]
+            for tp, records in read_to_end(h.cluster.master_addresses, tps, isolation).items()}
 
 
 def values(got: dict[TopicPartition, list[bytes]], prefix: bytes) -> list[bytes]:
