@@ -32,6 +32,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.config import BrokerConfig
 from broker.data import DataPlane
+from broker.delay_index import DelayIndex
+from broker.delayed import DelayMovers
 from broker.hanging_txns import HangingTxns
 from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
@@ -46,17 +48,20 @@ from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.auth.acl import Authorizer
 from lib.auth.addresses import AddressRules
+from lib.auth.client import Credentials
 from lib.auth.identities import Authenticator, KeyRing, certificate_identities
 from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
 from lib.auth.server import AioServerAuth
 from lib.auth.settings import announce_auth_off
 from lib.decoding import AioStrictDecoding
+from lib.delay import DELAY_TOPIC
 from lib.errors import ConfigError, TubeqError
 from lib.fetch_wire import FETCH_METHOD
 from lib.logs import event
 from lib.process import wait_awake
 from lib.produce_wire import PRODUCE_METHOD, parse_produce
+from lib.producer import Producer
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
@@ -96,6 +101,8 @@ class Broker:
         self.fetcher = ReplicaFetcher(self.topics, config.broker_id,
                                       config.resolved_cluster_secret,
                                       server_tls(config).as_client(), self.offsets)
+        self.delays = DelayMovers(self.topics, self.replication,
+                                  DelayIndex(data_dir / "delay-index"), self._delay_producer)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None
@@ -136,6 +143,7 @@ class Broker:
             self.link.after_heartbeat = self.hanging.maybe_check
             self.link.start()
             self.fetcher.start()
+            self.delays.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               broker_id=cfg.broker_id, masters=cfg.masters)
@@ -187,6 +195,16 @@ class Broker:
         self.metrics.produced(topic, partition, nbytes, records)
         self.topics.notify(topic)
 
+    def _delay_producer(self, partition: int) -> Producer:
+        """The transactional producer a delayed partition's mover delivers with, as the
+        cluster (broker/delayed.py)."""
+        cfg = self.config
+        secret = cfg.resolved_cluster_secret
+        return Producer(cfg.master_list, transactional_id=f"{DELAY_TOPIC}-{partition}",
+                        credentials=Credentials(cluster_secret=secret) if secret else None,
+                        tls=server_tls(cfg).as_client(), linger_ms=1,
+                        client_id=f"delay-mover-{cfg.broker_id}-{partition}")
+
     def _forget_topic(self, topic: str) -> None:
         self.offsets.forget_topic(topic)
 
@@ -223,6 +241,7 @@ class Broker:
             return
         self._stopped.set()
         self.fetcher.stop()  # before the stores close: a copy in progress finishes
+        self.delays.stop()  # an open delivery is aborted by its successor's fencing
         if self.link is not None:
             self.link.hand_off()  # leaderships to in-sync followers first (clean shutdown)
             self.link.stop()
@@ -239,6 +258,7 @@ class Broker:
         self.executor.shutdown(wait=True, cancel_futures=True)
         self._end_loop()
         self.offset_store.close()
+        self.delays.index.close()
         self.metrics.stop()
         event(log, "broker.stopped", broker_id=self.config.broker_id)
 

@@ -51,6 +51,7 @@ class TopicRoutes:
     max_message_bytes: int
     topic_id: int
     fetched_at: float  # time.monotonic() of the master's answer
+    retention_ms: int = 0  # the delay topic's gives the longest delay (lib/delay.py)
     tps: tuple[TopicPartition, ...] = ()  # TopicPartition(topic, i) at i: made once, not per send
 
     @property
@@ -75,6 +76,7 @@ def topic_routes(route: master_pb2.TopicRoute, now: float) -> TopicRoutes:
         max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
         topic_id=settings.topic_id,
         fetched_at=now,
+        retention_ms=settings.retention_ms,
         tps=tuple(TopicPartition(route.topic, i) for i in range(len(parts))),
     )
 

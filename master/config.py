@@ -59,6 +59,10 @@ class MasterConfig:
     # so that configs written for it load.
     replication_preview: bool = False
     max_partitions_per_topic: int = 1024
+    # -- Delayed messages (tubeq.delayed, made on first use; docs/delayed.md) --
+    max_delay_ms: int = 7 * DAY_MS  # the longest delay a producer may ask for
+    delay_partitions: int = 4  # partitions of tubeq.delayed: movers, spread over brokers
+    delay_replication_factor: int = 0  # 0: as many live brokers as there are, at most 3
     max_topics: int = 10_000
     tombstones_kept: int = 1000
     audit_entries_kept: int = 100_000
@@ -214,6 +218,12 @@ class MasterConfig:
                 "MasterConfig.transaction_check_back_max must be in [1, 1000]")
 
     def _validate_topic_defaults(self) -> None:
+        require(1_000 <= self.max_delay_ms <= 365 * DAY_MS,
+                "MasterConfig.max_delay_ms must be in [1000, 365 days]")
+        require(1 <= self.delay_partitions <= 256,
+                "MasterConfig.delay_partitions must be in [1, 256]")
+        require(0 <= self.delay_replication_factor <= 16,
+                "MasterConfig.delay_replication_factor must be in [0, 16]")
         require(1 <= self.max_partitions_per_topic <= 1024,
                 "MasterConfig.max_partitions_per_topic must be in [1, 1024]")
         require(self.max_topics >= 1, "MasterConfig.max_topics must be >= 1")

@@ -18,6 +18,7 @@ import grpc
 from lib.auth.access import current_access
 from lib.auth.acl import to_pb
 from lib.auth.identities import CLUSTER
+from lib.delay import DELAY_TOPIC
 from lib.errors import InvalidArgument, TubeqError, UnknownTopic, UnknownTransactionalId
 from lib.logs import event
 from lib.names import check_name
@@ -47,8 +48,10 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
                  groups: GroupCoordinator, routes: RouteBook, leadership: Leadership,
                  write: Callable[[dict[str, Any]], Any], producer_ids: ProducerIdBlocks,
-                 txns: TransactionCoordinator) -> None:
+                 txns: TransactionCoordinator,
+                 ensure_delay_topic: Callable[[], None] = lambda: None) -> None:
         self.config, self.state, self.registry = config, state, registry
+        self.ensure_delay_topic = ensure_delay_topic  # made on first use (lib/delay.py)
         self.groups, self.routes, self.leadership = groups, routes, leadership
         self.write = write  # replicates a state command (Raft)
         self.producer_ids, self.txns = producer_ids, txns
@@ -229,6 +232,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
             raise InvalidArgument(f"at most {MAX_ROUTE_TOPICS} topics per GetRoutes call")
         for name in names:
             check_name(name, "topic")
+            if name == DELAY_TOPIC:
+                self.ensure_delay_topic()
             if self.state.topic(name) is None:
                 raise UnknownTopic(f"unknown topic {name!r}", topic=name)
         return mpb.GetRoutesResponse(routes=self.routes.routes(names))
@@ -283,7 +288,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         access = current_access.get()
         for topic in sorted({tp.topic for tp in request.partitions}):
             check_name(topic, "topic")
-            access.check("produce", "topic", topic)
+            if topic != DELAY_TOPIC:  # a delayed record's broker checks its target topic
+                access.check("produce", "topic", topic)
         self.txns.add_partitions(tid, request.producer_id, request.producer_epoch,
                                  [(tp.topic, tp.partition) for tp in request.partitions])
         return mpb.AddPartitionsToTxnResponse()

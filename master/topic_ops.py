@@ -14,14 +14,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lib.errors import InvalidArgument, UnknownBroker, UnknownTopic
+from lib.delay import DELAY_TOPIC, RESERVED_TOPICS, RETENTION_MARGIN_MS
+from lib.errors import InvalidArgument, TopicExists, UnknownBroker, UnknownTopic
 from lib.names import check_name
 from lib.proto import admin_pb2 as apb
 from lib.proto import master_pb2 as mpb
 from master import placement, reassign, settings
 from master.broker_calls import BrokerCalls
 from master.brokers import BrokerRegistry, wall_ms
-from master.config import MasterConfig
+from master.config import MAX_MESSAGE_LIMIT, MasterConfig
 from master.groups import GroupCoordinator
 from master.routes import RouteBook
 from master.state import MetaState
@@ -37,8 +38,10 @@ class TopicOps:
         self.placing = threading.Lock()
 
     def create(self, name: str, pb: mpb.TopicSettings | None, audit: dict[str, Any],
-               request_id: str = "") -> dict[str, Any]:
+               request_id: str = "", internal: bool = False) -> dict[str, Any]:
         check_name(name, "topic")
+        if not internal:
+            _not_reserved(name, "created")
         wanted = settings.for_create(pb, self.config)
         with self.placing:
             known = self.state.topic(name)
@@ -51,9 +54,29 @@ class TopicOps:
                 "request_id": request_id,
                 "audit": _audit(audit, "create_topic", name, {**wanted, "replicas": replicas})})
 
+    def ensure_delay_topic(self) -> None:
+        """Create ``tubeq.delayed`` on first use (lib/delay.py): its retention carries the
+        longest delay, its replication factor the cluster's (at most 3, as live brokers
+        allow)."""
+        if self.state.topic(DELAY_TOPIC) is not None:
+            return
+        cfg = self.config
+        rf = cfg.delay_replication_factor or max(1, min(3, len(self.registry.alive_ids())))
+        pb = mpb.TopicSettings(
+            partitions=cfg.delay_partitions, stores=cfg.delay_partitions, durability="async",
+            retention_ms=cfg.max_delay_ms + RETENTION_MARGIN_MS, retention_bytes=-1,
+            max_message_bytes=MAX_MESSAGE_LIMIT, replication_factor=rf,
+            min_insync_replicas=min(2, rf))
+        try:
+            self.create(DELAY_TOPIC, pb, {"principal": "controller", "peer": "delayed messages"},
+                        request_id="create-delay-topic", internal=True)
+        except TopicExists:
+            pass  # a concurrent first use made it
+
     def alter(self, name: str, pb: mpb.TopicSettings | None,
               audit: dict[str, Any]) -> dict[str, Any]:
         check_name(name, "topic")
+        _not_reserved(name, "altered")
         with self.placing:
             current = self._existing(name)
             wanted = settings.for_alter(current["settings"], pb, self.config)
@@ -127,6 +150,7 @@ class TopicOps:
 
     def delete(self, name: str, audit: dict[str, Any]) -> None:
         check_name(name, "topic")
+        _not_reserved(name, "deleted")
         with self.placing:
             old = self._existing(name)
             self.write({"op": "delete_topic", "time_ms": wall_ms(), "topic": name,
@@ -208,3 +232,10 @@ def _audit(base: dict[str, Any], action: str, target: str,
            details: dict[str, Any]) -> dict[str, Any]:
     return {**base, "action": action, "target": target,
             "details": json.dumps(details, sort_keys=True)}
+
+
+def _not_reserved(name: str, what: str) -> None:
+    if name in RESERVED_TOPICS:
+        raise InvalidArgument(
+            f"topic {name!r} is reserved for the cluster (delayed messages: docs/delayed.md); "
+            f"it cannot be {what} by a client", topic=name)

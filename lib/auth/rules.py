@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib.auth.acl import CLUSTER_NAME
+from lib.delay import DELAY_TOPIC
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,15 @@ def _field(name: str) -> Callable[[Any], Iterable[str]]:
     return names
 
 
+def _not_delay(names: Callable[[Any], Iterable[str]]) -> Callable[[Any], Iterable[str]]:
+    """``names`` without the delay topic: a producer's delayed records go there, and the
+    broker checks produce on each record's target topic instead (broker/delayed_produce.py);
+    its routes say no more than where its partitions are."""
+    def names_but_delay(request: Any) -> Iterable[str]:
+        return [n for n in names(request) if n != DELAY_TOPIC]
+    return names_but_delay
+
+
 def _cluster(_request: Any) -> Iterable[str]:
     return (CLUSTER_NAME,)
 
@@ -76,6 +86,7 @@ def needs(*pairs: tuple[str, str, str]) -> Rule:
 
 
 ADMIN_CLUSTER = needs(("admin", "cluster", ""))
+_PRODUCE_BUT_DELAY = Rule("needs", (Need("produce", "topic", _not_delay(_field("topic"))),))
 _M, _A, _S, _B = "/tubeq.master.Master/", "/tubeq.admin.Admin/", "/tubeq.security.Security/", \
     "/tubeq.broker.Broker/"
 
@@ -88,7 +99,7 @@ RULES: dict[str, Rule] = {
     _M + "BrokerHeartbeat": CLUSTER_ONLY,
     _M + "AlterIsr": CLUSTER_ONLY,
     _M + "BrokerShutdown": CLUSTER_ONLY,
-    _M + "GetRoutes": needs(("describe", "topic", "topics")),
+    _M + "GetRoutes": Rule("needs", (Need("describe", "topic", _not_delay(_field("topics"))),)),
     _M + "JoinGroup": needs(("consume", "group", "group"), ("consume", "topic", "topics")),
     _M + "GroupHeartbeat": needs(("consume", "group", "group")),
     _M + "LeaveGroup": needs(("consume", "group", "group")),
@@ -144,8 +155,8 @@ RULES: dict[str, Rule] = {
     _S + "RemoveIpRule": ADMIN_CLUSTER,
     _S + "ListIpRules": ADMIN_CLUSTER,
     # brokers
-    _B + "Produce": needs(("produce", "topic", "topic")),
-    _B + "SyncTxn": needs(("produce", "topic", "topic")),  # a transactional producer's
+    _B + "Produce": _PRODUCE_BUT_DELAY,
+    _B + "SyncTxn": _PRODUCE_BUT_DELAY,  # a transactional producer's
     _B + "Fetch": needs(("consume", "topic", "topic"), ("consume", "group", "group?")),
     _B + "Subscribe": IN_HANDLER,  # the stream's first message names the topic
     _B + "CommitOffsets": needs(("consume", "group", "group"), ("consume", "topic", "topic")),

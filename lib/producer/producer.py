@@ -24,16 +24,19 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from datetime import datetime, timedelta
 from typing import Any
 
 from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.config import settle
+from lib.delay import DELAY_TOPIC, check_due, delay_partition, due_ms, target_headers
 from lib.errors import (
     ClientClosed,
     ConfigError,
     InvalidArgument,
     RequestTimedOut,
+    Unavailable,
 )
 from lib.memory import keep_freed_memory
 from lib.names import check_name
@@ -53,6 +56,7 @@ from lib.tls import Tls
 from lib.types import BulkMetadata, RecordMetadata, TopicPartition
 
 _time_ns = time.time_ns
+DELAY_HEADER_ROOM = 128  # a delayed frame's target headers, on top of the topic's limit
 __all__ = ["MAX_BATCH_BYTES", "Producer", "ProducerConfig"]  # the config's home: config.py
 
 
@@ -115,13 +119,21 @@ class Producer(TransactionalApi, Closeable):
 
     def send(self, topic: str, value: bytes, key: bytes | None = None, tag: str | None = None,
              headers: Mapping[str, bytes] | None = None, partition: int | None = None,
-             timestamp: int | None = None) -> Future[RecordMetadata]:
+             timestamp: int | None = None, *, delay: timedelta | float | None = None,
+             deliver_at: datetime | float | None = None) -> Future[RecordMetadata]:
         """Queue one record; the future resolves to its RecordMetadata once acknowledged.
+
+        ``delay`` (a timedelta or seconds) or ``deliver_at`` (an aware datetime or epoch
+        seconds) hold the record back: it is stored durably now, in ``tubeq.delayed`` (the
+        metadata says where), and appended to ``topic`` when due (docs/delayed.md).
 
         Raises at once (not through the future) for bad input: InvalidName, InvalidArgument,
         RecordTooLarge, UnknownTopic, UnknownPartition; RequestTimedOut when the buffer stays
         full for max_block_ms; ClientClosed after close().
         """
+        if delay is not None or deliver_at is not None:
+            return self._send_delayed(topic, value, key, tag, headers, partition,
+                                      due_ms(delay, deliver_at))
         if self._txn is not None:
             self._txn.check_send()
         if (key is None and partition is None and tag is None and headers is None
@@ -149,6 +161,29 @@ class Producer(TransactionalApi, Closeable):
         """:meth:`send` for every record not on its inline path (and for every error)."""
         tp, pieces, size, hashed, ts = self._encode(topic, value, key, tag, headers,
                                                     partition, timestamp)
+        return self._acc.add(tp, pieces, size, hashed, ts)
+
+    def _send_delayed(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
+                      headers: Mapping[str, bytes] | None, partition: int | None,
+                      due: int) -> Future[RecordMetadata]:
+        """A delayed record: its target partition chosen now (the key's, as for any send),
+        stored in the delay topic's partition for that target with the due time as its
+        timestamp (lib/delay.py)."""
+        now = _time_ns() // 1_000_000
+        check_name(topic)
+        if not isinstance(value, bytes | bytearray):
+            raise InvalidArgument(f"value must be bytes, got {type(value).__name__}")
+        route = self._routes.get(topic)
+        target = self._encoder.choose(route, key, partition, len(value))
+        delays = self._routes.get(DELAY_TOPIC)  # the masters make it on first use
+        check_due(due, now, delays.retention_ms)
+        if not delays.count:
+            raise Unavailable(f"{DELAY_TOPIC} has no partitions placed yet", topic=DELAY_TOPIC)
+        tp, pieces, size, hashed, ts = self._encode(
+            DELAY_TOPIC, value, key, tag, target_headers(topic, target, now, headers),
+            delay_partition(topic, target, delays.count), due)
+        if size > route.max_message_bytes + DELAY_HEADER_ROOM:
+            raise self._encoder.too_large(route, size - DELAY_HEADER_ROOM)
         return self._acc.add(tp, pieces, size, hashed, ts)
 
     def _encode(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
