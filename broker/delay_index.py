@@ -23,13 +23,26 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from lib.delay import DONE_DTYPE
+from lib.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
 _KEY = struct.Struct(">IQQ")  # partition, due ms, offset: big-endian sorts by due time
 _PREFIX = struct.Struct(">I")
 MAP_SIZE = 1 << 40  # address space only: the file grows as entries land
+DONE_DTYPE = np.dtype([("due", "<i8"), ("offset", "<i8")])  # a done record's entries
+
+
+def pack_done(entries: np.ndarray) -> bytes:
+    """A done record's value: the (due, offset) entries it delivered or dropped."""
+    return np.ascontiguousarray(entries, DONE_DTYPE).tobytes()
+
+
+def unpack_done(value: bytes) -> np.ndarray:
+    if len(value) % DONE_DTYPE.itemsize:
+        raise InvalidArgument(f"a done record's value must be a multiple of "
+                              f"{DONE_DTYPE.itemsize} bytes, got {len(value)}")
+    return np.frombuffer(value, DONE_DTYPE)
 
 
 class DelayIndex:

@@ -34,17 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from broker.data import visible_read
-from broker.delay_index import DelayIndex
+from broker.delay_index import DONE_DTYPE, DelayIndex, pack_done, unpack_done
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager
 from lib.delay import (
     DELAY_TOPIC,
-    DONE_DTYPE,
     H_DONE,
     delivered_headers,
-    pack_done,
     target_of,
-    unpack_done,
 )
 from lib.errors import (
     CorruptRecord,
@@ -212,7 +209,8 @@ class DelayMovers:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive():  # never started without masters (a broker alone)
+            self._thread.join(timeout)
         for mover in list(self.movers.values()):
             mover.close()
         self.movers.clear()

@@ -17,8 +17,6 @@ import time
 import zlib
 from collections.abc import Mapping
 
-import numpy as np
-
 from lib.errors import InvalidArgument
 
 DELAY_TOPIC = "tubeq.delayed"
@@ -35,8 +33,6 @@ INTERNAL_HEADERS = frozenset({H_TOPIC, H_PARTITION, H_SENT, H_DONE})
 # from the topic's retention without another setting to agree on).
 RETENTION_MARGIN_MS = 24 * 3600 * 1000
 CLOCK_SKEW_MS = 60_000  # a producer's clock may run this far ahead of a broker's
-
-DONE_DTYPE = np.dtype([("due", "<i8"), ("offset", "<i8")])
 
 
 def due_ms(delay: dt.timedelta | float | None, deliver_at: dt.datetime | float | None,
@@ -111,15 +107,3 @@ def target_of(headers: Mapping[str, bytes]) -> tuple[str, int]:
 def delivered_headers(headers: Mapping[str, bytes]) -> dict[str, bytes]:
     """The headers a delivered record carries: the caller's and when it was sent."""
     return {k: v for k, v in headers.items() if k not in (H_TOPIC, H_PARTITION, H_DONE)}
-
-
-def pack_done(entries: np.ndarray) -> bytes:
-    """A done record's value: the (due, offset) entries it delivered or dropped."""
-    return np.ascontiguousarray(entries, DONE_DTYPE).tobytes()
-
-
-def unpack_done(value: bytes) -> np.ndarray:
-    if len(value) % DONE_DTYPE.itemsize:
-        raise InvalidArgument(f"a done record's value must be a multiple of "
-                              f"{DONE_DTYPE.itemsize} bytes, got {len(value)}")
-    return np.frombuffer(value, DONE_DTYPE)

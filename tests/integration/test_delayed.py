@@ -10,8 +10,10 @@ import time
 import pytest
 
 from lib import AdminClient, Producer, PullConsumer, TopicPartition, errors
+from lib.auth.client import Credentials
 from lib.delay import DELAY_TOPIC, H_SENT
 from tests.integration.test_broker_cluster import Harness
+from tests.integration.test_consumer_common import wait_for
 
 pytestmark = pytest.mark.shared_cluster(brokers=1)
 
@@ -123,3 +125,31 @@ def test_bad_input_is_refused_with_a_clear_error(h):
                      lambda: admin.delete_topic(DELAY_TOPIC)):
             with pytest.raises(errors.InvalidArgument, match="reserved for the cluster"):
                 call()
+
+
+def test_a_delayed_send_needs_produce_on_its_target_topic_only(h):
+    """The delay topic takes no ACL of its own: the broker checks each record's target, and
+    the mover delivers as the cluster."""
+    make_topic(h, "dl-acl", partitions=1)
+    make_topic(h, "dl-acl-other", partitions=1)
+    masters = h.cluster.master_addresses
+    carol = Credentials("carol-dl", "carol-password-123")
+    with AdminClient(masters, credentials=h.cluster.admin_credentials()) as root:
+        root.add_user(carol.user, carol.password)
+        root.add_acl(f"user:{carol.user}", "produce", "topic", "dl-acl")
+        root.add_acl(f"user:{carol.user}", "describe", "topic", "dl-acl-other")
+
+    def delayed_to(topic: str) -> bool:
+        with Producer(masters, credentials=carol, request_timeout_ms=5000, retries=0) as p:
+            try:
+                p.send(topic, b"from carol", delay=0.5).result(10)
+                return True
+            except errors.PermissionDenied as err:
+                assert f"may not produce on topic {topic!r}" in err.message
+                return False
+
+    wait_for(lambda: delayed_to("dl-acl"), 15, "carol's ACL on the broker")
+    assert not delayed_to("dl-acl-other")
+    got = collect(masters, "dl-acl", 1, 1)
+    assert [r.value for _, r in got] == [b"from carol"]
+    assert collect(masters, "dl-acl-other", 1, 0, wait_s=3) == []
