@@ -82,7 +82,7 @@ class Mover:
         self.topics, self.replication, self.index = topics, replication, index
         self.new_producer, self.settings = new_producer, settings
         self.producer = None
-        self.delivered = 0
+        self.delivered = 0  # records copied to their targets (dropped ones not counted)
         self.ready_at = -1  # deliver once indexed this far (the log end after fencing)
         self.state = self._adopt()
 
@@ -201,6 +201,7 @@ class DelayMovers:
         self.new_producer = new_producer
         self.settings = settings or MoverSettings()
         self.movers: dict[int, Mover] = {}
+        self.delivered_before = 0  # by movers since closed (a leadership that moved away)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="delay-movers", daemon=True)
 
@@ -211,12 +212,27 @@ class DelayMovers:
         self._stop.set()
         if self._thread.is_alive():  # never started without masters (a broker alone)
             self._thread.join(timeout)
-        for mover in list(self.movers.values()):
-            mover.close()
-        self.movers.clear()
+        for p in list(self.movers):
+            self._drop(p)
 
     def pending(self) -> int:
+        """Records waiting in the partitions led here."""
         return sum(int(m.state.get("pending", 0)) for m in list(self.movers.values()))
+
+    def delivered(self) -> int:
+        return self.delivered_before + sum(m.delivered for m in list(self.movers.values()))
+
+    def overdue_s(self) -> float:
+        """How long the most overdue pending record is past its due time (0: none)."""
+        now = time.time_ns() // 1_000_000
+        dues = [self.index.next_due(p) for p in list(self.movers)]
+        return max([0.0] + [(now - d) / 1000 for d in dues if d is not None and d < now])
+
+    def _drop(self, partition: int) -> None:
+        mover = self.movers.pop(partition, None)
+        if mover is not None:
+            self.delivered_before += mover.delivered
+            mover.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -234,7 +250,7 @@ class DelayMovers:
         """One round over the partitions led here; the soonest next due time."""
         led = self._led()
         for p in [p for p, m in self.movers.items() if led.get(p) != m.epoch]:
-            self.movers.pop(p).close()
+            self._drop(p)
         soonest = None
         for p, epoch in sorted(led.items()):
             mover = self.movers.get(p)
@@ -243,13 +259,8 @@ class DelayMovers:
                     mover = self.movers[p] = Mover(p, epoch, self.topics, self.replication,
                                                    self.index, self.new_producer, self.settings)
                 due = mover.step(time.time_ns() // 1_000_000)
-            except ProducerFenced:  # another leadership's mover took over: stand down
-                self.movers.pop(p, None)
-                continue
-            except (NotLeader, PartitionNotHosted, UnknownTopic):
-                self.movers.pop(p, None)
-                if mover is not None:
-                    mover.close()
+            except (ProducerFenced, NotLeader, PartitionNotHosted, UnknownTopic):
+                self._drop(p)  # another leadership's mover took over: stand down
                 continue
             except TubeqError as err:  # a target or the coordinator not there now: retry
                 event(log, "delay.round_retry", partition=p,

@@ -82,6 +82,16 @@ class BrokerMetrics(ProcessMetrics):
         Gauge("tubeq_broker_disk_full", "1 while appends are refused with DISK_FULL",
               registry=r).set_function(lambda: int(space.status().full))
 
+    def watch_delays(self, movers) -> None:
+        """Export delayed delivery's figures (broker/delayed.py; read at scrape time)."""
+        r = self.registry
+        Gauge("tubeq_broker_delayed_pending", "Delayed records waiting in partitions of "
+              "tubeq.delayed led here", registry=r).set_function(movers.pending)
+        Gauge("tubeq_broker_delayed_delivered", "Delayed records delivered to their targets "
+              "since the broker started", registry=r).set_function(movers.delivered)
+        Gauge("tubeq_broker_delayed_overdue_seconds", "How far past its due time the most "
+              "overdue pending record is", registry=r).set_function(movers.overdue_s)
+
     def produced(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         with self._lock:
             c = self._counters(topic, partition)

@@ -103,6 +103,7 @@ class Broker:
                                       server_tls(config).as_client(), self.offsets)
         self.delays = DelayMovers(self.topics, self.replication,
                                   DelayIndex(data_dir / "delay-index"), self._delay_producer)
+        self.metrics.watch_delays(self.delays)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.link: MasterLink | None = None
