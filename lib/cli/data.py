@@ -17,13 +17,20 @@ from lib.cli.common import admin
               help="Split each line at the first separator into key and value.")
 @click.option("--tag", default=None, help="Tag every message (brokers can filter on it).")
 @click.option("--compression", type=click.Choice(["none", "zlib"]), default="none")
+@click.option("--delay", type=float, default=None,
+              help="Hold every message back this many seconds (docs/delayed.md).")
+@click.option("--deliver-at", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]),
+              default=None, help="Deliver every message at this time, with its UTC offset "
+              "(2026-12-01T02:00:00+0000).")
 @click.pass_context
-def produce(ctx, topic, path, key_separator, tag, compression) -> None:
+def produce(ctx, topic, path, key_separator, tag, compression, delay, deliver_at) -> None:
     """Send each input line as one message; prints how many were acknowledged."""
     from lib.producer.producer import Producer
 
     sep = key_separator.encode() if key_separator else None
-    bulk = sep is None and compression == "none"  # lines go in send_batch calls
+    later = {"delay": delay, "deliver_at": deliver_at}
+    delayed = delay is not None or deliver_at is not None
+    bulk = sep is None and compression == "none" and not delayed  # send_batch calls
     sent = 0
     with Producer(ctx.obj["masters"],
                   compression=None if compression == "none" else compression) as producer:
@@ -34,13 +41,14 @@ def produce(ctx, topic, path, key_separator, tag, compression) -> None:
                 futures.append(producer.send_batch(
                     topic, values, tags=[tag] * len(values) if tag else None))
             else:
-                futures += [producer.send(topic, value, key=key, tag=tag)
+                futures += [producer.send(topic, value, key=key, tag=tag, **later)
                             for key, value in (_split(v, sep) for v in values)]
             sent += len(values)
         producer.flush()
         for f in futures:
             f.result()  # raises the first failure, with its reason
-    click.echo(f"produced {sent} messages to {topic}", err=True)
+    when = " (delayed)" if delayed else ""
+    click.echo(f"produced {sent} messages to {topic}{when}", err=True)
 
 
 BULK_LINES = 10_000

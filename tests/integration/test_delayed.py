@@ -13,6 +13,7 @@ from lib import AdminClient, Producer, PullConsumer, TopicPartition, errors
 from lib.auth.client import Credentials
 from lib.delay import DELAY_TOPIC, H_SENT
 from tests.integration.test_broker_cluster import Harness
+from tests.integration.test_cli import tubeq
 from tests.integration.test_consumer_common import wait_for
 
 pytestmark = pytest.mark.shared_cluster(brokers=1)
@@ -153,3 +154,18 @@ def test_a_delayed_send_needs_produce_on_its_target_topic_only(h):
     got = collect(masters, "dl-acl", 1, 1)
     assert [r.value for _, r in got] == [b"from carol"]
     assert collect(masters, "dl-acl-other", 1, 0, wait_s=3) == []
+
+
+def test_the_cli_sends_delayed_lines(h):
+    make_topic(h, "dl-cli", partitions=1)
+    masters = h.cluster.master_addresses
+    started = time.time()
+    done = tubeq(masters, "produce", "dl-cli", "--delay", "2", stdin=b"one\ntwo\n")
+    out = (done.stdout + done.stderr).decode()
+    assert done.returncode == 0, out
+    assert "produced 2 messages to dl-cli (delayed)" in out
+    got = collect(masters, "dl-cli", 1, 2)
+    assert sorted(r.value for _, r in got) == [b"one", b"two"]
+    assert all(at >= started + 2 for at, _ in got)
+    bad = tubeq(masters, "produce", "dl-cli", "--delay", "-3", stdin=b"x\n")
+    assert bad.returncode != 0 and "must not be negative" in (bad.stdout + bad.stderr).decode()
