@@ -102,8 +102,3 @@ def target_of(headers: Mapping[str, bytes]) -> tuple[str, int]:
         raise InvalidArgument(
             f"a record of {DELAY_TOPIC} needs headers {H_TOPIC} and {H_PARTITION} (send it with "
             "Producer.send(..., delay=...))") from err
-
-
-def delivered_headers(headers: Mapping[str, bytes]) -> dict[str, bytes]:
-    """The headers a delivered record carries: the caller's and when it was sent."""
-    return {k: v for k, v in headers.items() if k not in (H_TOPIC, H_PARTITION, H_DONE)}

@@ -186,6 +186,23 @@ class Producer(TransactionalApi, Closeable):
             raise self._encoder.too_large(route, size - DELAY_HEADER_ROOM)
         return self._acc.add(tp, pieces, size, hashed, ts)
 
+    def send_frame(self, topic: str, partition: int, frame: bytes, timestamp: int,
+                   tag_hash: int = 0) -> Future[RecordMetadata]:
+        """Queue a record already encoded as a frame (lib.records), as it is: for relays
+        that move stored records on (broker/delayed.py) without decoding and encoding them
+        again. ``timestamp`` and ``tag_hash`` must be the frame's own: the broker refuses a
+        batch whose columns disagree with its frames."""
+        if self._closed:
+            raise ClientClosed("the producer is closed: it accepts no more records")
+        if self._txn is not None:
+            self._txn.check_send()
+        route = self._routes.get(topic)
+        p = self._encoder.choose(route, None, partition, len(frame))
+        if len(frame) > route.max_message_bytes:
+            raise self._encoder.too_large(route, len(frame))
+        return self._acc.add(route.tps[p] if p < len(route.tps) else TopicPartition(topic, p),
+                             (frame,), len(frame), tag_hash, timestamp)
+
     def _encode(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
                 headers: Mapping[str, bytes] | None, partition: int | None,
                 timestamp: int | None) -> tuple[TopicPartition, tuple[bytes, ...], int, int, int]:
