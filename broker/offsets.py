@@ -36,7 +36,7 @@ from broker.term import TermWatermark
 from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange, TubeqError, UnstableOffsetCommit
 from lib.logs import event
-from lib.names import check_name
+from lib.names import INSTANCE_SEP, check_name, offsets_owner
 from lib.proto import broker_pb2 as pb
 from storage.offsets import CommittedOffset, OffsetStore, SinkMark
 from storage.store import Store
@@ -75,7 +75,8 @@ class OffsetsPlane:
         self._lock = threading.Lock()
         # (group, topic) pairs to report to the master: all at start (a new master process
         # may not have them yet: recording is idempotent), then each new one.
-        self._unreported: set[tuple[str, str]] = store.group_topics()
+        self._unreported: set[tuple[str, str]] = {(_group_of(g), t)
+                                                   for g, t in store.group_topics()}
         self._reported: set[tuple[str, str]] = set()
         self.incarnation = random.randrange(1, 1 << 62)  # versions of another process differ
         self._versions: dict[tuple[str, int], _Versions] = {}
@@ -104,10 +105,13 @@ class OffsetsPlane:
                               topic=topic, partition=p, committed=c.offset, log_end=end)
 
     def commit(self, req: pb.CommitOffsetsRequest) -> pb.CommitOffsetsResponse:
-        group = check_name(req.group, "group")
+        # A broadcast instance's offsets are its own (group@instance): no other member reads
+        # or commits them, so no claim guards them (docs/broadcast.md).
+        group = offsets_owner(req.group, req.instance_id)
         rows = self._checked(req.topic, req.offsets)
         with self._lock:
-            self.claims.check_commit(group, req.topic, rows, req.member_id, req.generation)
+            if not req.instance_id:
+                self.claims.check_commit(group, req.topic, rows, req.member_id, req.generation)
             if req.producer_id > 0:  # a transaction's: pending until its marker
                 for p in rows:
                     self._pending[(group, req.topic, p)] = req.producer_id
@@ -115,10 +119,16 @@ class OffsetsPlane:
             if rows:
                 self.store.commit(group, req.topic, rows)
                 self._changed(group, req.topic, rows)
-                if (group, req.topic) not in self._reported:
-                    self._unreported.add((group, req.topic))
+                self._to_report(group, req.topic)
         self._tell_followers(req.topic, rows)
         return pb.CommitOffsetsResponse()
+
+    def _to_report(self, owner: str, topic: str) -> None:
+        """Note (group, topic) for the master, unless reported (the lock held); an instance's
+        offsets are reported as its group's."""
+        pair = (_group_of(owner), topic)
+        if pair not in self._reported:
+            self._unreported.add(pair)
 
     def _changed(self, group: str, topic: str, partitions: Iterable[int]) -> None:
         """Number a commit (the lock held)."""
@@ -202,8 +212,7 @@ class OffsetsPlane:
             self.store.store_copies(topic, partition, offsets)
             for group in offsets:  # numbered too: should this broker lead next
                 self._changed(group, topic, [partition])
-                if (group, topic) not in self._reported:
-                    self._unreported.add((group, topic))
+                self._to_report(group, topic)
 
     def unreported(self, limit: int = MAX_REPORTED) -> list[tuple[str, str]]:
         """Up to ``limit`` (group, topic) pairs the master has not acknowledged yet."""
@@ -218,12 +227,15 @@ class OffsetsPlane:
                 self._reported.add(pair)
 
     def fetch(self, req: pb.FetchOffsetsRequest) -> pb.FetchOffsetsResponse:
-        group = check_name(req.group, "group")
+        group = offsets_owner(req.group, req.instance_id)
         partitions = list(dict.fromkeys(req.partitions)) or self.topics.led(req.topic)
         for p in partitions:
             self.topics.store_for(req.topic, p)  # unknown / not hosted here: say so
+        if req.all_instances:
+            return self._instances(group, req.topic, partitions)
         with self._lock:
-            self.claims.claim(group, req.topic, partitions, req.member_id, req.generation)
+            if not req.instance_id:
+                self.claims.claim(group, req.topic, partitions, req.member_id, req.generation)
             unstable = [p for p in partitions if (group, req.topic, p) in self._pending]
             if unstable:
                 raise UnstableOffsetCommit(
@@ -235,6 +247,15 @@ class OffsetsPlane:
             pb.CommittedOffset(partition=p, offset=c.offset, metadata=c.metadata,
                                commit_time_ms=c.commit_time_ms)
             for p, c in sorted(got.items())])
+
+    def _instances(self, group: str, topic: str, partitions: list[int]
+                   ) -> pb.FetchOffsetsResponse:
+        """Every broadcast instance's offsets of ``group`` (group describe; claims nothing)."""
+        got = self.store.instance_offsets(group, topic, partitions)
+        return pb.FetchOffsetsResponse(offsets=[
+            pb.CommittedOffset(partition=p, offset=c.offset, metadata=c.metadata,
+                               commit_time_ms=c.commit_time_ms, instance_id=instance)
+            for instance, parts in sorted(got.items()) for p, c in sorted(parts.items())])
 
     def end_txn(self, producer_id: int, commit: bool,
                 entries: Iterable[pb.TxnMarkerOffset]) -> list[pb.TxnMarkerResult]:
@@ -260,8 +281,7 @@ class OffsetsPlane:
                 if commit:
                     self.store.commit(group, e.topic, {e.partition: (e.offset, b"")})
                     self._changed(group, e.topic, [e.partition])
-                    if (group, e.topic) not in self._reported:
-                        self._unreported.add((group, e.topic))
+                    self._to_report(group, e.topic)
                     committed.add((e.topic, e.partition))
         for topic in {t for t, _ in committed}:
             self._tell_followers(topic, [p for t, p in committed if t == topic])
@@ -312,3 +332,8 @@ class OffsetsPlane:
                     partition=oc.partition, offset=oc.offset, earliest=earliest, latest=latest)
             rows[oc.partition] = (oc.offset, bytes(oc.metadata))
         return rows
+
+
+def _group_of(owner: str) -> str:
+    """The group of an offsets owner (``group`` or a broadcast instance's ``group@instance``)."""
+    return owner.split(INSTANCE_SEP, 1)[0]

@@ -68,13 +68,15 @@ def group_info(desc: admin_pb2.GroupDescription) -> GroupInfo:
     """GroupDescription -> GroupInfo."""
     members = [
         MemberInfo(m.member_id, m.client_host,
-                   {a.topic: sorted(a.partitions) for a in m.assignments}, m.last_heartbeat_ms)
+                   {a.topic: sorted(a.partitions) for a in m.assignments}, m.last_heartbeat_ms,
+                   m.instance_id)
         for m in desc.members
     ]
-    lags = [PartitionLag(p.topic, p.partition, p.committed, p.latest, p.lag, p.member_id)
-            for p in sorted(desc.partitions, key=lambda p: (p.topic, p.partition))]
+    lags = [PartitionLag(p.topic, p.partition, p.committed, p.latest, p.lag, p.member_id,
+                         p.instance_id)
+            for p in sorted(desc.partitions, key=lambda p: (p.instance_id, p.topic, p.partition))]
     moves = [OffsetMove(m.topic, m.partition, m.from_offset, m.to_offset) for m in desc.moves]
-    return GroupInfo(desc.group, desc.generation, members, lags, moves)
+    return GroupInfo(desc.group, desc.generation, members, lags, moves, desc.mode)
 
 
 def broker_info(info: master_pb2.BrokerInfo, staying: int = 0) -> BrokerInfo:

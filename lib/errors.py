@@ -186,6 +186,19 @@ class GroupNotEmpty(TubeqError):
     code = "GROUP_NOT_EMPTY"
 
 
+class InstanceInUse(TubeqError):
+    """A live member of a broadcast group already has this instance id (another process uses
+    it, or a previous one died and its session has not ended yet: ``expires_in_ms``)."""
+
+    code = "INSTANCE_IN_USE"
+
+
+class GroupModeConflict(TubeqError):
+    """A group has live members consuming in the other mode (clustering vs. broadcast)."""
+
+    code = "GROUP_MODE_CONFLICT"
+
+
 class ProducerFenced(TubeqError):
     """An idempotent producer with a newer epoch took over this producer id."""
 

@@ -135,11 +135,13 @@ class MemberInfo:
     client_host: str
     assignments: dict[str, list[int]]
     last_heartbeat_ms: int
+    instance_id: str = ""  # a broadcast member's (docs/broadcast.md)
 
 
 @dataclass(frozen=True)
 class PartitionLag:
-    """Committed offset vs. latest offset of one partition for a group (committed -1: none)."""
+    """Committed offset vs. latest offset of one partition for a group (committed -1: none);
+    with ``instance_id``, a broadcast instance's own (docs/broadcast.md)."""
 
     topic: str
     partition: int
@@ -147,6 +149,7 @@ class PartitionLag:
     latest: int
     lag: int
     member_id: str = ""
+    instance_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ class GroupInfo:
     members: list[MemberInfo] = field(default_factory=list)
     partitions: list[PartitionLag] = field(default_factory=list)
     moves: list[OffsetMove] = field(default_factory=list)
+    mode: str = ""  # of the live members: "clustering", "broadcast", "" (none live)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ _STATUS: dict[type[e.TubeqError], grpc.StatusCode] = {
     e.UnknownMember: grpc.StatusCode.FAILED_PRECONDITION,
     e.Fenced: grpc.StatusCode.FAILED_PRECONDITION,
     e.GroupNotEmpty: grpc.StatusCode.FAILED_PRECONDITION,
+    e.InstanceInUse: grpc.StatusCode.FAILED_PRECONDITION,
+    e.GroupModeConflict: grpc.StatusCode.FAILED_PRECONDITION,
     e.ProducerFenced: grpc.StatusCode.FAILED_PRECONDITION,
     e.OutOfOrderSequence: grpc.StatusCode.FAILED_PRECONDITION,
     e.ConcurrentTransactions: grpc.StatusCode.ABORTED,

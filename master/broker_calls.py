@@ -49,6 +49,14 @@ class BrokerCalls:
         res = invoke(self._stub(address).FetchOffsets, req, self.timeout_s, self._metadata)
         return {c.partition: c.offset for c in res.offsets}
 
+    def instances(self, address: str, group: str, topic: str,
+                  partitions: list[int]) -> dict[tuple[str, int], int]:
+        """Every broadcast instance's committed offsets: (instance id, partition) -> offset."""
+        req = bpb.FetchOffsetsRequest(group=group, topic=topic, partitions=partitions,
+                                      all_instances=True)
+        res = invoke(self._stub(address).FetchOffsets, req, self.timeout_s, self._metadata)
+        return {(c.instance_id, c.partition): c.offset for c in res.offsets}
+
     def reset(self, address: str, group: str, topic: str, offsets: dict[int, int],
               term: int) -> None:
         items = [bpb.OffsetCommit(partition=p, offset=o) for p, o in sorted(offsets.items())]

@@ -43,26 +43,30 @@ class GroupOps:
     def describe(self, group: str) -> apb.GroupDescription:
         check_name(group, "group")
         generation, members = self.groups.describe(group)
-        owner = {(t, p): m.member_id for m, assigned in members
+        mode = self.groups.mode(group)
+        owner = {(t, p): m.member_id for m, assigned in members if not m.instance_id
                  for t, parts in assigned.items() for p in parts}
+        live = {m.instance_id: m.member_id for m, _ in members if m.instance_id}
         recorded = self.state.groups().get(group, {}).get("topics", [])
         topics = sorted(set(recorded) | {t for m, _ in members for t in m.topics})
         rows = []
         for topic in topics:
             record = self.state.topic(topic)
             if record is not None:
-                rows += self._lags(group, record, owner)
+                rows += self._lags(group, record, owner, live, mode)
         return apb.GroupDescription(
-            group=group, generation=generation, partitions=rows,
+            group=group, generation=generation, partitions=rows, mode=mode,
             members=[apb.MemberDescription(
                 member_id=m.member_id, client_host=m.client_host,
-                last_heartbeat_ms=m.last_heartbeat_ms,
+                last_heartbeat_ms=m.last_heartbeat_ms, instance_id=m.instance_id,
                 assignments=[mpb.Assignment(topic=t, partitions=ps)
                              for t, ps in sorted(assigned.items())])
                 for m, assigned in members])
 
-    def _lags(self, group: str, record: dict[str, Any],
-              owner: dict[tuple[str, int], str]) -> list[apb.PartitionLag]:
+    def _lags(self, group: str, record: dict[str, Any], owner: dict[tuple[str, int], str],
+              live: dict[str, str], mode: str) -> list[apb.PartitionLag]:
+        """Lag rows of one topic: the group's per partition and, for broadcast instances
+        (those with offsets here and the live ones), each instance's per partition."""
         topic = record["topic"]
         jobs = {}
         for broker, parts in self.routes.by_broker(record).items():
@@ -70,21 +74,30 @@ class GroupOps:
             if address and self.routes.registry.is_alive(broker):
                 jobs[broker] = (lambda a=address, ps=parts: (
                     self.calls.committed(a, group, topic, ps),
-                    self.calls.list_offsets(a, topic, ps)))
+                    self.calls.list_offsets(a, topic, ps),
+                    self.calls.instances(a, group, topic, ps)))
         known: dict[int, tuple[int, int, int]] = {}
+        by_instance: dict[tuple[str, int], int] = {}
         for result in self.calls.each(jobs).values():
             if isinstance(result, tuple):
-                committed, offsets = result
+                committed, offsets, instances = result
+                by_instance.update(instances)
                 for p, po in offsets.items():
                     known[p] = (committed.get(p, -1), po.earliest, po.latest)
+        count = len(record["placement"])
+        names = sorted({i for i, _ in by_instance} | set(live))
         rows = []
-        for p in range(len(record["placement"])):
-            committed, earliest, latest = known.get(p, (-1, -1, -1))
-            base = committed if committed >= 0 else earliest
-            lag = max(0, latest - base) if latest >= 0 and base >= 0 else -1
-            rows.append(apb.PartitionLag(topic=topic, partition=p, committed=committed,
-                                         latest=latest, lag=lag,
-                                         member_id=owner.get((topic, p), "")))
+        # A broadcast group's own offsets stay empty: without live members, show them only
+        # when something is there (it was used in clustering mode) or nothing else is.
+        if mode == "clustering" or (mode == "" and (
+                not names or any(known.get(p, (-1,))[0] >= 0 for p in range(count)))):
+            rows += [_lag(topic, p, known.get(p, (-1, -1, -1)),
+                          member_id=owner.get((topic, p), "")) for p in range(count)]
+        for name in names:
+            for p in range(count):
+                _, earliest, latest = known.get(p, (-1, -1, -1))
+                rows.append(_lag(topic, p, (by_instance.get((name, p), -1), earliest, latest),
+                                 member_id=live.get(name, ""), instance_id=name))
         return rows
 
     def reset(self, req: apb.ResetGroupOffsetsRequest, term: int,
@@ -176,3 +189,15 @@ def _target(topic: str, p: int, po: Any, kind: str, value: Any) -> int:
             f"{po.earliest}, latest {po.latest}]", topic=topic, partition=p, offset=value,
             earliest=po.earliest, latest=po.latest)
     return value
+
+
+def _lag(topic: str, partition: int, known: tuple[int, int, int], member_id: str = "",
+         instance_id: str = "") -> apb.PartitionLag:
+    """One lag row from (committed, earliest, latest); -1 where unknown. Without a commit the
+    lag counts from the earliest offset (what a reader starting there has left)."""
+    committed, earliest, latest = known
+    base = committed if committed >= 0 else earliest
+    lag = max(0, latest - base) if latest >= 0 and base >= 0 else -1
+    return apb.PartitionLag(topic=topic, partition=partition, committed=committed,
+                            latest=latest, lag=lag, member_id=member_id,
+                            instance_id=instance_id)

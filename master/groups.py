@@ -12,6 +12,12 @@ After a failover (:meth:`GroupCoordinator.reset`) members rejoin with the partit
 owned; for ``grace_ms`` those are kept and rebalances wait, then each group that changed is
 rebalanced once, stickily: a failover moves no partition whose owner came back.
 
+Broadcast groups (docs/broadcast.md): every member gets every partition of its topics and keeps
+its own offsets under a stable ``instance_id``, so joins, leaves and expiries rebalance nobody
+and move no generation. A group is in one mode at a time (that of its live members: a join in
+the other mode is refused, GroupModeConflict), and two live members never share an instance id
+(InstanceInUse, saying when the holder's session ends).
+
 The clock is injectable (monotonic ms) so expiry is unit-testable. Thread-safe: one lock.
 """
 from __future__ import annotations
@@ -21,13 +27,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from lib.errors import InvalidArgument, UnknownMember, UnknownTopic
-from lib.names import check_name
+from lib.errors import (
+    GroupModeConflict,
+    InstanceInUse,
+    InvalidArgument,
+    UnknownMember,
+    UnknownTopic,
+)
+from lib.names import check_instance_id, check_name
 from master.assign import Assignment, assign
 from master.brokers import monotonic_ms, wall_ms
 
 MAX_TOPICS_PER_MEMBER = 1000
 MAX_HOST_LEN = 255
+CLUSTERING, BROADCAST = "clustering", "broadcast"
+MODES = (CLUSTERING, BROADCAST)
 
 
 @dataclass
@@ -38,6 +52,7 @@ class Member:
     session_ms: int
     last_seen: int  # monotonic ms
     last_heartbeat_ms: int  # wall ms
+    instance_id: str = ""  # broadcast members only
 
 
 @dataclass
@@ -47,6 +62,7 @@ class Group:
     assignment: Assignment = field(default_factory=dict)
     generation: int = 0
     pending: bool = False  # members rejoined during a failover grace: rebalance when it ends
+    mode: str = CLUSTERING  # of its live members (a group with none takes the next one's)
 
 
 @dataclass(frozen=True)
@@ -111,13 +127,16 @@ class GroupCoordinator:
 
     def join(self, group: str, topics: Sequence[str], member_id: str = "",
              client_host: str = "", session_ms: int = 0,
-             owned: dict[str, list[int]] | None = None) -> MemberView:
+             owned: dict[str, list[int]] | None = None, mode: str = "",
+             instance_id: str = "") -> MemberView:
         """Add (or update) a member; a new member or new topics rebalance the group now.
 
         ``owned``: on a rejoin after a failover, the partitions the member had; it keeps the
-        ones nobody else holds.
+        ones nobody else holds. ``mode`` ``"broadcast"`` (with ``instance_id``): the member
+        gets every partition and rebalances nobody.
         """
         check_name(group, "group")
+        mode = _check_mode(mode, instance_id)
         wanted = self._check_topics(topics)
         session = self._session(session_ms)
         if len(client_host) > MAX_HOST_LEN:
@@ -125,7 +144,12 @@ class GroupCoordinator:
         with self._lock:
             g = self._groups.setdefault(group, Group(group))
             member = g.members.get(member_id) if member_id else None
-            if member is None:
+            self._admit(g, mode, instance_id, member)
+            if member is None and mode == BROADCAST:
+                member_id = self._broadcast_id(g, member_id, owned)
+                member = g.members[member_id] = Member(member_id, wanted, client_host, session,
+                                                       0, 0, instance_id)
+            elif member is None:
                 rejoin = owned is not None and _own_id(group, member_id)
                 member_id = member_id if rejoin else f"{group}-{uuid.uuid4().hex[:8]}"
                 member = g.members[member_id] = Member(member_id, wanted, client_host, session,
@@ -175,6 +199,35 @@ class GroupCoordinator:
                 if any(set(m.topics) & topics for m in g.members.values()):
                     self._rebalance(g, "topic_changed")
 
+    def _admit(self, g: Group, mode: str, instance_id: str, member: Member | None) -> None:
+        """Refuse a join in the other mode than the live members', or of an instance id a
+        live member holds; an empty group takes the joiner's mode (the lock held)."""
+        if not g.members:
+            g.mode = mode
+        elif g.mode != mode:
+            raise GroupModeConflict(
+                f"group {g.name!r} has {len(g.members)} live member(s) consuming in {g.mode} "
+                f"mode: a {mode} consumer cannot join it until they leave (use another group "
+                "name for the other mode)", group=g.name, mode=g.mode)
+        if mode != BROADCAST:
+            return
+        for other in g.members.values():
+            if other.instance_id == instance_id and other is not member:
+                left = max(0, other.session_ms - (self._clock() - other.last_seen))
+                raise InstanceInUse(
+                    f"group {g.name!r} already has a live instance {instance_id!r} (member "
+                    f"{other.member_id} on {other.client_host or 'an unknown host'}): give each "
+                    "process its own instance_id; if the previous process with this id died, "
+                    f"its session ends within {left} ms", group=g.name,
+                    instance_id=instance_id, expires_in_ms=left)
+
+    def _broadcast_id(self, g: Group, member_id: str, owned: dict[str, list[int]] | None
+                      ) -> str:
+        """A new broadcast member's id: kept on a rejoin after a failover, else fresh."""
+        if owned is not None and _own_id(g.name, member_id):
+            return member_id
+        return f"{g.name}-{uuid.uuid4().hex[:8]}"
+
     # -- reads ---------------------------------------------------------------------------
 
     def live_groups(self) -> list[str]:
@@ -192,8 +245,14 @@ class GroupCoordinator:
             g = self._groups.get(group)
             if g is None:
                 return 0, []
-            return g.generation, [(Member(**vars(m)), dict(g.assignment.get(m.member_id, {})))
+            return g.generation, [(Member(**vars(m)), self._assigned(g, m))
                                   for m in sorted(g.members.values(), key=lambda m: m.member_id)]
+
+    def mode(self, group: str) -> str:
+        """The mode of a group's live members ("" when it has none)."""
+        with self._lock:
+            g = self._groups.get(group)
+            return g.mode if g is not None and g.members else ""
 
     # -- reaper --------------------------------------------------------------------------
 
@@ -214,6 +273,8 @@ class GroupCoordinator:
     # -- internals -----------------------------------------------------------------------
 
     def _rebalance(self, g: Group, reason: str) -> None:
+        if g.mode == BROADCAST:  # every member has every partition: nothing moves
+            return
         if self.in_grace():  # members are still rejoining: keep what they own, settle later
             g.pending = True
             self._new_generation(g, reason)
@@ -272,9 +333,16 @@ class GroupCoordinator:
         member.last_seen, member.last_heartbeat_ms = self._clock(), self._wall()
 
     def _view(self, g: Group, member: Member) -> MemberView:
-        return MemberView(member.member_id, g.generation,
-                          dict(g.assignment.get(member.member_id, {})), member.topics,
-                          max(1, member.session_ms // 3))
+        return MemberView(member.member_id, g.generation, self._assigned(g, member),
+                          member.topics, max(1, member.session_ms // 3))
+
+    def _assigned(self, g: Group, member: Member) -> dict[str, list[int]]:
+        """A member's partitions: its share, or in a broadcast group every partition (read
+        now, so a topic's new partitions reach every instance at its next heartbeat)."""
+        if g.mode != BROADCAST:
+            return dict(g.assignment.get(member.member_id, {}))
+        counts = {t: self._partitions_of(t) for t in member.topics}
+        return {t: list(range(n)) for t, n in counts.items() if n}
 
     def _check_topics(self, topics: Sequence[str]) -> tuple[str, ...]:
         wanted = tuple(sorted(set(topics)))
@@ -298,3 +366,17 @@ class GroupCoordinator:
                 f"session_timeout_ms must be within {lim.min_ms}..{lim.max_ms}, got "
                 f"{session_ms}", min=lim.min_ms, max=lim.max_ms)
         return session_ms
+
+
+def _check_mode(mode: str, instance_id: str) -> str:
+    """The member's mode ("" is clustering); broadcast needs a valid instance id."""
+    mode = mode or CLUSTERING
+    if mode not in MODES:
+        raise InvalidArgument(f"mode must be 'clustering' or 'broadcast', got {mode!r}",
+                              mode=mode[:64])
+    if mode == BROADCAST:
+        check_instance_id(instance_id)
+    elif instance_id:
+        raise InvalidArgument("instance_id is for broadcast consumers (mode='broadcast'); a "
+                              "clustering member's id is given by the master")
+    return mode

@@ -243,7 +243,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         owned = {a.topic: list(a.partitions) for a in request.owned} \
             if request.owned or request.member_id else None
         view = self.groups.join(request.group, list(request.topics), request.member_id,
-                                request.client_host, request.session_timeout_ms, owned)
+                                request.client_host, request.session_timeout_ms, owned,
+                                request.mode, request.instance_id)
         recorded = self.state.groups().get(request.group, {}).get("topics", [])
         if not set(view.topics) <= set(recorded):
             self.write({"op": "record_group", "time_ms": wall_ms(),

@@ -22,7 +22,7 @@ from pathlib import Path
 import lmdb
 
 from lib.errors import InvalidArgument, StorageError, StoreClosed
-from lib.names import check_name
+from lib.names import INSTANCE_SEP, check_name, check_owner
 
 _VALUE = struct.Struct("<qq")  # offset, commit time (ms); metadata bytes follow
 _PART = struct.Struct(">I")  # big-endian so keys sort by partition
@@ -33,6 +33,7 @@ _BATCH_ID = struct.Struct("<q")
 _MARKS = b"\x01mark\x00"  # + topic + \x00 + partition + sink id: a SinkMark
 _MARK = struct.Struct("<qqq")  # batch id, end offset, leader epoch
 MAX_METADATA_BYTES = 4096
+MAX_KEY_BYTES = 511  # LMDB's default key limit
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,18 @@ def _marks_prefix(topic: str, partition: int, kind: bytes = _MARKS) -> bytes:
 
 
 def _prefix(group: str, topic: str | None = None) -> bytes:
-    key = check_name(group, "group").encode() + b"\x00"
-    return key if topic is None else key + check_name(topic).encode() + b"\x00"
+    """Key prefix of an owner's offsets: ``group`` or, for a broadcast instance,
+    ``group@instance`` (lib.names.offsets_owner)."""
+    key = check_owner(group).encode() + b"\x00"
+    if topic is None:
+        return key
+    key += check_name(topic).encode() + b"\x00"
+    if len(key) + _PART.size > MAX_KEY_BYTES:
+        raise InvalidArgument(
+            f"the offsets of {group!r} on topic {topic!r} need a key of {len(key) + _PART.size} "
+            f"bytes, more than the offset store's {MAX_KEY_BYTES}: use a shorter group, "
+            "instance id or topic name")
+    return key
 
 
 class OffsetStore:
@@ -129,6 +140,29 @@ class OffsetStore:
                     if not key.startswith(prefix):
                         break
                     out[_PART.unpack(key[len(prefix):])[0]] = _decode(raw)
+        return out
+
+    def instance_offsets(self, group: str, topic: str, partitions: list[int] | None = None
+                         ) -> dict[str, dict[int, CommittedOffset]]:
+        """Every broadcast instance's committed offsets of ``group`` on ``topic`` (instance
+        id -> partition -> offset): a scan of the keys under ``group@``."""
+        start = check_name(group, "group").encode() + INSTANCE_SEP.encode()
+        suffix = b"\x00" + check_name(topic).encode() + b"\x00"
+        wanted = None if partitions is None else set(partitions)
+        out: dict[str, dict[int, CommittedOffset]] = {}
+        with self._read() as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(start):
+                return out
+            for key, raw in cursor:
+                if not key.startswith(start):
+                    break
+                owner, rest = bytes(key[len(start):]).split(b"\x00", 1)
+                if b"\x00" + rest[:-_PART.size] != suffix:
+                    continue
+                p = _PART.unpack(rest[-_PART.size:])[0]
+                if wanted is None or p in wanted:
+                    out.setdefault(owner.decode(), {})[p] = _decode(raw)
         return out
 
     def groups(self) -> list[str]:

@@ -14,6 +14,7 @@ from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
+from lib.consumer.instance import default_instance_id
 from lib.consumer.subscription import SubscriptionState, topic_names
 from lib.logs import event
 from lib.memory import keep_freed_memory
@@ -40,7 +41,8 @@ class ConsumerBase(Closeable):
 
     def __init__(self, masters: str | Iterable[str], group: str, reset: str,
                  session_timeout_ms: int, client_id: str, rpc_timeout_s: float,
-                 credentials: Credentials | None = None, tls: Tls | None = None) -> None:
+                 credentials: Credentials | None = None, tls: Tls | None = None,
+                 mode: str = "clustering", instance_id: str = "") -> None:
         masters = masters if isinstance(masters, str) else list(masters)
         keep_freed_memory()  # fetch responses reuse pages (lib/memory.py)
         self._pool = client_pool(masters, credentials, rpc_timeout_s, tls)
@@ -51,6 +53,9 @@ class ConsumerBase(Closeable):
         self._group = group
         self._session_timeout_ms = session_timeout_ms
         self._client_id = client_id
+        # Broadcast (docs/broadcast.md): this instance's id, the same across its restarts.
+        self._instance = (instance_id or default_instance_id(client_id)) \
+            if mode == "broadcast" else ""
         self._coordinator: Coordinator | None = None
         self._commit_lock = threading.Lock()
         self._closed = False
@@ -66,7 +71,10 @@ class ConsumerBase(Closeable):
         self._sub.set_topics(names, tags)
         cfg = as_config(CoordinatorConfig, None, {"group": self._group,
                                                   "session_timeout_ms": self._session_timeout_ms,
-                                                  "client_host": self._client_id})
+                                                  "client_host": self._client_id,
+                                                  "mode": "broadcast" if self._instance
+                                                  else "clustering",
+                                                  "instance_id": self._instance})
         coordinator = Coordinator(cfg, self._offsets, self._sub, self)
         self._coordinator = coordinator  # set first: the join's rebalance calls back into us
         try:
@@ -79,12 +87,21 @@ class ConsumerBase(Closeable):
     def _identity(self) -> tuple[str, int]:
         return self._coordinator.identity if self._coordinator else NO_MEMBER
 
+    @property
+    def instance_id(self) -> str:
+        """A broadcast consumer's instance id ("" in clustering mode)."""
+        return self._instance
+
     def group_metadata(self) -> GroupMetadata:
         """This consumer's group and member identity now, for a transactional producer's
         ``send_offsets`` (consume-transform-produce: docs/transactions.md)."""
         if not self._group:
             raise errors.InvalidArgument("group_metadata needs a consumer group: pass "
                                          "group=... to the consumer or to subscribe()")
+        if self._instance:
+            raise errors.InvalidArgument("send_offsets is not supported for broadcast "
+                                         "consumers: their offsets are per instance "
+                                         "(docs/broadcast.md)")
         member, generation = self._identity
         return GroupMetadata(self._group, member, generation)
 
@@ -99,7 +116,8 @@ class ConsumerBase(Closeable):
         if not offsets:
             return
         with self._commit_lock:
-            self._offsets.commit(self._group, offsets, self._identity)
+            identity = self._coordinator.broker_identity if self._coordinator else NO_MEMBER
+            self._offsets.commit(self._group, offsets, identity, instance=self._instance)
             for tp, off in offsets.items():
                 self._sub.set_committed(tp, off)
 

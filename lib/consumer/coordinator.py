@@ -20,6 +20,13 @@ Rebalance, in the heartbeat thread, when the master answers with a new generatio
    position of the new ones (committed offset, else the reset policy);
 4. ``listener.on_assign(added)``.
 An UnknownMember answer (our session expired) revokes everything and joins again.
+
+Broadcast (``mode="broadcast"``, docs/broadcast.md): the master gives every member every
+partition and moves nothing when others come and go, so there is no hand-off to wait for and
+no claim: offsets are read and committed under the member's own ``instance_id``
+(``group@instance_id`` on the brokers). A join refused with InstanceInUse is retried until the
+holder's session would have ended (a restart after a crash), then raised (a second process
+with the same id).
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ from lib import errors
 from lib.config import require
 from lib.consumer.subscription import SubscriptionState
 from lib.logs import event
-from lib.names import check_name
+from lib.names import check_instance_id, check_name
 from lib.proto import broker_pb2, broker_pb2_grpc, master_pb2, master_pb2_grpc
 from lib.routes import RouteCache
 from lib.rpc import ChannelPool, MasterClient, invoke
@@ -63,13 +70,16 @@ class OffsetClient:
         self.routes.refresh(topics, placed=True)
 
     def committed(self, group: str, tps: Iterable[TopicPartition],
-                  identity: tuple[str, int] = NO_MEMBER) -> dict[TopicPartition, int]:
-        """Committed offsets of ``tps`` (absent: none); with a member identity, claims them."""
+                  identity: tuple[str, int] = NO_MEMBER,
+                  instance: str = "") -> dict[TopicPartition, int]:
+        """Committed offsets of ``tps`` (absent: none); with a member identity, claims them;
+        with ``instance``, a broadcast instance's own."""
         out: dict[TopicPartition, int] = {}
 
         def call(stub: Any, topic: str, parts: list[int]) -> None:
             req = broker_pb2.FetchOffsetsRequest(group=group, topic=topic, partitions=parts,
-                                                  member_id=identity[0], generation=identity[1])
+                                                  member_id=identity[0], generation=identity[1],
+                                                  instance_id=instance)
             resp = invoke(stub.FetchOffsets, req, self.timeout)
             for c in resp.offsets:
                 if c.offset >= 0 and c.partition in parts:
@@ -79,10 +89,11 @@ class OffsetClient:
 
     def commit(self, group: str, offsets: dict[TopicPartition, int],
                identity: tuple[str, int] = NO_MEMBER,
-               producer: tuple[int, int] | None = None) -> None:
+               producer: tuple[int, int] | None = None, instance: str = "") -> None:
         """Commit ``offsets`` (next offset to read, per partition); Fenced if we lost one.
         ``producer`` (id, epoch): a transactional producer's, held pending by the brokers
-        until its transaction's marker (broker/offsets.py)."""
+        until its transaction's marker (broker/offsets.py). ``instance``: a broadcast
+        instance's own offsets."""
         pid, epoch = producer or (0, 0)
 
         def call(stub: Any, topic: str, parts: list[int]) -> None:
@@ -90,7 +101,8 @@ class OffsetClient:
                      for p in parts]
             req = broker_pb2.CommitOffsetsRequest(group=group, topic=topic, member_id=identity[0],
                                                   generation=identity[1], offsets=items,
-                                                  producer_id=pid, producer_epoch=epoch)
+                                                  producer_id=pid, producer_epoch=epoch,
+                                                  instance_id=instance)
             invoke(stub.CommitOffsets, req, self.timeout)
         self.per_broker(offsets, call)
 
@@ -108,10 +120,10 @@ class OffsetClient:
         return out
 
     def resolve(self, sub: SubscriptionState, tps: Iterable[TopicPartition], group: str | None,
-                identity: tuple[str, int] = NO_MEMBER) -> None:
+                identity: tuple[str, int] = NO_MEMBER, instance: str = "") -> None:
         """Give ``tps`` a start position: the committed offset, else the reset policy."""
         tps = [tp for tp in tps if sub.is_assigned(tp)]
-        committed = self.committed(group, tps, identity) if group and tps else {}
+        committed = self.committed(group, tps, identity, instance) if group and tps else {}
         for tp, off in committed.items():
             if sub.is_assigned(tp):
                 sub.seek(tp, off)
@@ -192,9 +204,15 @@ class CoordinatorConfig:
     session_timeout_ms: int = 10_000
     client_host: str = ""
     handoff_ms: int = -1  # wait before claiming new partitions; -1: one heartbeat + 300 ms
+    mode: str = "clustering"  # or "broadcast": every partition, offsets under instance_id
+    instance_id: str = ""
 
     def validate(self) -> None:
         check_name(self.group, "group")
+        require(self.mode in ("clustering", "broadcast"),
+                f"mode must be 'clustering' or 'broadcast', got {self.mode!r}")
+        if self.mode == "broadcast":
+            check_instance_id(self.instance_id)
         require(1_000 <= self.session_timeout_ms <= 600_000,
                 f"session_timeout_ms must be within 1000..600000, got {self.session_timeout_ms}")
 
@@ -212,11 +230,19 @@ class Coordinator:
         self._lock = threading.RLock()  # one rebalance at a time
         self.lock = self._lock  # for consumers that must not interleave with a rebalance
         self._thread: threading.Thread | None = None
+        # A broadcast instance's offsets are its own: read and committed under its instance
+        # id, never claimed (see the module docstring).
+        self.instance = config.instance_id if config.mode == "broadcast" else ""
+
+    @property
+    def broker_identity(self) -> tuple[str, int]:
+        """The (member, generation) offset calls carry: none for a broadcast instance."""
+        return NO_MEMBER if self.instance else self.identity
 
     def start(self) -> None:
         """Join now (bad group/topic raise here); the assignment is taken and the heartbeats
         sent in the background thread."""
-        state = self._join()
+        state = self._first_join()
         self.identity = (state.member_id, -1)  # known for leave(); generation not taken yet
         self._thread = threading.Thread(target=self._run, args=(state,), daemon=True,
                                         name=f"tubeq-hb-{self.config.group}")
@@ -243,6 +269,23 @@ class Coordinator:
                   error=str(exc))
         self.identity = NO_MEMBER
 
+    def _first_join(self) -> master_pb2.GroupState:
+        """Join; a broadcast instance id still held is waited for until the holder's session
+        would have ended (a restart after a crash), then refused (another live process)."""
+        deadline = None
+        while True:
+            try:
+                return self._join()
+            except errors.InstanceInUse as exc:
+                if deadline is None:
+                    left_s = float(exc.details.get("expires_in_ms", 0)) / 1000
+                    deadline = time.monotonic() + min(left_s, 600) + 1.0
+                if time.monotonic() >= deadline or self._stop.is_set():
+                    raise
+                event(log, "group.instance_in_use", group=self.config.group,
+                      instance=self.instance, error=str(exc))
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
     def resolve_missing(self) -> None:
         """Start positions for assigned partitions whose claim failed in a rebalance.
 
@@ -253,7 +296,8 @@ class Coordinator:
         try:
             missing = self.sub.missing_positions()
             if missing and self.identity[1] >= 0:
-                self.offsets.resolve(self.sub, missing, self.config.group, self.identity)
+                self.offsets.resolve(self.sub, missing, self.config.group, self.broker_identity,
+                                     self.instance)
         finally:
             self._lock.release()
 
@@ -263,7 +307,8 @@ class Coordinator:
             group=self.config.group, topics=list(self.sub.topics), member_id=self.identity[0],
             client_host=self.config.client_host or socket.gethostname(),
             session_timeout_ms=self.config.session_timeout_ms,
-            owned=[master_pb2.Assignment(topic=t, partitions=ps) for t, ps in owned.items()])
+            owned=[master_pb2.Assignment(topic=t, partitions=ps) for t, ps in owned.items()],
+            mode="broadcast" if self.instance else "", instance_id=self.instance)
         return self.offsets.masters.call(master_pb2_grpc.MasterStub, "JoinGroup", req)
 
     def _heartbeat(self) -> master_pb2.GroupState:
@@ -335,7 +380,7 @@ class Coordinator:
         self.identity = (state.member_id, state.generation)
         event(log, "group.assigned", group=self.config.group, member=state.member_id,
               generation=state.generation, partitions=len(new), added=len(added))
-        if added:
+        if added and not self.instance:
             # Hand-off: the previous owners learn of the new generation at their next
             # heartbeat, commit what they consumed and stop. Claiming only after that starts
             # us where they stopped, and no record we deliver and commit is still being
@@ -360,7 +405,8 @@ class Coordinator:
     def _claim(self, new: set[TopicPartition], added: set[TopicPartition]) -> None:
         """Claim every partition under the new generation; start those without a position."""
         try:
-            committed = self.offsets.committed(self.config.group, new, self.identity)
+            committed = self.offsets.committed(self.config.group, new, self.broker_identity,
+                                               self.instance)
         except errors.TubeqError as exc:
             # Positions stay unknown: the consumer retries through OffsetClient.resolve.
             event(log, "group.claim_failed", logging.WARNING, group=self.config.group,

@@ -28,6 +28,7 @@ from lib.auth.client import Credentials
 from lib.config import require
 from lib.consumer.base import ConsumerBase, as_config
 from lib.consumer.fetcher import Fetcher, FetcherConfig
+from lib.consumer.instance import check_mode
 from lib.consumer.subscription import topic_names
 from lib.logs import event
 from lib.names import check_name
@@ -58,8 +59,13 @@ class ConsumerConfig:
     # "read_committed": stop at each partition's last stable offset and never see aborted
     # transactions' records (docs/transactions.md); transaction markers are never seen.
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    # "broadcast": every instance of the group reads every partition, with its own offsets
+    # under instance_id (default: client_id, else the host name). docs/broadcast.md
+    mode: Literal["clustering", "broadcast"] = "clustering"
+    instance_id: str = ""
 
     def validate(self) -> None:
+        check_mode(self.mode, self.group, self.instance_id)
         require(self.isolation_level in ("read_uncommitted", "read_committed"),
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', got "
                 f"{self.isolation_level!r}")
@@ -93,7 +99,8 @@ class PullConsumer(ConsumerBase):
         cfg = self.config
         fetch_cfg = as_config(FetcherConfig, None, cfg.fetcher())
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
-                         cfg.client_id, cfg.rpc_timeout_s, credentials, tls)
+                         cfg.client_id, cfg.rpc_timeout_s, credentials, tls, cfg.mode,
+                         cfg.instance_id)
         self._auto_commit = cfg.enable_auto_commit
         self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets, lambda: self._group)
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000
@@ -122,6 +129,9 @@ class PullConsumer(ConsumerBase):
         self._check_open()
         if self._coordinator is not None:
             raise errors.InvalidArgument("assign() cannot be mixed with a group subscribe()")
+        if self._instance:
+            raise errors.InvalidArgument("a broadcast consumer reads every partition of what it "
+                                         "subscribes to: use subscribe(), not assign()")
         tps = [TopicPartition(*tp) for tp in tps]
         topics = sorted({tp.topic for tp in tps})
         if topics:
@@ -197,7 +207,8 @@ class PullConsumer(ConsumerBase):
                 if self._coordinator is not None:
                     self._coordinator.resolve_missing()
                 else:
-                    self._offsets.resolve(self._sub, self._sub.missing_positions(), self._group)
+                    self._offsets.resolve(self._sub, self._sub.missing_positions(), self._group,
+                                          instance=self._instance)
             except errors.TubeqError as exc:
                 if not (exc.retriable or exc.refresh_metadata) or isinstance(
                         exc, errors.UnknownTopic):
@@ -261,11 +272,12 @@ class PullConsumer(ConsumerBase):
         return pos
 
     def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset of ``tp`` on its broker (None: nothing committed)."""
+        """The group's committed offset of ``tp`` on its broker (None: nothing committed); a
+        broadcast consumer's: its instance's."""
         if not self._group:
             return None
         tp = TopicPartition(*tp)
-        return self._offsets.committed(self._group, [tp]).get(tp)
+        return self._offsets.committed(self._group, [tp], instance=self._instance).get(tp)
 
     def pause(self, *tps: TopicPartition) -> None:
         """Stop returning (and fetching) ``tps`` until :meth:`resume`."""

@@ -42,6 +42,7 @@ from lib.auth.client import Credentials
 from lib.config import require
 from lib.consumer.base import ConsumerBase, as_config
 from lib.consumer.coordinator import Coordinator
+from lib.consumer.instance import check_mode
 from lib.consumer.push_stream import PushStream, StreamHooks
 from lib.logs import event
 from lib.proto import broker_pb2
@@ -66,9 +67,12 @@ class PushConfig:
     client_id: str = ""
     rpc_timeout_s: float = 10.0
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    mode: Literal["clustering", "broadcast"] = "clustering"  # docs/broadcast.md
+    instance_id: str = ""  # broadcast: default client_id, else the host name
 
     def validate(self) -> None:
         require(bool(self.group), "a PushConsumer needs a group")
+        check_mode(self.mode, self.group, self.instance_id)
         require(self.isolation_level in ("read_uncommitted", "read_committed"),
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', got "
                 f"{self.isolation_level!r}")
@@ -104,7 +108,8 @@ class PushConsumer(ConsumerBase):
         self.config: PushConfig = as_config(PushConfig, config, settings)
         cfg = self.config
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
-                         cfg.client_id, cfg.rpc_timeout_s, credentials, tls)
+                         cfg.client_id, cfg.rpc_timeout_s, credentials, tls, cfg.mode,
+                         cfg.instance_id)
         self._auto_commit = cfg.commit == "after"
         self._handler: Handler | None = None
         self._session = 0

@@ -156,46 +156,52 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class MemberDescription(_message.Message):
-    __slots__ = ("member_id", "client_host", "assignments", "last_heartbeat_ms")
+    __slots__ = ("member_id", "client_host", "assignments", "last_heartbeat_ms", "instance_id")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     client_host: str
     assignments: _containers.RepeatedCompositeFieldContainer[_master_pb2.Assignment]
     last_heartbeat_ms: int
-    def __init__(self, member_id: _Optional[str] = ..., client_host: _Optional[str] = ..., assignments: _Optional[_Iterable[_Union[_master_pb2.Assignment, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, member_id: _Optional[str] = ..., client_host: _Optional[str] = ..., assignments: _Optional[_Iterable[_Union[_master_pb2.Assignment, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class PartitionLag(_message.Message):
-    __slots__ = ("topic", "partition", "committed", "latest", "lag", "member_id")
+    __slots__ = ("topic", "partition", "committed", "latest", "lag", "member_id", "instance_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     committed: int
     latest: int
     lag: int
     member_id: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., latest: _Optional[int] = ..., lag: _Optional[int] = ..., member_id: _Optional[str] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., latest: _Optional[int] = ..., lag: _Optional[int] = ..., member_id: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class GroupDescription(_message.Message):
-    __slots__ = ("group", "generation", "members", "partitions", "moves")
+    __slots__ = ("group", "generation", "members", "partitions", "moves", "mode")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     MOVES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     group: str
     generation: int
     members: _containers.RepeatedCompositeFieldContainer[MemberDescription]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
     moves: _containers.RepeatedCompositeFieldContainer[OffsetMove]
-    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., moves: _Optional[_Iterable[_Union[OffsetMove, _Mapping]]] = ...) -> None: ...
+    mode: str
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberDescription, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., moves: _Optional[_Iterable[_Union[OffsetMove, _Mapping]]] = ..., mode: _Optional[str] = ...) -> None: ...
 
 class OffsetMove(_message.Message):
     __slots__ = ("topic", "partition", "from_offset", "to_offset")

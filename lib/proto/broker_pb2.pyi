@@ -165,7 +165,7 @@ class OffsetCommit(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "member_id", "generation", "offsets", "producer_id", "producer_epoch")
+    __slots__ = ("group", "topic", "member_id", "generation", "offsets", "producer_id", "producer_epoch", "instance_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class CommitOffsetsRequest(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     member_id: str
@@ -180,37 +181,44 @@ class CommitOffsetsRequest(_message.Message):
     offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
     producer_id: int
     producer_epoch: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class CommitOffsetsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class FetchOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "partitions", "member_id", "generation")
+    __slots__ = ("group", "topic", "partitions", "member_id", "generation", "instance_id", "all_instances")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
     member_id: str
     generation: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    all_instances: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., instance_id: _Optional[str] = ..., all_instances: _Optional[bool] = ...) -> None: ...
 
 class CommittedOffset(_message.Message):
-    __slots__ = ("partition", "offset", "metadata", "commit_time_ms")
+    __slots__ = ("partition", "offset", "metadata", "commit_time_ms", "instance_id")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     partition: int
     offset: int
     metadata: bytes
     commit_time_ms: int
-    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_time_ms: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_time_ms: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class FetchOffsetsResponse(_message.Message):
     __slots__ = ("offsets",)

@@ -292,20 +292,24 @@ class Assignment(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class JoinGroupRequest(_message.Message):
-    __slots__ = ("group", "topics", "member_id", "client_host", "session_timeout_ms", "owned")
+    __slots__ = ("group", "topics", "member_id", "client_host", "session_timeout_ms", "owned", "mode", "instance_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     topics: _containers.RepeatedScalarFieldContainer[str]
     member_id: str
     client_host: str
     session_timeout_ms: int
     owned: _containers.RepeatedCompositeFieldContainer[Assignment]
-    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., member_id: _Optional[str] = ..., client_host: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., owned: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+    mode: str
+    instance_id: str
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., member_id: _Optional[str] = ..., client_host: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., owned: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., mode: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class GroupHeartbeatRequest(_message.Message):
     __slots__ = ("group", "member_id", "generation")
