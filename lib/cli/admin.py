@@ -129,15 +129,21 @@ def group_list(ctx, as_json) -> None:
 @json_option
 @click.pass_context
 def group_describe(ctx, name, as_json) -> None:
-    """Members, assignment, committed offsets and lag per partition."""
+    """Members, assignment, committed offsets and lag per partition (a broadcast group's:
+    per instance and partition)."""
     def table(info) -> None:
         d = dataclasses.asdict(info)
-        click.echo(f"group {d.get('group')}  generation {d.get('generation')}")
+        broadcast = d.get("mode") == "broadcast" or any(
+            p.get("instance_id") for p in d.get("partitions", []))
+        mode = f"  mode {d['mode']}" if d.get("mode") else ""
+        click.echo(f"group {d.get('group')}  generation {d.get('generation')}{mode}")
         click.echo("members:")
-        print_rows(d.get("members", []), ["member_id", "client_host", "assignments"])
+        print_rows(d.get("members", []), ["member_id", "client_host", "assignments"]
+                   + (["instance_id"] if broadcast else []))
         click.echo("partitions:")
         print_rows(d.get("partitions", []),
-                   ["topic", "partition", "committed", "latest", "lag", "member_id"])
+                   (["instance_id"] if broadcast else [])
+                   + ["topic", "partition", "committed", "latest", "lag", "member_id"])
 
     emit(admin(ctx).describe_group(name), as_json, table)
 

@@ -1,0 +1,144 @@
+"""Broadcast consumption with real processes (docs/broadcast.md): three instances of one group
+(two push consumers, one pull consumer) each receive every one of 10,000 records; one of them
+is SIGKILLed mid-stream and started again under its instance_id, and goes on from its own
+committed offsets: nothing lost, not read again from the start. ``group describe`` (the
+admin API and the ``tubeq`` command) shows each instance's lag; a second live process with
+the same instance id, and a clustering consumer in the broadcast group, are refused."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lib import AdminClient, Producer, PullConsumer
+from lib.errors import GroupModeConflict, InstanceInUse
+from tests.cluster import ROOT
+from tests.integration.test_consumer_common import wait_for
+
+TOPIC, GROUP, PARTITIONS, RECORDS = "bcast-in", "bcast-readers", 4, 10_000
+WANT = {(p, o) for p in range(PARTITIONS) for o in range(RECORDS // PARTITIONS)}
+
+
+class Instance:
+    """One ``tests.integration.broadcast_worker`` process, stopped by its PID."""
+
+    def __init__(self, masters: str, instance: str, kind: str, out: Path) -> None:
+        self.out = out
+        self.log = out.with_suffix(".log").open("a")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.broadcast_worker", masters, TOPIC, GROUP,
+             instance, kind, str(out)],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def received(self) -> list[tuple[int, int]]:
+        if not self.out.exists():
+            return []
+        return [tuple(map(int, line.split())) for line in self.out.read_text().splitlines()]
+
+    def stop(self, kill: bool = False) -> None:
+        if self.popen.poll() is None:
+            (self.popen.kill if kill else self.popen.terminate)()
+        self.popen.wait(20)
+        self.log.close()
+
+
+def feed(masters: str) -> None:
+    """10,000 records, 2,500 per partition, in slices over about 10 s."""
+    with Producer(masters) as producer:
+        for n in range(20):
+            for i in range(n * 500, (n + 1) * 500):
+                producer.send(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+            producer.flush(60)
+            time.sleep(0.5)  # pacing the input, not waiting for a result
+
+
+def instance_rows(admin: AdminClient, instance: str) -> dict[int, int]:
+    """partition -> committed offset of one instance, as group describe shows it."""
+    return {p.partition: p.committed for p in admin.describe_group(GROUP).partitions
+            if p.instance_id == instance and p.topic == TOPIC}
+
+
+@pytest.mark.shared_cluster(brokers=2)
+def test_every_instance_receives_everything_and_a_killed_one_goes_on_where_it_stopped(
+        cluster, tmp_path):
+    masters = cluster.master_addresses
+    admin = AdminClient(masters)
+    admin.create_topic(TOPIC, partitions=PARTITIONS)
+    wait_for(lambda: all(p.available and p.latest >= 0
+                         for p in admin.describe_topic(TOPIC).partitions), 20,
+             "the partitions to be hosted")
+    kinds = {"i-push-a": "push", "i-pull": "pull", "i-push-b": "push"}
+    runs = {name: Instance(masters, name, kind, tmp_path / f"{name}.0") for name, kind
+            in kinds.items()}
+    restarted: Instance | None = None
+    feeder = threading.Thread(target=feed, args=(masters,), daemon=True)
+    try:
+        wait_for(lambda: len(admin.describe_group(GROUP).members) == 3, 30,
+                 "three live instances")
+        feeder.start()
+        victim = runs["i-push-b"]
+        wait_for(lambda: len(victim.received()) >= 3000, 60, "the victim to be mid-stream")
+        victim.stop(kill=True)
+        before = victim.received()
+        committed = instance_rows(admin, "i-push-b")
+        assert set(committed) == set(range(PARTITIONS)), committed
+        assert 0 < sum(max(0, c) for c in committed.values()) < RECORDS, committed
+
+        restarted = Instance(masters, "i-push-b", "push", tmp_path / "i-push-b.1")
+        feeder.join(120)
+        wait_for(lambda: all(set(r.received()) == WANT for n, r in runs.items()
+                             if n != "i-push-b"), 90, "the others to receive everything")
+        wait_for(lambda: set(before) | set(restarted.received()) == WANT, 90,
+                 "the restarted instance to receive the rest")
+
+        after = restarted.received()
+        for p in range(PARTITIONS):  # it went on from its own commits, not from the start
+            first = min(o for q, o in after if q == p)
+            assert first == committed[p], (p, first, committed)
+        for name in ("i-push-a", "i-pull"):
+            got = runs[name].received()
+            assert len(got) == RECORDS and set(got) == WANT, name
+
+        _describe_shows_each_instance(admin, masters)
+        _duplicates_and_mixed_modes_are_refused(masters)
+    finally:
+        for r in [*runs.values(), *([restarted] if restarted else [])]:
+            r.stop()
+        admin.close()
+
+
+def _describe_shows_each_instance(admin: AdminClient, masters: str) -> None:
+    done = {name: dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)
+            for name in ("i-push-a", "i-pull", "i-push-b")}
+    wait_for(lambda: all(instance_rows(admin, n) == want for n, want in done.items()), 30,
+             "every instance's commits to reach the end")
+    info = admin.describe_group(GROUP)
+    assert info.mode == "broadcast"
+    assert sorted(m.instance_id for m in info.members) == sorted(done)
+    assert all(m.assignments == {TOPIC: list(range(PARTITIONS))} for m in info.members)
+    assert {p.instance_id for p in info.partitions} == set(done)  # no group-level rows
+    assert all(p.lag == 0 and p.member_id for p in info.partitions)
+
+    cli = subprocess.run([sys.executable, "-m", "lib.cli", "--masters", masters, "group",
+                          "describe", GROUP], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "mode broadcast" in cli.stdout and "INSTANCE_ID" in cli.stdout
+    assert sum(line.startswith("i-pull ") for line in cli.stdout.splitlines()) == PARTITIONS
+
+
+def _duplicates_and_mixed_modes_are_refused(masters: str) -> None:
+    with pytest.raises(GroupModeConflict, match="broadcast mode"):
+        with PullConsumer(masters, group=GROUP) as clustering:
+            clustering.subscribe([TOPIC])
+    started = time.monotonic()
+    with pytest.raises(InstanceInUse, match="already has a live instance 'i-pull'"):
+        with PullConsumer(masters, group=GROUP, mode="broadcast", instance_id="i-pull",
+                          session_timeout_ms=3000) as twin:
+            twin.subscribe([TOPIC])
+    # it waited for the holder's session (3 s) in case the holder had died, no longer
+    assert time.monotonic() - started < 15
