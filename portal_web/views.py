@@ -197,8 +197,17 @@ def alerts(view: Mapping[str, Any]) -> list[str]:
 
 
 def group(client: AdminClient, name: str) -> dict:
+    """A group's description and total lag; a broadcast group's also per instance
+    (``instances``: id, live member or "", lag over its partitions), docs/broadcast.md."""
     info = plain(client.describe_group(name))
     info["lag"] = sum(max(0, p["lag"]) for p in info["partitions"])
+    instances: dict[str, dict] = {}
+    for p in info["partitions"]:
+        if p["instance_id"]:
+            row = instances.setdefault(p["instance_id"], {
+                "instance_id": p["instance_id"], "member_id": p["member_id"], "lag": 0})
+            row["lag"] += max(0, p["lag"])
+    info["instances"] = [instances[k] for k in sorted(instances)]
     return info
 
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from lib import Producer, PullConsumer
+from lib import Producer, PullConsumer, TopicPartition
 from lib.admin import AdminClient
 from lib.errors import UnknownTopic
 from tests.cluster import ServerProcess
@@ -201,6 +201,35 @@ def test_a_group_consumes_to_lag_zero_and_a_previewed_reset_brings_the_lag_back(
     assert "auditors" in audit and "admin" in audit
     page.go("/audit?action=create_topic")
     assert "orders" in page.text("main") or "events" in page.text("main")
+
+
+def test_a_broadcast_group_shows_each_instances_lag(admin_page, cluster):
+    masters = cluster.master_addresses
+    with AdminClient(masters) as admin:
+        admin.create_topic("alerts", partitions=2)
+    wait_for(lambda: _hosted(cluster, "alerts"), 15, "alerts to be hosted")
+    with Producer(masters) as producer:
+        for i in range(20):
+            producer.send("alerts", f"a{i}".encode(), partition=i % 2)
+        producer.flush()
+    settings = {"group": "pagers", "mode": "broadcast", "auto_offset_reset": "earliest"}
+    with PullConsumer(masters, instance_id="east", **settings) as east, \
+            PullConsumer(masters, instance_id="west", enable_auto_commit=False,
+                         **settings) as west:
+        east.subscribe(["alerts"])
+        west.subscribe(["alerts"])
+        assert len(poll_until(east, 20)) == 20
+        east.commit()
+        west.commit({TopicPartition("alerts", 0): 3, TopicPartition("alerts", 1): 4})
+        page = admin_page.go("/groups/pagers", shot="group-broadcast")
+        assert page.text("#mode") == "broadcast" and page.text("#lag") == "13"
+        rows = [r.text.split() for r in
+                page.browser.find_elements("css selector", "#instances tr")[1:]]
+        assert rows == [["east", "live", "0"], ["west", "live", "13"]]
+        assert "west alerts 1 4 10 6" in page.text("#offsets")
+    page.go("/groups/pagers")  # both closed: their offsets stay, and so does their lag
+    rows = [r.text.split() for r in page.browser.find_elements("css selector", "#instances tr")]
+    assert rows[1:] == [["east", "stopped", "0"], ["west", "stopped", "13"]]
 
 
 def test_an_admin_drains_and_undrains_a_broker(admin_page):
