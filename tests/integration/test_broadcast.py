@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lib import AdminClient, Producer, PullConsumer
-from lib.errors import GroupModeConflict, InstanceInUse
+from lib import AdminClient, Producer, PullConsumer, TopicPartition
+from lib.errors import GroupModeConflict, InstanceInUse, InvalidArgument, Unavailable
 from tests.cluster import ROOT
-from tests.integration.test_consumer_common import wait_for
+from tests.integration.test_consumer_common import poll_until, wait_for
 
 TOPIC, GROUP, PARTITIONS, RECORDS = "bcast-in", "bcast-readers", 4, 10_000
 WANT = {(p, o) for p in range(PARTITIONS) for o in range(RECORDS // PARTITIONS)}
@@ -142,3 +142,47 @@ def _duplicates_and_mixed_modes_are_refused(masters: str) -> None:
             twin.subscribe([TOPIC])
     # it waited for the holder's session (3 s) in case the holder had died, no longer
     assert time.monotonic() - started < 15
+
+
+@pytest.mark.shared_cluster(brokers=2)
+def test_each_instance_has_its_own_reset_policy_seek_and_commits(cluster):
+    masters = cluster.master_addresses
+    topic, group = "bcast-seek", "bcast-seekers"
+    with AdminClient(masters) as admin:
+        admin.create_topic(topic, partitions=1)
+        wait_for(lambda: all(p.available and p.latest >= 0
+                             for p in admin.describe_topic(topic).partitions), 20,
+                 "the partition to be hosted")
+    tp = TopicPartition(topic, 0)
+    with Producer(masters) as producer:
+        for i in range(10):
+            producer.send(topic, b"s%d" % i, partition=0)
+        producer.flush()
+    base = {"group": group, "mode": "broadcast", "enable_auto_commit": False}
+    with PullConsumer(masters, instance_id="a", auto_offset_reset="earliest", **base) as a, \
+            PullConsumer(masters, instance_id="b", **base) as b:  # "latest"
+        a.subscribe([topic])
+        b.subscribe([topic])
+        assert [r.offset for r in poll_until(a, 10)] == list(range(10))
+        wait_for(lambda: _position(b, tp) is not None, 10, "b's start position")
+        assert b.position(tp) == 10 and b.poll(timeout=0.3) == []
+        a.seek(tp, 4)
+        assert [r.offset for r in poll_until(a, 6)] == list(range(4, 10))
+        a.commit({tp: 7})
+        b.commit({tp: 2})
+        assert (a.committed(tp), b.committed(tp)) == (7, 2)
+    with PullConsumer(masters, instance_id="a", **base) as again:  # goes on from its commit
+        again.subscribe([topic])
+        assert [r.offset for r in poll_until(again, 3)] == [7, 8, 9]
+    with AdminClient(masters) as admin:
+        rows = {(p.instance_id, p.partition): (p.committed, p.lag)
+                for p in admin.describe_group(group).partitions}
+    assert rows == {("a", 0): (7, 3), ("b", 0): (2, 8)}
+
+
+def _position(consumer: PullConsumer, tp: TopicPartition) -> int | None:
+    """The position once the consumer has one (its assignment is taken in the background)."""
+    try:
+        return consumer.position(tp)
+    except (InvalidArgument, Unavailable):  # not assigned yet / no start position yet
+        return None
