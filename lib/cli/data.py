@@ -83,16 +83,23 @@ def _split(value: bytes, sep: bytes | None) -> tuple[bytes | None, bytes]:
               help="Stop when nothing arrives for this many seconds.")
 @click.option("--print-key/--no-print-key", default=False)
 @click.option("--print-offset/--no-print-offset", default=False)
+@click.option("--broadcast", is_flag=True, help="As a broadcast instance of --group: every "
+              "message, with offsets of its own (docs/broadcast.md).")
+@click.option("--instance-id", default="", help="With --broadcast: this instance's stable "
+              "name (default: the host name).")
 @click.pass_context
 def consume(ctx, topic, group, from_beginning, tags, max_messages, idle_timeout, print_key,
-            print_offset) -> None:
+            print_offset, broadcast, instance_id) -> None:
     """Print messages as they arrive (Ctrl-C stops; a group commits what was printed)."""
     from lib.consumer.pull import PullConsumer
     from lib.types import TopicPartition
 
     reset = "earliest" if from_beginning else "latest"
     tag_list = [t for t in (tags or "").split(",") if t] or None
-    consumer = PullConsumer(ctx.obj["masters"], group=group, auto_offset_reset=reset)
+    mode = {"mode": "broadcast"} if broadcast else {}
+    if instance_id:  # without --broadcast: refused, naming the problem
+        mode["instance_id"] = instance_id
+    consumer = PullConsumer(ctx.obj["masters"], group=group, auto_offset_reset=reset, **mode)
     if group:
         consumer.subscribe([topic], group=group, tags=tag_list)
     else:

@@ -179,6 +179,21 @@ def test_each_instance_has_its_own_reset_policy_seek_and_commits(cluster):
                 for p in admin.describe_group(group).partitions}
     assert rows == {("a", 0): (7, 3), ("b", 0): (2, 8)}
 
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "lib.cli", "--masters", masters,
+                               "consume", topic, "--group", group, *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    printed = cli("--broadcast", "--instance-id", "c", "--from-beginning", "--max", "10",
+                  "--print-offset")
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == [f"0:{i}\ts{i}" for i in range(10)]
+    with AdminClient(masters) as admin:
+        assert {p.instance_id: p.committed for p in admin.describe_group(group).partitions
+                }["c"] == 10
+    refused = cli("--instance-id", "c", "--max", "1")
+    assert refused.returncode != 0 and "only for mode='broadcast'" in refused.stderr
+
 
 def _position(consumer: PullConsumer, tp: TopicPartition) -> int | None:
     """The position once the consumer has one (its assignment is taken in the background)."""
