@@ -232,7 +232,7 @@ class OffsetsPlane:
         for p in partitions:
             self.topics.store_for(req.topic, p)  # unknown / not hosted here: say so
         if req.all_instances:
-            return self._instances(group, req.topic, partitions)
+            return self._instances(req.group, req.topic, partitions)
         with self._lock:
             if not req.instance_id:
                 self.claims.claim(group, req.topic, partitions, req.member_id, req.generation)
