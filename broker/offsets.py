@@ -293,13 +293,14 @@ class OffsetsPlane:
             raise Fenced(f"ResetOffsets from master term {req.term} refused: this broker has "
                          f"seen term {self.term.highest}", term=req.term,
                          highest=self.term.highest)
-        group = check_name(req.group, "group")
+        group = offsets_owner(req.group, req.instance_id)
         rows = self._checked(req.topic, req.offsets)
         with self._lock:
             if rows:
                 self.store.commit(group, req.topic, rows)
                 self._changed(group, req.topic, rows)
-            self.claims.clear(group, req.topic, rows)
+            if not req.instance_id:
+                self.claims.clear(group, req.topic, rows)
         self._tell_followers(req.topic, rows)
         return pb.ResetOffsetsResponse()
 

@@ -16,7 +16,7 @@ from lib.admin_security import SecurityCalls
 from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError, UnknownTransactionalId
-from lib.names import check_name
+from lib.names import check_instance_id, check_name
 from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
 from lib.rpc import MasterClient, client_pool, invoke
 from lib.tls import Tls
@@ -247,11 +247,12 @@ class AdminClient(SecurityCalls, Closeable):
                             to_latest: bool = False, to_offset: int | None = None,
                             to_timestamp: int | None = None,
                             partitions: Iterable[int] | None = None,
-                            dry_run: bool = False) -> GroupInfo:
+                            dry_run: bool = False, instance_id: str = "") -> GroupInfo:
         """Move a group's committed offsets; give exactly one target. The group must have no
         live members (GroupNotEmpty otherwise). ``moves`` of the answer says what moved; with
         ``dry_run`` the master checks everything and answers only ``moves``, changing nothing
-        (a preview; not audited)."""
+        (a preview; not audited). ``instance_id``: move that broadcast instance's offsets
+        instead (only it must not be live; docs/broadcast.md)."""
         targets = {"earliest": to_earliest or None, "latest": to_latest or None,
                    "offset": to_offset, "timestamp_ms": to_timestamp}
         chosen = {k: v for k, v in targets.items() if v is not None}
@@ -264,7 +265,8 @@ class AdminClient(SecurityCalls, Closeable):
             raise InvalidArgument(f"partitions must be integers >= 0, got {parts}")
         request = admin_pb2.ResetGroupOffsetsRequest(
             group=check_name(group, "group"), topic=check_name(topic), partitions=parts,
-            dry_run=bool(dry_run), **chosen)
+            dry_run=bool(dry_run), instance_id=check_instance_id(instance_id) if instance_id
+            else "", **chosen)
         return group_info(self._call("ResetGroupOffsets", request))
 
     def audit_log(self, limit: int = 100) -> list[AuditEntry]:

@@ -42,10 +42,11 @@ class BrokerCalls:
         return {po.partition: po for po in res.partitions}
 
     def committed(self, address: str, group: str, topic: str,
-                  partitions: list[int]) -> dict[int, int]:
-        """Committed offsets, read WITHOUT a member id: the broker records no claim."""
+                  partitions: list[int], instance: str = "") -> dict[int, int]:
+        """Committed offsets (a broadcast ``instance``'s), read WITHOUT a member id: the
+        broker records no claim."""
         req = bpb.FetchOffsetsRequest(group=group, topic=topic, partitions=partitions,
-                                      member_id="", generation=-1)
+                                      member_id="", generation=-1, instance_id=instance)
         res = invoke(self._stub(address).FetchOffsets, req, self.timeout_s, self._metadata)
         return {c.partition: c.offset for c in res.offsets}
 
@@ -58,9 +59,10 @@ class BrokerCalls:
         return {(c.instance_id, c.partition): c.offset for c in res.offsets}
 
     def reset(self, address: str, group: str, topic: str, offsets: dict[int, int],
-              term: int) -> None:
+              term: int, instance: str = "") -> None:
         items = [bpb.OffsetCommit(partition=p, offset=o) for p, o in sorted(offsets.items())]
-        req = bpb.ResetOffsetsRequest(group=group, topic=topic, offsets=items, term=term)
+        req = bpb.ResetOffsetsRequest(group=group, topic=topic, offsets=items, term=term,
+                                      instance_id=instance)
         invoke(self._stub(address).ResetOffsets, req, self.timeout_s, self._metadata)
 
     def write_markers(self, address: str, producer_id: int, producer_epoch: int, commit: bool,

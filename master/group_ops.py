@@ -21,7 +21,7 @@ from lib.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from lib.names import check_name
+from lib.names import check_instance_id, check_name
 from lib.proto import admin_pb2 as apb
 from lib.proto import master_pb2 as mpb
 from master.broker_calls import NO_TIME, BrokerCalls
@@ -111,31 +111,46 @@ class GroupOps:
         kind = req.WhichOneof("target")
         if kind is None:
             raise InvalidArgument("reset needs a target: earliest, latest, offset or timestamp_ms")
-        if self.groups.has_members(group):
-            raise GroupNotEmpty(f"group {group!r} has live members: stop its consumers (or wait "
-                                "for their sessions to expire) before resetting offsets",
-                                group=group)
+        instance = self._check_idle(group, req.instance_id)
         parts = self._partitions(record, list(req.partitions))
         targets = self._targets(record, parts, kind, getattr(req, kind))
         moves = [apb.OffsetMove(topic=topic, partition=p, from_offset=was, to_offset=targets[p])
-                 for p, was in sorted(self._committed(record, group, parts).items())]
+                 for p, was in sorted(self._committed(record, group, parts, instance).items())]
         if req.dry_run:
             return apb.GroupDescription(group=group, moves=moves)
-        self._apply(record, group, targets, term)
+        self._apply(record, group, targets, term, instance)
+        details = {"topic": topic, kind: getattr(req, kind), "offsets": targets,
+                   **({"instance_id": instance} if instance else {})}
         self.write({"op": "record_group", "time_ms": wall_ms(), "group": group,
                           "topics": [topic], "audit": {
                               **audit, "action": "reset_group_offsets", "target": group,
-                              "details": json.dumps({"topic": topic, kind: getattr(req, kind),
-                                                     "offsets": targets}, sort_keys=True)}})
+                              "details": json.dumps(details, sort_keys=True)}})
         described = self.describe(group)
         described.moves.extend(moves)
         return described
 
-    def _committed(self, record: dict[str, Any], group: str, parts: list[int]) -> dict[int, int]:
-        """The group's committed offset of each partition (-1: none)."""
+    def _check_idle(self, group: str, instance: str) -> str:
+        """Refuse a reset of offsets a live consumer uses: the group's while it has live
+        members, a broadcast instance's while that instance is live. Returns the instance."""
+        if instance:
+            check_instance_id(instance)
+            if any(m.instance_id == instance for m, _ in self.groups.describe(group)[1]):
+                raise GroupNotEmpty(f"instance {instance!r} of group {group!r} is live: stop it "
+                                    "(or wait for its session to expire) before resetting its "
+                                    "offsets", group=group, instance_id=instance)
+        elif self.groups.has_members(group):
+            raise GroupNotEmpty(f"group {group!r} has live members: stop its consumers (or wait "
+                                "for their sessions to expire) before resetting offsets",
+                                group=group)
+        return instance
+
+    def _committed(self, record: dict[str, Any], group: str, parts: list[int],
+                   instance: str = "") -> dict[int, int]:
+        """The group's (or an instance's) committed offset of each partition (-1: none)."""
         found = dict.fromkeys(parts, -1)
         for broker, ps in self.routes.by_broker(record, parts).items():
-            found.update(self.calls.committed(self._address(broker), group, record["topic"], ps))
+            found.update(self.calls.committed(self._address(broker), group, record["topic"], ps,
+                                              instance))
         return found
 
     @staticmethod
@@ -164,10 +179,10 @@ class GroupOps:
         return targets
 
     def _apply(self, record: dict[str, Any], group: str, targets: dict[int, int],
-               term: int) -> None:
+               term: int, instance: str = "") -> None:
         for broker, ps in self.routes.by_broker(record, sorted(targets)).items():
             self.calls.reset(self._address(broker), group, record["topic"],
-                             {p: targets[p] for p in ps}, term)
+                             {p: targets[p] for p in ps}, term, instance)
 
     def _address(self, broker: int) -> str:
         address = self.routes.address(broker)

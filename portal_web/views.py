@@ -244,12 +244,14 @@ def reset_offsets(client: AdminClient, name: str, form: Mapping[str, Any],
             raise PortalError(400, "INVALID_ARGUMENT", "value: give the offset to reset to")
     elif to == "time":
         target["to_timestamp"] = time_ms(form, "value")
+    instance = str(form.get("instance_id") or "").strip()  # a broadcast instance's offsets
     info = client.reset_group_offsets(name, str(form.get("topic", "")), dry_run=dry_run,
-                                      partitions=partition_list(form, "partitions"), **target)
+                                      partitions=partition_list(form, "partitions"),
+                                      instance_id=instance, **target)
     moves = [{**plain(m), "delta": m.to_offset - max(m.from_offset, 0)} for m in info.moves]
     return {"group": name, "topic": str(form.get("topic", "")), "to": to,
             "value": str(form.get("value", "")), "partitions": str(form.get("partitions", "")),
-            "dry_run": dry_run, "moves": moves}
+            "instance_id": instance, "dry_run": dry_run, "moves": moves}
 
 
 def time_ms(form: Mapping[str, Any], name: str) -> int:

@@ -157,12 +157,15 @@ def group_describe(ctx, name, as_json) -> None:
 @click.option("--to-time", type=int, help="Timestamp in ms: first offset at or after it.")
 @click.option("--partition", "partitions", type=int, multiple=True, help="Default: all.")
 @click.option("--dry-run", is_flag=True, help="Show what would move; change nothing.")
+@click.option("--instance", "instance_id", default="",
+              help="A broadcast instance's offsets instead (only it must not be live).")
 @json_option
 @click.pass_context
 def group_reset(ctx, name, topic_name, to_earliest, to_latest, to_offset, to_time, partitions,
-                dry_run, as_json) -> None:
-    """Move a group's committed offsets (the group must have no live members); the answer
-    lists every partition's move (--dry-run: only that, nothing changes)."""
+                dry_run, instance_id, as_json) -> None:
+    """Move a group's committed offsets (the group must have no live members), or with
+    --instance a broadcast instance's; the answer lists every partition's move (--dry-run:
+    only that, nothing changes)."""
     chosen = [x for x in (to_earliest or None, to_latest or None, to_offset, to_time)
               if x is not None]
     if len(chosen) != 1:
@@ -170,7 +173,8 @@ def group_reset(ctx, name, topic_name, to_earliest, to_latest, to_offset, to_tim
                                "--to-time")
     result = admin(ctx).reset_group_offsets(
         name, topic_name, to_earliest=to_earliest, to_latest=to_latest, to_offset=to_offset,
-        to_timestamp=to_time, partitions=list(partitions) or None, dry_run=dry_run)
+        to_timestamp=to_time, partitions=list(partitions) or None, dry_run=dry_run,
+        instance_id=instance_id)
     emit(result, True)
 
 

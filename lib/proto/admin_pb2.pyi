@@ -216,7 +216,7 @@ class OffsetMove(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
 
 class ResetGroupOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "earliest", "latest", "offset", "timestamp_ms", "partitions", "dry_run")
+    __slots__ = ("group", "topic", "earliest", "latest", "offset", "timestamp_ms", "partitions", "dry_run", "instance_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,7 @@ class ResetGroupOffsetsRequest(_message.Message):
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     earliest: bool
@@ -233,7 +234,8 @@ class ResetGroupOffsetsRequest(_message.Message):
     timestamp_ms: int
     partitions: _containers.RepeatedScalarFieldContainer[int]
     dry_run: bool
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ..., dry_run: _Optional[bool] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class AuditLogRequest(_message.Message):
     __slots__ = ("limit",)

@@ -271,16 +271,18 @@ class QueryMessagesRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class ResetOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "offsets", "term")
+    __slots__ = ("group", "topic", "offsets", "term", "instance_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
     term: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., term: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., term: _Optional[int] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class ResetOffsetsResponse(_message.Message):
     __slots__ = ()

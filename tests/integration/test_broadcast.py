@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from lib import AdminClient, Producer, PullConsumer, TopicPartition
-from lib.errors import GroupModeConflict, InstanceInUse, InvalidArgument, Unavailable
+from lib.errors import (
+    GroupModeConflict,
+    GroupNotEmpty,
+    InstanceInUse,
+    InvalidArgument,
+    InvalidName,
+    Unavailable,
+)
 from tests.cluster import ROOT
 from tests.integration.test_consumer_common import poll_until, wait_for
 
@@ -193,6 +200,31 @@ def test_each_instance_has_its_own_reset_policy_seek_and_commits(cluster):
                 }["c"] == 10
     refused = cli("--instance-id", "c", "--max", "1")
     assert refused.returncode != 0 and "only for mode='broadcast'" in refused.stderr
+    _an_instance_is_reset_alone_and_only_while_stopped(masters, topic, group, base)
+
+
+def _an_instance_is_reset_alone_and_only_while_stopped(masters: str, topic: str, group: str,
+                                                       base: dict) -> None:
+    tp = TopicPartition(topic, 0)
+    with AdminClient(masters) as admin, \
+            PullConsumer(masters, instance_id="a", **base) as live:
+        live.subscribe([topic])
+        wait_for(lambda: any(m.instance_id == "a" for m in admin.describe_group(group).members),
+                 10, "instance a to be live")
+        with pytest.raises(GroupNotEmpty, match="instance 'a' of group 'bcast-seekers' is live"):
+            admin.reset_group_offsets(group, topic, to_earliest=True, instance_id="a")
+        with pytest.raises(InvalidName, match="invalid instance id"):
+            admin.reset_group_offsets(group, topic, to_earliest=True, instance_id="b/../a")
+        preview = admin.reset_group_offsets(group, topic, to_offset=5, instance_id="b",
+                                            dry_run=True)
+        assert [(m.from_offset, m.to_offset) for m in preview.moves] == [(2, 5)]
+        admin.reset_group_offsets(group, topic, to_offset=5, instance_id="b")  # a stays live
+        rows = {p.instance_id: p.committed for p in admin.describe_group(group).partitions}
+        assert rows == {"a": 7, "b": 5, "c": 10}
+    with PullConsumer(masters, instance_id="b", **base) as b:
+        b.subscribe([topic])
+        assert [r.offset for r in poll_until(b, 5)] == [5, 6, 7, 8, 9]
+        assert b.committed(tp) == 5
 
 
 def _position(consumer: PullConsumer, tp: TopicPartition) -> int | None:

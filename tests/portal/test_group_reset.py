@@ -99,3 +99,34 @@ def test_reset_refusals_name_the_problem(admin_client, viewer_client, cluster):
     assert viewer.status_code == 403
     page = viewer_client.get("/groups/busy-group")
     assert page.status_code == 200 and 'id="reset-offsets"' not in page.text
+
+
+def test_a_broadcast_instances_offsets_are_reset_alone(admin_client, cluster):
+    csrf = csrf_of(admin_client)
+    _create(admin_client, csrf, "fanned", 1)
+    with Producer(cluster.master_addresses) as producer:
+        for i in range(6):
+            producer.send("fanned", f"v{i}".encode(), partition=0)
+        producer.flush()
+    for instance in ("north", "south"):
+        with PullConsumer(cluster.master_addresses, group="fanout", mode="broadcast",
+                          instance_id=instance, auto_offset_reset="earliest") as consumer:
+            consumer.subscribe(["fanned"])
+            assert len(poll_until(consumer, 6)) == 6
+            consumer.commit()
+
+    form = {"csrf_token": csrf, "topic": "fanned", "to": "offset", "value": "1",
+            "instance_id": "south"}
+    preview = admin_client.post("/groups/fanout/reset/preview", data=form)
+    assert preview.status_code == 200, preview.text
+    assert 'id="reset-instance-name">south<' in preview.text
+    assert 'name="instance_id" value="south"' in preview.text  # carried to the confirmation
+    assert _rows(preview.text) == [("0", "6", "1", "-5")]
+    done = admin_client.post("/groups/fanout/reset", data=form)
+    assert done.status_code == 302
+    group = admin_client.get("/api/v1/groups/fanout").json
+    assert [(i["instance_id"], i["lag"]) for i in group["instances"]] == [("north", 0),
+                                                                          ("south", 5)]
+    bad = admin_client.post("/api/v1/groups/fanout/reset", headers={"X-CSRF-Token": csrf},
+                            json={"topic": "fanned", "to": "earliest", "instance_id": "s/1"})
+    assert bad.status_code == 400 and "invalid instance id" in bad.json["error"]["message"]
