@@ -23,6 +23,9 @@ _EXPORTS = {
     "Record": "lib.records",
     "RecordMetadata": "lib.types",
     "TopicPartition": "lib.types",
+    "RetryPolicy": "lib.retry",
+    "Later": "lib.consumer.retry",
+    "RETRY_LATER": "lib.consumer.retry",
 }
 
 __all__ = sorted(_EXPORTS)

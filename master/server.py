@@ -100,7 +100,7 @@ class Master:
                          self.calls.each), self.leadership.is_leader)
         service.add_to(self._server, service.MasterService(
             c, self.state, self.registry, self.groups, self.routes, self.leadership,
-            self.write, producer_ids, self.txns, topic_ops.ensure_delay_topic))
+            self.write, producer_ids, self.txns, topic_ops))
         admin.add_to(self._server, admin.AdminService(
             self.state, self.registry, topic_ops, group_ops, broker_ops, self.leadership,
             self.status, self.txns))

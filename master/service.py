@@ -33,6 +33,7 @@ from master.guard import Leadership, caller, guarded
 from master.producer_ids import PRODUCER_EPOCH, ProducerIdBlocks
 from master.routes import RouteBook
 from master.state import MetaState
+from master.topic_ops import TopicOps
 from master.transactions import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -48,10 +49,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def __init__(self, config: MasterConfig, state: MetaState, registry: BrokerRegistry,
                  groups: GroupCoordinator, routes: RouteBook, leadership: Leadership,
                  write: Callable[[dict[str, Any]], Any], producer_ids: ProducerIdBlocks,
-                 txns: TransactionCoordinator,
-                 ensure_delay_topic: Callable[[], None] = lambda: None) -> None:
+                 txns: TransactionCoordinator, topic_ops: TopicOps | None = None) -> None:
         self.config, self.state, self.registry = config, state, registry
-        self.ensure_delay_topic = ensure_delay_topic  # made on first use (lib/delay.py)
+        self.topic_ops = topic_ops  # internal and group topics, made on first use
         self.groups, self.routes, self.leadership = groups, routes, leadership
         self.write = write  # replicates a state command (Raft)
         self.producer_ids, self.txns = producer_ids, txns
@@ -232,11 +232,20 @@ class MasterService(master_pb2_grpc.MasterServicer):
             raise InvalidArgument(f"at most {MAX_ROUTE_TOPICS} topics per GetRoutes call")
         for name in names:
             check_name(name, "topic")
-            if name == DELAY_TOPIC:
-                self.ensure_delay_topic()
+            if name == DELAY_TOPIC and self.topic_ops is not None:
+                self.topic_ops.ensure_delay_topic()
             if self.state.topic(name) is None:
                 raise UnknownTopic(f"unknown topic {name!r}", topic=name)
         return mpb.GetRoutesResponse(routes=self.routes.routes(names))
+
+    @guarded
+    def EnsureGroupTopics(self, request, context):  # noqa: N802
+        """The group's retry and dead-letter topics (docs/retry.md)."""
+        if self.topic_ops is None:
+            raise InvalidArgument("this master makes no group topics")
+        retry, dead = self.topic_ops.ensure_group_topics(
+            request.group, request.dead_letter_topic, caller(context))
+        return mpb.EnsureGroupTopicsResponse(retry_topic=retry, dead_letter_topic=dead)
 
     @guarded
     def JoinGroup(self, request, context):  # noqa: N802

@@ -151,7 +151,8 @@ class TopicRecords:
         record = with_replicas(
             {"topic": name, "topic_id": topic_id, "created_ms": cmd["time_ms"],
              "settings": {**SINGLE_COPY, **cmd["settings"]}, "placement": [],
-             "request_id": str(cmd.get("request_id", ""))}, replicas)
+             "request_id": str(cmd.get("request_id", "")),
+             **({"owner": dict(cmd["owner"])} if cmd.get("owner") else {})}, replicas)
         self._put_topic(ctx, record)
         return record
 

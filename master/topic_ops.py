@@ -19,6 +19,7 @@ from lib.errors import InvalidArgument, TopicExists, UnknownBroker, UnknownTopic
 from lib.names import check_name
 from lib.proto import admin_pb2 as apb
 from lib.proto import master_pb2 as mpb
+from lib.retry import dead_letter_topic, retry_topic
 from master import placement, reassign, settings
 from master.broker_calls import BrokerCalls
 from master.brokers import BrokerRegistry, wall_ms
@@ -38,7 +39,8 @@ class TopicOps:
         self.placing = threading.Lock()
 
     def create(self, name: str, pb: mpb.TopicSettings | None, audit: dict[str, Any],
-               request_id: str = "", internal: bool = False) -> dict[str, Any]:
+               request_id: str = "", internal: bool = False,
+               owner: dict[str, str] | None = None) -> dict[str, Any]:
         check_name(name, "topic")
         if not internal:
             _not_reserved(name, "created")
@@ -51,7 +53,7 @@ class TopicOps:
             return self.write({
                 "op": "create_topic", "time_ms": wall_ms(), "topic": name, "settings": wanted,
                 "replicas": replicas, "max_topics": self.config.max_topics,
-                "request_id": request_id,
+                "request_id": request_id, **({"owner": owner} if owner else {}),
                 "audit": _audit(audit, "create_topic", name, {**wanted, "replicas": replicas})})
 
     def ensure_delay_topic(self) -> None:
@@ -72,6 +74,33 @@ class TopicOps:
                         request_id="create-delay-topic", internal=True)
         except TopicExists:
             pass  # a concurrent first use made it
+
+    def ensure_group_topics(self, group: str, dead_letters: str,
+                            audit: dict[str, Any]) -> tuple[str, str]:
+        """A group's retry and dead-letter topics (lib/retry.py), made when missing with one
+        partition and the cluster's defaults, owned by the group; a dead-letter name that is
+        already a topic of anything else is refused."""
+        check_name(group, "group")
+        names = {"retry": retry_topic(group), "dlq": dead_letter_topic(group, dead_letters)}
+        for role, name in names.items():
+            check_name(name, "topic")
+            known = self.state.topic(name)
+            if known is not None:
+                if known.get("owner") != {"group": group, "role": role}:
+                    raise InvalidArgument(
+                        f"{'dead-letter' if role == 'dlq' else 'retry'} topic {name!r} of group "
+                        f"{group!r} is already a topic of its own (or another group's): name "
+                        "another dead_letter_topic, or delete that topic", topic=name,
+                        group=group)
+                continue
+            try:
+                self.create(name, mpb.TopicSettings(partitions=1), {
+                    **audit, "principal": audit.get("principal") or "controller"},
+                    request_id=f"group-topic-{group}-{role}", internal=False,
+                    owner={"group": group, "role": role})
+            except TopicExists:
+                pass  # another member made it meanwhile: checked on its next call
+        return names["retry"], names["dlq"]
 
     def alter(self, name: str, pb: mpb.TopicSettings | None,
               audit: dict[str, Any]) -> dict[str, Any]:

@@ -109,6 +109,7 @@ RULES: dict[str, Rule] = {
     # the handler checks produce on every topic of the request's partitions too
     _M + "AddPartitionsToTxn": needs(("write", "transactional_id", "transactional_id")),
     _M + "EndTxn": needs(("write", "transactional_id", "transactional_id")),
+    _M + "EnsureGroupTopics": needs(("consume", "group", "group")),
     _M + "AddOffsetsToTxn": needs(("write", "transactional_id", "transactional_id"),
                                   ("consume", "group", "group")),
     _M + "CheckOpenTxns": CLUSTER_ONLY,  # brokers ask about transactions open too long

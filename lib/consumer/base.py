@@ -15,10 +15,13 @@ from lib.closing import Closeable
 from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
 from lib.consumer.instance import default_instance_id
+from lib.consumer.retry import Redelivery
 from lib.consumer.subscription import SubscriptionState, topic_names
 from lib.logs import event
 from lib.memory import keep_freed_memory
 from lib.names import check_name
+from lib.records import Record
+from lib.retry import RetryPolicy
 from lib.routes import RouteCache
 from lib.rpc import MasterClient, client_pool
 from lib.tls import Tls
@@ -36,14 +39,47 @@ def as_config(cls: type[T], config: T | None, settings: dict[str, Any]) -> T:
         raise errors.InvalidArgument(str(exc)) from None
 
 
+def check_retry(retry: object) -> None:
+    """A consumer config's ``retry``: None/False (off), True (the default policy) or a
+    valid RetryPolicy."""
+    policy = retry_policy(retry)
+    if policy is not None:
+        policy.validate()
+
+
+def retry_policy(retry: object) -> RetryPolicy | None:
+    """The policy a ``retry`` setting means (a dict: a policy through ``asdict``)."""
+    if retry is None or retry is False:
+        return None
+    if retry is True:
+        return RetryPolicy()
+    if isinstance(retry, dict):
+        given = dict(retry)
+        if "backoff_s" in given:
+            given["backoff_s"] = tuple(given["backoff_s"])
+        try:
+            return RetryPolicy(**given)
+        except TypeError as exc:
+            raise errors.ConfigError(f"retry: {exc}") from None
+    if not isinstance(retry, RetryPolicy):
+        raise errors.ConfigError(f"retry must be True, False or a lib.retry.RetryPolicy, got "
+                                 f"{type(retry).__name__}")
+    return retry
+
+
 class ConsumerBase(Closeable):
     """What the pull and push consumers share: connections, subscription, group, commits."""
 
     def __init__(self, masters: str | Iterable[str], group: str, reset: str,
                  session_timeout_ms: int, client_id: str, rpc_timeout_s: float,
                  credentials: Credentials | None = None, tls: Tls | None = None,
-                 mode: str = "clustering", instance_id: str = "") -> None:
+                 mode: str = "clustering", instance_id: str = "",
+                 retry: RetryPolicy | bool | None = None) -> None:
         masters = masters if isinstance(masters, str) else list(masters)
+        self._masters_given = masters
+        self._client_auth = {"credentials": credentials, "tls": tls}
+        self._retry_policy = retry_policy(retry)
+        self._redelivery: Redelivery | None = None
         keep_freed_memory()  # fetch responses reuse pages (lib/memory.py)
         self._pool = client_pool(masters, credentials, rpc_timeout_s, tls)
         self._masters = MasterClient(masters, self._pool, timeout=rpc_timeout_s)
@@ -67,6 +103,11 @@ class ConsumerBase(Closeable):
             raise errors.InvalidArgument("this consumer is already subscribed or assigned")
         self._group = check_name(group or self._group, "group")
         names = topic_names(topics)
+        if self._retry_policy is not None:
+            self._redelivery = Redelivery(self._retry_policy, self._group, self._masters_given,
+                                          self._masters, self._client_auth)
+            retry = self._redelivery.ensure_topics()
+            names = names if retry in names else (*names, retry)
         self._offsets.refresh_routes(names)
         self._sub.set_topics(names, tags)
         cfg = as_config(CoordinatorConfig, None, {"group": self._group,
@@ -105,6 +146,22 @@ class ConsumerBase(Closeable):
         member, generation = self._identity
         return GroupMetadata(self._group, member, generation)
 
+    def _nack(self, record: Record, delay: float | None, error: BaseException | str | None,
+              failures: int | None = None) -> str:
+        """Owe a move of ``record`` to the retry or dead-letter topic, made with the next
+        commit (lib/consumer/retry.py)."""
+        if self._redelivery is None:
+            raise errors.InvalidArgument(
+                "nack needs retries: pass retry=True (or a lib.retry.RetryPolicy) to the "
+                "consumer, and subscribe in a group")
+        tp = TopicPartition(record.topic, record.partition)
+        if not self._sub.is_assigned(tp):
+            raise errors.Fenced(
+                f"{tp.topic}[{tp.partition}] is no longer assigned to this consumer (the group "
+                f"rebalanced): offset {record.offset} is delivered again to its new owner, so "
+                "it cannot be nacked here", topic=tp.topic, partition=tp.partition)
+        return self._redelivery.nack(record, delay, error, failures)
+
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         if not self._group:
             raise errors.InvalidArgument("commit needs a consumer group: pass group=... to the "
@@ -113,11 +170,15 @@ class ConsumerBase(Closeable):
             if isinstance(off, bool) or not isinstance(off, int) or off < 0:
                 raise errors.InvalidArgument(f"cannot commit offset {off!r} for {tp}: "
                                              "offsets are integers >= 0")
-        if not offsets:
+        moves = self._redelivery is not None and self._redelivery.pending()
+        if not offsets and not moves:
             return
         with self._commit_lock:
-            identity = self._coordinator.broker_identity if self._coordinator else NO_MEMBER
-            self._offsets.commit(self._group, offsets, identity, instance=self._instance)
+            if moves:  # one transaction: the moves and the offsets past them
+                self._redelivery.commit(offsets, self.group_metadata())
+            else:
+                identity = self._coordinator.broker_identity if self._coordinator else NO_MEMBER
+                self._offsets.commit(self._group, offsets, identity, instance=self._instance)
             for tp, off in offsets.items():
                 self._sub.set_committed(tp, off)
 
@@ -137,8 +198,10 @@ class ConsumerBase(Closeable):
     def on_revoke(self, tps: set[TopicPartition]) -> None:
         """Commit what was consumed of partitions about to move (auto-commit only)."""
         points = self._sub.revoke(tps)
-        if points and self._auto_commit:
+        if (points or (self._redelivery and self._redelivery.pending())) and self._auto_commit:
             self._commit_quietly(points, "revoke")
+        if self._redelivery is not None:  # what failed: the new owners read it again
+            self._redelivery.forget(self._sub.is_assigned)
 
     def on_assign(self, tps: set[TopicPartition]) -> None:
         pass

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 from lib import errors
 from lib.auth.client import Credentials
 from lib.config import require
-from lib.consumer.base import ConsumerBase, as_config
+from lib.consumer.base import ConsumerBase, as_config, check_retry
 from lib.consumer.fetcher import Fetcher, FetcherConfig
 from lib.consumer.instance import check_mode
 from lib.consumer.subscription import topic_names
@@ -34,6 +34,7 @@ from lib.logs import event
 from lib.names import check_name
 from lib.records import Record
 from lib.records.columns import FrameColumns
+from lib.retry import RetryPolicy
 from lib.tls import Tls
 from lib.types import TopicPartition
 
@@ -63,9 +64,15 @@ class ConsumerConfig:
     # under instance_id (default: client_id, else the host name). docs/broadcast.md
     mode: Literal["clustering", "broadcast"] = "clustering"
     instance_id: str = ""
+    # nack() moves records to the group's retry / dead-letter topics (docs/retry.md): True for
+    # the default RetryPolicy, or a RetryPolicy
+    retry: RetryPolicy | bool | None = None
 
     def validate(self) -> None:
         check_mode(self.mode, self.group, self.instance_id)
+        check_retry(self.retry)
+        require(not (self.retry and self.mode == "broadcast"),
+                "retry is for clustering groups: a broadcast instance's failures are its own")
         require(self.isolation_level in ("read_uncommitted", "read_committed"),
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', got "
                 f"{self.isolation_level!r}")
@@ -100,7 +107,7 @@ class PullConsumer(ConsumerBase):
         fetch_cfg = as_config(FetcherConfig, None, cfg.fetcher())
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
                          cfg.client_id, cfg.rpc_timeout_s, credentials, tls, cfg.mode,
-                         cfg.instance_id)
+                         cfg.instance_id, cfg.retry)
         self._auto_commit = cfg.enable_auto_commit
         self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets, lambda: self._group)
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000
@@ -301,6 +308,16 @@ class PullConsumer(ConsumerBase):
         self._commit(self._sub.uncommitted() if offsets is None else
                      {TopicPartition(*tp): off for tp, off in offsets.items()})
 
+    def nack(self, record: Record, delay: float | None = None,
+             error: BaseException | str | None = None) -> str:
+        """Give up on ``record`` for now: with the next commit (the same transaction) it
+        moves to the group's retry topic, to come back after ``delay`` seconds (None: the
+        retry policy's backoff), or to its dead-letter topic once it has failed
+        ``max_attempts`` times; returns which topic. Needs ``retry=`` and a group; Fenced
+        when its partition is no longer assigned here (docs/retry.md)."""
+        self._check_open()
+        return self._nack(record, delay, error)
+
     def commit_async(self, callback: CommitCallback | None = None) -> None:
         """Commit the current positions in the background; ``callback(offsets, error)``."""
         self._check_open()
@@ -348,6 +365,8 @@ class PullConsumer(ConsumerBase):
             self._async_thread.join(timeout=self.config.rpc_timeout_s)
         if self._auto_commit and self._group:
             self._commit_quietly(self._sub.uncommitted(), "close")
+        if self._redelivery is not None:
+            self._redelivery.close()
         if self._coordinator is not None:
             self._coordinator.leave()
         self._masters.close()

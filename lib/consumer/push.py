@@ -40,13 +40,15 @@ import numpy as np
 from lib import errors
 from lib.auth.client import Credentials
 from lib.config import require
-from lib.consumer.base import ConsumerBase, as_config
+from lib.consumer.base import ConsumerBase, as_config, check_retry
 from lib.consumer.coordinator import Coordinator
 from lib.consumer.instance import check_mode
 from lib.consumer.push_stream import PushStream, StreamHooks
+from lib.consumer.retry import Later
 from lib.logs import event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_records
+from lib.retry import RetryPolicy, attempts_of
 from lib.tls import Tls
 from lib.types import TopicPartition
 from lib.wire_errors import error_class
@@ -69,10 +71,20 @@ class PushConfig:
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     mode: Literal["clustering", "broadcast"] = "clustering"  # docs/broadcast.md
     instance_id: str = ""  # broadcast: default client_id, else the host name
+    # A handler that raises (or returns lib.consumer.retry.Later) has its record retried
+    # through the group's retry topic, then dead-lettered (docs/retry.md): True for the
+    # default RetryPolicy, or a RetryPolicy (ordered=True: retried in place, holding the
+    # partition). Off: the failure is logged and the commit point stays at the record.
+    retry: RetryPolicy | bool | None = None
 
     def validate(self) -> None:
         require(bool(self.group), "a PushConsumer needs a group")
         check_mode(self.mode, self.group, self.instance_id)
+        check_retry(self.retry)
+        require(not self.retry or self.commit == "after",
+                "retry needs commit='after': an at-most-once consumer has nothing to retry")
+        require(not (self.retry and self.mode == "broadcast"),
+                "retry is for clustering groups: a broadcast instance's failures are its own")
         require(self.isolation_level in ("read_uncommitted", "read_committed"),
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', got "
                 f"{self.isolation_level!r}")
@@ -109,7 +121,7 @@ class PushConsumer(ConsumerBase):
         cfg = self.config
         super().__init__(masters, cfg.group, cfg.auto_offset_reset, cfg.session_timeout_ms,
                          cfg.client_id, cfg.rpc_timeout_s, credentials, tls, cfg.mode,
-                         cfg.instance_id)
+                         cfg.instance_id, cfg.retry)
         self._auto_commit = cfg.commit == "after"
         self._handler: Handler | None = None
         self._session = 0
@@ -355,18 +367,75 @@ class PushConsumer(ConsumerBase):
             item.stream.handled(item.size)
 
     def _handle(self, item: _Item) -> None:
-        try:
-            self._handler(item.record)
-        except Exception:
-            with self._stats_lock:
-                self.handler_errors += 1
-            log.exception("push.handler_failed", extra={"fields": {
-                "topic": item.tp.topic, "partition": item.tp.partition,
-                "offset": item.record.offset}})
-            if self.config.commit == "after":
+        if self._redelivery is not None and self._redelivery.policy.ordered:
+            if self._handle_in_place(item):
+                self._sub.advance(item.tp, item.epoch, item.expected, item.after)
+            return
+        failed = self._run_handler(item)
+        if failed is not None:
+            if self._redelivery is not None:
+                self._redelivery_nack(item, failed)
+            elif self.config.commit == "after":
                 self._sub.hold(item.tp, item.record.offset)
         if self.config.commit == "after":
             self._sub.advance(item.tp, item.epoch, item.expected, item.after)
+
+    def _run_handler(self, item: _Item) -> Later | BaseException | None:
+        """None when the handler took the record; else why not (its exception, or the
+        Later it returned)."""
+        try:
+            result = self._handler(item.record)
+        except Exception as exc:  # noqa: BLE001 - the handler's failure is data here
+            with self._stats_lock:
+                self.handler_errors += 1
+            log.warning("push.handler_failed", exc_info=True, extra={"fields": {
+                "topic": item.tp.topic, "partition": item.tp.partition,
+                "offset": item.record.offset}})
+            return exc
+        return result if isinstance(result, Later) else None
+
+    def _redelivery_nack(self, item: _Item, failed: Later | BaseException,
+                         failures: int | None = None) -> None:
+        later = isinstance(failed, Later)
+        try:
+            self._nack(item.record, failed.delay if later else None,
+                       failed.reason if later else failed, failures)
+        except errors.TubeqError as exc:  # revoked meanwhile: its new owner reads it again
+            event(log, "push.nack_refused", logging.WARNING, topic=item.tp.topic,
+                  partition=item.tp.partition, offset=item.record.offset, error=str(exc))
+
+    def _handle_in_place(self, item: _Item) -> bool:
+        """Ordered retries (RocketMQ's orderly consumption): run the handler again after
+        each backoff, holding the partition, until it takes the record or has failed
+        ``max_attempts`` times (then the record is dead-lettered and the partition moves
+        on). False when the partition was revoked meanwhile (nothing to advance)."""
+        policy = self._redelivery.policy
+        failures = attempts_of(item.record.headers)
+        while True:
+            failed = self._run_handler(item)
+            if failed is None:
+                return True
+            failures += 1
+            if failures >= policy.max_attempts:
+                self._redelivery_nack(item, failed, failures)
+                return True
+            wait = failed.delay if isinstance(failed, Later) and failed.delay is not None \
+                else policy.delay_for(failures)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if self._stop.wait(min(0.1, max(0.0, deadline - time.monotonic()))) \
+                        or item.session != self._session:
+                    return False
+
+    @property
+    def retried(self) -> int:
+        """Records moved to the retry topic so far (committed)."""
+        return self._redelivery.retried if self._redelivery is not None else 0
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records moved to the dead-letter topic so far (committed)."""
+        return self._redelivery.dead if self._redelivery is not None else 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -391,6 +460,8 @@ class PushConsumer(ConsumerBase):
             q.put(None)
         if self._auto_commit:
             self._commit_quietly(self._sub.uncommitted(), "close")
+        if self._redelivery is not None:
+            self._redelivery.close()
         if self._coordinator is not None:
             self._coordinator.leave()
         self._pool.close()

@@ -7,6 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class EnsureGroupTopicsRequest(_message.Message):
+    __slots__ = ("group", "dead_letter_topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    dead_letter_topic: str
+    def __init__(self, group: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
+
+class EnsureGroupTopicsResponse(_message.Message):
+    __slots__ = ("retry_topic", "dead_letter_topic")
+    RETRY_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    retry_topic: str
+    dead_letter_topic: str
+    def __init__(self, retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
+
 class RegisterBrokerRequest(_message.Message):
     __slots__ = ("broker_id", "address", "rack", "incarnation")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]

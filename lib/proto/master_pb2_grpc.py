@@ -119,6 +119,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckResponse.FromString,
                 _registered_method=True)
+        self.EnsureGroupTopics = channel.unary_unary(
+                '/tubeq.master.Master/EnsureGroupTopics',
+                request_serializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -254,6 +259,14 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EnsureGroupTopics(self, request, context):
+        """A consumer group's retry and dead-letter topics (docs/retry.md), made when missing; needs
+        consume on the group. A dead-letter name that is another topic already is refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -341,6 +354,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.ResolveTxnCheck,
                     request_deserializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.ResolveTxnCheckResponse.SerializeToString,
+            ),
+            'EnsureGroupTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnsureGroupTopics,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -802,6 +820,33 @@ class Master:
             '/tubeq.master.Master/ResolveTxnCheck',
             lib_dot_proto_dot_master__pb2.ResolveTxnCheckRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.ResolveTxnCheckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnsureGroupTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/EnsureGroupTopics',
+            lib_dot_proto_dot_master__pb2.EnsureGroupTopicsRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.EnsureGroupTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,

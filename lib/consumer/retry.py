@@ -1,0 +1,165 @@
+"""A consumer's retries: records it failed on, moved to the group's retry or dead-letter
+topic in the same transaction that commits its offsets past them (lib/retry.py has the
+names and policy, docs/retry.md the whole story).
+
+Why one transaction: the move and the commit must both happen or neither. A consumer that
+crashes before the commit leaves neither: the records are consumed again from the last
+committed offset and their handler runs again; a consumer that committed its offsets
+without the move would lose them, and one that moved without the commit would have them
+twice. Pending moves wait for the consumer's next commit (auto or manual), so a record is
+never moved before the offsets that follow it are committed.
+
+The producer is transactional under an id of this consumer instance; its offsets commit is
+fenced by the group generation (``send_offsets``), so a zombie member cannot move records of
+a partition it lost. A crashed instance's open transaction is aborted by the masters after
+``TXN_TIMEOUT_MS``.
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lib import errors
+from lib.producer.producer import Producer
+from lib.proto import master_pb2, master_pb2_grpc
+from lib.records import Record
+from lib.retry import RetryPolicy, attempts_of, moved_headers
+from lib.rpc import MasterClient
+from lib.types import GroupMetadata, TopicPartition
+
+TXN_TIMEOUT_MS = 30_000
+MAX_PENDING = 100_000  # moves held for the next commit; a nack past it is refused
+
+
+@dataclass(frozen=True)
+class Later:
+    """What a push handler returns to have its record retried later, without raising:
+    ``delay`` seconds (None: the policy's backoff)."""
+
+    delay: float | None = None
+    reason: str = "later"
+
+
+RETRY_LATER = Later()
+
+
+@dataclass(frozen=True)
+class _Move:
+    record: Record
+    topic: str
+    headers: dict[str, bytes]
+    delay: float | None  # None: at once (the dead-letter topic)
+
+
+class Redelivery:
+    """The moves one consumer owes, and the transactional producer that makes them."""
+
+    def __init__(self, policy: RetryPolicy, group: str, masters: Any, master: MasterClient,
+                 producer_settings: dict[str, Any]) -> None:
+        policy.validate()
+        self.policy, self.group = policy, group
+        self._masters, self._master = masters, master
+        self._settings = producer_settings  # credentials, tls
+        self._producer: Producer | None = None
+        self._pending: list[_Move] = []
+        self._lock = threading.Lock()
+        self.retry_topic = self.dead_letter_topic = ""
+        self.retried = 0  # records moved to the retry topic
+        self.dead = 0  # records moved to the dead-letter topic
+
+    def ensure_topics(self) -> str:
+        """The group's retry and dead-letter topics, made by the masters when missing;
+        returns the retry topic (the consumer reads it too)."""
+        response = self._master.call(
+            master_pb2_grpc.MasterStub, "EnsureGroupTopics",
+            master_pb2.EnsureGroupTopicsRequest(group=self.group,
+                                                dead_letter_topic=self.policy.dead_letter_topic))
+        self.retry_topic, self.dead_letter_topic = \
+            response.retry_topic, response.dead_letter_topic
+        return self.retry_topic
+
+    def nack(self, record: Record, delay: float | None = None,
+             error: BaseException | str | None = None, failures: int | None = None) -> str:
+        """Owe a move of ``record``: to the retry topic after ``delay`` seconds (None: the
+        policy's backoff for its failures so far), or to the dead-letter topic once it has
+        failed ``max_attempts`` times (``failures``: counted by the caller, as an ordered
+        consumer's retries in place; else one more than its headers say). Returns the topic
+        it will go to."""
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
+                                  or not delay >= 0):
+            raise errors.InvalidArgument(f"delay must be seconds >= 0, got {delay!r}")
+        if failures is None:
+            failures = attempts_of(record.headers) + 1
+        headers = moved_headers(record, self.group, failures, error)
+        if failures >= self.policy.max_attempts:
+            move = _Move(record, self.dead_letter_topic, headers, None)
+        else:
+            move = _Move(record, self.retry_topic, headers,
+                         self.policy.delay_for(failures) if delay is None else float(delay))
+        with self._lock:
+            if len(self._pending) >= MAX_PENDING:
+                raise errors.InvalidArgument(
+                    f"{MAX_PENDING} nacked records wait for a commit: commit() first")
+            self._pending.append(move)
+        return move.topic
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def forget(self, owned: Callable[[TopicPartition], bool]) -> None:
+        """Drop moves of records from partitions this consumer no longer owns: their new
+        owner reads them again from the committed offset."""
+        with self._lock:
+            self._pending = [m for m in self._pending
+                             if owned(TopicPartition(m.record.topic, m.record.partition))]
+
+    def commit(self, offsets: dict[TopicPartition, int], group: GroupMetadata) -> None:
+        """Every pending move and ``offsets``, in one transaction. On failure nothing is
+        moved or committed and the moves stay pending (the error is raised)."""
+        with self._lock:
+            moves, self._pending = self._pending, []
+        if not moves:
+            raise errors.InvalidTxnState("no move is pending")
+        producer = self._transactional()
+        try:
+            producer.begin()
+            for m in moves:
+                r = m.record
+                if m.delay is None:
+                    producer.send(m.topic, r.value, key=r.key, tag=r.tag, headers=m.headers)
+                else:
+                    producer.send(m.topic, r.value, key=r.key, tag=r.tag, headers=m.headers,
+                                  delay=m.delay)
+            if offsets:
+                producer.send_offsets(offsets, group)
+            producer.commit()
+        except BaseException:
+            with self._lock:
+                self._pending = moves + self._pending
+            self._abort_quietly(producer)
+            raise
+        self.dead += sum(m.delay is None for m in moves)
+        self.retried += sum(m.delay is not None for m in moves)
+
+    def _transactional(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(
+                self._masters, transactional_id=f"tubeq.retry.{self.group[:200]}."
+                f"{uuid.uuid4().hex[:12]}", transaction_timeout_ms=TXN_TIMEOUT_MS,
+                linger_ms=1, **self._settings)
+        return self._producer
+
+    def _abort_quietly(self, producer: Producer) -> None:
+        try:
+            producer.abort()
+        except errors.TubeqError:  # fenced or never begun: a fresh producer next time
+            self.close()
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()
