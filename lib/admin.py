@@ -17,7 +17,7 @@ from lib.auth.client import Credentials
 from lib.closing import Closeable
 from lib.errors import InvalidArgument, TubeqError, UnknownTransactionalId
 from lib.names import check_instance_id, check_name
-from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2
+from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2, master_pb2_grpc
 from lib.rpc import MasterClient, client_pool, invoke
 from lib.tls import Tls
 from lib.types import (
@@ -61,6 +61,7 @@ def topic_info(desc: admin_pb2.TopicDescription) -> TopicInfo:
         replication_factor=s.replication_factor or 1,
         min_insync_replicas=s.min_insync_replicas or 1,
         unclean_leader_election=s.unclean_leader_election,
+        owner_group=desc.owner_group, owner_role=desc.owner_role,
     )
 
 
@@ -329,6 +330,20 @@ class AdminClient(SecurityCalls, Closeable):
                              a.commit_index, a.applied_index, max(0, top - a.applied_index),
                              a.raft_node, a.log_entries, a.has_quorum)
                 for address, a in answers]
+
+    def ensure_group_topics(self, group: str, dead_letter_topic: str = "") -> tuple[str, str]:
+        """The group's retry and dead-letter topics, made when missing (docs/retry.md)."""
+        response = self._master.call(
+            master_pb2_grpc.MasterStub, "EnsureGroupTopics",
+            master_pb2.EnsureGroupTopicsRequest(group=group, dead_letter_topic=dead_letter_topic),
+            timeout=self.timeout, metadata=self._metadata)
+        return response.retry_topic, response.dead_letter_topic
+
+    def audit_dead_letters(self, group: str, action: str, details: str) -> None:
+        """Write what was done with ``group``'s dead letters to the audit log
+        (lib/dead_letters.py calls it)."""
+        self._call("AuditDeadLetters", admin_pb2.AuditDeadLettersRequest(
+            group=group, action=action, details=details))
 
     def close(self) -> None:
         self._master.close()

@@ -100,6 +100,8 @@ class TopicInfo:
     min_insync_replicas: int = 1
     # no live in-sync replica: another live replica may lead (what only the ISR held is lost)
     unclean_leader_election: bool = False
+    owner_group: str = ""  # a group's own topic (docs/retry.md) ...
+    owner_role: str = ""  # ... "retry" or "dlq"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import grpc
 
 from lib.auth.access import current_access
 from lib.errors import InvalidArgument
+from lib.names import check_name
 from lib.proto import admin_pb2 as apb
 from lib.proto import admin_pb2_grpc
 from lib.proto import master_pb2 as mpb
@@ -29,6 +30,8 @@ from master.transactions import TransactionCoordinator
 
 DEFAULT_AUDIT_LIMIT = 100
 MAX_AUDIT_LIMIT = 10_000
+DEAD_LETTER_ACTIONS = frozenset({"dlq_replay", "dlq_purge"})
+MAX_AUDIT_DETAILS = 4000
 ABORT_WAIT_S = 10.0  # AbortTransaction waits this long (at most) for the abort's markers
 
 
@@ -129,6 +132,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                            details=e.get("details", ""), peer=e.get("peer", ""))
             for e in self.state.audit(limit)])
 
+
+    @guarded
+    def AuditDeadLetters(self, request, context):  # noqa: N802
+        group = check_name(request.group, "group")
+        if request.action not in DEAD_LETTER_ACTIONS:
+            raise InvalidArgument(f"action must be one of {sorted(DEAD_LETTER_ACTIONS)}, got "
+                                  f"{request.action[:64]!r}")
+        if len(request.details) > MAX_AUDIT_DETAILS:
+            raise InvalidArgument(f"details are at most {MAX_AUDIT_DETAILS} characters")
+        self.topics.write({"op": "audit", "time_ms": wall_ms(), "audit": {
+            **caller(context), "action": request.action, "target": group,
+            "details": request.details}})
+        return apb.AuditDeadLettersResponse()
 
     @guarded
     def ListTransactions(self, request, context):  # noqa: N802

@@ -206,9 +206,11 @@ class TopicOps:
                 leader_epoch=route.leader_epoch, replicas=route.replicas, isr=route.isr,
                 replica_lags=self._lags(record["topic"], route, latest),
                 target_replicas=route.target_replicas))
+        owner = record.get("owner") or {}
         return apb.TopicDescription(
             topic=name, settings=settings.to_pb(record["settings"], record["topic_id"]),
-            partitions=parts, created_ms=record["created_ms"])
+            partitions=parts, created_ms=record["created_ms"],
+            owner_group=owner.get("group", ""), owner_role=owner.get("role", ""))
 
     def _lags(self, topic: str, route: mpb.PartitionRoute, latest: int) -> list[int]:
         """Offsets each replica is behind the leader's ``latest``, from its own heartbeat

@@ -133,6 +133,7 @@ RULES: dict[str, Rule] = {
     _A + "DescribeGroup": needs(("describe", "group", "group")),
     _A + "ResetGroupOffsets": needs(("alter", "group", "group"), ("describe", "topic", "topic")),
     _A + "AuditLog": ADMIN_CLUSTER,
+    _A + "AuditDeadLetters": needs(("consume", "group", "group")),
     _A + "ListTransactions": IN_HANDLER,  # lists the transactional ids the caller may describe
     _A + "AbortTransaction": ADMIN_CLUSTER,
     # masters: security

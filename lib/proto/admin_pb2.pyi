@@ -72,16 +72,20 @@ class PartitionDescription(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., available: _Optional[bool] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., replica_lags: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ..., last_stable: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("topic", "settings", "partitions", "created_ms")
+    __slots__ = ("topic", "settings", "partitions", "created_ms", "owner_group", "owner_role")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ROLE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     settings: _master_pb2.TopicSettings
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
     created_ms: int
-    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., created_ms: _Optional[int] = ...) -> None: ...
+    owner_group: str
+    owner_role: str
+    def __init__(self, topic: _Optional[str] = ..., settings: _Optional[_Union[_master_pb2.TopicSettings, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., created_ms: _Optional[int] = ..., owner_group: _Optional[str] = ..., owner_role: _Optional[str] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()
@@ -352,3 +356,17 @@ class AbortTransactionResponse(_message.Message):
     TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     transaction: TransactionDescription
     def __init__(self, transaction: _Optional[_Union[TransactionDescription, _Mapping]] = ...) -> None: ...
+
+class AuditDeadLettersRequest(_message.Message):
+    __slots__ = ("group", "action", "details")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    action: str
+    details: str
+    def __init__(self, group: _Optional[str] = ..., action: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
+
+class AuditDeadLettersResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -94,6 +94,11 @@ class AdminStub:
                 request_serializer=lib_dot_proto_dot_admin__pb2.AuditLogRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_admin__pb2.AuditLogResponse.FromString,
                 _registered_method=True)
+        self.AuditDeadLetters = channel.unary_unary(
+                '/tubeq.admin.Admin/AuditDeadLetters',
+                request_serializer=lib_dot_proto_dot_admin__pb2.AuditDeadLettersRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_admin__pb2.AuditDeadLettersResponse.FromString,
+                _registered_method=True)
         self.ListTransactions = channel.unary_unary(
                 '/tubeq.admin.Admin/ListTransactions',
                 request_serializer=lib_dot_proto_dot_admin__pb2.ListTransactionsRequest.SerializeToString,
@@ -191,6 +196,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AuditDeadLetters(self, request, context):
+        """What a client did with a group's dead letters (replayed, purged), for the audit log;
+        needs consume on the group. The data moves through the brokers (tubeq dlq).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTransactions(self, request, context):
         """Transactions open or ending (ONGOING, PREPARE_*), those the caller may describe.
         """
@@ -275,6 +288,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.AuditLog,
                     request_deserializer=lib_dot_proto_dot_admin__pb2.AuditLogRequest.FromString,
                     response_serializer=lib_dot_proto_dot_admin__pb2.AuditLogResponse.SerializeToString,
+            ),
+            'AuditDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuditDeadLetters,
+                    request_deserializer=lib_dot_proto_dot_admin__pb2.AuditDeadLettersRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_admin__pb2.AuditDeadLettersResponse.SerializeToString,
             ),
             'ListTransactions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTransactions,
@@ -616,6 +634,33 @@ class Admin:
             '/tubeq.admin.Admin/AuditLog',
             lib_dot_proto_dot_admin__pb2.AuditLogRequest.SerializeToString,
             lib_dot_proto_dot_admin__pb2.AuditLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuditDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.admin.Admin/AuditDeadLetters',
+            lib_dot_proto_dot_admin__pb2.AuditDeadLettersRequest.SerializeToString,
+            lib_dot_proto_dot_admin__pb2.AuditDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,
