@@ -29,11 +29,14 @@ H_REPLAYED = "tubeq.replayed_from"  # "<dead-letter topic>/<partition>/<offset>"
 MAX_SHOWN = 10_000
 
 
+COUNT_CAP = 100_000  # dead letters counted one by one up to this many (then "at least")
+
+
 @dataclass(frozen=True)
 class DeadLetterTopic:
     group: str
     topic: str
-    records: int  # latest - earliest over its partitions (markers of transactions included)
+    records: int  # dead letters in it (read_committed), at most COUNT_CAP
 
 
 @dataclass(frozen=True)
@@ -61,17 +64,23 @@ class DeadLetters:
         self._auth = {"credentials": credentials, "tls": tls}
 
     def topics(self) -> list[DeadLetterTopic]:
-        """Every group's dead-letter topic the caller may describe, with its record count."""
-        return [DeadLetterTopic(t.owner_group, t.name,
-                                sum(max(0, p.latest - p.earliest) for p in t.partitions))
+        """Every group's dead-letter topic the caller may describe, with how many dead
+        letters it holds (counted by reading it: its offsets also hold the commit markers
+        of the transactions that moved them)."""
+        return [DeadLetterTopic(t.owner_group, t.name, self.count(t.name))
                 for t in self.admin.list_topics() if t.owner_role == "dlq"]
 
     def topic_of(self, group: str) -> str:
-        found = [t.topic for t in self.topics() if t.group == group]
+        found = [t.name for t in self.admin.list_topics()
+                 if t.owner_group == group and t.owner_role == "dlq"]
         if not found:
             raise UnknownTopic(f"group {group!r} has no dead-letter topic (none of its "
                                "consumers retried with retry=...)", group=group)
         return found[0]
+
+    def count(self, topic: str) -> int:
+        """Dead letters in ``topic`` now, up to COUNT_CAP."""
+        return len(self._read(topic, COUNT_CAP, 0))
 
     def show(self, group: str, limit: int = 100, from_offset: int = 0) -> list[DeadLetter]:
         """Up to ``limit`` dead letters of ``group``, from ``from_offset`` of each partition."""
@@ -110,7 +119,7 @@ class DeadLetters:
         """Delete every dead letter of ``group`` (the topic is made again, empty); audited.
         Returns how many there were."""
         topic = self.topic_of(group)
-        count = next(t.records for t in self.topics() if t.topic == topic)
+        count = self.count(topic)
         self.admin.delete_topic(topic)
         self.admin.audit_dead_letters(group, "dlq_purge", json.dumps(
             {"dead_letter_topic": topic, "records": count}, sort_keys=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
 
 from lib.metrics import ProcessMetrics
 
@@ -22,3 +23,23 @@ class MasterMetrics(ProcessMetrics):
         g = Gauge(name, doc, registry=self.registry)
         g.set_function(read)
         self._gauges[name] = g
+
+    def group_topics(self, read: Callable[[], list[tuple[str, str, int]]]) -> None:
+        """Per consumer group, the offsets its retry and dead-letter topics took
+        (docs/retry.md): ``read`` gives (group, role, offsets), read at scrape time."""
+        self.registry.register(_GroupTopics(read))
+
+
+class _GroupTopics:
+    def __init__(self, read: Callable[[], list[tuple[str, str, int]]]) -> None:
+        self._read = read
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "tubeq_master_group_moved_offsets", "Offsets a consumer group's retry (role=retry) "
+            "or dead-letter (role=dlq) topic took: moved records and the commit markers of the "
+            "transactions that moved them, as the brokers last reported",
+            labels=["group", "role"])
+        for group, role, records in self._read():
+            family.add_metric([group, role], records)
+        yield family

@@ -84,6 +84,7 @@ class Master:
         self.routes = RouteBook(self.state, self.registry)
         topic_ops = TopicOps(c, self.state, self.registry, self.groups, self.routes, self.calls,
                              self.write)
+        self._topic_ops = topic_ops
         group_ops = GroupOps(self.state, self.groups, self.routes, self.calls, self.write)
         broker_ops = BrokerOps(self.state, self.registry, self.write, topic_ops.placing,
                                lambda: topic_ops.loads()[0])
@@ -310,6 +311,20 @@ class Master:
                 lambda: self.raft.status()["commit_index"])
         m.gauge("tubeq_master_applied_index", "Raft index applied to the LMDB state",
                 lambda: self.state.applied_index)
+        m.group_topics(self._group_topic_records)
+
+    def _group_topic_records(self) -> list[tuple[str, str, int]]:
+        """(group, role, records appended) of every group-owned topic (active master)."""
+        if not self.leadership.is_leader():
+            return []
+        out = []
+        for name, record in self.state.topics().items():
+            owner = record.get("owner")
+            if owner:
+                info = self._topic_ops.describe(name, live=False)
+                out.append((owner["group"], owner["role"],
+                            sum(max(0, p.latest) for p in info.partitions)))
+        return out
 
     def start(self) -> Master:
         c = self.config

@@ -17,7 +17,17 @@ from flask import Flask, g, jsonify, redirect, render_template, request, url_for
 
 from lib.errors import TubeqError
 from lib.tls import Tls
-from portal_web import api, auth, brokers, humane, messages, pages, security, security_api
+from portal_web import (
+    api,
+    auth,
+    brokers,
+    dead_letters,
+    humane,
+    messages,
+    pages,
+    security,
+    security_api,
+)
 from portal_web.charts import line_chart
 from portal_web.config import PortalConfig
 from portal_web.context import SESSION_COOKIE, ClientMaker, Portal, client_factory, portal
@@ -44,6 +54,7 @@ def create_app(config: PortalConfig | None = None,
     for blueprint in (auth.bp, pages.bp, api.bp, brokers.bp, security.bp, security_api.bp):
         app.register_blueprint(blueprint)
     messages.init_app(app, config, tls)
+    dead_letters.init_app(app, config, tls)
     app.before_request(_identify)
     app.after_request(_headers)
     app.register_error_handler(Exception, _error)

@@ -24,6 +24,10 @@ RESET_BODY = {"type": "object", "required": ["topic", "to"], "properties": {
     "value": {"type": "string", "description": "the offset, or the time (ms or ISO, UTC)"},
     "partitions": {"type": "string", "description": "comma-separated; empty: all"},
     "dry_run": {"type": "boolean", "description": "preview the moves, change nothing"}}}
+REPLAY_BODY = {"type": "object", "properties": {
+    "to": {"type": "string", "description": "a topic; empty: each record's original topic"},
+    "limit": {"type": "integer", "description": "at most this many (default all)"},
+    "from_offset": {"type": "integer"}}}
 MESSAGE = [{"name": k, "in": "path", "required": True, "schema": {"type": t}}
            for k, t in (("partition", "integer"), ("offset", "integer"))]
 BROWSE = [{"name": k, "in": "query", "schema": s} for k, s in (
@@ -119,6 +123,12 @@ ROUTES: list[tuple[str, str, str, list, dict | None, str]] = [
      None, "200"),
     ("/groups/{name}/reset", "post", "Reset a group's offsets of a topic (the group must "
      "have no live members); dry_run previews the moves", NAME, RESET_BODY, "200"),
+    ("/groups/{name}/dead-letters", "get", "A group's dead letters (docs/retry.md): where "
+     "each came from, its attempts and last error; the count",
+     [*NAME, *({"name": k, "in": "query", "schema": {"type": "integer"}}
+               for k in ("limit", "from_offset"))], None, "200"),
+    ("/groups/{name}/dead-letters/replay", "post", "Publish a group's dead letters again, to "
+     "their original topics or to one (audited)", NAME, REPLAY_BODY, "200"),
     ("/transactions", "get", "Transactions open or ending (all=1: every transactional_id "
      "kept), those the caller may describe: producer id, epoch, state, partitions, consumer "
      "offsets, age and timeout", [{"name": "all", "in": "query", "schema": {"type": "string"}}],

@@ -208,7 +208,24 @@ def group(client: AdminClient, name: str) -> dict:
                 "instance_id": p["instance_id"], "member_id": p["member_id"], "lag": 0})
             row["lag"] += max(0, p["lag"])
     info["instances"] = [instances[k] for k in sorted(instances)]
+    info["retries"] = group_topics(client, name)
     return info
+
+
+def group_topics(client: AdminClient, name: str) -> dict | None:
+    """The group's retry and dead-letter topics (docs/retry.md), if it has them: offsets
+    its retry topic took so far (the moved records and their transactions' commit markers)
+    and offsets its dead-letter topic holds (the dead letter page counts the records)."""
+    owned = {t.owner_role: client.describe_topic(t.name)  # live offsets, not the last stats
+             for t in client.list_topics() if t.owner_group == name}
+    if not owned:
+        return None
+    retry, dlq = owned.get("retry"), owned.get("dlq")
+    return {"retry_topic": retry.name if retry else "",
+            "retry_offsets": sum(max(0, p.latest) for p in retry.partitions) if retry else 0,
+            "dlq_topic": dlq.name if dlq else "",
+            "dlq_offsets": sum(max(0, p.latest - p.earliest) for p in dlq.partitions)
+            if dlq else 0}
 
 
 def transactions(client: AdminClient, args: Mapping[str, Any]) -> dict:

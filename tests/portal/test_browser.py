@@ -382,3 +382,34 @@ def test_regression_newest_first_next_walks_back_through_all_records(admin_page,
         page.click("#next", shot=f"newest-{n}")
     assert len(seen) == len(set(seen)) == 50
     assert set(seen) == {f"m-{i % 3}-{i // 3}" for i in range(50)}
+
+
+def test_an_operator_sees_a_groups_dead_letters_and_replays_them(admin_page, cluster):
+    from lib import RetryPolicy
+
+    masters = cluster.master_addresses
+    with AdminClient(masters) as admin:
+        admin.create_topic("dl-browser-in", partitions=1)
+        admin.create_topic("dl-browser-out", partitions=1)
+    wait_for(lambda: _hosted(cluster, "dl-browser-in") and _hosted(cluster, "dl-browser-out"),
+             15, "the topics to be hosted")
+    with Producer(masters) as producer:
+        for i in range(3):
+            producer.send("dl-browser-in", f"poison-{i}".encode())
+        producer.flush()
+    with PullConsumer(masters, group="dl-browser", auto_offset_reset="earliest",
+                      retry=RetryPolicy(max_attempts=1)) as consumer:
+        consumer.subscribe(["dl-browser-in"])
+        for r in poll_until(consumer, 3):
+            consumer.nack(r, error="schema mismatch")
+        consumer.commit()
+    page = admin_page.go("/groups/dl-browser", shot="group-retries")
+    page.click("#dead-letters-link", shot="dead-letters")
+    rows = page.browser.find_elements("css selector", "#dead-letters tr")[1:]
+    assert len(rows) == 3 and page.text("#dead-count") == "3"
+    assert all(r.find_element("css selector", ".error").text == "schema mismatch"
+               for r in rows)
+    page.fill(to="dl-browser-out").click("#replay-button", shot="dead-letters-replayed")
+    assert page.text("#replayed") == "Replayed 3 dead letters."
+    with AdminClient(masters) as admin:
+        assert admin.describe_topic("dl-browser-out").partitions[0].latest == 3
