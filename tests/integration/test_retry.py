@@ -5,6 +5,7 @@ a push handler's failures the same way; ordered retries hold the partition; and 
 of a careless caller."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -22,6 +23,7 @@ from lib import (
     errors,
 )
 from lib.retry import H_ATTEMPTS, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC, origin_of
+from tests.integration.test_cli import tubeq
 from tests.integration.test_consumer_common import wait_for
 
 pytestmark = pytest.mark.shared_cluster(brokers=1)
@@ -184,3 +186,43 @@ def test_bad_input_is_refused_with_a_clear_error(cluster):
             PullConsumer(masters, group="g", retry=RetryPolicy(**bad))
     with pytest.raises(errors.InvalidArgument, match="retry needs commit='after'"):
         PushConsumer(masters, group="g", retry=True, commit="before")
+
+
+def test_the_cli_lists_shows_replays_and_purges_dead_letters(cluster):
+    masters = cluster.master_addresses
+    make_topic(masters, "rt-cli", partitions=1)
+    make_topic(masters, "rt-cli-out", partitions=1)
+    produce(masters, "rt-cli", [b"c0", b"c1"], partitions=1)
+    with PullConsumer(masters, group="rt-cli-g", auto_offset_reset="earliest",
+                      retry=RetryPolicy(max_attempts=1)) as c:
+        c.subscribe(["rt-cli"])
+        got = []
+        wait_for(lambda: got.extend(c.poll(timeout=0.2)) or len(got) >= 2, 30, "records")
+        for r in got:
+            c.nack(r, error="unusable")
+        c.commit()
+
+    def cli(*args: str) -> str:
+        done = tubeq(masters, "dlq", *args)
+        out = (done.stdout + done.stderr).decode()
+        assert done.returncode == 0, out
+        return out
+
+    listed = json.loads(cli("list", "--json"))
+    assert {"group": "rt-cli-g", "topic": "rt-cli-g.dlq", "records": 2} in listed
+    shown = json.loads(cli("show", "rt-cli-g", "--json"))
+    assert [(d["value"], d["origin_topic"], d["origin_offset"], d["error"]) for d in shown] == \
+        [("c0", "rt-cli", 0, "unusable"), ("c1", "rt-cli", 1, "unusable")]
+    assert "rt-cli[0]@1" in cli("show", "rt-cli-g")
+    assert "replayed 2 dead letters of rt-cli-g" in cli("replay", "rt-cli-g", "--to",
+                                                         "rt-cli-out", "--yes")
+    assert "purged 2 dead letters of rt-cli-g" in cli("purge", "rt-cli-g", "--yes")
+    listed = json.loads(cli("list", "--json"))
+    assert {"group": "rt-cli-g", "topic": "rt-cli-g.dlq", "records": 0} in listed
+    with AdminClient(masters) as admin:
+        actions = [e.action for e in admin.audit_log(30) if e.target == "rt-cli-g"]
+        assert "dlq_replay" in actions and "dlq_purge" in actions
+        assert admin.describe_topic("rt-cli-out").partitions[0].latest == 2
+    missing = tubeq(masters, "dlq", "show", "rt-no-such-group")
+    assert missing.returncode == 1
+    assert "has no dead-letter topic" in (missing.stdout + missing.stderr).decode()
