@@ -14,10 +14,14 @@ handler returns; processed positions are committed every ``auto_commit_interval_
 partitions are revoked and on :meth:`close`. ``commit="before"`` (at-most-once): each chunk the
 broker sends is committed before any of its records reaches the handler.
 
-A handler exception is logged and the record is skipped, but (at-least-once) the partition's
-commit point stays at that record: the failed record and every later one of that partition are
-delivered again after a restart or a rebalance moves the partition. With at-most-once a failed
-record is simply lost.
+Failures. With ``retry=`` (lib/consumer/retry.py, docs/retry.md), a handler that raises or
+returns ``Later`` has its record moved to the group's retry topic (then its dead-letter topic)
+with the next commit, and the partition goes on; ``ordered=True`` retries in place instead,
+holding the partition. Without, a handler exception is logged and the record is skipped, but
+(at-least-once) the partition's commit point stays at that record: the failed record and every
+later one of that partition are delivered again after a restart or a rebalance moves the
+partition. With at-most-once a failed record is simply lost. A failure's traceback is logged at
+most every 10 s (``handler_errors`` counts them all).
 
 Rebalance (coordinator thread): streams are cancelled, records not yet started are dropped (they
 are streamed again from the processed position), running handlers are waited for (up to
@@ -55,6 +59,7 @@ from lib.wire_errors import error_class
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Record], object]
+FAILURE_LOG_EVERY_S = 10.0  # one handler failure's traceback per interval; the rest counted
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,8 @@ class PushConsumer(ConsumerBase):
         self.inflight_bytes = 0
         self.max_inflight_seen = (0, 0)
         self.handler_errors = 0
+        self._next_failure_log = 0.0  # handler failures are logged at most this often ...
+        self._failures_unlogged = 0  # ... and counted in between
 
     def subscribe(self, topics: Iterable[str] | str, group: str | None = None, *,
                   handler: Handler, tags: Iterable[str] | None = None, threads: int = 1) -> None:
@@ -388,9 +395,17 @@ class PushConsumer(ConsumerBase):
         except Exception as exc:  # noqa: BLE001 - the handler's failure is data here
             with self._stats_lock:
                 self.handler_errors += 1
-            log.warning("push.handler_failed", exc_info=True, extra={"fields": {
-                "topic": item.tp.topic, "partition": item.tp.partition,
-                "offset": item.record.offset}})
+                now = time.monotonic()
+                quiet = now < self._next_failure_log
+                if not quiet:
+                    self._next_failure_log = now + FAILURE_LOG_EVERY_S
+                    since, self._failures_unlogged = self._failures_unlogged, 0
+                else:
+                    self._failures_unlogged += 1
+            if not quiet:  # a traceback costs ~0.4 ms: at most one per interval
+                log.warning("push.handler_failed", exc_info=True, extra={"fields": {
+                    "topic": item.tp.topic, "partition": item.tp.partition,
+                    "offset": item.record.offset, "failures_not_logged_before": since}})
             return exc
         return result if isinstance(result, Later) else None
 
