@@ -80,6 +80,9 @@ class ConsumerBase(Closeable):
         self._client_auth = {"credentials": credentials, "tls": tls}
         self._retry_policy = retry_policy(retry)
         self._redelivery: Redelivery | None = None
+        # Topics read read_committed whatever isolation_level says: the group's retry topic,
+        # whose records come from transactions (an aborted copy must not come back twice).
+        self._committed_topics: set[str] = set()
         keep_freed_memory()  # fetch responses reuse pages (lib/memory.py)
         self._pool = client_pool(masters, credentials, rpc_timeout_s, tls)
         self._masters = MasterClient(masters, self._pool, timeout=rpc_timeout_s)
@@ -108,6 +111,7 @@ class ConsumerBase(Closeable):
                                           self._masters, self._client_auth)
             retry = self._redelivery.ensure_topics()
             names = names if retry in names else (*names, retry)
+            self._committed_topics.add(retry)
         self._offsets.refresh_routes(names)
         self._sub.set_topics(names, tags)
         cfg = as_config(CoordinatorConfig, None, {"group": self._group,

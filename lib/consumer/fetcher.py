@@ -77,8 +77,11 @@ class Fetcher:
     """The ready queue and the worker threads (see the module docstring)."""
 
     def __init__(self, config: FetcherConfig, sub: SubscriptionState, offsets: OffsetClient,
-                 group: Callable[[], str] = str) -> None:
+                 group: Callable[[], str] = str,
+                 committed_topics: set[str] | None = None) -> None:
         self.config, self.sub, self.offsets = config, sub, offsets
+        # read read_committed whatever the config says (a group's retry topic: retry.py)
+        self.committed_topics = set() if committed_topics is None else committed_topics
         self.group = group  # the consumer's group now ("": none), named in every Fetch
         self.routes = offsets.routes
         self.watch = StuckCallWatch(self.routes, "fetch")

@@ -109,7 +109,8 @@ class PullConsumer(ConsumerBase):
                          cfg.client_id, cfg.rpc_timeout_s, credentials, tls, cfg.mode,
                          cfg.instance_id, cfg.retry)
         self._auto_commit = cfg.enable_auto_commit
-        self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets, lambda: self._group)
+        self._fetcher = Fetcher(fetch_cfg, self._sub, self._offsets, lambda: self._group,
+                                self._committed_topics)
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000
         self._async: queue.Queue | None = None
         self._async_thread: threading.Thread | None = None
