@@ -190,10 +190,13 @@ class Flusher:
         if done < block.fill:
             c.data.write(block.data()[done:])
         for p, entries in block.parts.items():
-            index = c.parts[p].index
+            part = c.parts[p]
+            index = part.index
             done = index.end - entries.first_offset
             if done < entries.n:
                 index.append(entries.view()[done:])
+            part.keys.catch_up(index, lambda pos, n: _frames_of(block, c, pos, n),
+                               c.data.start)
 
     def _maybe_checkpoint(self, force: bool) -> None:
         c = self.core
@@ -213,6 +216,7 @@ class Flusher:
                                            force)
         for part in parts:
             part.index.sync()
+            part.keys.sync()
         if snapshot is not None:  # before the checkpoint: one that covers producer batches
             self._write_snapshot(position, *snapshot)  # never comes without a snapshot
         c.checkpoint.save(Checkpoint(position, next_offsets))
@@ -246,6 +250,7 @@ class Flusher:
                 parts = list(c.parts.values())  # add_partition may insert meanwhile
             for part in parts:
                 part.index.delete_before(part.earliest)
+                part.keys.delete_before(part.index.start)
         return doomed
 
     # ---------------------------------------------------------------- full disk
@@ -305,3 +310,11 @@ class Flusher:
         if lost:  # acknowledged async appends that will never reach the files: say which
             event(log, "store.unwritten_lost", logging.ERROR, store=c.name,
                   error=error.message, bytes=nbytes, offsets=lost)
+
+
+def _frames_of(block: CacheBlock, core: StoreCore, pos: int, n: int) -> memoryview | bytes:
+    """Data-log bytes [pos, pos + n) for the key hashes: from the block being written when
+    it holds them (the usual case), else from the data log (just written there)."""
+    if block.base_pos <= pos and pos + n <= block.end_pos:
+        return block.slice(pos, n)
+    return core.data.read(pos, n)

@@ -120,6 +120,16 @@ class IndexLog(SegmentedLog):
             del self._tally[base]
         return total
 
+    def segment_bases(self) -> dict[int, int]:
+        """Each segment's base -> its length in entries (the key files mirror them)."""
+        return {seg.base: seg.length for seg in self._list.segs}
+
+    def segment_of(self, offset: int) -> tuple[int, int]:
+        """(base, end) of the segment holding ``offset`` (start <= offset < end)."""
+        segs = self._list.segs
+        seg = segs[max(0, bisect.bisect_right([s.base for s in segs], offset) - 1)]
+        return seg.base, seg.end
+
     def last_entry(self) -> np.ndarray | None:
         return self.read(self.end - 1, self.end)[0] if self.end > self.start else None
 

@@ -49,6 +49,7 @@ from storage.datalog import (
 from storage.epochs import LeaderEpochs
 from storage.fsutil import fsync_dir
 from storage.index import IndexLog
+from storage.keys import KeyLog
 from storage.producers import ProducerBatch, ProducerLimits, ProducerWindows, read_snapshot
 from storage.recovery import Checkpoint, recover
 from storage.removal import (
@@ -102,12 +103,13 @@ class ReadRun:
 class PartitionLog:
     """Partition ``partition`` of ``topic`` in one store (module docstring)."""
 
-    __slots__ = ("topic", "partition", "index", "epochs", "epoch", "next", "flushed",
+    __slots__ = ("topic", "partition", "index", "keys", "epochs", "epoch", "next", "flushed",
                  "earliest", "opened", "producers", "aborted", "transactional")
 
     def __init__(self, topic: str, partition: int, index: IndexLog,
                  limits: ProducerLimits = ProducerLimits()) -> None:
         self.topic, self.partition, self.index = topic, partition, index
+        self.keys = KeyLog(index)  # key hashes beside the index (storage/keys.py)
         self.producers = ProducerWindows(topic, partition, limits)
         self.aborted = AbortedIndex(index.dir)  # aborted transactions' ranges (aborted.py)
         # Once a transaction wrote here, reads leave control records out (broker/isolation.py)
@@ -316,6 +318,7 @@ class PartitionLog:
             index.sync()
             fsync_dir(index.dir)
             index.keep_end()  # an emptied index still says where the partition continues
+            self.keys.truncate(index.start, index.end)
         except (OSError, StorageError) as exc:
             raise StorageError(f"cutting the index in {index.dir} failed: {exc}",
                                path=str(index.dir)) from exc
@@ -369,8 +372,12 @@ def open_logs(store_dir: Path, topic: str, partitions: Iterable[int], data: Data
             # tail: nothing lies past the end any more, and appends go on from there.
             write_origin(indexes[p].dir, data.end)
     logs = {p: PartitionLog(topic, p, index, limits) for p, index in indexes.items()}
-    for part in logs.values():
+    for p, part in logs.items():
         part.index.keep_end()  # recovery may have reset it: keep where it continues
+        # Key hashes past the checkpoint may not have reached the disk: rebuilt from the data
+        covered = checkpoint.next_offsets.get(p, 0) if checkpoint is not None else 0
+        part.keys.truncate(part.index.start, min(part.keys.end, part.index.end, covered))
+        part.keys.catch_up(part.index, data.read, data.start)
         part.epochs.truncate_from_end(part.next)
         part.refresh_epoch()
     if snapshot is not None:

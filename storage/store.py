@@ -67,6 +67,8 @@ from storage.datalog import (
 from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, IndexLog, index_entries
+from storage.key_lookup import DEFAULT_LIMIT, KeyMatches, Window, check_lookup, find
+from storage.keys import KeyLog
 from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
 from storage.producers import ProducerLimits
 from storage.removal import settle
@@ -102,7 +104,8 @@ class Store(Closeable):
             space or SpaceGuard(self.dir, cfg.disk_reserve_bytes),
             CachePair(data.end, cfg.cache_block_bytes, clock))
         self._core.refresh_earliest()
-        self._retired: list[IndexLog] = []  # indexes of removed partitions (storage/removal.py)
+        # index and key files of removed partitions (storage/removal.py)
+        self._retired: list[IndexLog | KeyLog] = []
         self._clock, self._wall_clock = clock, wall_clock
         self._policy = SyncPolicy.of(cfg, clock)
         self._flusher = Flusher(self._core, self._policy, wall_clock)
@@ -156,7 +159,7 @@ class Store(Closeable):
                 self._core.cache.forget(partition)
                 for index in self._retired:
                     index.close()  # a reader of the previous removal has long finished
-                self._retired = [part.index]
+                self._retired = [part.index, part.keys]
             try:
                 settle(self.dir, self._core.checkpoint, partition)
             finally:
@@ -278,6 +281,37 @@ class Store(Closeable):
                 self._readable_partition(partition).check_still_there(offset)
             raise
 
+    def find_by_key(self, partition: int, key: bytes | str, since_ms: int | None = None,
+                    until_ms: int | None = None, limit: int = DEFAULT_LIMIT,
+                    from_offset: int | None = None, stop: int | None = None) -> KeyMatches:
+        """Records of the partition whose key is ``key`` (RocketMQ's query by key), oldest
+        first, at most ``limit``, from ``from_offset`` (default earliest) up to ``stop``
+        (default latest), with timestamps in [``since_ms``, ``until_ms``] when given.
+
+        Answered from the key files (storage/keys.py) and the cache blocks without a scan of
+        the partition; every record returned has exactly this key (hash candidates are
+        checked against the key bytes, storage/key_lookup.py). ``next_offset`` is where to
+        continue when ``limit`` stopped the search. InvalidArgument names a bad key
+        (empty, longer than MAX_KEY_BYTES), bad times (until before since) or limit.
+        """
+        key = check_lookup(key, since_ms, until_ms, limit)
+        for retry in (False, True):
+            with self._core.cond:
+                part = self._readable_partition(partition)
+                first = part.earliest if from_offset is None else max(from_offset,
+                                                                      part.earliest)
+                last, flushed = part.next if stop is None else min(stop, part.next), part.flushed
+                cached = (self._core.cache.entries(partition, flushed, last, last - flushed)
+                          if last > flushed else None)
+                window = Window(first, flushed, last, part.earliest, part.next, cached)
+            try:
+                return find(part.index, part.keys, self._core.data, window, key, since_ms,
+                            until_ms, limit)
+            except (CorruptRecord, OffsetOutOfRange):
+                if retry:  # retention or a cut raced the first try; a second failure is real
+                    raise
+        raise AssertionError("unreachable")
+
     def earliest(self, partition: int) -> int:
         with self._core.cond:
             return self._readable_partition(partition).earliest
@@ -395,8 +429,11 @@ class Store(Closeable):
         with self._core.cond:
             self._core.closed = True
             self._core.cond.notify_all()
-        for index in [*(part.index for part in self._core.parts.values()), *self._retired]:
-            index.close()
+        for part in self._core.parts.values():
+            part.index.close()
+            part.keys.close()
+        for files in self._retired:
+            files.close()
         self._core.data.close()
 
     # -------------------------------------------------------------- lock helpers
