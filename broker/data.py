@@ -1,4 +1,4 @@
-"""Data-plane handlers: Produce, Fetch (with long-poll), ListOffsets, QueryMessages.
+"""Data-plane handlers: Produce, Fetch (with long-poll), ListOffsets, QueryMessages, FindByKey.
 
 Plain methods taking and returning protobuf messages; they raise TubeqError and the servicer
 (broker/service.py) turns that into a gRPC status. They run in the broker's executor, except
@@ -26,6 +26,7 @@ from lib.fetch_wire import fetch_answer
 from lib.proto import broker_pb2 as pb
 from lib.records import MAX_TAG_BYTES, BatchView
 from lib.wire import Spliced
+from storage.key_lookup import DEFAULT_LIMIT
 from storage.store import Store
 
 MAX_TAGS = 256
@@ -295,3 +296,18 @@ class DataPlane:
             data.last_stable = store.producers.last_stable(req.partition)
             data.transactional = True
         return data
+
+    def find_by_key(self, req: pb.FindByKeyRequest) -> pb.PartitionData:
+        """Records whose key is ``req.key``, oldest first, below what consumers may read (the
+        high watermark); from the partition's key index (storage/keys.py), no scan. As
+        QueryMessages, a read_uncommitted view: records of open or aborted transactions are
+        included (control records have no key and never match)."""
+        store = self.topics.store_for(req.topic, req.partition)
+        latest = self._visible_end(req.topic, req.partition)
+        found = store.find_by_key(
+            req.partition, req.key,
+            since_ms=req.since_ms if req.HasField("since_ms") else None,
+            until_ms=req.until_ms if req.HasField("until_ms") else None,
+            limit=req.limit or DEFAULT_LIMIT, from_offset=req.from_offset or None, stop=latest)
+        reply = result_data(req.partition, found)
+        return pb.PartitionData(**{**reply.fields(), "latest": latest})

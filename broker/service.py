@@ -154,6 +154,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ListOffsets = _in_executor("ListOffsets", "data", "list_offsets")
     QueryMessages = _in_executor("QueryMessages", "data", "query", lambda request, response: (
         "consume", len(response.frames) if response is not None else 0))
+    FindByKey = _in_executor("FindByKey", "data", "find_by_key", lambda request, response: (
+        "consume", len(response.frames) if response is not None else 0))
     CommitOffsets = _in_executor("CommitOffsets", "offsets", "commit",
                                  then=_offsets_replicated)
     FetchOffsets = _in_executor("FetchOffsets", "offsets", "fetch")

@@ -8,16 +8,27 @@ Given a ``principal``, every call carries it as ``tubeq-principal`` metadata for
 """
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from lib.admin_security import SecurityCalls
 from lib.auth.client import Credentials
 from lib.closing import Closeable
-from lib.errors import InvalidArgument, TubeqError, UnknownTransactionalId
+from lib.consumer.reader import MessageReader
+from lib.errors import (
+    InvalidArgument,
+    OffsetOutOfRange,
+    TubeqError,
+    UnknownTopic,
+    UnknownTransactionalId,
+)
+from lib.message_id import MessageId
 from lib.names import check_instance_id, check_name
 from lib.proto import admin_pb2, admin_pb2_grpc, master_pb2, master_pb2_grpc
+from lib.records import Record
 from lib.rpc import MasterClient, client_pool, invoke
 from lib.tls import Tls
 from lib.types import (
@@ -143,6 +154,9 @@ class AdminClient(SecurityCalls, Closeable):
         the environment) log in on the first call; the token renews by itself. ``tls`` (else
         TUBEQ_TLS_CA ...) reaches TLS ports."""
         self.timeout = timeout
+        self._reach = (masters, credentials, tls)  # for the MessageReader of lookups
+        self._reader: MessageReader | None = None
+        self._reader_lock = threading.Lock()
         self._pool = client_pool(masters, credentials, timeout, tls)
         self._master = MasterClient(masters, pool=self._pool, timeout=timeout)
         self._metadata = ((PRINCIPAL_KEY, principal),) if principal else None
@@ -345,7 +359,70 @@ class AdminClient(SecurityCalls, Closeable):
         self._call("AuditDeadLetters", admin_pb2.AuditDeadLettersRequest(
             group=group, action=action, details=details))
 
+    # ----------------------------------------------------------------- lookups
+
+    def find_by_key(self, topic: str, key: bytes | str, *, since: int | datetime | None = None,
+                    until: int | datetime | None = None, limit: int = 64,
+                    partitions: Iterable[int] | None = None) -> list[Record]:
+        """Records of ``topic`` whose key is ``key``, timestamps within [since, until] (epoch
+        ms or aware datetimes) when given: the oldest ``limit`` (1..1000), answered from each
+        partition's key index without a scan (docs/lookup.md). The brokers check the
+        caller's ``consume`` right on the topic. :meth:`message_id` gives a record's id."""
+        return self._lookups().find_by_key(topic, key, partitions=partitions,
+                                           since_ms=_epoch_ms("since", since),
+                                           until_ms=_epoch_ms("until", until), limit=limit)
+
+    def message_id(self, record: Record) -> str:
+        """The id of a record read back (its topic, partition and offset; lib/message_id.py)."""
+        return str(MessageId(self._lookups().topic_id(record.topic), record.partition,
+                             record.offset))
+
+    def find_by_id(self, message_id: str) -> Record:
+        """The record with this id (:meth:`message_id`). InvalidArgument for a malformed id,
+        UnknownTopic when no topic has its topic id (deleted), OffsetOutOfRange when
+        retention deleted the record or the offset was never written."""
+        mid = MessageId.parse(message_id)
+        topic = next((t.name for t in self.list_topics() if t.topic_id == mid.topic_id), None)
+        if topic is None:
+            raise UnknownTopic(f"message id {message_id}: no topic has id {mid.topic_id} "
+                               f"(deleted?)", topic_id=mid.topic_id)
+        try:
+            got = self._lookups().read(topic, mid.partition, mid.offset, mid.offset + 1)
+            hit = [r for r in got.records if r.offset == mid.offset]
+            earliest, latest = got.earliest, got.latest
+        except OffsetOutOfRange as exc:
+            hit, earliest, latest = [], exc.details.get("earliest"), exc.details.get("latest")
+        if not hit:
+            raise OffsetOutOfRange(f"message id {message_id}: {topic}[{mid.partition}] holds "
+                                   f"no record at offset {mid.offset} (deleted by retention, "
+                                   f"or not written yet: earliest {earliest}, latest "
+                                   f"{latest})", topic=topic, partition=mid.partition,
+                                   offset=mid.offset, earliest=earliest, latest=latest)
+        return hit[0]
+
+    def _lookups(self) -> MessageReader:
+        with self._reader_lock:
+            if self._reader is None:
+                masters, credentials, tls = self._reach
+                self._reader = MessageReader(masters, credentials=credentials, tls=tls,
+                                             rpc_timeout_s=self.timeout)
+            return self._reader
+
     def close(self) -> None:
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
         self._master.close()
         self._pool.close()
 
+
+
+def _epoch_ms(name: str, value: int | datetime | None) -> int | None:
+    """Epoch milliseconds of a lookup bound (an int as is, an aware datetime converted)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidArgument(f"{name} must be timezone-aware, got {value!r}")
+        return int(value.timestamp() * 1000)
+    raise InvalidArgument(f"{name} must be epoch milliseconds or a datetime, got {value!r}")

@@ -165,6 +165,7 @@ RULES: dict[str, Rule] = {
     _B + "FetchOffsets": needs(("describe", "group", "group"), ("describe", "topic", "topic")),
     _B + "ListOffsets": needs(("describe", "topic", "topic")),
     _B + "QueryMessages": needs(("consume", "topic", "topic")),
+    _B + "FindByKey": needs(("consume", "topic", "topic")),  # records, as QueryMessages
     _B + "ResetOffsets": CLUSTER_ONLY,  # masters relay an admin's reset
     _B + "ReplicaFetch": CLUSTER_ONLY,  # followers copy a leader's records
     _B + "WriteTxnMarkers": CLUSTER_ONLY,  # the transaction coordinator (active master)

@@ -17,6 +17,7 @@ from lib.cli import admin as cli_admin
 from lib.cli import bench as cli_bench
 from lib.cli import data as cli_data
 from lib.cli import dlq as cli_dlq
+from lib.cli import messages as cli_messages
 from lib.cli import security as cli_security
 from lib.cli.common import (
     DEFAULT_CLUSTER_JSON,
@@ -151,5 +152,5 @@ def plugin_names() -> list[str]:
     return sorted({ep.name for ep in entry_points(group=PLUGIN_GROUP)})
 
 
-for _module in (cli_admin, cli_data, cli_dlq, cli_bench, cli_security):
+for _module in (cli_admin, cli_data, cli_dlq, cli_messages, cli_bench, cli_security):
     _module.register(main)

@@ -9,6 +9,9 @@ refreshed and retried when stale, as the consumers do: :class:`OffsetClient`):
 - :meth:`MessageReader.read`: ``QueryMessages``, the records of offsets [start, end) of one
   partition within ``max_bytes`` (ACL ``consume`` on the topic; charged to the caller's
   consume quota). No group is involved: nothing is committed, no member joins.
+- :meth:`MessageReader.find_by_key`: ``FindByKey`` on every partition (or those asked), the
+  records whose key is the one asked, from each partition's key index (docs/lookup.md; ACL
+  ``consume`` on the topic).
 
 Every frame is CRC-checked as it is decoded (:func:`lib.records.decode_records`); a corrupt
 one raises CorruptRecord naming its offset. Thread-safe; ``close()`` when done.
@@ -169,6 +172,44 @@ class MessageReader(Closeable):
         stable = data.last_stable if data.transactional else -1
         return ReadResult(topic, partition, records, data.next_offset, data.earliest,
                           data.latest, len(data.frames), aborted, stable)
+
+    def find_by_key(self, topic: str, key: bytes | str, *,
+                    partitions: Iterable[int] | None = None, since_ms: int | None = None,
+                    until_ms: int | None = None, limit: int = 64) -> list[Record]:
+        """Records of ``topic`` whose key is ``key`` (str: its UTF-8 bytes), with timestamps in
+        [``since_ms``, ``until_ms``] when given: the oldest ``limit`` (1..1000) by timestamp,
+        from each partition's key index without a scan (docs/lookup.md). InvalidArgument
+        names a bad key (empty, over 4096 bytes), ``until_ms < since_ms`` or a bad limit;
+        UnknownTopic an unknown topic."""
+        key_bytes = key.encode() if isinstance(key, str) else key
+        if not isinstance(key_bytes, bytes) or not key_bytes:
+            raise errors.InvalidArgument(f"key must be non-empty bytes or str, got {key!r}")
+        if not _is_int(limit) or not 1 <= limit <= 1000:
+            raise errors.InvalidArgument(f"limit must be within 1..1000, got {limit!r}")
+        for name, value in (("since_ms", since_ms), ("until_ms", until_ms)):
+            if value is not None and (not _is_int(value) or value < 0):
+                raise errors.InvalidArgument(f"{name} must be epoch milliseconds >= 0, got "
+                                             f"{value!r}")
+        if since_ms is not None and until_ms is not None and until_ms < since_ms:
+            raise errors.InvalidArgument(f"until ({until_ms}) is before since ({since_ms})")
+        parts = self._checked_partitions(topic, partitions)
+        found: dict[tuple[int, int], Record] = {}  # a retried broker answers twice
+
+        def ask(stub: Any, _topic: str, on_broker: list[int]) -> None:
+            for p in on_broker:
+                req = broker_pb2.FindByKeyRequest(topic=topic, partition=p, key=key_bytes,
+                                                  since_ms=since_ms, until_ms=until_ms,
+                                                  limit=limit)
+                data = invoke(stub.FindByKey, req, self.config.rpc_timeout_s)
+                found.update(((r.partition, r.offset), r) for r in decode_records(
+                    data.frames, np.frombuffer(data.offsets, "<i8"), p, topic))
+
+        self._offsets.per_broker([TopicPartition(topic, p) for p in parts], ask)
+        return sorted(found.values(), key=lambda r: (r.timestamp, r.partition, r.offset))[:limit]
+
+    def topic_id(self, topic: str) -> int:
+        """The topic's id (assigned by the master at creation; part of message ids)."""
+        return self._routes.get(check_name(topic)).topic_id
 
     def _checked_partitions(self, topic: str, partitions: Iterable[int] | None) -> list[int]:
         count = self.partitions(topic)

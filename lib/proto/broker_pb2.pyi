@@ -270,6 +270,24 @@ class QueryMessagesRequest(_message.Message):
     max_bytes: int
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
+class FindByKeyRequest(_message.Message):
+    __slots__ = ("topic", "partition", "key", "since_ms", "until_ms", "limit", "from_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    key: bytes
+    since_ms: int
+    until_ms: int
+    limit: int
+    from_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[bytes] = ..., since_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., limit: _Optional[int] = ..., from_offset: _Optional[int] = ...) -> None: ...
+
 class ResetOffsetsRequest(_message.Message):
     __slots__ = ("group", "topic", "offsets", "term", "instance_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -69,6 +69,11 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.QueryMessagesRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.PartitionData.FromString,
                 _registered_method=True)
+        self.FindByKey = channel.unary_unary(
+                '/tubeq.broker.Broker/FindByKey',
+                request_serializer=lib_dot_proto_dot_broker__pb2.FindByKeyRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.PartitionData.FromString,
+                _registered_method=True)
         self.ResetOffsets = channel.unary_unary(
                 '/tubeq.broker.Broker/ResetOffsets',
                 request_serializer=lib_dot_proto_dot_broker__pb2.ResetOffsetsRequest.SerializeToString,
@@ -149,6 +154,14 @@ class BrokerServicer:
 
     def QueryMessages(self, request, context):
         """Message query by offset range (operations: "show me offsets 100..120 of partition 3").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindByKey(self, request, context):
+        """Lookup by key (RocketMQ's query by key): the partition's records whose key is `key`,
+        oldest first, answered from its key index (storage/keys.py) without a scan.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -241,6 +254,11 @@ def add_BrokerServicer_to_server(servicer, server):
             'QueryMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryMessages,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.QueryMessagesRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.PartitionData.SerializeToString,
+            ),
+            'FindByKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindByKey,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.FindByKeyRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.PartitionData.SerializeToString,
             ),
             'ResetOffsets': grpc.unary_unary_rpc_method_handler(
@@ -467,6 +485,33 @@ class Broker:
             target,
             '/tubeq.broker.Broker/QueryMessages',
             lib_dot_proto_dot_broker__pb2.QueryMessagesRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.PartitionData.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindByKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/FindByKey',
+            lib_dot_proto_dot_broker__pb2.FindByKeyRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.PartitionData.FromString,
             options,
             channel_credentials,
