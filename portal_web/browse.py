@@ -7,9 +7,15 @@ The scan is bounded: at most ``limit`` records shown (at most :data:`MAX_RECORDS
 offsets examined, split evenly between the partitions; the answer says what stopped it and
 where "next" continues. Records are read as the caller (their :class:`MessageReader`), so the
 brokers check the caller's ACLs (``consume`` on the topic).
+
+An exact key filter is answered by each partition's key index (docs/lookup.md) instead of a
+scan: the records with that key come back page by page (:data:`KEY_PAGE`), the other filters
+apply to them; a key on more than :data:`KEY_PAGES` pages of records falls back to the scan.
+Records found so show no transaction state (the lookup does not return aborted ranges).
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import deque
 from collections.abc import Mapping
@@ -34,6 +40,7 @@ from portal_web.render import shown
 from portal_web.views import integer
 
 CHUNK_BYTES = 1 << 20  # frame bytes per QueryMessages call
+KEY_PAGE, KEY_PAGES = 1000, 10  # records per FindByKey call, calls per partition at most
 KEY_PREVIEW, HEADER_PREVIEW = 512, 256
 
 
@@ -144,13 +151,42 @@ def _read_window(reader: MessageReader, topic: str, partition: int, first: int, 
     return found, nbytes, True
 
 
+def scan_key(reader: MessageReader, topic: str, partition: int, start: int, end: int,
+             filt: Filters, want: int, max_bytes: int, max_offsets: int, *,
+             newest_first: bool) -> PartitionScan:
+    """The matches of [start, end) for an exact key, from the partition's key index (first
+    ``want``, or the last ``want`` newest first), examined as if the whole range was."""
+    found: list[Record] = []
+    pos = start
+    for _ in range(KEY_PAGES):
+        records, nxt = reader.find_by_key_in(topic, partition, filt.key or b"", pos, KEY_PAGE)
+        found += [r for r in records if r.offset < end and filt.matches(r)]
+        if nxt >= end or nxt <= pos or (not newest_first and len(found) >= want):
+            break
+        pos = nxt
+    else:  # a key on very many records: the bounded scan pages through them
+        read = scan_newest if newest_first else scan_partition
+        return read(reader, topic, partition, start, end, filt, want, max_bytes, max_offsets)
+    if newest_first:
+        s = PartitionScan(start, end, matches=deque(found[-want:]))
+        if len(found) > want:
+            s.start, s.stopped = found[-want - 1].offset + 1, "limit"
+        return s
+    s = PartitionScan(start, end, matches=deque(found[:want]))
+    if len(found) >= want and found[want - 1].offset + 1 < end:
+        s.pos, s.stopped = found[want - 1].offset + 1, "limit"
+    return s
+
+
 def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
     """Scan every range of ``made`` and show the first ``limit`` matches: by offset within a
     partition, by time across partitions (newest first in newest mode)."""
     n = max(1, len(made.ranges))
     budget = (made.filters, made.limit, max(1, made.scan_bytes // n),
               max(1, MAX_SCAN_OFFSETS // n))
-    read = scan_newest if made.newest_first else scan_partition
+    by_key = made.filters.key is not None and not made.filters.key_substring
+    read = (functools.partial(scan_key, newest_first=made.newest_first) if by_key
+            else scan_newest if made.newest_first else scan_partition)
     scans = {p: read(reader, made.topic, p, start, end, *budget)
              for p, (start, end) in made.ranges.items() if start < end}
     # A merge of each partition's matches in offset order (by their heads' timestamps), not a
@@ -184,7 +220,8 @@ def scan(reader: MessageReader, made: Plan) -> dict[str, Any]:
         "scan": {"partitions": len(made.ranges), "offsets": sum(s.pos - s.start
                                                                 for s in scans.values()),
                  "bytes": sum(s.nbytes for s in scans.values()), "matched": len(matches),
-                 "shown": len(shown_records), "stopped": sorted(reasons)},
+                 "shown": len(shown_records), "stopped": sorted(reasons),
+                 "key_index": by_key},
         "next": ",".join(f"{p}:{off}" for p, off in sorted(cursors.items())) or None,
         "ranges": {str(p): list(r) for p, r in sorted(made.ranges.items())},
     }
@@ -194,6 +231,9 @@ def summary(view: Mapping[str, Any], made: Plan) -> str:
     s = view["scan"]
     text = (f"Scanned {s['offsets']:,} offsets ({size(s['bytes'])}) in {s['partitions']} "
             f"partition(s); {s['matched']} matched, showing {s['shown']}.")
+    if s.get("key_index"):
+        text = (f"Looked the key up in the key index of {s['partitions']} partition(s), "
+                f"no scan; {s['matched']} matched, showing {s['shown']}.")
     if not view["next"]:
         return text + " That is everything in the range."
     why = {"limit": f"the limit of {made.limit} records per page (at most {MAX_RECORDS})",

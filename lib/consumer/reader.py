@@ -207,6 +207,23 @@ class MessageReader(Closeable):
         self._offsets.per_broker([TopicPartition(topic, p) for p in parts], ask)
         return sorted(found.values(), key=lambda r: (r.timestamp, r.partition, r.offset))[:limit]
 
+    def find_by_key_in(self, topic: str, partition: int, key: bytes, from_offset: int = 0,
+                       limit: int = 1000) -> tuple[list[Record], int]:
+        """One page of one partition's records with ``key`` (oldest first, from
+        ``from_offset`` on, at most ``limit``) and where the next page starts: the end the
+        broker searched up to when this page holds every match left."""
+        self._checked_partitions(topic, [partition])
+        req = broker_pb2.FindByKeyRequest(topic=topic, partition=partition, key=key,
+                                          limit=limit, from_offset=from_offset)
+        answers: list[broker_pb2.PartitionData] = []
+        self._offsets.per_broker(
+            [TopicPartition(topic, partition)],
+            lambda stub, _t, _p: answers.append(invoke(stub.FindByKey, req,
+                                                       self.config.rpc_timeout_s)))
+        data = answers[-1]
+        return (decode_records(data.frames, np.frombuffer(data.offsets, "<i8"), partition, topic),
+                data.next_offset)
+
     def topic_id(self, topic: str) -> int:
         """The topic's id (assigned by the master at creation; part of message ids)."""
         return self._routes.get(check_name(topic)).topic_id

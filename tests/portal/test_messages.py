@@ -110,6 +110,38 @@ def test_filters_by_key_tag_and_value(admin_client, seeded):
     assert none["records"] == [] and none["scan"]["matched"] == 0
 
 
+def test_an_exact_key_is_looked_up_in_the_key_index_and_pages_as_a_scan_would(admin_client,
+                                                                              cluster):
+    topic = "browse-keys"
+    with AdminClient(cluster.master_addresses, credentials=cluster.admin_credentials()) as root:
+        root.create_topic(topic, partitions=2)
+    with Producer(cluster.master_addresses, linger_ms=0) as producer:
+        for i in range(40):
+            producer.send_sync(topic, b"v%d" % i, key=b"k-a" if i % 3 == 0 else b"k-b",
+                               partition=i % 2, timestamp=1_700_000_000_000 + i, timeout=30)
+
+    def pages(**args) -> list[list[tuple[int, int]]]:
+        out, cursor = [], None
+        while True:
+            response = admin_client.get(f"/api/v1/topics/{topic}/messages", query_string={
+                **args, "limit": 4, **({"cursor": cursor} if cursor else {})})
+            assert response.status_code == 200, response.json
+            view = response.json
+            assert view["scan"]["key_index"] == (args.get("key_match") != "substring")
+            out.append(where(view))
+            cursor = view["next"]
+            if not cursor:
+                return out
+
+    for mode in ({}, {"mode": "time", "time": 0}, {"mode": "range", "partition": 1}):
+        by_index = pages(key="k-a", **mode)
+        by_scan = pages(key="k-a", key_match="substring", **mode)
+        assert by_index == by_scan and sum(map(len, by_index)) >= 7, mode
+    view = admin_client.get(f"/api/v1/topics/{topic}/messages?key=k-a&limit=50").json
+    assert len(view["records"]) == 14 and "key index" in view["scan"]["message"]
+    assert {r["key"]["text"] for r in view["records"]} == {"k-a"}
+
+
 def test_values_render_as_json_text_or_hex(admin_client, seeded):
     records = browse(admin_client, mode="range", partition=0, to=4)["records"]
     as_json, as_text, as_hex, hostile = (r["value"] for r in records)
