@@ -18,16 +18,21 @@ the search, else the end searched (nothing more there).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lib.errors import InvalidArgument
+from lib.errors import CorruptRecord, InvalidArgument, OffsetOutOfRange
 from lib.records.layout import FRAME_HEADER, FRAME_HEADER_SIZE
-from storage.cache import CacheBlock, read_span
+from storage.cache import CacheBlock, CachePair, read_span
 from storage.datalog import DataLog
 from storage.index import IndexLog
 from storage.keys import KeyLog, hash_keys, key_hash
+
+if TYPE_CHECKING:
+    from storage.partition_log import PartitionLog
 
 MAX_KEY_BYTES = 4096  # a lookup key longer than this is refused (keys are ids, not payloads)
 DEFAULT_LIMIT = 64
@@ -86,6 +91,32 @@ class Window:
     earliest: int
     latest: int
     cached: tuple[np.ndarray, list[CacheBlock]] | None
+
+    @classmethod
+    def of(cls, part: PartitionLog, cache: CachePair, from_offset: int | None,
+           stop: int | None) -> Window:
+        """Under the store's lock: offsets [from_offset (default earliest), stop (default
+        latest)) of ``part``, and the cache blocks' entries of those not in the files."""
+        first = part.earliest if from_offset is None else max(from_offset, part.earliest)
+        last = part.next if stop is None else min(stop, part.next)
+        flushed = part.flushed
+        cached = cache.entries(part.partition, flushed, last, last - flushed) \
+            if last > flushed else None
+        return cls(first, flushed, last, part.earliest, part.next, cached)
+
+
+def search(take: Callable[[], tuple[PartitionLog, Window]], data: DataLog, key: bytes,
+           since_ms: int | None, until_ms: int | None, limit: int) -> KeyMatches:
+    """:func:`find` in the window ``take()`` gives (under the store's lock); once more in a
+    new window when retention or a cut raced the first try (a second failure is real)."""
+    for retry in (False, True):
+        part, window = take()
+        try:
+            return find(part.index, part.keys, data, window, key, since_ms, until_ms, limit)
+        except (CorruptRecord, OffsetOutOfRange):
+            if retry:
+                raise
+    raise AssertionError("unreachable")
 
 
 def find(index: IndexLog, keys: KeyLog, data: DataLog, w: Window, key: bytes,

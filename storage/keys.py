@@ -39,6 +39,7 @@ of the segment list, which is replaced, never mutated.
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -49,11 +50,13 @@ from pathlib import Path
 import numpy as np
 
 from lib.errors import CorruptRecord, StorageError
+from lib.logs import event
 from lib.records.layout import FRAME_HEADER_SIZE, FRAME_TAG_LEN_AT, crc32
 from storage.fsutil import fsync_dir, segment_name
 from storage.index import IndexLog
 from storage.segments import Segment, SegmentList, pwrite_all
 
+log = logging.getLogger(__name__)
 KH_SUFFIX = ".kh"
 KS_SUFFIX = ".ks"
 HASH = np.dtype("<u4")
@@ -346,8 +349,15 @@ def _hashes_from(entries: np.ndarray, fetch: Fetch, data_start: int) -> np.ndarr
         j = max(j, i + 1)
         pick = live[i:j]
         hi = int(pos[pick[-1]] + sizes[pick[-1]])
-        buf = fetch(lo, hi - lo)
-        out[pick] = hash_keys(buf, pos[pick] - lo, sizes[pick])
+        try:
+            buf = fetch(lo, hi - lo)
+        except (CorruptRecord, StorageError, OSError) as exc:
+            # Data the index points at cannot be read (damaged, set aside): those records are
+            # not served either; their hashes stay 0 rather than the store failing to open.
+            event(log, "store.key_index_unreadable", logging.ERROR, position=lo,
+                  bytes=hi - lo, error=str(exc))
+        else:
+            out[pick] = hash_keys(buf, pos[pick] - lo, sizes[pick])
         i = j
     return out
 

@@ -67,7 +67,7 @@ from storage.datalog import (
 from storage.flusher import Flusher
 from storage.fsutil import inside
 from storage.index import ENTRY, IndexLog, index_entries
-from storage.key_lookup import DEFAULT_LIMIT, KeyMatches, Window, check_lookup, find
+from storage.key_lookup import DEFAULT_LIMIT, KeyMatches, Window, check_lookup, search
 from storage.keys import KeyLog
 from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
 from storage.producers import ProducerLimits
@@ -104,8 +104,7 @@ class Store(Closeable):
             space or SpaceGuard(self.dir, cfg.disk_reserve_bytes),
             CachePair(data.end, cfg.cache_block_bytes, clock))
         self._core.refresh_earliest()
-        # index and key files of removed partitions (storage/removal.py)
-        self._retired: list[IndexLog | KeyLog] = []
+        self._retired: list[IndexLog | KeyLog] = []  # files of removed partitions
         self._clock, self._wall_clock = clock, wall_clock
         self._policy = SyncPolicy.of(cfg, clock)
         self._flusher = Flusher(self._core, self._policy, wall_clock)
@@ -284,33 +283,17 @@ class Store(Closeable):
     def find_by_key(self, partition: int, key: bytes | str, since_ms: int | None = None,
                     until_ms: int | None = None, limit: int = DEFAULT_LIMIT,
                     from_offset: int | None = None, stop: int | None = None) -> KeyMatches:
-        """Records of the partition whose key is ``key`` (RocketMQ's query by key), oldest
-        first, at most ``limit``, from ``from_offset`` (default earliest) up to ``stop``
-        (default latest), with timestamps in [``since_ms``, ``until_ms``] when given.
-
-        Answered from the key files (storage/keys.py) and the cache blocks without a scan of
-        the partition; every record returned has exactly this key (hash candidates are
-        checked against the key bytes, storage/key_lookup.py). ``next_offset`` is where to
-        continue when ``limit`` stopped the search. InvalidArgument names a bad key
-        (empty, longer than MAX_KEY_BYTES), bad times (until before since) or limit.
-        """
+        """Records whose key is ``key``, oldest first, at most ``limit``, in offsets
+        [``from_offset`` (default earliest), ``stop`` (default latest)) and timestamps
+        [``since_ms``, ``until_ms``]; from the key index, no scan (storage/key_lookup.py;
+        InvalidArgument names a bad key, time window or limit)."""
         key = check_lookup(key, since_ms, until_ms, limit)
-        for retry in (False, True):
+
+        def take() -> tuple[PartitionLog, Window]:
             with self._core.cond:
                 part = self._readable_partition(partition)
-                first = part.earliest if from_offset is None else max(from_offset,
-                                                                      part.earliest)
-                last, flushed = part.next if stop is None else min(stop, part.next), part.flushed
-                cached = (self._core.cache.entries(partition, flushed, last, last - flushed)
-                          if last > flushed else None)
-                window = Window(first, flushed, last, part.earliest, part.next, cached)
-            try:
-                return find(part.index, part.keys, self._core.data, window, key, since_ms,
-                            until_ms, limit)
-            except (CorruptRecord, OffsetOutOfRange):
-                if retry:  # retention or a cut raced the first try; a second failure is real
-                    raise
-        raise AssertionError("unreachable")
+                return part, Window.of(part, self._core.cache, from_offset, stop)
+        return search(take, self._core.data, key, since_ms, until_ms, limit)
 
     def earliest(self, partition: int) -> int:
         with self._core.cond:
@@ -429,10 +412,8 @@ class Store(Closeable):
         with self._core.cond:
             self._core.closed = True
             self._core.cond.notify_all()
-        for part in self._core.parts.values():
-            part.index.close()
-            part.keys.close()
-        for files in self._retired:
+        for files in [*(f for p in self._core.parts.values() for f in (p.index, p.keys)),
+                      *self._retired]:
             files.close()
         self._core.data.close()
 
