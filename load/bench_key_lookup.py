@@ -5,10 +5,11 @@ Run ``python -m load.bench_key_lookup``; it prints one JSON object on stdout (pr
 stderr). A real master and broker start on 127.0.0.1; the topic (1 partition) gets one record
 through a producer, then the broker stops and the 10 M records are appended through the Store
 API straight into its data dir (a producer would take an hour on this machine), with the
-broker's shared checkpoint file, so the broker reopens them as its own. Keys: ``--distinct``
-different keys, record i has key ``k<(i * 7919) % distinct>``: every key is on
-records/distinct records spread over the whole partition (every index segment), and the bench
-knows each key's offsets, so every lookup is checked, not only timed.
+broker's shared checkpoint file, so the broker reopens them as its own. Keys: even records
+have a key of their own (``u<i>``: an order id), odd ones one of ``--distinct`` shared keys
+(``k<(i // 2 * 7919) % distinct>``: 10 records each by default, spread over the whole
+partition: every index segment). The bench knows each key's offsets, so every lookup is
+checked, not only timed.
 
 Targets (issue 52): a lookup's p99 <= 20 ms on 10 M records. The full scan is the same
 question answered without the key index: every frame read and its key compared (numpy over
@@ -40,13 +41,15 @@ def log(msg: str) -> None:
 
 
 def key_of(i: int, distinct: int) -> bytes:
-    return b"k%07d" % (i * STRIDE % distinct)
+    """Even records: a key of their own (an order id); odd ones: one of ``distinct`` keys
+    shared by records/2/distinct records each (an account's events)."""
+    return b"u%09d" % i if i % 2 == 0 else b"k%07d" % (i // 2 * STRIDE % distinct)
 
 
 def offsets_of(k: int, records: int, distinct: int, first: int) -> list[int]:
-    """The offsets whose record has key ``k`` (record i is at offset first + i)."""
-    i0 = k * pow(STRIDE, -1, distinct) % distinct
-    return [first + i for i in range(i0, records, distinct)]
+    """The offsets whose record has shared key ``k`` (record i is at offset first + i)."""
+    j0 = k * pow(STRIDE, -1, distinct) % distinct
+    return [first + 2 * j + 1 for j in range(j0, records // 2, distinct)]
 
 
 def build(store_root: Path, checkpoints: Path, topic_id: int, records: int, distinct: int,
@@ -78,24 +81,35 @@ def percentiles(samples: list[float]) -> dict[str, float]:
             "max_ms": round(float(ms.max()), 3)}
 
 
-def store_lookups(store, sample: list[int], records: int, distinct: int,
-                  first: int) -> dict[str, Any]:
+def lookups(find, sample: list[tuple[bytes, list[int]]]) -> dict[str, Any]:
+    """Time ``find(key) -> offsets`` over ``sample`` (key, the offsets it must answer)."""
     times, wrong = [], 0
-    for k in sample:
+    for key, want in sample:
         t = time.perf_counter()
-        got = store.find_by_key(0, b"k%07d" % k, limit=64)
+        got = find(key)
         times.append(time.perf_counter() - t)
-        wrong += got.offsets.tolist() != offsets_of(k, records, distinct, first)[:64]
-    window = []  # since/until over a tenth of the time range: most segments skipped
-    for k in sample[:200]:
-        lo = TS0 + records * 4 // 10
-        t = time.perf_counter()
-        got = store.find_by_key(0, b"k%07d" % k, since_ms=lo, until_ms=lo + records // 10)
-        window.append(time.perf_counter() - t)
-        want = [o for o in offsets_of(k, records, distinct, first)
-                if lo <= TS0 + o - first <= lo + records // 10]
-        wrong += got.offsets.tolist() != want[:64]
-    return {**percentiles(times), "time_window": percentiles(window), "wrong_answers": wrong}
+        wrong += got != want[:64]
+    return {**percentiles(times), "wrong_answers": wrong}
+
+
+def samples(rnd: random.Random, n: int, records: int, distinct: int, first: int
+            ) -> dict[str, list[tuple[bytes, list[int]]]]:
+    unique = [rnd.randrange(0, records, 2) for _ in range(n)]
+    shared = [rnd.randrange(distinct) for _ in range(n)]
+    return {"unique_key": [(b"u%09d" % i, [first + i]) for i in unique],
+            f"key_on_{records // 2 // distinct}_records":
+                [(b"k%07d" % k, offsets_of(k, records, distinct, first)) for k in shared]}
+
+
+def store_lookups(store, sample: dict, records: int, first: int) -> dict[str, Any]:
+    out = {kind: lookups(lambda k: store.find_by_key(0, k, limit=64).offsets.tolist(), keys)
+           for kind, keys in sample.items()}
+    lo, hi = TS0 + records * 4 // 10, TS0 + records * 5 // 10  # a tenth of the time range
+    kind, keys = list(sample.items())[-1]
+    window = [(k, [o for o in want if lo <= TS0 + o - first <= hi]) for k, want in keys[:200]]
+    out[kind + "_time_window"] = lookups(
+        lambda k: store.find_by_key(0, k, since_ms=lo, until_ms=hi).offsets.tolist(), window)
+    return out
 
 
 def full_scan(store, key: bytes) -> dict[str, Any]:
@@ -117,19 +131,24 @@ def full_scan(store, key: bytes) -> dict[str, Any]:
             "found": len(hits)}
 
 
-def grpc_lookups(masters: str, sample: list[int], records: int, distinct: int,
-                 first: int) -> dict[str, Any]:
+def grpc_lookups(masters: str, sample: dict) -> dict[str, Any]:
     from lib.consumer.reader import MessageReader
 
-    times, wrong = [], 0
     with MessageReader(masters) as reader:
-        reader.find_by_key(TOPIC, b"k0000000", partitions=[0])  # routes, login, channel
-        for k in sample:
-            t = time.perf_counter()
-            got = reader.find_by_key(TOPIC, b"k%07d" % k, partitions=[0], limit=64)
-            times.append(time.perf_counter() - t)
-            wrong += [r.offset for r in got] != offsets_of(k, records, distinct, first)[:64]
-    return {**percentiles(times), "wrong_answers": wrong}
+        t = time.perf_counter()
+        while True:  # the restarted broker: registered, then given the partition, then opened
+            try:
+                reader.find_by_key(TOPIC, b"k0000000", partitions=[0])
+                break
+            except Exception:  # noqa: BLE001 - not served yet
+                if time.perf_counter() - t > 300:
+                    raise
+        serving_s = time.perf_counter() - t
+
+        def find(k: bytes) -> list[int]:
+            return [r.offset for r in reader.find_by_key(TOPIC, k, partitions=[0], limit=64)]
+        out = {kind: lookups(find, keys) for kind, keys in sample.items()}
+    return {**out, "first_answer_after_restart_s": round(serving_s, 2)}
 
 
 def run(records: int, distinct: int, lookups: int, value_bytes: int) -> dict[str, Any]:
@@ -142,7 +161,6 @@ def run(records: int, distinct: int, lookups: int, value_bytes: int) -> dict[str
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-keys-"))
     cluster = Cluster(root / "c")
     rnd = random.Random(52)
-    sample = [rnd.randrange(distinct) for _ in range(lookups)]
     try:
         cluster.start(brokers=1)
         cluster.use_admin_env()
@@ -159,11 +177,13 @@ def run(records: int, distinct: int, lookups: int, value_bytes: int) -> dict[str
         got = build(data_dir / "topics", data_dir / CHECKPOINTS, topic_id, records, distinct,
                     value_bytes)
         store, first = got["store"], got["first"]
+        sample = samples(rnd, lookups, records, distinct, first)
         key_files = sum(p.stat().st_size for p in (data_dir / "topics").rglob("*.k[hs]"))
         log("store lookups")
-        via_store = store_lookups(store, sample, records, distinct, first)
+        via_store = store_lookups(store, sample, records, first)
         log("full scan")
-        scan = full_scan(store, b"k%07d" % sample[0])
+        scan = full_scan(store, sample["unique_key"][0][0])
+        log(json.dumps({"lookup_store": via_store, "full_scan": scan}))
         store.close()
         got["checkpoints"].close()
         t = time.perf_counter()
@@ -171,25 +191,26 @@ def run(records: int, distinct: int, lookups: int, value_bytes: int) -> dict[str
         cluster.wait_brokers_registered(120)
         reopen_s = time.perf_counter() - t
         log("gRPC lookups")
-        via_grpc = grpc_lookups(masters, sample, records, distinct, first)
+        via_grpc = grpc_lookups(masters, sample)
     finally:
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)
+    worst = max(v["p99_ms"] for part in (via_store, via_grpc) for v in part.values()
+                if isinstance(v, dict))
     return {
-        "records": records, "distinct_keys": distinct, "records_per_key": records // distinct,
-        "value_bytes": value_bytes, "build_s": got["build_s"],
-        "key_index_bytes": key_files, "broker_reopen_s": round(reopen_s, 2),
+        "records": records, "shared_keys": distinct, "value_bytes": value_bytes,
+        "build_s": got["build_s"], "key_index_bytes": key_files,
+        "broker_restart_s": round(reopen_s, 2),
         "lookup_store": via_store, "lookup_grpc": via_grpc, "full_scan": scan,
-        "scan_over_grpc_p99": round(scan["seconds"] * 1e3 / via_grpc["p99_ms"], 1),
-        "target": {"p99_ms_max": 20, "met": via_grpc["p99_ms"] <= 20
-                   and via_store["p99_ms"] <= 20},
+        "target": {"p99_ms_max": 20, "worst_p99_ms": worst, "met": worst <= 20},
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=10_000_000)
-    p.add_argument("--distinct", type=int, default=1_000_000, help="different keys")
+    p.add_argument("--distinct", type=int, default=500_000,
+                   help="shared keys (on the odd records)")
     p.add_argument("--lookups", type=int, default=1000)
     p.add_argument("--value-bytes", type=int, default=64)
     args = p.parse_args(argv)

@@ -213,6 +213,28 @@ class DataLog(SegmentedLog):
             raise CorruptRecord(f"data at position {position} is beyond the end of the log")
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def read_scattered(self, spans: list[tuple[int, int]]) -> list[bytes]:
+        """Small reads at scattered positions (a key lookup's frames): every span is asked of
+        the kernel first (``POSIX_FADV_WILLNEED`` starts its disk read and returns), then
+        read through the page cache, so N cold reads wait about one disk read, not N
+        (measured on the development VM: ten O_DIRECT reads one after another, 30 ms at p50;
+        threads to run them side by side cost more than they saved while the data was
+        cached). The few pages stay cached until the kernel needs them."""
+        segs = self._list.segs
+        where = []
+        for position, length in spans:
+            seg = next((s for s in segs if s.base <= position < s.end), None)
+            if seg is None or position + length > seg.end:
+                raise CorruptRecord(f"data at position {position} is missing (deleted or "
+                                    f"damaged)")
+            where.append((seg, position - seg.base, length))
+            if hasattr(os, "posix_fadvise") and position < self._uncached:
+                os.posix_fadvise(seg.fd, position - seg.base, length, os.POSIX_FADV_WILLNEED)
+        out = [os.pread(seg.fd, length, at) for seg, at, length in where]
+        if any(len(raw) != length for raw, (_s, _a, length) in zip(out, where, strict=True)):
+            raise CorruptRecord(f"a data segment of {self.dir} is shorter than expected")
+        return out
+
     def delete_oldest(self, count: int) -> None:
         """Delete the ``count`` oldest segments (never the active one)."""
         self._list.drop_oldest(count)

@@ -8,10 +8,11 @@ outside the lock:
    files of sealed segments by binary search, the active segment's hashes by one numpy
    comparison) and, for offsets still in a cache block, the hashes of those frames computed
    now (at most two blocks: bounded);
-2. each candidate, oldest first, is read (index entry, then its frame) and kept only when it is
-   no hole, its timestamp is in [since_ms, until_ms] and its key bytes equal the key: a hash
-   collision or a damaged key file never yields a wrong record. This loop is per *candidate*,
-   bounded by ``limit`` plus collisions, never per record of the partition.
+2. each candidate, oldest first, is read (index entry, then its frame: up to ``limit`` frames
+   asked of the disk together, :meth:`DataLog.read_scattered`) and kept only when it is no
+   hole, its timestamp is in [since_ms, until_ms] and its key bytes equal the key: a hash
+   collision or a damaged key file never yields a wrong record. This loop is per
+   *candidate*, bounded by ``limit`` plus collisions, never per record of the partition.
 
 ``next_offset`` says where to continue: past the last record returned when ``limit`` stopped
 the search, else the end searched (nothing more there).
@@ -126,14 +127,17 @@ def find(index: IndexLog, keys: KeyLog, data: DataLog, w: Window, key: bytes,
     frames: list[bytes] = []
     offsets: list[int] = []
     sizes: list[int] = []
-    on_disk = keys.candidates(h, w.first, min(w.flushed, w.last), since_ms, until_ms)
-    for o in on_disk.tolist():
-        e = index.read(o, o + 1)[0]
-        frame = _match(e, key, since_ms, until_ms, data.read)
-        if frame is not None:
-            frames.append(frame), offsets.append(o), sizes.append(len(frame))
-            if len(offsets) == limit:
-                return _matches(frames, offsets, sizes, o + 1, w)
+    on_disk = keys.candidates(h, w.first, min(w.flushed, w.last), since_ms, until_ms).tolist()
+    while on_disk:
+        batch, on_disk = on_disk[:limit - len(offsets)], on_disk[limit - len(offsets):]
+        chosen = [(o, e) for o in batch
+                  if _in_window(e := index.read(o, o + 1)[0], since_ms, until_ms)]
+        raws = data.read_scattered([(int(e["pos"]), int(e["size"])) for _, e in chosen])
+        for (o, _e), frame in zip(chosen, raws, strict=True):
+            if _has_key(frame, key):
+                frames.append(frame), offsets.append(o), sizes.append(len(frame))
+                if len(offsets) == limit:
+                    return _matches(frames, offsets, sizes, o + 1, w)
     if w.cached is not None:
         entries, blocks = w.cached
         for i in _cached_candidates(entries, blocks, h, w).tolist():
@@ -162,17 +166,26 @@ def _cached_candidates(entries: np.ndarray, blocks: list[CacheBlock], h: int,
     return found[found + w.flushed >= w.first]
 
 
-def _match(entry: np.void, key: bytes, since_ms: int | None, until_ms: int | None,
-           fetch) -> bytes | None:
-    """The frame of ``entry`` if it is a record with ``key`` in the time window, else None."""
-    size, ts = int(entry["size"]), int(entry["ts"])
-    if size < FRAME_HEADER_SIZE or (since_ms is not None and ts < since_ms) or \
-            (until_ms is not None and ts > until_ms):
-        return None
-    frame = bytes(fetch(int(entry["pos"]), size))
+def _in_window(entry: np.void, since_ms: int | None, until_ms: int | None) -> bool:
+    """A record (no hole) whose timestamp is in [since_ms, until_ms]."""
+    ts = int(entry["ts"])
+    return int(entry["size"]) >= FRAME_HEADER_SIZE and (since_ms is None or ts >= since_ms) \
+        and (until_ms is None or ts <= until_ms)
+
+
+def _has_key(frame: bytes, key: bytes) -> bool:
     tag_len, key_len = FRAME_HEADER.unpack_from(frame)[5:7]
     start = FRAME_HEADER_SIZE + tag_len
-    return frame if key_len == len(key) and frame[start:start + key_len] == key else None
+    return key_len == len(key) and frame[start:start + key_len] == key
+
+
+def _match(entry: np.void, key: bytes, since_ms: int | None, until_ms: int | None,
+           fetch: Callable[[int, int], bytes | memoryview]) -> bytes | None:
+    """The frame of ``entry`` if it is a record with ``key`` in the time window, else None."""
+    if not _in_window(entry, since_ms, until_ms):
+        return None
+    frame = bytes(fetch(int(entry["pos"]), int(entry["size"])))
+    return frame if _has_key(frame, key) else None
 
 
 def _matches(frames: list[bytes], offsets: list[int], sizes: list[int], next_offset: int,
