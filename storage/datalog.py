@@ -228,7 +228,7 @@ class DataLog(SegmentedLog):
                 raise CorruptRecord(f"data at position {position} is missing (deleted or "
                                     f"damaged)")
             where.append((seg, position - seg.base, length))
-            if hasattr(os, "posix_fadvise") and position < self._uncached:
+            if len(spans) > 1 and hasattr(os, "posix_fadvise"):  # cheap where cached
                 os.posix_fadvise(seg.fd, position - seg.base, length, os.POSIX_FADV_WILLNEED)
         out = [os.pread(seg.fd, length, at) for seg, at, length in where]
         if any(len(raw) != length for raw, (_s, _a, length) in zip(out, where, strict=True)):
