@@ -95,10 +95,11 @@ def hash_keys(buf: bytes | memoryview, starts: np.ndarray, sizes: np.ndarray) ->
     if not real.any():
         return out
     first, end = frame_keys(buf, starts[real])
-    mv = memoryview(buf)
-    out[real] = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, first.tolist(),
-                                                                 end.tolist()))),
-                            HASH, count=len(first))
+    keyed = end > first  # a record without a key (most bulk sends) keeps hash 0, no call
+    if keyed.any():
+        mv = memoryview(buf)
+        out[np.flatnonzero(real)[keyed]] = list(map(crc32, map(
+            mv.__getitem__, map(slice, first[keyed].tolist(), end[keyed].tolist()))))
     return out
 
 
