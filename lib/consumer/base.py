@@ -15,7 +15,7 @@ from lib.closing import Closeable
 from lib.config import T, settle
 from lib.consumer.coordinator import NO_MEMBER, Coordinator, CoordinatorConfig, OffsetClient
 from lib.consumer.instance import default_instance_id
-from lib.consumer.retry import Redelivery
+from lib.consumer.retry import Later, Redelivery
 from lib.consumer.subscription import SubscriptionState, topic_names
 from lib.logs import event
 from lib.memory import keep_freed_memory
@@ -150,6 +150,16 @@ class ConsumerBase(Closeable):
         member, generation = self._identity
         return GroupMetadata(self._group, member, generation)
 
+    @property
+    def retried(self) -> int:
+        """Records this consumer moved to its group's retry topic (committed)."""
+        return self._redelivery.retried if self._redelivery is not None else 0
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records this consumer moved to its group's dead-letter topic (committed)."""
+        return self._redelivery.dead if self._redelivery is not None else 0
+
     def _nack(self, record: Record, delay: float | None, error: BaseException | str | None,
               failures: int | None = None) -> str:
         """Owe a move of ``record`` to the retry or dead-letter topic, made with the next
@@ -165,6 +175,18 @@ class ConsumerBase(Closeable):
                 f"rebalanced): offset {record.offset} is delivered again to its new owner, so "
                 "it cannot be nacked here", topic=tp.topic, partition=tp.partition)
         return self._redelivery.nack(record, delay, error, failures)
+
+    def _nack_failed(self, record: Record, failed: Later | BaseException,
+                     failures: int | None = None) -> None:
+        """:meth:`_nack` for a handler's failure (an exception or the Later it returned);
+        refused (revoked meanwhile: its new owner reads it again) is only logged."""
+        later = isinstance(failed, Later)
+        try:
+            self._nack(record, failed.delay if later else None,
+                       failed.reason if later else failed, failures)
+        except errors.TubeqError as exc:
+            event(log, "consumer.nack_refused", logging.WARNING, topic=record.topic,
+                  partition=record.partition, offset=record.offset, error=str(exc))
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         if not self._group:

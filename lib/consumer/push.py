@@ -48,8 +48,8 @@ from lib.consumer.base import ConsumerBase, as_config, check_retry
 from lib.consumer.coordinator import Coordinator
 from lib.consumer.instance import check_mode
 from lib.consumer.push_stream import PushStream, StreamHooks
-from lib.consumer.retry import Later
-from lib.logs import event
+from lib.consumer.retry import Later, retry_in_place
+from lib.logs import Sparse, event
 from lib.proto import broker_pb2
 from lib.records import Record, decode_records
 from lib.retry import RetryPolicy, attempts_of
@@ -143,8 +143,7 @@ class PushConsumer(ConsumerBase):
         self.inflight_bytes = 0
         self.max_inflight_seen = (0, 0)
         self.handler_errors = 0
-        self._next_failure_log = 0.0  # handler failures are logged at most this often ...
-        self._failures_unlogged = 0  # ... and counted in between
+        self._failure_log = Sparse(FAILURE_LOG_EVERY_S)  # tracebacks; handler_errors counts
 
     def subscribe(self, topics: Iterable[str] | str, group: str | None = None, *,
                   handler: Handler, tags: Iterable[str] | None = None, threads: int = 1) -> None:
@@ -382,7 +381,7 @@ class PushConsumer(ConsumerBase):
         failed = self._run_handler(item)
         if failed is not None:
             if self._redelivery is not None:
-                self._redelivery_nack(item, failed)
+                self._nack_failed(item.record, failed)
             elif self.config.commit == "after":
                 self._sub.hold(item.tp, item.record.offset)
         if self.config.commit == "after":
@@ -396,62 +395,34 @@ class PushConsumer(ConsumerBase):
         except Exception as exc:  # noqa: BLE001 - the handler's failure is data here
             with self._stats_lock:
                 self.handler_errors += 1
-                now = time.monotonic()
-                quiet = now < self._next_failure_log
-                if not quiet:
-                    self._next_failure_log = now + FAILURE_LOG_EVERY_S
-                    since, self._failures_unlogged = self._failures_unlogged, 0
-                else:
-                    self._failures_unlogged += 1
-            if not quiet:  # a traceback costs ~0.4 ms: at most one per interval
+            held = self._failure_log.due()
+            if held is not None:
                 log.warning("push.handler_failed", exc_info=True, extra={"fields": {
                     "topic": item.tp.topic, "partition": item.tp.partition,
-                    "offset": item.record.offset, "failures_not_logged_before": since}})
+                    "offset": item.record.offset, "failures_not_logged_before": held}})
             return exc
         return result if isinstance(result, Later) else None
-
-    def _redelivery_nack(self, item: _Item, failed: Later | BaseException,
-                         failures: int | None = None) -> None:
-        later = isinstance(failed, Later)
-        try:
-            self._nack(item.record, failed.delay if later else None,
-                       failed.reason if later else failed, failures)
-        except errors.TubeqError as exc:  # revoked meanwhile: its new owner reads it again
-            event(log, "push.nack_refused", logging.WARNING, topic=item.tp.topic,
-                  partition=item.tp.partition, offset=item.record.offset, error=str(exc))
 
     def _handle_in_place(self, item: _Item) -> bool:
         """Ordered retries (RocketMQ's orderly consumption): run the handler again after
         each backoff, holding the partition, until it takes the record or has failed
         ``max_attempts`` times (then the record is dead-lettered and the partition moves
         on). False when the partition was revoked meanwhile (nothing to advance)."""
-        policy = self._redelivery.policy
-        failures = attempts_of(item.record.headers)
-        while True:
-            failed = self._run_handler(item)
-            if failed is None:
-                return True
-            failures += 1
-            if failures >= policy.max_attempts:
-                self._redelivery_nack(item, failed, failures)
-                return True
-            wait = failed.delay if isinstance(failed, Later) and failed.delay is not None \
-                else policy.delay_for(failures)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                if self._stop.wait(min(0.1, max(0.0, deadline - time.monotonic()))) \
-                        or item.session != self._session:
-                    return False
+        outcome, failed, failures = retry_in_place(
+            lambda: self._run_handler(item), self._redelivery.policy,
+            attempts_of(item.record.headers), lambda s: self._hold(item, s))
+        if outcome == "dead":
+            self._nack_failed(item.record, failed, failures)
+        return outcome != "revoked"
 
-    @property
-    def retried(self) -> int:
-        """Records moved to the retry topic so far (committed)."""
-        return self._redelivery.retried if self._redelivery is not None else 0
-
-    @property
-    def dead_lettered(self) -> int:
-        """Records moved to the dead-letter topic so far (committed)."""
-        return self._redelivery.dead if self._redelivery is not None else 0
+    def _hold(self, item: _Item, seconds: float) -> bool:
+        """Wait ``seconds`` holding the partition; False once stopping or revoked."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._stop.wait(min(0.1, max(0.0, deadline - time.monotonic()))) \
+                    or item.session != self._session:
+                return False
+        return True
 
     # -- lifecycle ---------------------------------------------------------------------------
 

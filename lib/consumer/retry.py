@@ -163,3 +163,23 @@ class Redelivery:
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.close()
+
+
+def retry_in_place(run: Callable[[], Later | BaseException | None], policy: RetryPolicy,
+                   failures: int, hold: Callable[[float], bool]
+                   ) -> tuple[str, Later | BaseException | None, int]:
+    """Ordered retries (RocketMQ's orderly consumption): ``run`` the handler again after
+    each backoff (``hold(seconds)``, False when the partition went away) until it takes
+    the record or has failed ``max_attempts`` times. Returns ("taken" | "dead" |
+    "revoked", the last failure, failures counted)."""
+    while True:
+        failed = run()
+        if failed is None:
+            return "taken", None, failures
+        failures += 1
+        if failures >= policy.max_attempts:
+            return "dead", failed, failures
+        wait = failed.delay if isinstance(failed, Later) and failed.delay is not None \
+            else policy.delay_for(failures)
+        if not hold(wait):
+            return "revoked", failed, failures

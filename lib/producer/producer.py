@@ -200,8 +200,9 @@ class Producer(TransactionalApi, Closeable):
         p = self._encoder.choose(route, None, partition, len(frame))
         if len(frame) > route.max_message_bytes:
             raise self._encoder.too_large(route, len(frame))
-        return self._acc.add(route.tps[p] if p < len(route.tps) else TopicPartition(topic, p),
-                             (frame,), len(frame), tag_hash, timestamp)
+        # Not route.tps[p]: choose may have refreshed the routes to find a new partition p.
+        return self._acc.add(TopicPartition(route.topic, p), (frame,), len(frame), tag_hash,
+                             timestamp)
 
     def _encode(self, topic: str, value: bytes, key: bytes | None, tag: str | None,
                 headers: Mapping[str, bytes] | None, partition: int | None,
