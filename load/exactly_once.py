@@ -62,6 +62,19 @@ def rewind(consumer: PullConsumer) -> None:
             consumer.seek(tp, committed)
 
 
+def commit_settled(producer: Producer, attempts: int = 5) -> None:
+    """commit(), again while it fails retriably: the answer of an EndTxn that committed may
+    have been lost, and aborting then would process the input twice (the retry is
+    recognised by the coordinator). Raises the last error when the coordinator stays away."""
+    for attempt in range(attempts):
+        try:
+            producer.commit()
+            return
+        except TubeqError as exc:
+            if not exc.retriable or attempt == attempts - 1:
+                raise
+
+
 def transform_loop(producer: Producer, consumer: PullConsumer, output: str,
                    transform: Callable[[bytes], bytes], max_records: int,
                    stop: Callable[[int], bool],
@@ -82,7 +95,7 @@ def transform_loop(producer: Producer, consumer: PullConsumer, output: str,
             for r in records:
                 producer.send(output, transform(r.value), key=r.key)
             producer.send_offsets(next_offsets(records), consumer.group_metadata())
-            producer.commit()
+            commit_settled(producer)
         except ProducerFenced:
             raise
         except TubeqError:

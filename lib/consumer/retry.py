@@ -16,6 +16,7 @@ a partition it lost. A crashed instance's open transaction is aborted by the mas
 """
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -23,12 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib import errors
+from lib.logs import event
 from lib.producer.producer import Producer
 from lib.proto import master_pb2, master_pb2_grpc
 from lib.records import Record
 from lib.retry import RetryPolicy, attempts_of, moved_headers
 from lib.rpc import MasterClient
 from lib.types import GroupMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
 
 TXN_TIMEOUT_MS = 30_000
 MAX_PENDING = 100_000  # moves held for the next commit; a nack past it is refused
@@ -65,6 +69,7 @@ class Redelivery:
         self._settings = producer_settings  # credentials, tls
         self._producer: Producer | None = None
         self._pending: list[_Move] = []
+        self._in_doubt: list[_Move] | None = None  # of a commit whose answer was lost
         self._lock = threading.Lock()
         self.retry_topic = self.dead_letter_topic = ""
         self.retried = 0  # records moved to the retry topic
@@ -107,23 +112,34 @@ class Redelivery:
         return move.topic
 
     def pending(self) -> int:
+        """Moves owed, counting those of a commit whose answer was lost (settled by the
+        next commit)."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._in_doubt or ())
 
     def forget(self, owned: Callable[[TopicPartition], bool]) -> None:
         """Drop moves of records from partitions this consumer no longer owns: their new
         owner reads them again from the committed offset."""
+        def keep(moves: list[_Move]) -> list[_Move]:
+            return [m for m in moves if owned(TopicPartition(m.record.topic, m.record.partition))]
+
         with self._lock:
-            self._pending = [m for m in self._pending
-                             if owned(TopicPartition(m.record.topic, m.record.partition))]
+            self._pending = keep(self._pending)
+            if self._in_doubt is not None:  # re-sent only if that commit turns out aborted
+                self._in_doubt = keep(self._in_doubt)
 
     def commit(self, offsets: dict[TopicPartition, int], group: GroupMetadata) -> None:
         """Every pending move and ``offsets``, in one transaction. On failure nothing is
-        moved or committed and the moves stay pending (the error is raised)."""
+        moved or committed and the moves stay pending (the error is raised), except when
+        the commit's answer is lost (a retriable error once the coordinator may have
+        decided): the moves are then *in doubt* and the next call settles them first by
+        ending the same transaction again (the coordinator recognises the retry), so a
+        commit that did land is never sent twice."""
+        self._settle()
         with self._lock:
             moves, self._pending = self._pending, []
-        if not moves:
-            raise errors.InvalidTxnState("no move is pending")
+        if not moves and not offsets:
+            return
         producer = self._transactional()
         try:
             producer.begin()
@@ -136,14 +152,48 @@ class Redelivery:
                                   delay=m.delay)
             if offsets:
                 producer.send_offsets(offsets, group)
+        except BaseException:
+            self._requeue(moves, producer)
+            raise
+        self._end(producer, moves)
+
+    def _end(self, producer: Producer, moves: list[_Move]) -> None:
+        """Commit the open transaction of ``moves``: counted when it lands, pending again
+        when it cannot (aborted), in doubt when the answer is lost."""
+        try:
             producer.commit()
+        except errors.TubeqError as exc:
+            if exc.retriable:
+                with self._lock:
+                    self._in_doubt = moves
+            else:  # a send failed, fenced, aborted by the coordinator: nothing landed
+                self._requeue(moves, producer)
+            raise
         except BaseException:
             with self._lock:
-                self._pending = moves + self._pending
-            self._abort_quietly(producer)
+                self._in_doubt = moves
             raise
         self.dead += sum(m.delay is None for m in moves)
         self.retried += sum(m.delay is not None for m in moves)
+
+    def _settle(self) -> None:
+        """End the transaction whose commit answer was lost, before anything else."""
+        with self._lock:
+            moves, self._in_doubt = self._in_doubt, None
+        if moves is None:
+            return
+        if self._producer is None:  # closed meanwhile: its transaction times out (aborted)
+            self._requeue(moves, None)
+            return
+        event(log, "consumer.commit_in_doubt", logging.WARNING, group=self.group,
+              moves=len(moves))
+        self._end(self._producer, moves)
+
+    def _requeue(self, moves: list[_Move], producer: Producer | None) -> None:
+        with self._lock:
+            self._pending = moves + self._pending
+        if producer is not None:
+            self._abort_quietly(producer)
 
     def _transactional(self) -> Producer:
         if self._producer is None:
@@ -160,6 +210,14 @@ class Redelivery:
             self.close()
 
     def close(self) -> None:
+        """Settles a commit in doubt first, when the coordinator answers (else its
+        transaction stays open until the coordinator's timeout aborts it)."""
+        if self._in_doubt is not None and self._producer is not None:
+            try:
+                self._settle()
+            except errors.TubeqError as exc:
+                event(log, "consumer.commit_in_doubt_at_close", logging.WARNING,
+                      group=self.group, error=str(exc))
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.close()

@@ -52,6 +52,7 @@ class Transactions:
         self.added: set[TopicPartition] = set()
         self.offsets_added = False  # send_offsets joined the coordinator's record
         self.acked: dict[TopicPartition, int] = {}  # records acknowledged per partition
+        self.synced = False  # sync() passed for every record acknowledged so far
 
     # -- the coordinator's calls ---------------------------------------------------------
 
@@ -102,6 +103,7 @@ class Transactions:
     def count(self, tp: TopicPartition, records: int) -> None:
         """Records of the transaction acknowledged on ``tp`` (the sender thread)."""
         self.acked[tp] = self.acked.get(tp, 0) + records
+        self.synced = False
 
     def sync(self, per_broker: Callable[[Iterable[TopicPartition], Callable], None],
              timeout_s: float) -> None:
@@ -109,7 +111,12 @@ class Transactions:
         acknowledged in the transaction, on disk (``Broker.SyncTxn``). A copy that crashed
         and lost some (an ``async`` topic's cache) answers TxnRecordsLost: the transaction
         becomes abortable rather than committing without them. ``per_broker`` groups the
-        calls by leader and follows moved partitions (OffsetClient.per_broker)."""
+        calls by leader and follows moved partitions (OffsetClient.per_broker).
+
+        Done once: a commit() retried after its EndTxn's answer was lost skips it, since
+        the brokers forget the transaction's records as soon as its markers are written."""
+        if self.synced:
+            return
         acked = dict(self.acked)
 
         def call(stub: Any, topic: str, parts: list[int]) -> None:
@@ -123,6 +130,7 @@ class Transactions:
                                                     partition=r.partition)
         if acked:
             per_broker(acked, call)
+        self.synced = True
 
     def end(self, commit: bool) -> None:
         """EndTxn (skipped when nothing joined the transaction: nothing to mark), then
@@ -143,6 +151,7 @@ class Transactions:
         with self._lock:
             self.state, self.error = READY, None
             self.added, self.offsets_added, self.acked = set(), False, {}
+            self.synced = False
 
     def _call(self, method: str, request):
         """A coordinator call, retried through ConcurrentTransactions (the last transaction's

@@ -23,6 +23,7 @@ from lib import (
     errors,
 )
 from lib.retry import H_ATTEMPTS, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC, origin_of
+from lib.rpc import MasterClient
 from tests.integration.test_cli import tubeq
 from tests.integration.test_consumer_common import wait_for
 
@@ -87,6 +88,53 @@ def test_a_nacked_record_is_retried_then_dead_lettered_with_its_story(cluster):
         (b"rt-pull", first.partition, first.offset)
     assert h[H_ATTEMPTS] == b"3"
     assert h[H_ERROR] == b"ValueError: cannot parse v3"
+
+
+@pytest.mark.parametrize("lost", ["answer", "request"])
+def test_a_commit_whose_answer_is_lost_moves_nothing_twice(cluster, monkeypatch, lost):
+    """The retry producer's EndTxn fails retriably once: its answer lost after the
+    coordinator committed (a CI run on a busy machine once timed out waiting for the
+    markers, and the moves were re-sent: 1,921 dead letters for 1,000 records), or its
+    request lost before (the transaction is still open). The next commit settles it: every
+    record is dead-lettered exactly once and the offsets past them are committed."""
+    masters = cluster.master_addresses
+    topic, group = f"rt-lost-{lost}", f"rt-lost-{lost}-g"
+    make_topic(masters, topic, partitions=1)
+    produce(masters, topic, [b"l%d" % i for i in range(6)], partitions=1)
+    real_call, injected = MasterClient.call, []
+
+    def losing_call(self, stub_factory, method, request, *args, **kwargs):
+        if method == "EndTxn" and request.commit and not injected:
+            injected.append(method)
+            if lost == "answer":
+                real_call(self, stub_factory, method, request, *args, **kwargs)
+            raise errors.RequestTimedOut(f"injected: the EndTxn {lost} was lost")
+        return real_call(self, stub_factory, method, request, *args, **kwargs)
+
+    with PullConsumer(masters, group=group, auto_offset_reset="earliest",
+                      retry=RetryPolicy(max_attempts=1), enable_auto_commit=False,
+                      fetch_max_wait_ms=50) as c:
+        c.subscribe([topic])
+        records = []
+        wait_for(lambda: records.extend(c.poll(timeout=0.2)) or len(records) >= 6, 30,
+                 "six records")
+        for r in records[1::2]:
+            assert c.nack(r, error="odd one") == f"{group}.dlq"
+        monkeypatch.setattr(MasterClient, "call", losing_call)
+        with pytest.raises(errors.RequestTimedOut, match="injected"):
+            c.commit()
+        assert injected, "the commit's EndTxn went through the injected call"
+        c.commit()  # settles the one in doubt
+        assert c.dead_lettered == 3
+    monkeypatch.setattr(MasterClient, "call", real_call)
+    dead = read_all(masters, f"{group}.dlq", wait_s=2)
+    assert sorted(r.value for r in dead) == [b"l1", b"l3", b"l5"], "each moved once"
+    with PullConsumer(masters, group=group, auto_offset_reset="earliest",
+                      fetch_max_wait_ms=50) as again:
+        again.subscribe([topic])
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert not again.poll(timeout=0.2), "the offsets past them were committed"
 
 
 def test_push_handler_failures_are_retried_and_dead_lettered_none_lost(cluster):
