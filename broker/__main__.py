@@ -17,6 +17,7 @@ from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.memory import keep_freed_memory
+from lib.open_files import raise_open_files
 from lib.private_files import enter_data_dir, private_umask
 from lib.process import write_ready
 from lib.tls import add_server_args, server_overrides
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
                       rack=args.rack,
                       auth=args.auth, **server_overrides(args))
         enter_data_dir(config.data_dir, config.data_dir_group_access)
+        limit, before = raise_open_files(config.open_files_limit)
+        event(log, "broker.open_files_limit", logging.INFO if limit >= config.open_files_limit
+              else logging.WARNING, limit=limit, was=before, wanted=config.open_files_limit)
         broker = Broker(config).start()
     except TubeqError as err:
         event(log, "broker.start_failed", logging.ERROR, error=err.message)

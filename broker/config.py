@@ -50,6 +50,12 @@ class BrokerConfig:
     push_chunk_bytes: int = 1 * MiB  # largest SubscribeResponse
     push_idle_wait_ms: int = 500  # a push stream with nothing to send re-checks this often
     grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
+    # Threads writing every store's cache blocks (storage/flusher_pool.py): a pool, not a
+    # thread per store; more overlap more fsyncs of sync topics.
+    flusher_threads: int = 4
+    # RLIMIT_NOFILE raised toward this at start (lib/open_files.py): each store's data log and
+    # each partition's index hold a descriptor per segment, so 10,000 topics need 20,000+.
+    open_files_limit: int = 65_536
     stop_grace_s: float = 5.0
     register_timeout_s: float = 5.0  # one attempt to reach a master
     # "token": every call must carry a token the masters' signing keys verify (or the cluster
@@ -103,6 +109,10 @@ class BrokerConfig:
                 "BrokerConfig.push_chunk_bytes must be in (0, fetch_max_bytes]")
         require(self.push_idle_wait_ms > 0, "BrokerConfig.push_idle_wait_ms must be > 0")
         require(self.grpc_workers >= 4, "BrokerConfig.grpc_workers must be >= 4")
+        require(1 <= self.flusher_threads <= 256,
+                "BrokerConfig.flusher_threads must be within 1..256")
+        require(256 <= self.open_files_limit <= 1 << 24,
+                "BrokerConfig.open_files_limit must be within 256..16777216")
         require(self.stop_grace_s >= 0, "BrokerConfig.stop_grace_s must be >= 0")
         require(self.register_timeout_s > 0, "BrokerConfig.register_timeout_s must be > 0")
         require(0.1 <= self.audit_refusal_window_s <= 86400,

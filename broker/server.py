@@ -85,7 +85,7 @@ class Broker:
         self.addresses = AddressRules()  # the IP lists, replaced by the master link
         self.quotas = QuotaBook(config.quota_burst_s, config.quota_hard_limit_s)  # master link
         self.refusals = RefusalLog(config.audit_refusal_window_s, config.audit_refusal_kinds)
-        self.topics = TopicManager(data_dir, config.store)
+        self.topics = TopicManager(data_dir, config.store, config.flusher_threads)
         self.offset_store = OffsetStore(data_dir / "offsets")
         self.offsets = OffsetsPlane(self.topics, self.offset_store, self.term)
         self.executor = ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rpc")

@@ -25,6 +25,7 @@ from lib.logs import event
 from lib.names import check_name
 from storage.checkpoints import CHECKPOINTS, CheckpointFile
 from storage.config import StoreConfig
+from storage.flusher_pool import DEFAULT_THREADS, FlusherPool
 from storage.fsutil import atomic_write, inside
 from storage.removal import partition_dirs
 from storage.space import SpaceGuard
@@ -49,7 +50,8 @@ class Leaving:
 class TopicDirs:
     """Opens, claims, removes and erases what lives under ``<data_dir>/topics``."""
 
-    def __init__(self, data_dir: str | Path, defaults: StoreConfig) -> None:
+    def __init__(self, data_dir: str | Path, defaults: StoreConfig,
+                 flusher_threads: int = DEFAULT_THREADS) -> None:
         self.root = Path(data_dir) / "topics"
         self.root.mkdir(parents=True, exist_ok=True)
         # One free-space guard for every store: they share the data dir's filesystem.
@@ -59,6 +61,8 @@ class TopicDirs:
         self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,
                                           defaults.checkpoint_interval_ms / 1e3)
         self._on_open: list[Callable[[str, Store], None]] = []
+        # A few threads write every store's blocks (storage/flusher_pool.py): not one each.
+        self.flushers = FlusherPool(flusher_threads)
 
     def on_store_opened(self, check: Callable[[str, Store], None]) -> None:
         """Call ``check(topic, store)`` for every store opened (recovered) from now on,
@@ -104,7 +108,8 @@ class TopicDirs:
         parts = list(partitions)
         parts += [q for q in partition_dirs(d) if q % stores == store_id and q not in partitions]
         slot = self.checkpoints.slot(name, topic_id, store_id, d)
-        opened = Store(self.root, name, store_id, parts, config, self.space, checkpoint=slot)
+        opened = Store(self.root, name, store_id, parts, config, self.space, checkpoint=slot,
+                       pool=self.flushers)
         for check in self._on_open:
             check(name, opened)
         return opened
@@ -141,8 +146,10 @@ class TopicDirs:
         event(log, "store.removed", topic=job.topic, store=store.store_id)
 
     def close(self) -> None:
-        """Write the last checkpoints: after every store closed (theirs go in too)."""
+        """Write the last checkpoints and stop the flushers: after every store closed
+        (theirs go in too)."""
         self.checkpoints.close()
+        self.flushers.stop()
 
 
 def _read_topic_id(d: Path) -> int | None:

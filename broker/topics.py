@@ -38,6 +38,7 @@ from lib.errors import PartitionNotHosted, UnknownPartition, UnknownTopic
 from lib.logs import event
 from lib.names import check_name
 from storage.config import StoreConfig
+from storage.flusher_pool import DEFAULT_THREADS
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,10 @@ class TopicManager:
     """Owns every Store of this broker under ``<data_dir>/topics`` and the table that finds
     them (lookups take no lock)."""
 
-    def __init__(self, data_dir: str | Path, defaults: StoreConfig | None = None) -> None:
+    def __init__(self, data_dir: str | Path, defaults: StoreConfig | None = None,
+                 flusher_threads: int = DEFAULT_THREADS) -> None:
         self.defaults = defaults or StoreConfig()
-        self.dirs = TopicDirs(data_dir, self.defaults)
+        self.dirs = TopicDirs(data_dir, self.defaults, flusher_threads)
         self.root = self.dirs.root
         self.space = self.dirs.space  # shared by every store (the heartbeat reports it)
         self.checkpoints = self.dirs.checkpoints

@@ -34,11 +34,14 @@ TOPIC = "many-{:05d}"
 
 
 def process_figures(pid: int) -> dict[str, float]:
-    """RSS (MiB), open descriptors and CPU seconds (user + system) of a process."""
+    """RSS (MiB), open descriptors, threads and CPU seconds (user + system) of a process."""
     figures = sample(Watched("broker", pid))  # no data dir: the phases count files instead
     if figures is None:
         raise RuntimeError(f"process {pid} is gone")
     figures.pop("disk_mib")
+    with open(f"/proc/{pid}/status") as f:
+        figures["threads"] = next(int(line.split()[1]) for line in f
+                                  if line.startswith("Threads:"))
     return figures
 
 
@@ -120,13 +123,16 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                 have = max(have, count)
                 wait_served(producer, [TOPIC.format(i) for i in range(count)])
                 before = process_figures(broker.pid)
-                result = produce(producer, count, messages, size, min(run_len, messages))
+                # every topic gets records: 10,000 topics at 500 each would need 5 M
+                run_here = max(1, min(run_len, messages // count))
+                result = produce(producer, count, messages, size, run_here)
                 files = files_in(broker.data_dir, count)
                 after = process_figures(broker.pid)
                 phases.append({
-                    "topics": count, **result, "create_topics_s": created_s,
+                    "topics": count, **result, "run": run_here, "create_topics_s": created_s,
                     "broker_cpu_s": round(after["cpu_s"] - before["cpu_s"], 2),
                     "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],
+                    "broker_threads": after["threads"],
                     "broker_data_fds": data_fds(broker.pid, broker.data_dir),
                     **files})
     finally:
@@ -137,7 +143,8 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
         phase["vs_first"] = round(phase["msgs_per_s"] / first, 2) if first else None
     return {
         "setup": f"1 master, 1 broker, {os.cpu_count()} CPUs; one producer process sending "
-                 f"{messages} records of {size} B per phase, {run_len} to a topic then the next; "
+                 f"{messages} records of {size} B per phase, {run_len} to a topic (fewer when "
+                 "that would leave topics out) then the next; "
                  "async topics of 1 partition",
         "broker_idle": idle,
         "phases": phases,

@@ -17,6 +17,7 @@ read them outside ``cond`` (segment lists are replaced, never mutated).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from lib.errors import DiskFull, StorageError
@@ -48,6 +49,13 @@ class StoreCore:
         self.close_started = 0.0  # clock() when close() began (the disk-full close limit)
         self.failed: StorageError | None = None  # stops the store for good
         self.disk_full: DiskFull | None = None  # the flusher cannot write: appends refused
+        self.wake_flusher: Callable[[], None] = lambda: None  # set by the flusher
+
+    def notify(self) -> None:
+        """Under ``cond``: the state changed for waiters and for the flusher (an append made
+        a block due, a block was swapped out, close began)."""
+        self.cond.notify_all()
+        self.wake_flusher()
 
     def refresh_earliest(self) -> None:
         """The data log's start moved (opening, retention): so does each earliest."""

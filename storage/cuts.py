@@ -62,9 +62,9 @@ class LogCuts:
         except StorageError as exc:
             failed = StorageError(f"store {self._core.name}: {exc.message}", path=exc.path)
             self._core.failed = failed
-            self._core.cond.notify_all()
+            self._core.notify()
             raise failed from exc
         p = part.partition
         self._core.cache.active.add(p, offset, chunk_header(p, 0, offset, 0), memoryview(b""),
                                np.empty(0, INDEX_DTYPE))
-        self._core.cond.notify_all()
+        self._core.notify()

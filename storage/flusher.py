@@ -1,13 +1,16 @@
-"""The background writer of one store: the only thread that writes, fsyncs or deletes its files.
+"""The background writer of one store: the only code that writes, fsyncs or deletes its files.
 
-Each round it waits until something is due (:class:`~storage.sync_policy.SyncPolicy` says when),
-swaps the active cache block out, writes it (data log first, then each partition's index), fsyncs
-the data log when the policy says so, saves a checkpoint every ``checkpoint_interval_ms`` and
-applies retention every ``retention_check_interval_ms``. The checkpoint goes where the store
-keeps it: its own file, or a broker's shared one (storage/checkpoints.py). The flusher is the
-store's other half: it works on the state the two share (a :class:`~storage.core.StoreCore`:
-cache pair, partition counters, disk-full and failure flags) under the store's lock
-(``core.cond``), and does its I/O outside it, holding ``io_lock`` so that retention called
+It runs as a task of a :class:`~storage.flusher_pool.FlusherPool` (a few threads for every
+store of the process, not a thread per store: a broker holds thousands). Each round
+(:meth:`Flusher.step`) runs when something is due (:class:`~storage.sync_policy.SyncPolicy`
+says when): it swaps the active cache block out, writes it (data log first, then each
+partition's index), fsyncs the data log when the policy says so, saves a checkpoint every
+``checkpoint_interval_ms`` and applies retention every ``retention_check_interval_ms``. The
+checkpoint goes where the store keeps it: its own file, or a broker's shared one
+(storage/checkpoints.py). The flusher is the store's other half: it works on the state the
+two share (a :class:`~storage.core.StoreCore`: cache pair, partition counters, disk-full and
+failure flags) under the store's lock (``core.cond``), and does its I/O outside it, holding
+``io_lock`` so that retention called
 from outside never runs beside a write. Appends of ``sync`` topics and flushes wait for its
 fsync (:meth:`Flusher.wait_synced`: one fsync serves every waiter).
 
@@ -28,6 +31,7 @@ from lib.errors import DiskFull, StorageError, StoreClosed
 from lib.logs import event
 from storage.cache import CacheBlock
 from storage.core import StoreCore
+from storage.flusher_pool import FlusherPool, default_pool
 from storage.index import ENTRY
 from storage.producers import SnapshotSchedule, write_snapshot
 from storage.recovery import Checkpoint
@@ -38,16 +42,20 @@ from storage.sync_policy import SyncPolicy
 log = logging.getLogger(__name__)
 DISK_FULL_RETRY_S = 0.5  # a flusher on a full disk tries again this often
 DISK_FULL_CLOSE_S = 3.0  # close() on a full disk retries this long, then logs what is lost
-MAX_IDLE_S = 3600.0  # an idle flusher wakes at least this often (bounds Condition.wait)
+MAX_IDLE_S = 3600.0  # an idle flusher runs at least this often
 
 
 class Flusher:
-    """Writes the cache blocks of a store (its ``core``, storage/core.py) to its files on a
-    thread of its own (module docstring)."""
+    """Writes the cache blocks of a store (its ``core``, storage/core.py) to its files, as a
+    task of a flusher pool (module docstring)."""
 
     def __init__(self, core: StoreCore, policy: SyncPolicy,
-                 wall_clock: Callable[[], float]) -> None:
+                 wall_clock: Callable[[], float], pool: FlusherPool | None = None) -> None:
         self.core, self.policy = core, policy
+        self.pool = pool or default_pool()
+        self._slot = None  # the pool's handle, once started
+        self._done = threading.Event()  # the last round ran: closed, or failed for good
+        self.steps = 0  # times a pool thread ran it (an idle store adds none)
         self.clock, self.wall_clock = policy.clock, wall_clock
         self.io_lock = threading.Lock()  # file structure changes: writes and retention
         # Under the store's lock: the data position sync waiters need fsynced, and the one
@@ -61,14 +69,19 @@ class Flusher:
         self._written: CacheBlock | None = None  # the block being flushed, once in the files
         self._snapshots = SnapshotSchedule(core.dir, core.config.producer_snapshot_interval_ms
                                            / 1e3, self.clock)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"flusher-{core.topic}-{core.store_id}")
+        core.wake_flusher = self.wake
 
     def start(self) -> None:
-        self._thread.start()
+        self._slot = self.pool.add(self)
+
+    def wake(self) -> None:
+        """Something may be due sooner (an append, a sync waiter, close): run a round soon."""
+        if self._slot is not None:
+            self.pool.wake(self._slot)
 
     def join(self) -> None:
-        self._thread.join()
+        """Until the last round ran (the store closes, or it failed for good)."""
+        self._done.wait()
 
     def wait_synced(self, end_pos: int) -> None:
         """Wait, holding the store's condition, until the data log is fsynced up to ``end_pos``
@@ -78,7 +91,7 @@ class Flusher:
         acknowledged, so a retry may store it twice."""
         c = self.core
         self.sync_target = max(self.sync_target, end_pos)
-        c.cond.notify_all()
+        self.wake()
         c.cond.wait_for(lambda: self.synced_pos >= end_pos or c.closed
                         or c.failed is not None or c.disk_full is not None)
         if self.synced_pos < end_pos:
@@ -91,48 +104,58 @@ class Flusher:
 
     # ------------------------------------------------------------------ the loop
 
-    def _run(self) -> None:
+    def step(self) -> float | None:
+        """One round, if one is due (a pool thread calls it); seconds until the next one
+        may be (0: at once), None once the last round ran."""
         c = self.core
-        while True:
+        self.steps += 1
+        with c.cond:
+            wait = self._wait_s()
+            if wait > 0:
+                return wait
             block, closing, sync_wanted = self._next_block()
-            try:
-                with self.io_lock:
-                    self._write_block(block, sync_wanted or closing)
-                    self._maybe_checkpoint(closing)
-                    self._maybe_retention()
-            except Exception as exc:  # noqa: BLE001 - a dead flusher must never be silent
-                if is_disk_full(exc) and self._wait_for_space(exc, closing):
-                    continue
-                self._fail(exc if isinstance(exc, StorageError) else
-                           StorageError(f"store {c.name} flusher: {exc!r}"))
-                return
-            if c.disk_full is not None:
-                self._space_back()
-            if closing and block is None:
-                return
+        try:
+            with self.io_lock:
+                self._write_block(block, sync_wanted or closing)
+                self._maybe_checkpoint(closing)
+                self._maybe_retention()
+        except Exception as exc:  # noqa: BLE001 - a dead flusher must never be silent
+            if is_disk_full(exc) and self._wait_for_space(exc, closing):
+                return DISK_FULL_RETRY_S
+            self._fail(exc if isinstance(exc, StorageError) else
+                       StorageError(f"store {c.name} flusher: {exc!r}"))
+            self._done.set()
+            return None
+        if c.disk_full is not None:
+            self._space_back()
+        if closing and block is None:
+            self._done.set()
+            return None
+        with c.cond:
+            return self._wait_s()
 
     def _next_block(self) -> tuple[CacheBlock | None, bool, bool]:
-        """Wait until something is due; swap the active block out if it is. Returns the block
-        to write (None: nothing), whether the store closes and whether a waiter wants a sync."""
+        """Swap the active block out if it is due (holding the store's condition). Returns the
+        block to write (None: nothing), whether the store closes and whether a waiter wants a
+        sync."""
         c, cache = self.core, self.core.cache
-        with c.cond:
-            self._sleep()
-            closing = c.closing
-            waited_for = closing or self.sync_target > cache.active.base_pos
-            if cache.flushing is None and self.policy.write_due(cache.active, waited_for):
-                cache.swap()
-                c.cond.notify_all()
-            return cache.flushing, closing, self.sync_target > self.synced_pos
+        closing = c.closing
+        waited_for = closing or self.sync_target > cache.active.base_pos
+        if cache.flushing is None and self.policy.write_due(cache.active, waited_for):
+            cache.swap()
+            c.cond.notify_all()
+        return cache.flushing, closing, self.sync_target > self.synced_pos
 
-    def _sleep(self) -> None:
-        """Wait (holding the store's condition) until something is due or its time comes. A
-        notify recomputes the time: the first append into an empty block shortens it from
-        the next housekeeping to the block's flush interval."""
+    def _wait_s(self) -> float:
+        """0 when a round is due (holding the store's condition), else how long until a
+        time-based deadline (block age, fsync, housekeeping) comes. A wake recomputes it:
+        the first append into an empty block shortens it from the next housekeeping to the
+        block's flush interval."""
+        if self._due():
+            return 0.0
         c = self.core
-        while not self._due():
-            timeout = self.policy.wait_s(c.cache.active, self._unsynced, self._housekeeping_s())
-            if timeout <= 0 or not c.cond.wait(timeout):
-                return  # a time-based deadline (block age, fsync, housekeeping) has come
+        return max(0.0, self.policy.wait_s(c.cache.active, self._unsynced,
+                                           self._housekeeping_s()))
 
     def _housekeeping_s(self) -> float:
         """Seconds to the next retention check or, when a new synced position awaits one, the
@@ -256,7 +279,8 @@ class Flusher:
     # ---------------------------------------------------------------- full disk
 
     def _wait_for_space(self, exc: BaseException, closing: bool) -> bool:
-        """Enter (or stay in) the disk-full condition and back off; False: give up (close)."""
+        """Enter (or stay in) the disk-full condition; True: try again in
+        ``DISK_FULL_RETRY_S`` (a close wakes it sooner), False: give up (closing)."""
         c = self.core
         with c.cond:
             first = c.disk_full is None
@@ -270,7 +294,6 @@ class Flusher:
             if first:
                 event(log, "store.disk_full", logging.ERROR, store=c.name, error=str(exc),
                       unwritten_bytes=c.unwritten)
-            c.cond.wait_for(lambda: c.closing and not closing, DISK_FULL_RETRY_S)
         try:
             with self.io_lock:
                 self._maybe_retention()  # deleting old segments may be what frees the space

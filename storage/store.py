@@ -65,6 +65,7 @@ from storage.datalog import (
     header_size,
 )
 from storage.flusher import Flusher
+from storage.flusher_pool import FlusherPool
 from storage.fsutil import inside
 from storage.index import ENTRY, IndexLog, index_entries
 from storage.key_lookup import DEFAULT_LIMIT, KeyMatches, Window, check_lookup, search
@@ -82,13 +83,14 @@ class Store(Closeable):
 
     def __init__(self, root: str | Path, topic: str, store_id: int, partitions: Iterable[int],
                  config: StoreConfig | None = None, space: SpaceGuard | None = None, *,
-                 checkpoint: CheckpointSlot | None = None,
+                 checkpoint: CheckpointSlot | None = None, pool: FlusherPool | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
         """``space`` and ``checkpoint`` are shared by the stores of one data dir (a broker
         passes them: one free-space guard, one checkpoint file); without them the store
         guards its own directory with ``config.disk_reserve_bytes`` and keeps its own
-        ``checkpoint.json``."""
+        ``checkpoint.json``. ``pool`` runs its flusher (default: the process's shared
+        pool, storage/flusher_pool.py)."""
         self.config = cfg = config or StoreConfig()
         self.topic = check_name(topic)
         self.store_id = store_id
@@ -107,7 +109,7 @@ class Store(Closeable):
         self._retired: list[IndexLog | KeyLog] = []  # files of removed partitions
         self._clock, self._wall_clock = clock, wall_clock
         self._policy = SyncPolicy.of(cfg, clock)
-        self._flusher = Flusher(self._core, self._policy, wall_clock)
+        self._flusher = Flusher(self._core, self._policy, wall_clock, pool)
         self._flusher.start()
         # Windows and transactions: broker/replica_*.py, broker/txn_markers.py, isolation.py
         self._cuts = LogCuts(self._core, self._flusher, self.flush, self._writable_partition,
@@ -257,7 +259,7 @@ class Store(Closeable):
             part.after_producer_chunk(producer, view.count, base, block.end_pos,
                                       int(self._wall_clock() * 1e3))
         if first_in_block or self._policy.block_full(block):
-            self._core.cond.notify_all()  # the flusher sleeps until a block needs it
+            self._core.notify()  # the flusher sleeps until a block needs it
         return base, block.end_pos
 
     def read(self, partition: int, offset: int, max_bytes: int = 1 << 20,
@@ -407,7 +409,7 @@ class Store(Closeable):
                 return
             self._core.closing = True
             self._core.close_started = self._clock()
-            self._core.cond.notify_all()
+            self._core.notify()
         self._flusher.join()
         with self._core.cond:
             self._core.closed = True
@@ -445,6 +447,6 @@ class Store(Closeable):
         """Swap a full active block out, or wait for the flusher to free the other one."""
         if self._core.cache.flushing is None:
             self._core.cache.swap()
-            self._core.cond.notify_all()
+            self._core.notify()
         else:
             self._core.cond.wait()
