@@ -161,7 +161,8 @@ class DataLog(SegmentedLog):
         seg = self._list.active
         if seg is not None and self._dirty:
             try:
-                os.fdatasync(seg.fd)
+                with seg.use() as fd:
+                    os.fdatasync(fd)
             except OSError as exc:
                 raise StorageError(f"fsync failed on {seg.path}: {exc}") from exc
             self._dirty = False
@@ -183,7 +184,8 @@ class DataLog(SegmentedLog):
             if hi < seg.end or seg is segs[-1]:
                 hi = seg.base + (hi - seg.base) // DROP_ALIGN * DROP_ALIGN
             if lo < hi:
-                os.posix_fadvise(seg.fd, lo - seg.base, hi - lo, os.POSIX_FADV_DONTNEED)
+                with seg.use() as fd:
+                    os.posix_fadvise(fd, lo - seg.base, hi - lo, os.POSIX_FADV_DONTNEED)
                 self._uncached = hi
 
     def read(self, position: int, length: int) -> bytes:
@@ -200,10 +202,14 @@ class DataLog(SegmentedLog):
                 raise CorruptRecord(f"data at position {position} is missing (deleted or damaged)")
             n = min(length, seg.end - position)
             raw = None
-            if position + n <= self._uncached:  # dropped from the page cache: read around it
-                raw = pread_direct(seg.fd, n, position - seg.base)
-            if raw is None:
-                raw = os.pread(seg.fd, n, position - seg.base)
+            fd = seg.pin()
+            try:
+                if position + n <= self._uncached:  # dropped from the page cache: around it
+                    raw = pread_direct(fd, n, position - seg.base)
+                if raw is None:
+                    raw = os.pread(fd, n, position - seg.base)
+            finally:
+                seg.unpin()
             if len(raw) != n:
                 raise CorruptRecord(f"data segment {seg.path} is shorter than expected")
             parts.append(raw)
@@ -228,9 +234,18 @@ class DataLog(SegmentedLog):
                 raise CorruptRecord(f"data at position {position} is missing (deleted or "
                                     f"damaged)")
             where.append((seg, position - seg.base, length))
+        pinned: dict[Segment, int] = {}
+        for seg, _, _ in where:
+            if seg not in pinned:
+                pinned[seg] = seg.pin()
+        try:
             if len(spans) > 1 and hasattr(os, "posix_fadvise"):  # cheap where cached
-                os.posix_fadvise(seg.fd, position - seg.base, length, os.POSIX_FADV_WILLNEED)
-        out = [os.pread(seg.fd, length, at) for seg, at, length in where]
+                for seg, at, length in where:
+                    os.posix_fadvise(pinned[seg], at, length, os.POSIX_FADV_WILLNEED)
+            out = [os.pread(pinned[seg], length, at) for seg, at, length in where]
+        finally:
+            for seg in pinned:
+                seg.unpin()
         if any(len(raw) != length for raw, (_s, _a, length) in zip(out, where, strict=True)):
             raise CorruptRecord(f"a data segment of {self.dir} is shorter than expected")
         return out
@@ -241,7 +256,7 @@ class DataLog(SegmentedLog):
 
     def segment_info(self) -> list[tuple[int, int, float]]:
         """(base, size, mtime) of every segment, oldest first."""
-        return [(s.base, s.length, os.fstat(s.fd).st_mtime) for s in self._list.segs]
+        return [(s.base, s.length, _mtime(s)) for s in self._list.segs]
 
     def scan(self, position: int) -> tuple[list[ScannedChunk], list[Damage]]:
         """Validate chunks from ``position`` to the end; returns them and what was damaged.
@@ -273,8 +288,9 @@ class DataLog(SegmentedLog):
 
     def _cut(self, index: int, keep: int) -> None:
         seg = self._list.segs[index]
-        os.ftruncate(seg.fd, keep)
-        os.fsync(seg.fd)
+        with seg.use() as fd:
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
         seg.length = keep
 
 
@@ -290,7 +306,7 @@ def _scan_segment(seg: Segment, local: int, out: list[ScannedChunk],
     good = local
     held: list[ScannedChunk] = []  # holes and damage since the last valid chunk
     seen: list[Damage] = []
-    with mmap.mmap(seg.fd, seg.length, access=mmap.ACCESS_READ) as mm:
+    with seg.use() as fd, mmap.mmap(fd, seg.length, access=mmap.ACCESS_READ) as mm:
         mv = memoryview(mm)
         try:
             while local < seg.length:
@@ -395,3 +411,11 @@ def parse_chunk(mv: memoryview, at: int, seg_base: int) -> tuple[ScannedChunk | 
     entries["ts"] = times
     return ScannedChunk(head.partition, head.base_offset, entries, head.frames_len,
                         head.leader_epoch, seg_base + start, head.size, head.producer), ""
+
+
+def _mtime(seg: Segment) -> float:
+    """A segment's last write time (retention by age), by path: no descriptor needed."""
+    try:
+        return seg.path.stat().st_mtime
+    except FileNotFoundError:  # deleted meanwhile: as old as it gets
+        return 0.0

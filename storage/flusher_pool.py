@@ -9,8 +9,8 @@ time) and a timer heap; a store wakes its task (:meth:`FlusherPool.wake`) when a
 sync waiter or close makes it due sooner. Fsyncs release the GIL, so a few threads overlap
 the disk waits of several stores.
 
-Every store of a process shares :func:`default_pool` unless it is given its own (a broker
-sizes it from ``flusher_threads``).
+A store runs in :func:`default_pool` (the process's) unless it is given one: a broker gives
+its stores a pool of ``flusher_threads``.
 """
 from __future__ import annotations
 
@@ -172,15 +172,4 @@ def default_pool() -> FlusherPool:
     with _default_lock:
         if _default is None:
             _default = FlusherPool()
-        return _default
-
-
-def configure_default(threads: int) -> FlusherPool:
-    """Size the shared pool before any store opens (a broker's ``flusher_threads``)."""
-    global _default
-    with _default_lock:
-        if _default is None or _default.threads != threads:
-            if _default is not None and _default._workers:
-                raise RuntimeError("the flusher pool is running already: configure it first")
-            _default = FlusherPool(threads)
         return _default

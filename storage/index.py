@@ -151,7 +151,8 @@ class IndexLog(SegmentedLog):
             seg = segs.segs[-1]
             keep = end - seg.base
             if keep < seg.length:
-                os.ftruncate(seg.fd, keep * ENTRY)
+                with seg.use() as fd:
+                    os.ftruncate(fd, keep * ENTRY)
                 seg.length = keep
         finally:
             self._cuts += 1
@@ -222,14 +223,19 @@ class IndexLog(SegmentedLog):
 
     def sync(self) -> None:
         for seg in self._list.segs[-2:]:  # older segments were synced when they rolled
-            os.fsync(seg.fd)
+            with seg.use() as fd:
+                os.fsync(fd)
 
 
 def _read_segment(seg: Segment, first: int, stop: int) -> np.ndarray | None:
     """Entries [first, stop) of one segment (the caller keeps them inside it); None when the
     file holds fewer (the caller says why)."""
     want = (stop - first) * ENTRY
-    raw = os.pread(seg.fd, want, (first - seg.base) * ENTRY)
+    fd = seg.pin()
+    try:
+        raw = os.pread(fd, want, (first - seg.base) * ENTRY)
+    finally:
+        seg.unpin()
     if len(raw) != want:
         return None
     return np.frombuffer(raw, INDEX_DTYPE)

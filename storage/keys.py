@@ -192,9 +192,10 @@ class KeyLog:
         seg = segs.segs[-1]
         self._drop_sorted(seg.base)
         if seg.end > end:
-            os.ftruncate(seg.fd, (end - seg.base) * HASH.itemsize)
-            seg.length = end - seg.base
-            os.fsync(seg.fd)
+            with seg.use() as fd:
+                os.ftruncate(fd, (end - seg.base) * HASH.itemsize)
+                seg.length = end - seg.base
+                os.fsync(fd)
 
     def delete_before(self, start: int) -> None:
         """Retention removed the index segments below ``start``: their key files go too."""
@@ -207,7 +208,8 @@ class KeyLog:
 
     def sync(self) -> None:
         for seg in self._list.segs[-2:]:
-            os.fsync(seg.fd)
+            with seg.use() as fd:
+                os.fsync(fd)
 
     def close(self) -> None:
         self._list.close()
@@ -288,7 +290,8 @@ class KeyLog:
         else:
             last = segs.segs[-1]
             if last.length > idx[last.base]:
-                os.ftruncate(last.fd, idx[last.base] * HASH.itemsize)
+                with last.use() as fd:
+                    os.ftruncate(fd, idx[last.base] * HASH.itemsize)
                 last.length = idx[last.base]
         live = {s.base for s in segs.segs[:-1]}
         for path in self.dir.glob(f"*{KS_SUFFIX}*"):
@@ -368,7 +371,8 @@ def _hashes_from(entries: np.ndarray, fetch: Fetch, data_start: int) -> np.ndarr
 
 def _read_hashes(seg: Segment, length: int) -> np.ndarray:
     want = length * HASH.itemsize
-    raw = os.pread(seg.fd, want, 0)
+    with seg.use() as fd:
+        raw = os.pread(fd, want, 0)
     if len(raw) != want:
         raise CorruptRecord(f"key index {seg.path} is shorter than its {length} entries")
     return np.frombuffer(raw, HASH)

@@ -10,7 +10,8 @@ Concurrency: one writer (the store's flusher, or recovery before anything else r
 take ``segs`` without a lock: the list is *replaced, never mutated*, so a snapshot stays
 consistent while the writer rolls or drops segments, and the fds of dropped segments wait in a
 graveyard until the next drop (or close) so that a reader still holding the old list can finish
-its ``pread``. A segment's ``length`` only grows while it is the active one.
+its ``pread``. A segment's ``length`` only grows while it is the active one. Descriptors are
+opened when used and closed when idle past a cap (storage/handles.py).
 
 Failure: ``roll`` either adds the new segment or changes nothing (an fd it opened is closed), so
 a writer that failed (ENOSPC) simply retries; ``pwrite_all`` raises before the caller counts
@@ -24,19 +25,9 @@ from pathlib import Path
 
 from lib.errors import StorageError
 from storage.fsutil import fsync_dir, list_segments, quarantine, segment_name
+from storage.handles import Segment, handles
 
-
-class Segment:
-    """One file of a log: its first unit is ``base``, it holds ``length`` units."""
-
-    __slots__ = ("base", "path", "fd", "length")
-
-    def __init__(self, base: int, path: Path, fd: int, length: int) -> None:
-        self.base, self.path, self.fd, self.length = base, path, fd, length
-
-    @property
-    def end(self) -> int:
-        return self.base + self.length
+__all__ = ["Segment", "SegmentList", "SegmentedLog", "pwrite_all"]
 
 
 class SegmentList:
@@ -58,9 +49,7 @@ class SegmentList:
             if self.segs and base != self.segs[-1].end:
                 quarantine(path)
                 continue
-            length = measure(path)
-            fd = os.open(path, os.O_RDWR)
-            self.segs = [*self.segs, Segment(base, path, fd, length)]
+            self.segs = [*self.segs, Segment(base, path, measure(path))]
 
     @property
     def start(self) -> int:
@@ -82,7 +71,8 @@ class SegmentList:
         """
         base = self.end
         if self.segs:
-            os.fsync(self.segs[-1].fd)
+            with self.segs[-1].use() as full:
+                os.fsync(full)
         path = self.dir / segment_name(base, self.suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -93,7 +83,8 @@ class SegmentList:
         except BaseException:
             os.close(fd)
             raise
-        seg = Segment(base, path, fd, 0)
+        seg = Segment(base, path, 0)
+        handles().adopt(seg, fd)
         self.segs = [*self.segs, seg]
         return seg
 
@@ -103,8 +94,10 @@ class SegmentList:
         if count <= 0:
             return 0
         for seg in self._graveyard:
-            os.close(seg.fd)
+            handles().close(seg)
         self._graveyard = self.segs[:count]
+        for seg in self._graveyard:
+            handles().keep(seg)
         self.segs = self.segs[count:]
         for seg in self._graveyard:
             seg.path.unlink(missing_ok=True)
@@ -121,15 +114,16 @@ class SegmentList:
         seg = self.segs[-1]
         self.segs = self.segs[:-1]
         if keep_fd:
+            handles().keep(seg)
             self._graveyard = [*self._graveyard, seg]
         else:
-            os.close(seg.fd)
+            handles().close(seg)
         seg.path.unlink(missing_ok=True)
         self.empty_end = seg.base
 
     def close(self) -> None:
         for seg in self.segs + self._graveyard:
-            os.close(seg.fd)
+            handles().close(seg)
         self.segs, self._graveyard = [], []
 
 
@@ -156,9 +150,12 @@ def pwrite_all(seg: Segment, data: memoryview, at: int, what: str) -> None:
     Raises StorageError (caused by the OSError, so ENOSPC stays visible) before the caller
     counts anything: bytes that did land lie past the log's end and the retry overwrites them.
     """
+    fd = seg.pin()
     try:
         written = 0
         while written < len(data):
-            written += os.pwrite(seg.fd, data[written:], at + written)
+            written += os.pwrite(fd, data[written:], at + written)
     except OSError as exc:
         raise StorageError(f"{what} write failed in {seg.path}: {exc}") from exc
+    finally:
+        seg.unpin()

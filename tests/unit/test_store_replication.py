@@ -508,7 +508,7 @@ def test_an_index_read_cut_short_by_a_truncation_is_out_of_range(tmp_path, monke
 def test_an_index_file_shorter_than_its_count_without_a_cut_is_corrupt(tmp_path):
     log = _index_with(tmp_path, 50)
     seg = log._list.segs[-1]
-    os.ftruncate(seg.fd, 20 * ENTRY)  # damage behind the store's back
+    os.truncate(seg.path, 20 * ENTRY)  # damage behind the store's back
     with pytest.raises(CorruptRecord, match="shorter than its entry count"):
         log.read(0, 40)
     log.close()

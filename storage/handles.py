@@ -1,0 +1,163 @@
+"""The open segment files of every store in the process, within a cap.
+
+Why: a store's data log and each of its partitions' index (and key) logs are directories of
+segment files, and a file needs a descriptor to be read or written. Holding all of them open
+costs a broker two descriptors per topic of one partition and one per further segment:
+10,000 topics are 20,000 descriptors and more, past the hard limit of many hosts (20,000 on
+the development VM, whose container may not raise it). So segments are opened when used and
+the least recently used ones closed past ``capacity`` (RocksDB's ``max_open_files``, Kafka's
+advice to raise the ulimit instead): busy stores keep theirs open, idle ones give theirs back.
+
+A use *pins* the segment (:meth:`Segment.use`, or ``pin``/``unpin`` on the hot paths): a
+pinned descriptor is never closed under its reader. A dropped segment (retention, a cut
+tail) is opened and *kept* before its file is unlinked, so a reader holding an older segment
+list can still finish its ``pread`` (storage/segments.py's graveyard); it is closed when the
+graveyard is emptied. fsync on any descriptor of a file flushes all of its dirty pages, so a
+descriptor closed and opened again loses nothing of what was written through the first.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from lib.errors import StorageError
+
+RESERVED = 2048  # descriptors left for sockets, pipes, LMDB and the rest of the process
+LEAST = 256
+
+
+class Segment:
+    """One file of a log: its first unit is ``base``, it holds ``length`` units. Its
+    descriptor ``fd`` is the :class:`Handles`' business (``-1`` while closed): use it through
+    :meth:`use` or ``pin``/``unpin`` only."""
+
+    __slots__ = ("base", "path", "length", "fd", "pins", "kept", "__weakref__")
+
+    def __init__(self, base: int, path: Path, length: int, fd: int = -1) -> None:
+        self.base, self.path, self.length = base, path, length
+        self.fd, self.pins, self.kept = fd, 0, False
+
+    @property
+    def end(self) -> int:
+        return self.base + self.length
+
+    def pin(self) -> int:
+        return handles().pin(self)
+
+    def unpin(self) -> None:
+        handles().unpin(self)
+
+    def use(self) -> _Use:
+        """``with seg.use() as fd:`` the descriptor, open and pinned for the block."""
+        return _Use(self)
+
+
+class _Use:
+    __slots__ = ("seg",)
+
+    def __init__(self, seg: Segment) -> None:
+        self.seg = seg
+
+    def __enter__(self) -> int:
+        return handles().pin(self.seg)
+
+    def __exit__(self, *exc: object) -> None:
+        handles().unpin(self.seg)
+
+
+class Handles:
+    """The process's open segment descriptors: at most ``capacity`` beyond the pinned and
+    kept ones (module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(LEAST, capacity)
+        self._lock = threading.Lock()
+        self._idle: OrderedDict[Segment, None] = OrderedDict()  # open, unpinned, LRU first
+        self.open = 0  # descriptors open now
+        self.opened = 0  # opens so far (reopens included): what the cap costs
+
+    def pin(self, seg: Segment) -> int:
+        with self._lock:
+            if seg.fd < 0:
+                self._make_room()
+                try:
+                    seg.fd = os.open(seg.path, os.O_RDWR)
+                except OSError as exc:
+                    raise StorageError(f"cannot open segment {seg.path}: {exc}",
+                                       path=str(seg.path)) from exc
+                self.open += 1
+                self.opened += 1
+            else:
+                self._idle.pop(seg, None)
+            seg.pins += 1
+            return seg.fd
+
+    def unpin(self, seg: Segment) -> None:
+        with self._lock:
+            seg.pins -= 1
+            if seg.pins == 0 and seg.fd >= 0 and not seg.kept:
+                self._idle[seg] = None
+
+    def adopt(self, seg: Segment, fd: int) -> None:
+        """A segment just created with ``fd`` (a roll): counted, and idle until used."""
+        with self._lock:
+            self._make_room()
+            seg.fd = fd
+            self.open += 1
+            self.opened += 1
+            self._idle[seg] = None
+
+    def keep(self, seg: Segment) -> None:
+        """Open ``seg`` and hold it open until :meth:`close` (its file is about to go)."""
+        self.pin(seg)
+        with self._lock:
+            seg.kept = True
+            seg.pins -= 1
+
+    def close(self, seg: Segment) -> None:
+        """Close ``seg``'s descriptor (its log closes, or its file was deleted and no reader
+        holds an older list any more)."""
+        with self._lock:
+            self._idle.pop(seg, None)
+            if seg.fd >= 0:
+                fd, seg.fd = seg.fd, -1
+                self.open -= 1
+                os.close(fd)
+            seg.kept = False
+
+    def _make_room(self) -> None:
+        while self.open >= self.capacity and self._idle:
+            seg, _ = self._idle.popitem(last=False)
+            fd, seg.fd = seg.fd, -1
+            self.open -= 1
+            os.close(fd)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"capacity": self.capacity, "open": self.open, "idle": len(self._idle),
+                    "opened": self.opened}
+
+
+_handles: Handles | None = None
+_handles_lock = threading.Lock()
+
+
+def handles() -> Handles:
+    """The process's handles, sized at first use from the open-file limit then in force (a
+    broker raises it first: lib/open_files.py)."""
+    global _handles
+    if _handles is None:
+        with _handles_lock:
+            if _handles is None:
+                _handles = Handles(default_capacity())
+    return _handles
+
+
+def default_capacity() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(LEAST, soft - RESERVED) if soft > 2 * RESERVED else max(LEAST, soft // 2)
