@@ -269,8 +269,11 @@ def test_async_loss_is_bounded_by_the_flush_interval_when_blocks_do_not_fill(spa
     """A trickle of appends into big cache blocks: only the flush interval gets data written,
     so a kill may lose the last interval's acks but nothing older."""
     block = 4 << 20  # ~1.5 s of this trickle is well under one block
-    run = kill_at(spawn("async", 0, "--cache-block-bytes", str(block), "--pace-ms", "10"),
-                  "seconds", 1.5)
+    child = spawn("async", 0, "--cache-block-bytes", str(block), "--pace-ms", "10")
+    child.wait("start")  # the 1.5 s count from the store's opening, not the interpreter's start
+    child.wait("seconds", 1.5)
+    child.wait("acks", 120)  # a loaded machine paces slower: up to ACK_WAIT_S more for enough
+    run = kill_at(child, "acks", 0)
     assert len(run.acks) > 100
     stats = verify(spawn.data, "async", [run], cache_block_bytes=block)
     assert stats["records"] > 0  # the interval flushes wrote data although no block filled

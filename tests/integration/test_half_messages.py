@@ -96,10 +96,10 @@ def test_the_local_answer_decides_and_an_unknown_one_is_checked_back(masters):
                                           b"checked-commit": 1})
 
 
-# 40 checks (13 s without a checker): the half messages must outlive starting the second
-# worker process on a busy machine (with 3, the first one was rolled back before the second
-# process had sent its own, in a CI run).
-@pytest.mark.parametrize("masters", [40], indirect=True)
+# 200 checks (61 s without a checker): the half messages must outlive starting the second
+# worker process and the checker on a busy machine (with 3, the first one was rolled back
+# before the second process had sent its own, in a CI run; 40 were once too few as well).
+@pytest.mark.parametrize("masters", [200], indirect=True)
 def test_a_producer_that_dies_before_its_local_answer_is_checked_back_with_another(masters):
     worker = textwrap.dedent(f"""
         import os, signal, sys
@@ -128,7 +128,9 @@ def test_a_producer_that_dies_before_its_local_answer_is_checked_back_with_anoth
 
     with Producer(masters, producer_group="orders", check=check):
         wait_for(lambda: not half_ids(masters), "both checked back and ended")
-    assert asked == Counter({tids["dead-commit"]: 1, tids["dead-rollback"]: 1})
+    # each asked; more than once only when an answer took longer than the 0.3 s interval
+    # (documented: no answer, asked again), and the decision is applied once all the same
+    assert set(asked) == set(tids.values()), asked
     assert committed(masters) == Counter({b"warm-up": 2, b"dead-commit": 1}), \
         "committed exactly once"
 

@@ -66,6 +66,9 @@ def test_a_new_leader_completes_a_half_applied_commit_once_and_skips_a_done_one(
         other = 3 - first
         # the follower gets the fault: it exits after 3 appends of a commit once it leads
         cluster.brokers[other].stop()
+        # out of the ISR first: else the wait below can pass on the ISR from before the stop,
+        # the leader shrink it an instant later, and stopping the leader leave no one eligible
+        wait_until(lambda: partition(admin).isr == [first], "the stopped follower out of the ISR")
         cluster.brokers[other].env[EXIT_AFTER_APPENDS_ENV] = "3"
         cluster.start_broker(other)
         wait_until(lambda: sorted(partition(admin).isr) == [1, 2], "the follower back in sync")
