@@ -10,9 +10,9 @@ checkpoint goes where the store keeps it: its own file, or a broker's shared one
 (storage/checkpoints.py). The flusher is the store's other half: it works on the state the
 two share (a :class:`~storage.core.StoreCore`: cache pair, partition counters, disk-full and
 failure flags) under the store's lock (``core.cond``), and does its I/O outside it, holding
-``io_lock`` so that retention called
-from outside never runs beside a write. Appends of ``sync`` topics and flushes wait for its
-fsync (:meth:`Flusher.wait_synced`: one fsync serves every waiter).
+``io_lock`` so that retention called from outside never runs beside a write. Appends of
+``sync`` topics and flushes wait for its fsync (:meth:`Flusher.wait_synced`: one fsync serves
+every waiter).
 
 A full disk is a condition, not a failure. If a write or fsync fails with ENOSPC/EDQUOT (space
 was admitted by the :class:`~storage.space.SpaceGuard`, but another process took it), the
@@ -106,7 +106,15 @@ class Flusher:
 
     def step(self) -> float | None:
         """One round, if one is due (a pool thread calls it); seconds until the next one
-        may be (0: at once), None once the last round ran."""
+        may be (0: at once), None once the last round ran. A round that raises past its own
+        handling still ends the flusher (the pool logs it): ``join`` must never hang."""
+        try:
+            return self._step()
+        except BaseException:
+            self._done.set()
+            raise
+
+    def _step(self) -> float | None:
         c = self.core
         self.steps += 1
         with c.cond:

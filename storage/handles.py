@@ -34,7 +34,7 @@ class Segment:
     descriptor ``fd`` is the :class:`Handles`' business (``-1`` while closed): use it through
     :meth:`use` or ``pin``/``unpin`` only."""
 
-    __slots__ = ("base", "path", "length", "fd", "pins", "kept", "__weakref__")
+    __slots__ = ("base", "path", "length", "fd", "pins", "kept")
 
     def __init__(self, base: int, path: Path, length: int, fd: int = -1) -> None:
         self.base, self.path, self.length = base, path, length
