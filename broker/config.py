@@ -52,7 +52,7 @@ class BrokerConfig:
     grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
     # Threads writing every store's cache blocks (storage/flusher_pool.py): a pool, not a
     # thread per store; more overlap more fsyncs of sync topics.
-    flusher_threads: int = 4
+    flusher_threads: int = 16
     # RLIMIT_NOFILE raised toward this at start (lib/open_files.py): each store's data log and
     # each partition's index hold a descriptor per segment, so 10,000 topics need 20,000+.
     open_files_limit: int = 65_536

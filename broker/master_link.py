@@ -1,11 +1,15 @@
 """The broker's link to the masters: register, heartbeat with stats, apply what comes back.
 
 One background thread: register (retrying until a master answers), then heartbeat every
-``heartbeat_interval_ms`` with per-partition stats and the data dir's disk status (free bytes,
-reserve, whether appends are refused: ``tubeq broker list`` shows it). Every response's
-topics, placements and deleted incarnations go to :meth:`TopicManager.apply`; a response with
-a term lower than the highest seen comes from a deposed master and is ignored; ``reregister``
-starts over. Nothing on the produce/fetch path ever waits for this thread.
+``heartbeat_interval_ms`` with per-partition stats (those that changed: broker/heartbeat_stats.py)
+and the data dir's disk status (free bytes, reserve, whether appends are refused: ``tubeq broker
+list`` shows it). Every response's topics, placements and deleted incarnations go to
+:meth:`TopicManager.apply` on a thread of their own (broker/view_applier.py: opening hundreds
+of stores must not hold the next heartbeat back), unless the master says the view is the one
+this broker applied last (it names its digest; master/broker_views.py): converging on 10,000
+unchanged topics each second cost more than the records. A response with a term lower than
+the highest seen comes from a deposed master and is ignored; ``reregister`` starts over.
+Nothing on the produce/fetch path ever waits for this thread.
 """
 from __future__ import annotations
 
@@ -14,11 +18,13 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from broker.heartbeat_stats import FULL_EVERY, StatsReporter
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.replication import IsrChange
 from broker.term import TermWatermark
 from broker.topics import PartitionRole, TopicManager, TopicSpec
+from broker.view_applier import ViewApplier
 from lib.auth import addresses as ip_rules
 from lib.auth import quotas as quota_entries
 from lib.auth.acl import Authorizer, from_pb
@@ -88,6 +94,9 @@ class MasterLink:
         self.client = MasterClient(masters, timeout=5 * attempt_timeout,
                                    attempt_timeout=attempt_timeout, tls=tls)
         self.interval = DEFAULT_HEARTBEAT_MS / 1e3
+        self.reporter = StatsReporter(topics, metrics)
+        self.applier = ViewApplier(lambda view: self._apply(*view))
+        self._beats = 0  # heartbeats answered: every FULL_EVERY-th asks for the whole view
         self.registered = threading.Event()
         self._stop = threading.Event()
         self._soon = threading.Event()  # heartbeat now, not at the next interval
@@ -110,6 +119,7 @@ class MasterLink:
         self._soon.set()
         self._thread.join(timeout=2)  # a call in flight ends on its own deadline; apply()
         # after TopicManager.close() is a no-op
+        self.applier.stop()
         self.client.close()
 
     def _run(self) -> None:
@@ -137,7 +147,12 @@ class MasterLink:
                   highest=self.term.highest)
             return False
         self.interval = (res.heartbeat_interval_ms or DEFAULT_HEARTBEAT_MS) / 1e3
-        self._apply(res.topics, res.placements, (), res.signing_keys)
+        self._apply_keys(res.signing_keys)
+        # applied beside the heartbeats, which start now: a restart that reopens 10,000 stores
+        # must not look dead to the master (the first heartbeat brings the deletions)
+        self.applier.offer((res.topics, res.placements, ()))
+        self._beats = 0
+        self.reporter.forget()
         self._apply_policies(res)
         if self.offsets is not None:
             self.offsets.report_again()  # this master may be new: tell it everything once
@@ -148,8 +163,11 @@ class MasterLink:
 
     def _heartbeat(self) -> None:
         pairs = self.offsets.unreported() if self.offsets is not None else []
+        report = self.reporter.prepare()
         req = mpb.BrokerHeartbeatRequest(
-            broker_id=self.broker_id, stats=self.stats(), disk=self.disk(),
+            broker_id=self.broker_id, stats=report.stats, stats_partial=report.partial,
+            metadata_digest=self.applier.digest if self._beats % FULL_EVERY else b"",
+            disk=self.disk(),
             committed=[mpb.GroupTopic(group=g, topic=t) for g, t in pairs],
             acl_version=self.acls.version if self.acls is not None else -1,
             quota_version=self.quotas.version if self.quotas is not None else -1,
@@ -172,7 +190,11 @@ class MasterLink:
             event(log, "master.reregister", term=res.term)
             self.registered.clear()
             return
-        self._apply(res.topics, res.placements, res.deleted, res.signing_keys)
+        self.reporter.answered(report)
+        self._beats += 1
+        self._apply_keys(res.signing_keys)
+        if not res.metadata_unchanged:
+            self.applier.offer((res.topics, res.placements, res.deleted), res.metadata_digest)
         self._apply_policies(res)
         if self.offsets is not None:
             self.offsets.reported(pairs)
@@ -181,9 +203,13 @@ class MasterLink:
         except Exception:  # the link must survive it
             log.exception("master.after_heartbeat_failed")
 
-    def _apply(self, topics, placements, deleted, signing_keys) -> None:
+    def _apply_keys(self, signing_keys) -> None:
         if self.keyring is not None and signing_keys:  # none: auth = "none" on the master
             self.keyring.replace({k.key_id: k.secret for k in signing_keys})
+
+    def _apply(self, topics, placements, deleted) -> bool:
+        """Converge on a view (the applier's thread); False when a topic failed to apply
+        (the view is asked for whole again)."""
         mine = [pl for pl in placements if pl.broker_id == self.broker_id]
         placed = [(pl.topic, pl.partition) for pl in mine]
         roles = {(pl.topic, pl.partition): role_of(pl) for pl in mine if pl.replicas}
@@ -192,6 +218,7 @@ class MasterLink:
         if self.on_deleted is not None:
             for name in dropped:
                 self.on_deleted(name)
+        return not self.topics.apply_failures
 
     def _apply_policies(self, res) -> None:
         """The ACLs, quotas and IP lists a response carries: each only when the version we
@@ -228,6 +255,7 @@ class MasterLink:
             return
         event(log, "broker.handed_off", still_led=res.still_led)
         self._heartbeat()
+        self.applier.wait_idle(HANDOFF_TIMEOUT_S)
 
     def alter_isr(self, change: IsrChange) -> mpb.AlterIsrResponse:
         """Ask the active master to record a partition's new ISR (we lead it), or to finish
@@ -262,20 +290,3 @@ class MasterLink:
         status = self.topics.space.status()
         return mpb.DiskStatus(free_bytes=max(0, status.free_bytes),
                               reserve_bytes=status.reserve_bytes, full=status.full)
-
-    def stats(self) -> list[mpb.PartitionStats]:
-        """Per-partition offsets and traffic counters of every hosted partition."""
-        out = []
-        for topic, p, store in self.topics.snapshot():
-            try:
-                earliest, latest = store.earliest(p), store.latest(p)
-                disk_bytes = store.disk_bytes(p)
-                stable = store.producers.last_stable(p)
-            except (TubeqError, OSError):
-                continue  # the store is being reopened, closed or trimmed: report it next time
-            c = self.metrics.partition(topic, p)
-            out.append(mpb.PartitionStats(
-                topic=topic, partition=p, earliest=earliest, latest=latest,
-                bytes_in=c.bytes_in, messages_in=c.messages_in, bytes_out=c.bytes_out,
-                messages_out=c.messages_out, disk_bytes=disk_bytes, last_stable=stable))
-        return out

@@ -69,6 +69,7 @@ class BrokerMetrics(ProcessMetrics):
                                   registry=r)
         self._lock = threading.Lock()
         self._parts: dict[tuple[str, int], PartitionCounters] = {}
+        self._touched: set[tuple[str, int]] = set()  # counters moved since drain_touched()
         self._latency: dict[str, Any] = {}  # method -> its labelled histogram
         r.register(_TopicTotals(self))
 
@@ -97,6 +98,7 @@ class BrokerMetrics(ProcessMetrics):
             c = self._counters(topic, partition)
             c.bytes_in += nbytes
             c.messages_in += messages
+            self._touched.add((topic, partition))
 
     def served(self, topic: str, partition: int, nbytes: int, messages: int) -> None:
         if messages:
@@ -104,6 +106,7 @@ class BrokerMetrics(ProcessMetrics):
                 c = self._counters(topic, partition)
                 c.bytes_out += nbytes
                 c.messages_out += messages
+                self._touched.add((topic, partition))
 
     def took(self, method: str, seconds: float) -> None:
         """One handler call of ``method`` took ``seconds``."""
@@ -123,6 +126,12 @@ class BrokerMetrics(ProcessMetrics):
         """A copy of every partition's counters (totals since the broker started)."""
         with self._lock:
             return {key: PartitionCounters(**vars(c)) for key, c in self._parts.items()}
+
+    def drain_touched(self) -> set[tuple[str, int]]:
+        """The partitions whose counters moved since the last call (heartbeat stats)."""
+        with self._lock:
+            touched, self._touched = self._touched, set()
+            return touched
 
     def partition(self, topic: str, partition: int) -> PartitionCounters:
         """A copy of the counters of one partition (totals since the broker started)."""

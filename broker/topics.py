@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from broker.config import topic_store_config
 from broker.signals import Signal
@@ -110,6 +111,12 @@ class TopicManager:
         self._topics: dict[str, Topic] = {}
         self._closed = False
         self._dropped: list[str] = []
+        self.apply_failures = 0  # topics the last apply() could not converge on
+        # Moves on after every change of a topic's roles, hosted or led partitions: leading()
+        # and followed() are asked several times a second, and at 10,000 topics walking
+        # them all each time cost more than the replication it serves.
+        self._roles_version = 0
+        self._lists: dict[str, tuple[int, list[tuple[str, int, Any]]]] = {}
         self._leaving: list[Leaving] = []
         self._removed: list[tuple[str, int]] = []
 
@@ -159,9 +166,23 @@ class TopicManager:
         return None if t is None else t.roles.get(partition)
 
     def leading(self) -> list[tuple[str, int, PartitionRole]]:
-        """(topic, partition, role) of every replicated partition this broker leads."""
-        return [(name, p, t.roles[p]) for name, t in list(self._topics.items())
-                for p in sorted(t.led) if p in t.roles and t.roles[p].replicated]
+        """(topic, partition, role) of every replicated partition this broker leads (do
+        not mutate: it is shared until the roles change)."""
+        return self._listed("leading", lambda: [
+            (name, p, t.roles[p]) for name, t in list(self._topics.items())
+            for p in sorted(t.led) if p in t.roles and t.roles[p].replicated])
+
+    def _listed(self, kind: str, build: Callable[[], list[tuple[str, int, Any]]]
+                ) -> list[tuple[str, int, Any]]:
+        """``build()``'s list, remembered until the roles change (the version is read
+        before building: a change made meanwhile makes the next call build again)."""
+        version = self._roles_version
+        cached = self._lists.get(kind)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        listed = build()
+        self._lists[kind] = (version, listed)
+        return listed
 
     def set_isr(self, topic: str, partition: int, leader_epoch: int,
                 isr: list[int]) -> bool:
@@ -173,12 +194,15 @@ class TopicManager:
             if role is None or role.leader_epoch != leader_epoch:
                 return False
             t.roles = {**t.roles, partition: replace(role, isr=tuple(isr))}
+            self._roles_version += 1
             return True
 
     def followed(self) -> list[tuple[str, int, PartitionRole]]:
-        """(topic, partition, role) of every partition this broker holds a follower copy of."""
-        return [(name, p, t.roles[p]) for name, t in list(self._topics.items())
-                for p in sorted(t.hosted - t.led) if p in t.roles]
+        """(topic, partition, role) of every partition this broker holds a follower copy of
+        (do not mutate: shared as :meth:`leading`'s)."""
+        return self._listed("followed", lambda: [
+            (name, p, t.roles[p]) for name, t in list(self._topics.items())
+            for p in sorted(t.hosted - t.led) if p in t.roles])
 
     def topic(self, topic: str) -> Topic:
         t = self._topics.get(topic)
@@ -203,14 +227,17 @@ class TopicManager:
             t.signal.bump()
 
     def snapshot(self) -> list[tuple[str, int, Store]]:
-        """(topic, partition, store) of every hosted partition (for heartbeat stats)."""
-        out = []
-        for name, t in list(self._topics.items()):
-            for p in sorted(t.hosted):
-                store = t.stores.get(p % max(1, t.spec.stores))
-                if store is not None:
-                    out.append((name, p, store))
-        return out
+        """(topic, partition, store) of every hosted partition (for heartbeat stats; shared
+        as :meth:`leading`'s)."""
+        def build() -> list[tuple[str, int, Store]]:
+            out = []
+            for name, t in list(self._topics.items()):
+                for p in sorted(t.hosted):
+                    store = t.stores.get(p % max(1, t.spec.stores))
+                    if store is not None:
+                        out.append((name, p, store))
+            return out
+        return self._listed("snapshot", build)
 
     # ------------------------------------------------------------------ applying the master
 
@@ -228,7 +255,10 @@ class TopicManager:
         """
         with self._apply_lock:
             with self._lock:
-                dropped = self._converge(topics, placed, deleted, roles or {}, broker_id)
+                try:
+                    dropped = self._converge(topics, placed, deleted, roles or {}, broker_id)
+                finally:
+                    self._roles_version += 1
                 leaving, self._leaving = self._leaving, []
             self._removed = self.dirs.remove(leaving)
             return dropped
@@ -248,6 +278,7 @@ class TopicManager:
             if name in topics and 0 <= p < topics[name].partitions:
                 wanted.setdefault(name, set()).add(p)
         self._dropped = []
+        self.apply_failures = 0
         if self._closed:
             return []
         for name, topic_id in deleted:
@@ -262,6 +293,7 @@ class TopicManager:
             try:
                 self._apply_topic(check_name(name), spec, hosted, led, mine)
             except Exception as exc:  # noqa: BLE001 - one bad topic must not stop the rest
+                self.apply_failures += 1
                 event(log, "topic.apply_failed", logging.ERROR, topic=name, error=repr(exc))
         return self._dropped
 
@@ -364,6 +396,7 @@ class TopicManager:
         with self._lock:
             self._closed = True
             topics, self._topics = list(self._topics.values()), {}
+            self._roles_version += 1
         for t in topics:
             t.signal.close()
             for store in t.stores.values():

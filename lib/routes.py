@@ -5,7 +5,10 @@ Routes come from the active master (``Master.GetRoutes``, or the routes a group 
 carries: :meth:`RouteCache.update`). The producer's :meth:`RouteCache.get` fetches an entry on
 first use, again after ``max_age_s`` (so new partitions and moved placements are picked up
 without errors), and again on demand: a caller that got an error with ``refresh_metadata``
-calls :meth:`RouteCache.invalidate` and the next ``get`` asks the master. Consumers look
+calls :meth:`RouteCache.invalidate` and the next ``get`` asks the master. An entry that
+only aged is fetched again together with every other aged one (up to ``AGED_PER_CALL``): a
+producer writing to 10,000 topics made one master call per topic every ``max_age_s``, in its
+sending thread, and that was most of its time. Consumers look
 partitions up by :class:`TopicPartition` (:meth:`address`, :meth:`by_broker`); ``version``
 grows whenever an address changes, so fetchers know when to regroup partitions by broker.
 
@@ -81,6 +84,9 @@ def topic_routes(route: master_pb2.TopicRoute, now: float) -> TopicRoutes:
     )
 
 
+AGED_PER_CALL = 2000  # aged topics refreshed by one GetRoutes (the master takes 10,000)
+
+
 class RouteCache:
     """topic -> :class:`TopicRoutes`, fetched from the master and refreshed when stale."""
 
@@ -93,7 +99,10 @@ class RouteCache:
         self._fetch_lock = threading.Lock()  # one GetRoutes at a time
         self._routes: dict[str, TopicRoutes] = {}
         self._stale: set[str] = set()
-        self._addr: dict[TopicPartition, str] = {}  # replaced, never mutated: lock-free reads
+        # Changed in place under the lock (readers only get() from it, never iterate): a copy
+        # per update made a producer's first sends to 10,000 topics quadratic.
+        self._addr: dict[TopicPartition, str] = {}
+        self._addressed: dict[str, list[TopicPartition]] = {}  # topic -> its keys in _addr
         self.version = 0
 
     # -- by topic (producer) -------------------------------------------------------------
@@ -140,11 +149,47 @@ class RouteCache:
             if entry is not None and entry.fetched_at >= requested_at and \
                     topic not in self._stale:
                 return entry
-            found = self.refresh([topic])
+            aged = self._aged(topic, requested_at) if entry is not None else []
+            found = self._refresh_with_aged(topic, aged)
         if topic not in found:
             raise UnknownTopic(f"unknown topic {topic!r}: the master has no such topic",
                                topic=topic)
         return found[topic]
+
+    def _refresh_with_aged(self, topic: str, aged: list[str]) -> dict[str, TopicRoutes]:
+        """:meth:`refresh` of ``topic`` and ``aged``; an aged topic deleted since it was
+        cached (the master refuses the whole call naming it) is forgotten, and the call made
+        again without it (at most 3 times, then ``topic`` alone)."""
+        for _ in range(3):
+            try:
+                return self.refresh([topic, *aged])
+            except UnknownTopic as err:
+                gone = err.details.get("topic")
+                if not aged or gone == topic or gone not in aged:
+                    raise
+                self._forget([gone])
+                aged = [name for name in aged if name != gone]
+        return self.refresh([topic])
+
+    def _aged(self, topic: str, now: float) -> list[str]:
+        """Other cached topics past ``max_age_s``, to refresh in the same call."""
+        oldest = now - self.max_age_s
+        aged = []
+        for name, entry in list(self._routes.items()):
+            if entry.fetched_at < oldest and name != topic:
+                aged.append(name)
+                if len(aged) >= AGED_PER_CALL - 1:
+                    break
+        return aged
+
+    def _forget(self, topics: list[str]) -> None:
+        """Drop topics the master no longer knows (deleted since they were cached)."""
+        with self._lock:
+            for name in topics:
+                self._routes.pop(name, None)
+                for tp in self._addressed.pop(name, ()):
+                    self._addr.pop(tp, None)
+                    self.version += 1
 
     # -- by partition (consumers) --------------------------------------------------------
 
@@ -156,13 +201,20 @@ class RouteCache:
             return found
         with self._lock:
             self._routes.update(found)
-            addr = {tp: a for tp, a in self._addr.items() if tp.topic not in found}
+            changed = False
             for route in found.values():
-                for p in route.partitions:
-                    if p.available and p.address:
-                        addr[TopicPartition(route.topic, p.partition)] = p.address
-            if addr != self._addr:
-                self._addr = addr
+                new = {TopicPartition(route.topic, p.partition): p.address
+                       for p in route.partitions if p.available and p.address}
+                for tp in self._addressed.get(route.topic, ()):
+                    if tp not in new:
+                        del self._addr[tp]
+                        changed = True
+                for tp, a in new.items():
+                    if self._addr.get(tp) != a:
+                        self._addr[tp] = a
+                        changed = True
+                self._addressed[route.topic] = list(new)
+            if changed:
                 self.version += 1
         return found
 

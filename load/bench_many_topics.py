@@ -57,6 +57,9 @@ def data_fds(pid: int, data_dir: Path) -> int:
     return count
 
 
+ROUTINE_EVENTS = ('"topic.opened"', '"master.admin"', '"topic.created"')  # one per topic
+
+
 def files_in(data_dir: Path, topics: int, timeout: float = 10.0) -> dict[str, int]:
     """The data and index files under ``data_dir``, once there are at least ``topics`` of
     each (up to ``timeout`` s): a store creates its files at its first flush, which may come
@@ -135,6 +138,12 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                     "broker_threads": after["threads"],
                     "broker_data_fds": data_fds(broker.pid, broker.data_dir),
                     **files})
+    except BaseException:
+        for proc in [*cluster.masters, *cluster.brokers.values()]:  # why, before it is gone
+            lines = [line for line in proc.log_tail(100_000).splitlines()
+                     if not any(e in line for e in ROUTINE_EVENTS)]
+            print(f"--- {proc.data_dir.name} log:", *lines[-40:], sep="\n", file=sys.stderr)
+        raise
     finally:
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)  # 1,000 topics' files

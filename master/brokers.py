@@ -109,14 +109,17 @@ class BrokerRegistry:
                                                   rack=rack)
 
     def heartbeat(self, broker_id: int, stats: Iterable[tuple[str, int, PartitionStat]],
-                  disk: DiskState | None = None, unreachable: Iterable[int] = ()) -> bool:
-        """Record a heartbeat; False when the broker must register first."""
+                  disk: DiskState | None = None, unreachable: Iterable[int] = (),
+                  partial: bool = False) -> bool:
+        """Record a heartbeat; False when the broker must register first. ``partial``:
+        ``stats`` holds only the partitions that changed (the rest keep theirs)."""
         with self._lock:
             live = self._brokers.get(broker_id)
             if live is None:
                 return False
             live.last_seen, live.last_heartbeat_ms = self._clock(), self._wall()
-            live.stats = {(t, p): s for t, p, s in stats}
+            fresh = {(t, p): s for t, p, s in stats}
+            live.stats = {**live.stats, **fresh} if partial else fresh
             live.disk = disk
             live.unreachable = frozenset(unreachable) - {broker_id}
             return True
@@ -146,6 +149,11 @@ class BrokerRegistry:
         with self._lock:
             live = self._brokers.get(broker_id)
             return None if live is None else live.address
+
+    def addresses(self) -> dict[int, str]:
+        """Broker id -> address of every broker registered here (live or not yet expired)."""
+        with self._lock:
+            return {b: live.address for b, live in self._brokers.items()}
 
     def racks(self) -> dict[int, str]:
         """Broker id -> rack of every live broker that declared one."""

@@ -23,6 +23,11 @@ class RouteBook:
     def address(self, broker_id: int) -> str:
         return self.registry.address(broker_id) or self.state.brokers().get(broker_id, "")
 
+    def addresses_stamp(self) -> tuple[tuple[tuple[int, str], ...], ...]:
+        """Every address :meth:`address` may answer, to tell when one changed."""
+        return (tuple(sorted(self.registry.addresses().items())),
+                tuple(sorted(self.state.brokers().items())))
+
     def partitions(self, record: dict[str, Any]) -> list[mpb.PartitionRoute]:
         alive = set(self.registry.alive_ids())
         known = self.state.brokers()

@@ -4,7 +4,8 @@ coordinate consumer groups, get producer ids (master/producer_ids.py) and run tr
 
 Every response to a broker carries ``term`` = the master epoch, so a broker can ignore a
 deposed master. Heartbeat responses carry the whole desired state (topic settings, this
-broker's placements, deleted incarnations): a broker that missed one catches up with the next.
+broker's placements, deleted incarnations), or "unchanged" when the broker names the digest of
+the one it applied (master/broker_views.py): a broker that missed one catches up with the next.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from lib.names import check_name
 from lib.proto import master_pb2 as mpb
 from lib.proto import master_pb2_grpc
 from lib.proto import security_pb2 as spb
-from master import election, reassign, security, settings
+from master import election, security
+from master.broker_views import BrokerViews
 from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
@@ -55,6 +57,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
         self.groups, self.routes, self.leadership = groups, routes, leadership
         self.write = write  # replicates a state command (Raft)
         self.producer_ids, self.txns = producer_ids, txns
+        self.views = BrokerViews(state, routes)
 
     @property
     def term(self) -> int:
@@ -73,9 +76,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
                         "address": request.address, "incarnation": request.incarnation})
         if known and request.incarnation and known != request.incarnation:
             self._move_off(broker, "broker_restarted")  # before it is sent any placement
-        topics, placements = self._desired(request.broker_id)
+        view = self.views.view(request.broker_id)
         return mpb.RegisterBrokerResponse(
-            term=self.term, topics=topics, placements=placements,
+            term=self.term, topics=view.topics, placements=view.placements,
             heartbeat_interval_ms=self.config.broker_heartbeat_interval_ms,
             signing_keys=self._signing_keys(), acls=self._acls(-1), quotas=self._quotas(-1),
             ip_rules=self._ip_rules(-1))
@@ -89,16 +92,17 @@ class MasterService(master_pb2_grpc.MasterServicer):
         disk = (DiskState(request.disk.free_bytes, request.disk.reserve_bytes, request.disk.full)
                 if request.HasField("disk") else None)
         if not self.registry.heartbeat(request.broker_id, stats, disk,
-                                       request.unreachable_brokers):
+                                       request.unreachable_brokers, request.stats_partial):
             return mpb.BrokerHeartbeatResponse(term=self.term, reregister=True)
         self._record_committed(request.committed)
         for refusal in request.refusals[:MAX_REFUSALS]:
             self.write(security.refusal_audit(refusal, f"broker {request.broker_id}"))
-        topics, placements = self._desired(request.broker_id)
-        deleted = [mpb.DeletedTopic(topic=t["topic"], topic_id=t["topic_id"])
-                   for t in self.state.tombstones()]
-        return mpb.BrokerHeartbeatResponse(term=self.term, topics=topics,
-                                           placements=placements, deleted=deleted,
+        view = self.views.view(request.broker_id)
+        unchanged = view.unchanged_for(request.metadata_digest)
+        sent = {} if unchanged else {"topics": view.topics, "placements": view.placements,
+                                     "deleted": view.deleted}
+        return mpb.BrokerHeartbeatResponse(term=self.term, metadata_unchanged=unchanged,
+                                           metadata_digest=view.digest, **sent,
                                            signing_keys=self._signing_keys(),
                                            acls=self._acls(request.acl_version),
                                            quotas=self._quotas(request.quota_version),
@@ -151,22 +155,6 @@ class MasterService(master_pb2_grpc.MasterServicer):
         for group, topics in sorted(new.items()):
             self.write({"op": "record_group", "time_ms": wall_ms(), "group": group,
                         "topics": sorted(topics)})
-
-    def _desired(self, broker_id: int):
-        """Settings of every topic and the placements this broker must host: every partition
-        it holds a copy of, with its leader, leader epoch, replicas and ISR."""
-        topics, placements = {}, []
-        for name, record in self.state.topics().items():
-            topics[name] = settings.to_pb(record["settings"], record["topic_id"])
-            targets = reassign.targets(record)
-            placements += [
-                mpb.PartitionPlacement(
-                    topic=name, partition=p, broker_id=broker_id,
-                    leader=record["placement"][p], leader_epoch=record["leader_epochs"][p],
-                    replicas=replicas, isr=record["isr"][p], target_replicas=targets[p],
-                    leader_address=self.routes.address(record["placement"][p]))
-                for p, replicas in enumerate(record["replicas"]) if broker_id in replicas]
-        return topics, placements
 
     @guarded
     def AlterIsr(self, request, context):  # noqa: N802

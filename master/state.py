@@ -129,6 +129,11 @@ class MetaState:
     def topic(self, name: str) -> dict[str, Any] | None:
         return self._topics.get(name)
 
+    def topics_version(self) -> int:
+        """Moves on whenever a topic record or tombstone changes (on this master: never
+        compare it with another's)."""
+        return self._topics.version
+
     def tombstones(self) -> list[dict[str, Any]]:
         """Deleted topic incarnations, oldest first: {topic, topic_id, time_ms}."""
         return self._topics.tombstones()

@@ -13,6 +13,7 @@ Records are replaced, never mutated: readers may keep what they were given.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,9 @@ from lib.errors import Fenced, InvalidArgument, TopicExists, UnknownTopic
 from master import reassign
 from master.settings import SINGLE_COPY
 from master.state_tables import Context, Handler, SeqLog, dump, load, read_all
+
+# Process-wide, so a TopicRecords rebuilt after a snapshot restore never repeats a version.
+_VERSIONS = itertools.count(1)
 
 # Leader epochs count from 1: the stores read 0 as "no epoch", what the records of a topic
 # created before replication existed carry (storage/epochs.py).
@@ -93,6 +97,7 @@ class TopicRecords:
         self._topics_db, self._meta_db, self._tombstones = topics_db, meta_db, tombstones
         self._topics: dict[str, dict[str, Any]] = {
             name: upgraded(record) for name, record in read_all(env, topics_db).items()}
+        self.version = next(_VERSIONS)  # moves on with every change of a record (on this master)
 
     def handlers(self) -> dict[str, Handler]:
         """op -> the handler :class:`~master.state.MetaState` applies it with."""
@@ -176,7 +181,7 @@ class TopicRecords:
         txn.delete(old["topic"].encode(), db=self._topics_db)
         self._tombstones.append(txn, {"topic": old["topic"], "topic_id": old["topic_id"],
                                       "time_ms": cmd["time_ms"]})
-        staged.append(lambda: self._topics.pop(old["topic"], None))
+        staged.append(lambda: self._changed(self._topics.pop, old["topic"], None))
         return old
 
     def _alter_isr(self, ctx: Context, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -237,4 +242,8 @@ class TopicRecords:
     def _put_topic(self, ctx: Context, record: dict[str, Any]) -> None:
         txn, staged = ctx
         txn.put(record["topic"].encode(), dump(record), db=self._topics_db)
-        staged.append(lambda: self._topics.__setitem__(record["topic"], record))
+        staged.append(lambda: self._changed(self._topics.__setitem__, record["topic"], record))
+
+    def _changed(self, change, *args) -> None:
+        change(*args)
+        self.version = next(_VERSIONS)

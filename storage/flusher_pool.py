@@ -25,7 +25,7 @@ from typing import Protocol
 
 log = logging.getLogger(__name__)
 
-DEFAULT_THREADS = 4
+DEFAULT_THREADS = 16  # mostly waiting on fsyncs: at 10,000 busy topics 4 fell ~20 s behind
 
 
 class Task(Protocol):

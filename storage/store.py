@@ -312,6 +312,14 @@ class Store(Closeable):
         with self._core.cond:
             return self._readable_partition(partition).opened
 
+    def progress(self, partition: int) -> tuple[int, int, int] | None:
+        """(earliest, next, flushed) read without the lock, or None when the partition is not
+        here: whatever a partition's stats are made of moves one of them, so a heartbeat
+        recomputes only the partitions whose progress moved (a torn read only costs a
+        recomputation at the next one)."""
+        part = self._core.parts.get(partition)
+        return None if part is None else (part.earliest, part.next, part.flushed)
+
     def disk_bytes(self, partition: int) -> int:
         """Bytes of this partition in the files: its flushed records in the shared data log
         plus its index (records still in the memory cache are not counted)."""

@@ -151,7 +151,7 @@ class DiskStatus(_message.Message):
     def __init__(self, free_bytes: _Optional[int] = ..., reserve_bytes: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals", "quota_version", "ip_version", "unreachable_brokers")
+    __slots__ = ("broker_id", "stats", "disk", "committed", "acl_version", "refusals", "quota_version", "ip_version", "unreachable_brokers", "metadata_digest", "stats_partial")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +161,8 @@ class BrokerHeartbeatRequest(_message.Message):
     QUOTA_VERSION_FIELD_NUMBER: _ClassVar[int]
     IP_VERSION_FIELD_NUMBER: _ClassVar[int]
     UNREACHABLE_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STATS_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     stats: _containers.RepeatedCompositeFieldContainer[PartitionStats]
     disk: DiskStatus
@@ -170,7 +172,9 @@ class BrokerHeartbeatRequest(_message.Message):
     quota_version: int
     ip_version: int
     unreachable_brokers: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ..., quota_version: _Optional[int] = ..., ip_version: _Optional[int] = ..., unreachable_brokers: _Optional[_Iterable[int]] = ...) -> None: ...
+    metadata_digest: bytes
+    stats_partial: bool
+    def __init__(self, broker_id: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[PartitionStats, _Mapping]]] = ..., disk: _Optional[_Union[DiskStatus, _Mapping]] = ..., committed: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ..., acl_version: _Optional[int] = ..., refusals: _Optional[_Iterable[_Union[Refusal, _Mapping]]] = ..., quota_version: _Optional[int] = ..., ip_version: _Optional[int] = ..., unreachable_brokers: _Optional[_Iterable[int]] = ..., metadata_digest: _Optional[bytes] = ..., stats_partial: _Optional[bool] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("principal", "method", "reason", "peer", "count", "first_ms")
@@ -197,7 +201,7 @@ class GroupTopic(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
-    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys", "acls", "quotas", "ip_rules")
+    __slots__ = ("term", "reregister", "topics", "placements", "deleted", "signing_keys", "acls", "quotas", "ip_rules", "metadata_unchanged", "metadata_digest")
     class TopicsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +218,8 @@ class BrokerHeartbeatResponse(_message.Message):
     ACLS_FIELD_NUMBER: _ClassVar[int]
     QUOTAS_FIELD_NUMBER: _ClassVar[int]
     IP_RULES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    METADATA_DIGEST_FIELD_NUMBER: _ClassVar[int]
     term: int
     reregister: bool
     topics: _containers.MessageMap[str, TopicSettings]
@@ -223,7 +229,9 @@ class BrokerHeartbeatResponse(_message.Message):
     acls: _security_pb2.AclSet
     quotas: _security_pb2.QuotaSet
     ip_rules: _security_pb2.IpRuleSet
-    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ..., quotas: _Optional[_Union[_security_pb2.QuotaSet, _Mapping]] = ..., ip_rules: _Optional[_Union[_security_pb2.IpRuleSet, _Mapping]] = ...) -> None: ...
+    metadata_unchanged: bool
+    metadata_digest: bytes
+    def __init__(self, term: _Optional[int] = ..., reregister: _Optional[bool] = ..., topics: _Optional[_Mapping[str, TopicSettings]] = ..., placements: _Optional[_Iterable[_Union[PartitionPlacement, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[DeletedTopic, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., acls: _Optional[_Union[_security_pb2.AclSet, _Mapping]] = ..., quotas: _Optional[_Union[_security_pb2.QuotaSet, _Mapping]] = ..., ip_rules: _Optional[_Union[_security_pb2.IpRuleSet, _Mapping]] = ..., metadata_unchanged: _Optional[bool] = ..., metadata_digest: _Optional[bytes] = ...) -> None: ...
 
 class DeletedTopic(_message.Message):
     __slots__ = ("topic", "topic_id")

@@ -79,8 +79,9 @@ class MasterSession:
                                                rack=rack)
         return invoke(self.as_broker.RegisterBroker, req, 5.0, _broker_credential())
 
-    def heartbeat(self, broker_id: int, stats: list | None = None) -> Any:
-        req = master_pb2.BrokerHeartbeatRequest(broker_id=broker_id, stats=stats or [])
+    def heartbeat(self, broker_id: int, stats: list | None = None, **fields: Any) -> Any:
+        req = master_pb2.BrokerHeartbeatRequest(broker_id=broker_id, stats=stats or [],
+                                                **fields)
         return invoke(self.as_broker.BrokerHeartbeat, req, 5.0, _broker_credential())
 
     def close(self) -> None:

@@ -76,6 +76,46 @@ def test_describe_reports_offsets_from_heartbeat_stats_when_broker_does_not_answ
                     mpb.PartitionStats(topic="t", partition=1, earliest=0, latest=5)])
     desc = m.call(m.admin.DescribeTopic, apb.DescribeTopicRequest(topic="t"))
     assert [(p.earliest, p.latest) for p in desc.partitions] == [(3, 10), (0, 5)]
+    # partial: only what changed; the other partition keeps what it had
+    m.heartbeat(1, [mpb.PartitionStats(topic="t", partition=1, earliest=1, latest=7)],
+                stats_partial=True)
+    desc = m.call(m.admin.DescribeTopic, apb.DescribeTopicRequest(topic="t"))
+    assert [(p.earliest, p.latest) for p in desc.partitions] == [(3, 10), (1, 7)]
+    # a full list replaces them all: a partition left out has no stats any more
+    m.heartbeat(1, [mpb.PartitionStats(topic="t", partition=0, earliest=4, latest=11)])
+    desc = m.call(m.admin.DescribeTopic, apb.DescribeTopicRequest(topic="t"))
+    assert [p.latest for p in desc.partitions][0] == 11
+
+
+def test_a_heartbeat_naming_the_view_it_holds_is_answered_unchanged_until_it_changes(m):
+    m.register(1)
+    m.register(2)
+    create(m, "a", partitions=2)
+    first = m.heartbeat(1)
+    assert not first.metadata_unchanged and len(first.metadata_digest) == 16
+    assert set(first.topics) == {"a"} and len(first.placements) == 1
+    same = m.heartbeat(1, metadata_digest=first.metadata_digest)
+    assert same.metadata_unchanged and same.metadata_digest == first.metadata_digest
+    assert not same.topics and not same.placements and not same.deleted
+    # an unknown digest (another master's stale one, a corrupted one) gets the whole view
+    other = m.heartbeat(1, metadata_digest=b"x" * 16)
+    assert not other.metadata_unchanged and set(other.topics) == {"a"}
+    # every change of what the broker must host changes the digest: a topic made, one deleted
+    create(m, "b")
+    made = m.heartbeat(1, metadata_digest=first.metadata_digest)
+    assert not made.metadata_unchanged and set(made.topics) == {"a", "b"}
+    m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="a"))
+    gone = m.heartbeat(1, metadata_digest=made.metadata_digest)
+    assert not gone.metadata_unchanged and set(gone.topics) == {"b"}
+    assert [d.topic for d in gone.deleted] == ["a"]
+    # the digest is of the content: broker 2, told a different view, has another digest
+    assert m.heartbeat(2).metadata_digest != gone.metadata_digest
+    # and survives a master restart (a new master computes the same one)
+    m.restart()
+    m.register(1)
+    m.register(2)
+    again = m.heartbeat(1, metadata_digest=gone.metadata_digest)
+    assert again.metadata_unchanged, "the restarted master's view of broker 1 is the same"
 
 
 def test_alter_grows_partitions_on_live_brokers_and_keeps_old_placement(m):
@@ -224,3 +264,35 @@ def test_bad_requests_leave_the_master_serving(m):
         with pytest.raises(errors.InvalidArgument):
             m.register(-1)
     assert m.proc.alive() and create(m, "still-ok").topic == "still-ok"
+
+
+def test_aged_routes_are_fetched_again_in_one_call_and_deleted_topics_forgotten(m):
+    """A producer writing to 10,000 topics made one GetRoutes per topic every max_age_s, in
+    its sending thread: an aged entry is now refreshed with every other aged one."""
+    from lib.routes import RouteCache
+    from lib.rpc import MasterClient, client_pool
+    m.register(1)
+    for name in ("a", "b", "c"):
+        create(m, name)
+    pool = client_pool(m.proc.address, m.cluster.admin_credentials(), 5.0, None)
+    client = MasterClient([m.proc.address], pool=pool, timeout=5.0)
+    asked: list[list[str]] = []
+    real_call = client.call
+    client.call = lambda stub, method, req, **kw: (  # type: ignore[method-assign]
+        asked.append(list(req.topics)), real_call(stub, method, req, **kw))[1]
+    try:
+        cache = RouteCache(client)
+        for name in ("a", "b", "c"):
+            cache.get(name)
+        assert asked == [["a"], ["b"], ["c"]]
+        cache.max_age_s = 0.0  # every entry aged from now on
+        before = cache.cached("b").fetched_at
+        assert cache.get("a").topic == "a"
+        assert asked[-1] == ["a", "b", "c"] and cache.cached("b").fetched_at > before
+        m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="c"))
+        assert cache.get("b").topic == "b", "an aged deleted topic does not fail the others"
+        assert cache.cached("c") is None
+        with pytest.raises(errors.UnknownTopic):
+            cache.get("c")
+    finally:
+        pool.close()

@@ -49,14 +49,18 @@ def test_a_damaged_or_foreign_file_counts_as_no_checkpoints(tmp_path, caplog):
     cps.put("t#1/0", Checkpoint(7, {0: 3}))
     cps.close()
     good = path.read_bytes()
-    path.write_bytes(good.replace(b'7', b'8', 1))
+    assert load(path) == {"t#1/0": Checkpoint(7, {0: 3})}
+    path.write_bytes(good.replace(b'"position":7', b'"position":8'))
     with caplog.at_level(logging.WARNING):
         assert load(path) == {}
     assert "store.checkpoints_unreadable" in caplog.text
-    outer = json.loads(good)
-    body = outer["body"].replace('"version":1', '"version":99')
-    path.write_text(json.dumps({"crc": zlib.crc32(body.encode()), "body": body}))
+    body = good.split(b"\n", 1)[1].replace(b'"version":2', b'"version":99')
+    path.write_bytes(b"%08x\n" % zlib.crc32(body) + body)
     assert load(path) == {}
+    # a version 1 file (a sealed JSON string), as an older broker wrote it, is still read
+    old = json.dumps({"version": 1, "stores": {"t#1/0": {"position": 7, "next": {"0": 3}}}})
+    path.write_text(json.dumps({"crc": zlib.crc32(old.encode()), "body": old}))
+    assert load(path) == {"t#1/0": Checkpoint(7, {0: 3})}
     path.write_bytes(b"\x00" * 10)
     assert load(path) == {}
 

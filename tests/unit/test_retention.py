@@ -396,6 +396,8 @@ def test_disk_bytes_survives_retention_dropping_the_segments_it_is_summing(tmp_p
     import storage.index
     cfg = replace(BASE, retention_bytes=20 * KiB)
     s, _written, _segs, idx = _setup(tmp_path, cfg)
+    s.close()  # reopened, it has summed nothing yet (appends sum what they write): it reads
+    s = Store(tmp_path, TOPIC, STORE_ID, PARTS, cfg)
     real_read, dropped = storage.index._read_segment, []
 
     def read_then_retain(seg, first, stop):
@@ -410,4 +412,25 @@ def test_disk_bytes_survives_retention_dropping_the_segments_it_is_summing(tmp_p
     assert dropped[0] >= 2 and len(index_segments(tmp_path, 0)) < len(idx[0])
     assert before > s.disk_bytes(0) > 0
     check_disk_bytes(s, "after retention during a sum")
+    s.close()
+
+
+def test_disk_bytes_reads_no_index_file_for_what_this_store_appended(tmp_path, monkeypatch):
+    """A heartbeat asks every partition's disk_bytes each second: the sums of what was
+    appended are kept as it is written, so at 10,000 partitions it reads no file."""
+    import storage.index
+    s, written, _segs, _idx = _setup(tmp_path, BASE)
+    real_read, reads = storage.index._read_segment, []
+    for more in (0, 10):
+        fill(s, written, more, seed=3)
+        s.flush()
+        reads.clear()
+        monkeypatch.setattr(storage.index, "_read_segment",
+                            lambda seg, first, stop: reads.append(seg) or
+                            real_read(seg, first, stop))
+        sums = [s.disk_bytes(p) for p in PARTS]
+        monkeypatch.undo()
+        assert reads == [], f"after {more} more batches"
+        check_disk_bytes(s, f"after {more} more batches")
+        assert sums == [s.disk_bytes(p) for p in PARTS]
     s.close()

@@ -8,6 +8,7 @@ from lib.errors import Unavailable
 from lib.proto import master_pb2
 from lib.records import DEFAULT_MAX_MESSAGE_BYTES
 from lib.routes import RouteCache, topic_routes
+from lib.types import TopicPartition
 
 
 def _route(max_message_bytes: int = 0) -> master_pb2.TopicRoute:
@@ -64,3 +65,25 @@ def test_producer_and_consumers_agree_a_topic_without_placed_partitions_is_unava
     with pytest.raises(Unavailable, match="no partitions placed"):
         cache.refresh(["new"], placed=True)  # the consumers' view
     assert cache.partitions("new") == 0 and cache.by_broker([]) == ({}, [])
+
+
+def test_the_address_table_follows_each_update_of_a_topic_and_leaves_the_others():
+    """update() changes the table in place (a copy per update made a producer's first sends
+    to 10,000 topics quadratic): a partition that became unavailable loses its address, the
+    other topics keep theirs, and the version moves only on a change."""
+    cache = RouteCache(master=None)
+    other = master_pb2.TopicRoute(topic="other", partitions=[
+        master_pb2.PartitionRoute(partition=0, broker_id=1, address="h:9", available=True)])
+    cache.update([_route(), other])
+    v = cache.version
+    assert [cache.address(TopicPartition("orders", p)) for p in range(3)] == ["h:2", None, "h:2"]
+    cache.update([_route()])
+    assert cache.version == v, "the same routes: no change"
+    moved = master_pb2.TopicRoute(topic="orders", partitions=[
+        master_pb2.PartitionRoute(partition=0, broker_id=2, address="h:3", available=True),
+        master_pb2.PartitionRoute(partition=1, broker_id=2, address="h:3", available=True),
+        master_pb2.PartitionRoute(partition=2, broker_id=1, address="h:2", available=False)])
+    cache.update([moved])
+    assert cache.version == v + 1
+    assert [cache.address(TopicPartition("orders", p)) for p in range(3)] == ["h:3", "h:3", None]
+    assert cache.address(TopicPartition("other", 0)) == "h:9"

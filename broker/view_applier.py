@@ -1,0 +1,68 @@
+"""Applies the master's views (topics, placements, deletions) on a thread of its own.
+
+Converging on a view may open hundreds of stores (topics being created by the thousand), and
+while the heartbeat thread did it, the broker sent no heartbeat: past ``broker_timeout_ms``
+(6 s) the master took it for dead in the middle of creating 10,000 topics. The heartbeat
+thread now hands each view over and goes on beating. Only the newest view waiting matters (a
+view is the whole desired state), so one still waiting when a newer comes is replaced; views
+are applied in the order they came, and ``digest`` names the view last applied whole (empty:
+none, or one that failed in part), which the next heartbeat names to the master.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ViewApplier:
+    def __init__(self, apply: Callable[[Any], bool]) -> None:
+        """``apply(view)``: converge on a response's view; False when part of it failed."""
+        self._apply = apply
+        self._cond = threading.Condition()
+        self._waiting: tuple[Any, bytes] | None = None
+        self._busy = False
+        self._stopped = False
+        self.digest = b""
+        self._thread = threading.Thread(target=self._run, daemon=True, name="view-applier")
+        self._thread.start()
+
+    def offer(self, view: Any, digest: bytes = b"") -> None:
+        """Apply ``view`` (replacing one still waiting); ``digest``: what it is known by."""
+        with self._cond:
+            self._waiting = (view, digest)
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no view is waiting or being applied."""
+        with self._cond:
+            return self._cond.wait_for(lambda: (self._waiting is None and not self._busy)
+                                       or self._stopped, timeout)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting is not None or self._stopped)
+                if self._stopped:
+                    return
+                (view, digest), self._waiting = self._waiting, None
+                self._busy = True
+                self.digest = b""  # between views: none is whole
+            whole = False
+            try:
+                whole = self._apply(view)
+            except Exception:  # the thread must go on: the next heartbeat sends it again
+                log.exception("master.view_apply_failed")
+            with self._cond:
+                self.digest = digest if whole else b""
+                self._busy = False
+                self._cond.notify_all()
