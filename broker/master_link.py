@@ -150,10 +150,10 @@ class MasterLink:
         self._apply_keys(res.signing_keys)
         # applied beside the heartbeats, which start now: a restart that reopens 10,000 stores
         # must not look dead to the master (the first heartbeat brings the deletions)
-        self.applier.offer((res.topics, res.placements, ()))
+        self.applier.offer((res.topics, res.placements, ()),
+                           after=lambda: self._apply_policies(res))
         self._beats = 0
         self.reporter.forget()
-        self._apply_policies(res)
         if self.offsets is not None:
             self.offsets.report_again()  # this master may be new: tell it everything once
         self.registered.set()
@@ -193,9 +193,8 @@ class MasterLink:
         self.reporter.answered(report)
         self._beats += 1
         self._apply_keys(res.signing_keys)
-        if not res.metadata_unchanged:
-            self.applier.offer((res.topics, res.placements, res.deleted), res.metadata_digest)
-        self._apply_policies(res)
+        view = None if res.metadata_unchanged else (res.topics, res.placements, res.deleted)
+        self.applier.offer(view, res.metadata_digest, lambda: self._apply_policies(res))
         if self.offsets is not None:
             self.offsets.reported(pairs)
         try:

@@ -6,7 +6,9 @@ while the heartbeat thread did it, the broker sent no heartbeat: past ``broker_t
 thread now hands each view over and goes on beating. Only the newest view waiting matters (a
 view is the whole desired state), so one still waiting when a newer comes is replaced; views
 are applied in the order they came, and ``digest`` names the view last applied whole (empty:
-none, or one that failed in part), which the next heartbeat names to the master.
+none, or one that failed in part), which the next heartbeat names to the master. What came
+with a view (the ACLs, quotas and IP lists) is applied after it, never before: a client let in
+by an ACL finds the topic it names open.
 """
 from __future__ import annotations
 
@@ -23,17 +25,21 @@ class ViewApplier:
         """``apply(view)``: converge on a response's view; False when part of it failed."""
         self._apply = apply
         self._cond = threading.Condition()
-        self._waiting: tuple[Any, bytes] | None = None
+        self._waiting: tuple[Any, bytes, Callable[[], None]] | None = None
         self._busy = False
         self._stopped = False
         self.digest = b""
         self._thread = threading.Thread(target=self._run, daemon=True, name="view-applier")
         self._thread.start()
 
-    def offer(self, view: Any, digest: bytes = b"") -> None:
-        """Apply ``view`` (replacing one still waiting); ``digest``: what it is known by."""
+    def offer(self, view: Any, digest: bytes = b"",
+              after: Callable[[], None] = lambda: None) -> None:
+        """Apply ``view`` (replacing one still waiting), then run ``after``. ``view`` None:
+        nothing new to converge on, only ``after`` (in turn: after a view still waiting)."""
         with self._cond:
-            self._waiting = (view, digest)
+            if view is None and self._waiting is not None:
+                view, digest = self._waiting[0], self._waiting[1]
+            self._waiting = (view, digest, after)
             self._cond.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
@@ -54,15 +60,18 @@ class ViewApplier:
                 self._cond.wait_for(lambda: self._waiting is not None or self._stopped)
                 if self._stopped:
                     return
-                (view, digest), self._waiting = self._waiting, None
+                (view, digest, after), self._waiting = self._waiting, None
                 self._busy = True
-                self.digest = b""  # between views: none is whole
-            whole = False
+                if view is not None:
+                    self.digest = b""  # between views: none is whole
             try:
-                whole = self._apply(view)
+                if view is not None:
+                    whole = self._apply(view)
+                    with self._cond:
+                        self.digest = digest if whole else b""
+                after()
             except Exception:  # the thread must go on: the next heartbeat sends it again
                 log.exception("master.view_apply_failed")
             with self._cond:
-                self.digest = digest if whole else b""
                 self._busy = False
                 self._cond.notify_all()
