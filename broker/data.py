@@ -149,7 +149,7 @@ class DataPlane:
         topic, full cache blocks): the caller retries in its
         executor with ``wait=True`` and that ``view``."""
         topic, partition, batch = req.topic, req.partition, req.batch
-        store = self.topics.store_for(topic, partition)
+        store = self.topics.store_for(topic, partition, req.topic_id)
         if view is None:
             if not batch:
                 raise InvalidArgument(
@@ -232,7 +232,7 @@ class DataPlane:
                 continue
             max_bytes = min(pf.max_bytes or self.config.fetch_default_partition_bytes, budget)
             data = self._read_one(req.topic, pf.partition, pf.offset, max_bytes, tags,
-                                  req.read_committed)
+                                  req.read_committed, req.topic_id)
             if len(data.frames) > budget and ready:
                 # A store returns at least one frame; only the first data may overshoot.
                 data = PartitionReply(partition=pf.partition, next_offset=pf.offset,
@@ -245,9 +245,10 @@ class DataPlane:
         return out, ready
 
     def _read_one(self, topic: str, partition: int, offset: int, max_bytes: int,
-                  tags: list[str] | None, committed: bool = False) -> PartitionReply:
+                  tags: list[str] | None, committed: bool = False,
+                  topic_id: int = 0) -> PartitionReply:
         try:
-            store = self.topics.store_for(topic, partition)
+            store = self.topics.store_for(topic, partition, topic_id)
             return visible_read(store, partition, offset,
                                 self.replication.high_watermark(topic, partition), max_bytes,
                                 tags, committed=committed)
@@ -260,7 +261,7 @@ class DataPlane:
         partitions = list(req.partitions) or self.topics.led(req.topic)
         out = []
         for p in partitions:
-            store = self.topics.store_for(req.topic, p)
+            store = self.topics.store_for(req.topic, p, req.topic_id)
             earliest, latest = store.earliest(p), self._visible_end(req.topic, p)
             if req.timestamp_ms > 0:
                 for_time = min(store.offset_for_time(p, req.timestamp_ms), latest)

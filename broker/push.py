@@ -127,7 +127,8 @@ class PushPlane:
         tags = check_tags(start.tags)
         positions = {pf.partition: pf.offset for pf in start.partitions}
         for p in positions:
-            self.topics.store_for(start.topic, p)  # fail the stream early on a bad partition
+            # fail the stream early on a bad partition, or an incarnation not open here yet
+            self.topics.store_for(start.topic, p, start.topic_id)
         credit = Credit()
         reader = asyncio.ensure_future(_drain(requests, credit))
         self.metrics.push_streams.inc()

@@ -127,11 +127,20 @@ class TopicManager:
 
     # ------------------------------------------------------------------ lookups (hot path)
 
-    def store_for(self, topic: str, partition: int) -> Store:
+    def store_for(self, topic: str, partition: int, topic_id: int = 0) -> Store:
         """The store of a partition this broker leads (clients produce, fetch and commit
         there), or UnknownTopic / UnknownPartition / PartitionNotHosted (also for a partition
-        it holds a follower copy of: the message names the leader)."""
+        it holds a follower copy of: the message names the leader). ``topic_id``, the
+        incarnation the caller's routes name: this broker still holding an older one (it has
+        not heard of the re-creation yet) is PartitionNotHosted too, for what it would append
+        there would be erased with it, and what it would serve is gone. A caller naming an
+        older incarnation is served by name (a topic's name is its address)."""
         t = self.topic(topic)
+        if topic_id > t.spec.topic_id:
+            raise PartitionNotHosted(
+                f"topic {topic} was re-created (incarnation {topic_id}); this broker still "
+                f"holds incarnation {t.spec.topic_id} until the master's next word: retry",
+                topic=topic, partition=partition, topic_id=t.spec.topic_id)
         if partition not in t.led:
             self._not_led(t, partition)
         return self.replica_store(topic, partition)

@@ -7,7 +7,8 @@ and upb would copy the ``batch`` field into the message and again at every ``req
 (5 % of a broker's CPU at 1 KiB records, perf); :func:`parse_produce` walks the wire format
 and hands the batch on as a memoryview of the bytes received.
 
-The fields are lib/proto/broker.proto's: topic = 1, partition = 2, batch = 3, acks_all = 4.
+The fields are lib/proto/broker.proto's: topic = 1, partition = 2, batch = 3, acks_all = 4,
+topic_id = 5.
 The reader reads what protobuf reads (fields in any order, the last of a field wins, unknown
 fields skipped) and raises ValueError on bytes protobuf would refuse; lib.decoding turns that
 into INVALID_ARGUMENT (the field walk is lib/wire.py's). tests/unit/test_produce_wire.py holds
@@ -23,13 +24,14 @@ from lib.wire import DELIMITED, VARINT, fields, varint
 
 PRODUCE_METHOD = "/tubeq.broker.Broker/Produce"
 _U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
 
 
 def produce_request(tp: TopicPartition, head: bytes,
                     frames: bytes | bytearray | memoryview | Pieces,
-                    acks_all: bool = False) -> bytes:
+                    acks_all: bool = False, topic_id: int = 0) -> bytes:
     """A serialized ``ProduceRequest`` whose batch is ``head`` + ``frames`` (whole or as
-    pieces), built with one join."""
+    pieces), built with one join; ``topic_id`` is the incarnation the routes name."""
     topic = tp.topic.encode()
     parts = [b"\x0a", varint(len(topic)), topic]
     if tp.partition:
@@ -41,6 +43,8 @@ def produce_request(tp: TopicPartition, head: bytes,
         parts.append(frames)
     if acks_all:
         parts.append(b"\x20\x01")
+    if topic_id:
+        parts += (b"\x28", varint(topic_id))
     return b"".join(parts)
 
 
@@ -69,20 +73,23 @@ class ProduceView(NamedTuple):
     partition: int
     batch: memoryview
     acks_all: bool
+    topic_id: int
 
 
 def parse_produce(raw: bytes) -> ProduceView:
     view = memoryview(raw)
-    topic, partition, batch, acks_all = b"", 0, view[:0], False
+    topic, partition, batch, acks_all, topic_id = b"", 0, view[:0], False, 0
     for f in fields(view):
         if f.kind == VARINT:
             if f.number == 2:
                 partition = f.value & _U32
             elif f.number == 4:
                 acks_all = f.value != 0
+            elif f.number == 5:
+                topic_id = f.value & _U64
         elif f.kind == DELIMITED:
             if f.number == 1:
                 topic = raw[f.payload:f.stop]
             elif f.number == 3:
                 batch = view[f.payload:f.stop]
-    return ProduceView(topic.decode("utf-8"), partition, batch, acks_all)
+    return ProduceView(topic.decode("utf-8"), partition, batch, acks_all, topic_id)

@@ -231,6 +231,12 @@ class RouteCache:
         entry = self._routes.get(topic)
         return None if entry is None else entry.max_message_bytes
 
+    def topic_id(self, topic: str) -> int:
+        """The topic's incarnation as the cached routes know it (0: not known). Requests carry
+        it so that a broker still holding an older incarnation refuses them."""
+        entry = self._routes.get(topic)
+        return 0 if entry is None else entry.topic_id
+
     def by_broker(self, tps: Iterable[TopicPartition]) -> tuple[dict[str, list[TopicPartition]],
                                                                list[TopicPartition]]:
         """Group ``tps`` by broker address; also returns those without a known address."""

@@ -113,7 +113,8 @@ class OffsetClient:
 
         def call(stub: Any, topic: str, parts: list[int]) -> None:
             req = broker_pb2.ListOffsetsRequest(topic=topic, partitions=parts,
-                                                timestamp_ms=timestamp_ms)
+                                                timestamp_ms=timestamp_ms,
+                                                topic_id=self.routes.topic_id(topic))
             for po in invoke(stub.ListOffsets, req, self.timeout).partitions:
                 out[TopicPartition(topic, po.partition)] = po
         self.per_broker(tps, call)

@@ -116,6 +116,7 @@ class FetchWorker(threading.Thread):
                 topic=self.topic, max_wait_ms=cfg.fetch_max_wait_ms, tags=list(f.sub.tags),
                 max_total_bytes=cfg.fetch_max_total_bytes, group=f.group(),
                 read_committed=cfg.read_committed or self.topic in f.committed_topics,
+                topic_id=f.offsets.routes.topic_id(self.topic),
                 partitions=[broker_pb2.PartitionFetch(partition=tp.partition, offset=off,
                                                       max_bytes=cfg.fetch_max_bytes)
                             for tp, off, _ in todo])

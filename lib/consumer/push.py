@@ -250,7 +250,8 @@ class PushConsumer(ConsumerBase):
                 self._streams.append(s)
                 s.start(self._offsets.stub(address), self._sub.tags, self._group,
                         self.config.isolation_level == "read_committed"
-                        or topic in self._committed_topics)
+                        or topic in self._committed_topics,
+                        self._offsets.routes.topic_id(topic))
             if missing or self._sub.missing_positions():
                 self._request_restart()
 

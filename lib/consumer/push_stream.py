@@ -62,10 +62,11 @@ class PushStream:
             yield req
 
     def start(self, stub: broker_pb2_grpc.BrokerStub, tags: Iterable[str], group: str,
-              read_committed: bool = False) -> None:
+              read_committed: bool = False, topic_id: int = 0) -> None:
         """Open the call: ``start`` from the known positions, then the first credit."""
         start = broker_pb2.SubscribeStart(
             topic=self.topic, tags=list(tags), group=group, read_committed=read_committed,
+            topic_id=topic_id,
             partitions=[broker_pb2.PartitionFetch(partition=p, offset=pos)
                         for p, pos in self.next.items()])
         self._requests.put(broker_pb2.SubscribeRequest(start=start))

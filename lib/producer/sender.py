@@ -238,7 +238,7 @@ class Sender(threading.Thread):
                               (timestamp,), producer_id=pid,
                               producer_epoch=self._seq.epoch if pid >= 0 else -1,
                               base_sequence=seq)
-            payload = produce_request(tp, head, frame, self.acks_all)
+            payload = produce_request(tp, head, frame, self.acks_all, route.topic_id)
             limit = self.request_timeout_s if timeout is None else \
                 min(timeout, self.request_timeout_s)
             response = self.calls.watched(stub, payload, limit, address, (tp,),
@@ -285,7 +285,8 @@ class Sender(threading.Thread):
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
                           producer_id=pid, producer_epoch=self._seq.epoch if pid >= 0 else -1,
                           base_sequence=seq, transactional=self.txn is not None)
-        batch.payload = produce_request(batch.tp, head, batch.buf, self.acks_all)
+        batch.payload = produce_request(batch.tp, head, batch.buf, self.acks_all,
+                                        self.routes.topic_id(batch.tp.topic))
         batch.buf = bytearray()  # the request holds the frames now: free the second copy
 
     def _split(self, batch: Batch, limit: int) -> bool:

@@ -33,16 +33,18 @@ class SyncTxnResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[TxnMarkerResult, _Mapping]]] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("topic", "partition", "batch", "acks_all")
+    __slots__ = ("topic", "partition", "batch", "acks_all", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     ACKS_ALL_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     batch: bytes
     acks_all: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks_all: _Optional[bool] = ...) -> None: ...
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks_all: _Optional[bool] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
     __slots__ = ("base_offset", "last_offset", "throttle_ms")
@@ -65,7 +67,7 @@ class PartitionFetch(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes", "group", "read_committed")
+    __slots__ = ("topic", "partitions", "max_wait_ms", "tags", "max_total_bytes", "group", "read_committed", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +75,7 @@ class FetchRequest(_message.Message):
     MAX_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     READ_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
     max_wait_ms: int
@@ -80,7 +83,8 @@ class FetchRequest(_message.Message):
     max_total_bytes: int
     group: str
     read_committed: bool
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ...) -> None: ...
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., max_wait_ms: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_total_bytes: _Optional[int] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class PartitionData(_message.Message):
     __slots__ = ("partition", "frames", "offsets", "next_offset", "earliest", "latest", "error_code", "error_message", "sizes", "aborted", "last_stable", "transactional")
@@ -119,18 +123,20 @@ class FetchResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
 
 class SubscribeStart(_message.Message):
-    __slots__ = ("topic", "partitions", "tags", "group", "read_committed")
+    __slots__ = ("topic", "partitions", "tags", "group", "read_committed", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     READ_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionFetch]
     tags: _containers.RepeatedScalarFieldContainer[str]
     group: str
     read_committed: bool
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., tags: _Optional[_Iterable[str]] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ...) -> None: ...
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionFetch, _Mapping]]] = ..., tags: _Optional[_Iterable[str]] = ..., group: _Optional[str] = ..., read_committed: _Optional[bool] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages", "bytes")
@@ -227,14 +233,16 @@ class FetchOffsetsResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
-    __slots__ = ("topic", "partitions", "timestamp_ms")
+    __slots__ = ("topic", "partitions", "timestamp_ms", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
     timestamp_ms: int
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class PartitionOffsets(_message.Message):
     __slots__ = ("partition", "earliest", "latest", "for_time", "last_stable")

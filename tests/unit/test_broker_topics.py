@@ -152,6 +152,21 @@ def test_recreated_topic_with_new_id_replaces_old_data(tm):
     assert tm.store_for("t", 0).latest(0) == 0
 
 
+def test_a_request_naming_a_newer_incarnation_is_refused_until_it_is_open_here(tm):
+    """A client whose routes name the re-created topic must not append to (or read) the old
+    incarnation this broker still holds: that data is erased when the broker hears of it."""
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
+    old = tm.store_for("t", 0)
+    with pytest.raises(PartitionNotHosted, match=r"re-created \(incarnation 2\); this broker "
+                                                 r"still holds incarnation 1") as err:
+        tm.store_for("t", 0, topic_id=2)
+    assert err.value.retriable and err.value.refresh_metadata
+    assert tm.store_for("t", 0, topic_id=1) is old and tm.store_for("t", 0, topic_id=0) is old
+    tm.apply({"t": TopicSpec(partitions=1, topic_id=2)}, [("t", 0)])
+    assert tm.store_for("t", 0, topic_id=2) is not old
+    assert tm.store_for("t", 0, topic_id=1) is tm.store_for("t", 0)  # an older name: by name
+
+
 def test_tombstone_of_another_incarnation_keeps_current_data(tm):
     tm.apply({"t": TopicSpec(partitions=1, topic_id=2)}, [("t", 0)])
     tm.store_for("t", 0).append(0, batch_of([b"keep"]))

@@ -10,8 +10,8 @@ from lib.produce_wire import parse_produce, produce_request
 from lib.proto import broker_pb2
 from lib.types import TopicPartition
 
-CASES = [("a", 0, 0, False), ("orders", 1, 300, True), ("t" * 200, 70_000, 5 << 20, False),
-         ("ünï", 2**32 - 1, 17, True)]
+CASES = [("a", 0, 0, False, 0), ("orders", 1, 300, True, 7),
+         ("t" * 200, 70_000, 5 << 20, False, 2**40), ("ünï", 2**32 - 1, 17, True, 2**64 - 1)]
 
 
 def _frames(n: int) -> bytes:
@@ -19,16 +19,18 @@ def _frames(n: int) -> bytes:
 
 
 def _fields(message) -> tuple:
-    return message.topic, message.partition, bytes(message.batch), message.acks_all
+    return (message.topic, message.partition, bytes(message.batch), message.acks_all,
+            message.topic_id)
 
 
-@pytest.mark.parametrize("topic, partition, frames_len, acks_all", CASES)
+@pytest.mark.parametrize("topic, partition, frames_len, acks_all, topic_id", CASES)
 def test_hand_built_produce_requests_parse_as_the_protobuf_message(topic, partition,
-                                                                   frames_len, acks_all):
+                                                                   frames_len, acks_all,
+                                                                   topic_id):
     head, frames = b"H" * 40, _frames(frames_len)
-    raw = produce_request(TopicPartition(topic, partition), head, frames, acks_all)
+    raw = produce_request(TopicPartition(topic, partition), head, frames, acks_all, topic_id)
     request = broker_pb2.ProduceRequest.FromString(raw)
-    assert _fields(request) == (topic, partition, head + frames, acks_all)
+    assert _fields(request) == (topic, partition, head + frames, acks_all, topic_id)
     assert raw == request.SerializeToString()
     assert _fields(parse_produce(raw)) == _fields(request)
 
@@ -40,14 +42,15 @@ def test_the_batch_is_a_view_of_the_request_not_a_copy():
 
 
 def test_fields_in_any_order_repeated_and_unknown_read_as_protobuf_reads_them():
-    unknown = (b"\x28\x07"  # field 5, varint
+    unknown = (b"\x48\x07"  # field 9, varint
                + b"\x31" + b"\x00" * 8  # field 6, fixed64
                + b"\x3a\x02ab"  # field 7, length-delimited
                + b"\x45" + b"\x01" * 4)  # field 8, fixed32
     raw = (b"\x20\x01" + unknown + b"\x1a\x03old" + b"\x10\x05" + b"\x0a\x01t"
-           + b"\x1a\x03new" + b"\x10" + b"\xff" * 9 + b"\x01" + b"\x20\x00")
+           + b"\x1a\x03new" + b"\x10" + b"\xff" * 9 + b"\x01" + b"\x20\x00"
+           + b"\x28\x03" + b"\x28\x09")
     request = broker_pb2.ProduceRequest.FromString(raw)
-    assert _fields(parse_produce(raw)) == _fields(request) == ("t", 2**32 - 1, b"new", False)
+    assert _fields(parse_produce(raw)) == _fields(request) == ("t", 2**32 - 1, b"new", False, 9)
 
 
 def test_bytes_protobuf_refuses_are_refused_and_the_rest_read_alike():
@@ -55,7 +58,7 @@ def test_bytes_protobuf_refuses_are_refused_and_the_rest_read_alike():
     what protobuf refuses and reads the same fields from the rest. Groups (wire types 3
     and 4, which proto3 never writes) are the one difference: always refused here."""
     rng = random.Random(11)
-    good = produce_request(TopicPartition("orders", 300), b"H" * 40, _frames(60), True)
+    good = produce_request(TopicPartition("orders", 300), b"H" * 40, _frames(60), True, 300)
     damaged = [good[:n] for n in range(len(good))]
     for _ in range(3000):
         raw = bytearray(good)
