@@ -60,9 +60,15 @@ def restamp_request(raw: bytes, producer_id: int, producer_epoch: int,
 
 
 def _batch_at(raw: bytes) -> int:
+    return batch_span(raw)[0]
+
+
+def batch_span(raw: bytes | bytearray) -> tuple[int, int]:
+    """(start, stop) of the batch inside the serialized request ``raw`` (fields after it,
+    such as acks_all and topic_id, are not part of it)."""
     for f in fields(memoryview(raw)):
         if f.kind == DELIMITED and f.number == 3:
-            return f.payload
+            return f.payload, f.stop
     raise ValueError("the request carries no batch")
 
 

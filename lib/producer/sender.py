@@ -294,7 +294,7 @@ class Sender(threading.Thread):
         whole, or when one of its records alone does not fit (it fails as it is)."""
         if HEADER_SIZE + COLUMN_BYTES_PER_RECORD * len(batch) + batch.size <= limit:
             return False
-        frames = frames_of(batch, 2 if self.acks_all else 0)  # encodes plain values
+        frames = frames_of(batch)  # encodes plain values
         bounds = piece_bounds(np.asarray(batch.sizes), limit)
         if bounds is None or len(bounds) <= 2:
             return False

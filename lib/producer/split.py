@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lib.produce_wire import batch_span
 from lib.producer.accumulator import Batch
 from lib.records import HEADER_SIZE
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
@@ -74,12 +75,12 @@ def piece_bounds(sizes: np.ndarray, limit: int) -> list[int] | None:
     return bounds
 
 
-def frames_of(batch: Batch, trailer: int) -> memoryview:
-    """The batch's frames back to back: the tail of its sealed request (before ``trailer``
-    bytes of request fields after the batch), or its buffer when it was never sealed."""
+def frames_of(batch: Batch) -> memoryview:
+    """The batch's frames back to back: the tail of the batch in its sealed request, or its
+    buffer when it was never sealed."""
     total = int(np.sum(batch.sizes, dtype=np.int64))
     if batch.payload:
-        end = len(batch.payload) - trailer
+        end = batch_span(batch.payload)[1]
         return memoryview(batch.payload)[end - total:end]
     batch.encode()
     buf = batch.buf

@@ -48,7 +48,7 @@ def test_a_record_alone_over_the_limit_cannot_be_cut():
 def test_pieces_hold_the_frames_timestamps_and_tags_of_their_records():
     acc, batch, _ = _batch([100, 200, 300, 400])
     batch.tag_hashes = [1, 2, 3, 4]
-    frames = frames_of(batch, 0)
+    frames = frames_of(batch)
     pieces = cut(batch, frames, [0, 1, 3, 4])
     assert [len(p) for p in pieces] == [1, 2, 1]
     assert [bytes(p.buf) for p in pieces] == [bytes(frames[:100]), bytes(frames[100:600]),
@@ -58,9 +58,22 @@ def test_pieces_hold_the_frames_timestamps_and_tags_of_their_records():
     assert sum(p.size for p in pieces) == batch.size
 
 
+def test_the_frames_of_a_sealed_request_end_where_its_batch_does_whatever_follows_it():
+    """A sealed request carries fields after the batch (acks_all, topic_id): a split takes
+    the frames from the batch's end, not the request's (a topic_id after it once cut the
+    frames two bytes off, and the broker refused every piece as malformed)."""
+    from lib.produce_wire import produce_request
+
+    _, batch, _ = _batch([100, 200, 300])
+    frames = bytes(frames_of(batch))
+    for acks_all, topic_id in ((False, 0), (True, 0), (True, 2**40), (False, 7)):
+        batch.payload = produce_request(batch.tp, b"H" * 40, frames, acks_all, topic_id)
+        assert bytes(frames_of(batch)) == frames
+
+
 def test_every_record_gets_its_offset_from_its_piece_even_when_a_piece_is_cut_again():
     acc, batch, futures = _batch([10] * 6)
-    pieces = cut(batch, frames_of(batch, 0), [0, 2, 6])
+    pieces = cut(batch, frames_of(batch), [0, 2, 6])
     Split(batch, pieces, [0, 2, 6])
     inner = cut(pieces[1], memoryview(bytes(pieces[1].buf)), [0, 1, 4])
     Split(pieces[1], inner, [0, 1, 4])
@@ -77,7 +90,7 @@ def test_every_record_gets_its_offset_from_its_piece_even_when_a_piece_is_cut_ag
 
 def test_a_piece_that_fails_for_good_fails_the_batch_and_abandons_the_pieces_after_it():
     acc, batch, futures = _batch([10] * 3)
-    pieces = cut(batch, frames_of(batch, 0), [0, 1, 2, 3])
+    pieces = cut(batch, frames_of(batch), [0, 1, 2, 3])
     Split(batch, pieces, [0, 1, 2, 3])
     pieces[0].base_offset = 7
     assert pieces[0].split.settled(pieces[0], None) is None
@@ -92,7 +105,7 @@ def test_replaced_pieces_go_first_and_keep_the_bytes_accounted():
     acc, batch, _ = _batch([10] * 4)
     acc.add(TP, (b"later",), 5, 0, 2000)  # queued behind the batch in flight
     used = acc.used_bytes
-    pieces = cut(batch, frames_of(batch, 0), [0, 2, 4])
+    pieces = cut(batch, frames_of(batch), [0, 2, 4])
     acc.replace(batch, pieces)
     assert acc.used_bytes == used
     assert acc.drain(time.monotonic())[0] == [pieces[0]]
