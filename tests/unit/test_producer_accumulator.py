@@ -78,6 +78,24 @@ def test_only_one_batch_per_partition_is_in_flight_but_partitions_go_in_parallel
     assert [b.tp for b in again] == [ready[0].tp]
 
 
+def test_drain_walks_only_partitions_with_batches_not_every_partition_ever_written():
+    """10,000 topics each written once made every drain walk 10,000 empty queues (half the
+    producer's time): a partition whose queue emptied leaves the walk until it gets a batch."""
+    acc = _acc(batch_bytes=10, linger_s=0, buffer_bytes=1 << 20)
+    tps = [TopicPartition(f"t{i}", 0) for i in range(500)]
+    for tp in tps:
+        _add(acc, tp)
+    ready, _ = _drain(acc)
+    assert len(ready) == 500
+    for batch in ready:
+        acc.release(batch)
+    assert _drain(acc)[0] == [] and len(acc._queued) == 0  # pruned once found empty
+    _add(acc, tps[7])
+    acc.requeue(ready[3], 0.0)  # a retry queues its partition again too
+    again, _ = _drain(acc)
+    assert sorted(b.tp.topic for b in again) == ["t3", "t7"] and len(acc._queued) == 2
+
+
 def test_requeued_batch_is_sent_again_before_later_batches_after_its_backoff():
     acc = _acc(batch_bytes=10, linger_s=0)
     _add(acc, A0)
