@@ -11,7 +11,7 @@ then for each topic count (created as it goes, 1 partition each, async durabilit
 before moving to the next, round robin over every topic, as many producers each writing their
 own topic would. Each phase reports msgs/s, the broker's CPU seconds, RSS and open file
 descriptors after it (all, and those on its data files; taken once every topic's files exist:
-a store creates them at its first flush), and every phase's throughput as a ratio to the first
+a store creates them when it opens), and every phase's throughput as a ratio to the first
 (one topic) in the same run. Prints one JSON object; every process is stopped by PID at the end.
 """
 from __future__ import annotations
@@ -62,8 +62,9 @@ ROUTINE_EVENTS = ('"topic.opened"', '"master.admin"', '"topic.created"')  # one 
 
 def files_in(data_dir: Path, topics: int, timeout: float = 10.0) -> dict[str, int]:
     """The data and index files under ``data_dir``, once there are at least ``topics`` of
-    each (up to ``timeout`` s): a store creates its files at its first flush, which may come
-    after the records were acknowledged, and the phase's figures are taken once it has."""
+    each (up to ``timeout`` s): a store creates its files when it opens, which a broker may
+    still be doing for the last topics created, and the phase's figures are taken once it
+    has."""
     deadline = time.monotonic() + timeout
     while True:
         files = {"data_files": sum(1 for _ in data_dir.rglob("*.log")),

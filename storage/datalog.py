@@ -153,6 +153,11 @@ class DataLog(SegmentedLog):
         seg.length += len(data)
         self._dirty = True
 
+    def open_first_segment(self) -> None:
+        """An empty log's first segment file, made now (see Store's ``_open_first_files``)."""
+        if self._list.active is None:
+            self._list.roll()
+
     def sync(self) -> None:
         """fdatasync the active segment (rolled ones were synced when they rolled).
 

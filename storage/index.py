@@ -214,6 +214,11 @@ class IndexLog(SegmentedLog):
             self._cuts += 1
         fsync_dir(self.dir)
 
+    def open_first_segment(self) -> None:
+        """An empty index's first segment file, made now (see Store's ``_open_first_files``)."""
+        if not self._list.segs:
+            self._list.roll()
+
     def keep_end(self) -> None:
         """Make an empty index's end survive a reopen: an empty segment file named by it.
 

@@ -136,6 +136,12 @@ class KeyLog:
             hashes = _hashes_from(entries, fetch, data_start)
             self._append(hashes, seg_base, index)
 
+    def open_first_segment(self, index: IndexLog) -> None:
+        """The key file mirroring an index's one empty segment, made now (see Store's
+        ``_open_first_files``)."""
+        if not self._list.segs and index.segment_bases() == {self.end: 0}:
+            self._list.roll()
+
     def _append(self, hashes: np.ndarray, seg_base: int, index: IndexLog) -> None:
         seg = self._list.active
         if seg is None or seg.base != seg_base:

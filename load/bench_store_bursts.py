@@ -1,0 +1,102 @@
+"""What a burst into a store costs the broker's storage, one store against many, without gRPC.
+
+    .venv/bin/python -m load.bench_store_bursts [--stores 1,2000] [--bursts 2000] [--rounds 3]
+
+The many-topics case (load/bench_many_topics.py) is broker-bound, and its broker time mixes
+gRPC, heartbeats and storage. This isolates storage: a TopicManager on a temp dir (the
+broker's own: shared checkpoint file, flusher pool, descriptor cap), ``--bursts`` batches of
+200 records of 1 KiB appended round robin over ``--stores`` one-partition async topics, then
+every store flushed. Per burst: the appending thread's CPU, the process's user and kernel CPU
+(the flusher pool's writes, fsyncs and file creation are the kernel part) and the wall time;
+each figure as a ratio to the first store count's, medians of ``--rounds``. Prints one JSON
+object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS, SIZE = 200, 1024
+
+
+def one_round(stores: int, bursts: int) -> dict[str, float]:
+    sys.path.insert(0, str(ROOT))
+    from broker.topics import TopicManager, TopicSpec
+    from lib.records import Record, encode_batch
+    from storage.config import StoreConfig
+
+    root = tempfile.mkdtemp(prefix="tubeq-bench-bursts-")
+    manager = TopicManager(root, StoreConfig(durability="async"))
+    try:
+        specs = {f"b{i:05d}": TopicSpec(partitions=1, topic_id=i + 1) for i in range(stores)}
+        manager.apply(specs, [(name, 0) for name in specs])
+        value, now_ms = os.urandom(SIZE), int(time.time() * 1e3)
+        batch = encode_batch([Record(value, timestamp=now_ms) for _ in range(RECORDS)])
+        names = list(specs)
+        before, thread0, wall0 = resource.getrusage(resource.RUSAGE_SELF), \
+            time.thread_time(), time.perf_counter()
+        for i in range(bursts):
+            store = manager.store_for(names[i % stores], 0)
+            store.append_batch(0, store.parse(batch), True)
+        thread_s = time.thread_time() - thread0
+        for name in names:
+            manager.store_for(name, 0).flush()
+        wall_s = time.perf_counter() - wall0
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        manager.close()
+        shutil.rmtree(root, ignore_errors=True)
+    per = 1e3 / bursts
+    return {"append_thread_ms": thread_s * per,
+            "user_ms": (after.ru_utime - before.ru_utime) * per,
+            "kernel_ms": (after.ru_stime - before.ru_stime) * per,
+            "wall_ms": wall_s * per}
+
+
+def run(counts: list[int], bursts: int, rounds: int) -> dict[str, Any]:
+    rows = []
+    for _ in range(rounds):  # interleaved: each round measures every count
+        rows.append({n: one_round(n, bursts) for n in counts})
+    out = []
+    for n in counts:
+        med = {k: round(statistics.median(r[n][k] for r in rows), 3) for k in rows[0][n]}
+        out.append({"stores": n, **{f"{k}_per_burst": v for k, v in med.items()}})
+    first = out[0]
+    for row in out:
+        cpu = row["user_ms_per_burst"] + row["kernel_ms_per_burst"]
+        row["cpu_vs_first"] = round(cpu / (first["user_ms_per_burst"]
+                                           + first["kernel_ms_per_burst"]), 2)
+    return {"setup": f"{bursts} bursts of {RECORDS} x {SIZE} B per store count, round robin, "
+                     f"async one-partition topics, {os.cpu_count()} CPUs; medians of {rounds}",
+            "results": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m load.bench_store_bursts", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stores", default="1,2000", help="store counts, the first the reference")
+    p.add_argument("--bursts", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    try:
+        counts = [int(x) for x in args.stores.split(",")]
+    except ValueError:
+        p.error(f"--stores takes counts separated by commas, got {args.stores!r}")
+    if not counts or min(counts) < 1 or args.bursts < 1 or args.rounds < 1:
+        p.error("--stores, --bursts and --rounds must be >= 1")
+    print(json.dumps(run(counts, args.bursts, args.rounds), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
