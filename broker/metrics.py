@@ -82,6 +82,12 @@ class BrokerMetrics(ProcessMetrics):
               registry=r).set_function(lambda: space.reserve)
         Gauge("tubeq_broker_disk_full", "1 while appends are refused with DISK_FULL",
               registry=r).set_function(lambda: int(space.status().full))
+        Gauge("tubeq_broker_unwritten_bytes", "Bytes acknowledged into cache blocks and not "
+              "written to the files yet (bounded by max_unwritten_bytes)",
+              registry=r).set_function(lambda: space.status().unwritten_bytes)
+        Gauge("tubeq_broker_unwritten_waits", "Appends that waited for the flushers because "
+              "max_unwritten_bytes were unwritten, since the broker started",
+              registry=r).set_function(lambda: space.unwritten_waits)
 
     def watch_delays(self, movers) -> None:
         """Export delayed delivery's figures (broker/delayed.py; read at scrape time)."""

@@ -55,7 +55,9 @@ class TopicDirs:
         self.root = Path(data_dir) / "topics"
         self.root.mkdir(parents=True, exist_ok=True)
         # One free-space guard for every store: they share the data dir's filesystem.
-        self.space = SpaceGuard(self.root, defaults.disk_reserve_bytes)
+        self.space = SpaceGuard(self.root, defaults.disk_reserve_bytes,
+                                max_unwritten=defaults.max_unwritten_bytes,
+                                unwritten_wait_s=defaults.unwritten_wait_ms / 1e3)
         # One checkpoint file for every store, written at most once per interval
         # (storage/checkpoints.py: not a file rewrite per busy store per interval).
         self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,

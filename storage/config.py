@@ -51,6 +51,12 @@ class StoreConfig:
     # what is cached but not yet written) is refused with DiskFull. A broker applies its
     # ``[broker.store]`` value to the whole data dir (see storage/space.py).
     disk_reserve_bytes: int = 64 * MiB
+    # Bytes acknowledged into cache blocks but not written to the files yet, for the whole
+    # data dir: past it, appends wait (up to ``unwritten_wait_ms``) for the flushers, so a
+    # broker whose many busy stores outrun its flusher pool neither grows without bound in
+    # memory nor stretches the async loss window (storage/space.py). 0: no bound.
+    max_unwritten_bytes: int = 256 * MiB
+    unwritten_wait_ms: int = 30_000
     # The newest bytes of the data log kept in the OS page cache after their fsync (readers
     # behind the cache blocks find them there); older pages are dropped, so new writes reuse
     # them instead of filling fresh ones (docs/operations.md, "Page cache window"). 0 leaves it
@@ -73,6 +79,9 @@ class StoreConfig:
                      "producer_snapshot_interval_ms"):
             require(getattr(self, name) > 0, f"StoreConfig.{name} must be > 0")
         require(self.disk_reserve_bytes >= 0, "StoreConfig.disk_reserve_bytes must be >= 0")
+        require(self.max_unwritten_bytes >= 0,
+                "StoreConfig.max_unwritten_bytes must be >= 0 (0: no bound)")
+        require(self.unwritten_wait_ms > 0, "StoreConfig.unwritten_wait_ms must be > 0")
         require(self.page_cache_window_bytes >= 0,
                 "StoreConfig.page_cache_window_bytes must be >= 0 (0: never drop)")
         require(self.retention_ms > 0 or self.retention_ms == -1,

@@ -16,6 +16,11 @@ The guard also carries the stores' *disk-full condition*: a flusher whose write 
 ENOSPC/EDQUOT reports it (:meth:`blocked`) and keeps retrying; appends are refused until every
 blocked store has written again (:meth:`unblocked`). :func:`headroom` is the pure decision.
 
+It also bounds memory: with ``max_unwritten`` set, :meth:`room` makes an append wait while
+more than that many admitted bytes are still unwritten (in cache blocks), until the flushers
+catch up or ``unwritten_wait_s`` passes (then it goes on: a bound on memory, never a refusal).
+Stores call it before taking their own lock, since their flusher needs that lock to write.
+
 Threading: every method is thread-safe (one short lock, no I/O under it except the cached
 statvfs call). Stores call :meth:`admit` with their own lock held; the guard never calls back.
 """
@@ -78,11 +83,15 @@ class SpaceGuard:
     def __init__(self, path: str | Path, reserve_bytes: int, *,
                  clock: Callable[[], float] = time.monotonic,
                  statvfs: Callable[[str | Path], int] = free_bytes,
-                 refresh_s: float = REFRESH_S) -> None:
+                 refresh_s: float = REFRESH_S, max_unwritten: int = 0,
+                 unwritten_wait_s: float = 30.0) -> None:
         self.path = Path(path)
         self.reserve = reserve_bytes
+        self.max_unwritten, self.unwritten_wait_s = max_unwritten, unwritten_wait_s
         self._clock, self._statvfs, self._refresh_s = clock, statvfs, refresh_s
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)  # unwritten fell below max_unwritten
+        self.unwritten_waits = 0  # appends that waited for room (the broker's metrics)
         self._free = 0
         self._read_at: float | None = None
         self._written_since = 0
@@ -104,16 +113,36 @@ class SpaceGuard:
             self._unwritten += nbytes
             self._refused_at = None
 
+    def room(self, wait: bool) -> bool:
+        """Whether an append may go into memory now: True while fewer than ``max_unwritten``
+        bytes wait for the flushers; else False without ``wait``, or waits until they do (at
+        most ``unwritten_wait_s``, then True anyway). Call without a store's lock."""
+        if not self.max_unwritten or self._unwritten < self.max_unwritten:
+            return True  # the common case, without the lock (a stale read only delays a wait)
+        if not wait:
+            return False
+        with self._lock:
+            self.unwritten_waits += 1
+            self._drained.wait_for(lambda: self._unwritten < self.max_unwritten,
+                                   self.unwritten_wait_s)
+        return True
+
     def written(self, nbytes: int) -> None:
         """A flusher wrote ``nbytes`` that were admitted earlier."""
         with self._lock:
             self._unwritten = max(0, self._unwritten - nbytes)
             self._written_since += nbytes
+            self._wake_waiters()
 
     def forget(self, nbytes: int) -> None:
         """Admitted bytes that will never be written (their store gave up on them)."""
         with self._lock:
             self._unwritten = max(0, self._unwritten - nbytes)
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        if self.max_unwritten and self._unwritten < self.max_unwritten:
+            self._drained.notify_all()
 
     def blocked(self, store: str, error: str) -> None:
         """``store``'s flusher cannot write (ENOSPC/EDQUOT): refuse appends until it can."""

@@ -147,3 +147,56 @@ def test_a_negative_reserve_is_refused_at_config_time():
     with pytest.raises(ConfigError, match="disk_reserve_bytes"):
         build(StoreConfig, {"disk_reserve_bytes": -1})
     assert build(StoreConfig, {"disk_reserve_bytes": 0}).disk_reserve_bytes == 0
+
+
+def test_appends_wait_while_the_unwritten_bound_is_passed_and_go_on_as_flushers_write():
+    """The memory bound: past ``max_unwritten`` an append that cannot wait is turned back
+    (the broker retries it off its event loop), one that can waits for a flusher's write."""
+    import threading
+
+    guard = SpaceGuard("/data", 0, statvfs=lambda _p: 1 << 40, max_unwritten=100,
+                       unwritten_wait_s=60)
+    assert guard.room(False)
+    guard.admit(150)
+    assert not guard.room(False)
+    let_in = threading.Event()
+    waiter = threading.Thread(target=lambda: guard.room(True) and let_in.set())
+    waiter.start()
+    assert not let_in.wait(0.2), "an append went in past the bound"
+    guard.written(40)  # 110 unwritten: still past it
+    assert not let_in.wait(0.2)
+    guard.written(20)  # 90
+    assert let_in.wait(30)
+    waiter.join(30)
+    assert guard.unwritten_waits == 1 and guard.room(False)
+
+
+def test_an_append_waits_at_most_unwritten_wait_s_then_goes_on():
+    guard = SpaceGuard("/data", 0, statvfs=lambda _p: 1 << 40, max_unwritten=10,
+                       unwritten_wait_s=0.05)
+    guard.admit(11)
+    assert guard.room(True)  # a bound on memory, never a refusal
+    unbounded = SpaceGuard("/data", 0, statvfs=lambda _p: 1 << 40)
+    unbounded.admit(1 << 30)
+    assert unbounded.room(False)
+
+
+def test_a_store_turns_back_an_append_that_cannot_wait_past_the_bound_and_takes_it_later(
+        tmp_path):
+    from storage.config import StoreConfig
+    from storage.store import Store
+    from tests.helpers import batch_of, read_all
+
+    guard = SpaceGuard(tmp_path, 0, statvfs=lambda _p: 1 << 40, max_unwritten=1,
+                       unwritten_wait_s=60)
+    store = Store(tmp_path, "bounded", 0, [0], StoreConfig(cache_flush_interval_ms=2000),
+                  space=guard)
+    try:
+        assert store.append_batch(0, batch_of([b"first"]), wait=False) is not None
+        assert store.append_batch(0, batch_of([b"second"]), wait=False) is None  # past it
+        assert store.append_batch(0, batch_of([b"second"]), wait=True)[0] == 1  # flushed
+        assert guard.unwritten_waits == 1
+        store.flush()
+        assert [r.value for r in read_all(store, 0)] == [b"first", b"second"]
+    finally:
+        store.close()
