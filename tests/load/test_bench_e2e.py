@@ -1,0 +1,34 @@
+"""load/bench_e2e runs end to end (a master and three brokers as processes) and prints one
+well-formed JSON object with every case's latencies and round trips. Latency is not asserted
+against its target: benchmarks are not timed tests."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_quick_run_reports_both_cases_against_the_round_trip(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "load.bench_e2e", "--messages", "1000",
+                           "--rate", "2000"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert set(out["summary"]) == {"rf1", "rf3_acks_all"}
+    for name, runs in out["runs"].items():
+        (run,) = runs
+        assert run["consumed"] >= 1000, name  # every record came through
+        assert run["round_trips"] > 0 and run["grpc_round_trip_ms"]["p99_ms"] > 0
+        assert run["e2e_ms"]["p99_ms"] >= run["e2e_ms"]["p50_ms"] >= 0
+        assert out["summary"][name]["complete"]
+    assert not list(tmp_path.iterdir())  # the cluster's files are gone with it
+
+
+def test_bad_arguments_are_refused_with_the_rule():
+    proc = subprocess.run([sys.executable, "-m", "load.bench_e2e", "--rate", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--rate > 0" in proc.stderr
