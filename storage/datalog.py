@@ -154,7 +154,8 @@ class DataLog(SegmentedLog):
         self._dirty = True
 
     def open_first_segment(self) -> None:
-        """An empty log's first segment file, made now (see Store's ``_open_first_files``)."""
+        """An empty log's first segment file, made now (storage/partition_log.py,
+        ``_open_first_files``)."""
         if self._list.active is None:
             self._list.roll()
 

@@ -215,7 +215,8 @@ class IndexLog(SegmentedLog):
         fsync_dir(self.dir)
 
     def open_first_segment(self) -> None:
-        """An empty index's first segment file, made now (see Store's ``_open_first_files``)."""
+        """An empty index's first segment file, made now (storage/partition_log.py,
+        ``_open_first_files``)."""
         if not self._list.segs:
             self._list.roll()
 

@@ -137,8 +137,8 @@ class KeyLog:
             self._append(hashes, seg_base, index)
 
     def open_first_segment(self, index: IndexLog) -> None:
-        """The key file mirroring an index's one empty segment, made now (see Store's
-        ``_open_first_files``)."""
+        """The key file mirroring an index's one empty segment, made now
+        (storage/partition_log.py, ``_open_first_files``)."""
         if not self._list.segs and index.segment_bases() == {self.end: 0}:
             self._list.roll()
 

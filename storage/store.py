@@ -105,7 +105,6 @@ class Store(Closeable):
             self.topic, store_id, self.dir, cfg, data, checkpoint, parts,
             space or SpaceGuard(self.dir, cfg.disk_reserve_bytes),
             CachePair(data.end, cfg.cache_block_bytes, clock))
-        _open_first_files(data, parts.values())
         self._core.refresh_earliest()
         self._retired: list[IndexLog | KeyLog] = []  # files of removed partitions
         self._clock, self._wall_clock = clock, wall_clock
@@ -461,16 +460,3 @@ class Store(Closeable):
             self._core.notify()
         else:
             self._core.cond.wait()
-
-
-def _open_first_files(data: DataLog, parts: Iterable[PartitionLog]) -> None:
-    """Make a new store's first data, index and key files when it opens, not at its first
-    flush: creating a file (an inode, a directory fsync) was the largest cost of a first small
-    burst into a new topic, paid by the flusher while producers wait for memory and the
-    broker's other stores for a flusher (10,000 topics written once each: about a third of
-    the broker's kernel time). Creating a topic can afford it; an existing store has its
-    files already and nothing changes."""
-    data.open_first_segment()
-    for part in parts:
-        part.index.open_first_segment()
-        part.keys.open_first_segment(part.index)

@@ -25,8 +25,7 @@ def read_back(masters: str, topic: str, expected: int) -> list[bytes]:
         deadline = time.monotonic() + 30
         while len(got) < expected and time.monotonic() < deadline:
             got += [r.value for r in c.poll(timeout=0.2)]
-        time.sleep(0.3)  # nothing more than acknowledged either
-        got += [r.value for r in c.poll(timeout=0.2)]
+        got += [r.value for r in c.poll(timeout=0.5)]  # nothing more than acknowledged either
     return got
 
 
