@@ -60,7 +60,7 @@ from lib.errors import ConfigError, TubeqError
 from lib.fetch_wire import FETCH_METHOD
 from lib.logs import event
 from lib.process import wait_awake
-from lib.produce_wire import PRODUCE_METHOD, parse_produce
+from lib.produce_wire import PRODUCE_MANY_METHOD, PRODUCE_METHOD, parse_produce, parse_produce_many
 from lib.producer import Producer
 from lib.proto import broker_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
@@ -155,7 +155,8 @@ class Broker:
         cfg = self.config
         server = grpc.aio.server(options=SERVER_OPTIONS,
                                  interceptors=[AioStrictDecoding(
-                                     {PRODUCE_METHOD: parse_produce},
+                                     {PRODUCE_METHOD: parse_produce,
+                                      PRODUCE_MANY_METHOD: parse_produce_many},
                                      {REPLICA_FETCH_METHOD: Spliced.SerializeToString,
                                       FETCH_METHOD: Spliced.SerializeToString}),
                                      *self._auth()])

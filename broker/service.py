@@ -34,14 +34,16 @@ from broker.push import PushPlane
 from broker.replication import ReplicaLeader
 from broker.sinks import SinkPlane
 from broker.txn_markers import sync_txn, write_markers
-from lib.auth.access import current_access
+from lib.auth.access import Access, current_access
 from lib.auth.quotas import QuotaBook
 from lib.delay import DELAY_TOPIC
 from lib.errors import TubeqError
 from lib.names import check_name
+from lib.produce_wire import ProduceView
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
-from lib.wire_errors import MAX_MESSAGE_CHARS, abort_with_async, clip
+from lib.records import BatchView
+from lib.wire_errors import MAX_MESSAGE_CHARS, abort_with_async, clip, entry_error
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -109,6 +111,18 @@ def _in_executor(rpc: str, plane: str, method: str,
     return _guarded(handler)
 
 
+_NOT_RUN = TubeqError("not run")  # placeholder; every entry gets its own outcome
+
+
+def _entry_result(outcome: pb.ProduceResponse | TubeqError) -> pb.ProduceEntryResult:
+    if isinstance(outcome, TubeqError):
+        code, message, details = entry_error(outcome)
+        return pb.ProduceEntryResult(error_code=code, error_message=message,
+                                     error_details=details)
+    return pb.ProduceEntryResult(base_offset=outcome.base_offset,
+                                 last_offset=outcome.last_offset)
+
+
 def _may_produce() -> Callable[[str], None]:
     """The caller's produce check, taken on the loop (the executor thread that runs the work
     does not see the call's context)."""
@@ -164,7 +178,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         "produce", len(request.batch)))
 
     @_guarded
-    async def Produce(self, request: pb.ProduceRequest, context):  # noqa: N802
+    async def Produce(self, request: ProduceView, context):  # noqa: N802
         """On the loop when the append cannot wait (async topic, room in the cache): no thread
         hop; else in the executor, with the batch already checked."""
         check_name(request.topic)
@@ -173,14 +187,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if metered:
             principal = current_access.get().quota_principal
             quotas.admit("produce", principal)
-        if request.acks_all:
-            self.replication.check_acks_all(request.topic, request.partition)
-        view = None
-        if request.topic == DELAY_TOPIC:  # the access rule left the records' targets to this
-            view = self.data.topics.store_for(request.topic, request.partition).parse(
-                request.batch)
-            check_delayed(view, current_access.get(),
-                          self.data.topics.topic(request.topic).spec.retention_ms)
+        view = self._admit(request, current_access.get())
         try:
             response = self.data.produce(request, wait=False, view=view)
         except WouldBlock as later:
@@ -191,6 +198,81 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if metered:
             response.throttle_ms = quotas.charge("produce", principal, "", len(request.batch))
         return response
+
+    def _admit(self, request: ProduceView, access: Access) -> BatchView | None:
+        """What a produce checks before its append: an acks=all ISR, and the delay topic's
+        records' targets (the access rule leaves those to this); the batch when parsed."""
+        if request.acks_all:
+            self.replication.check_acks_all(request.topic, request.partition)
+        if request.topic != DELAY_TOPIC:
+            return None
+        view = self.data.topics.store_for(request.topic, request.partition).parse(
+            request.batch)
+        check_delayed(view, access, self.data.topics.topic(request.topic).spec.retention_ms)
+        return view
+
+    @_guarded
+    async def ProduceMany(self, request: list[ProduceView], context):  # noqa: N802
+        """Each entry as a Produce of its own, answered on its own: appended on the loop in
+        order until one would wait, that one and every later one in one executor hop (so a
+        partition's entries keep their order), then the acks=all waits side by side."""
+        quotas, access = self.quotas, current_access.get()
+        metered = quotas.active
+        if metered:
+            quotas.admit("produce", access.quota_principal)
+        outcomes: list[pb.ProduceResponse | TubeqError] = [_NOT_RUN] * len(request)
+        waiting: list[tuple[int, BatchView | None]] = []
+        for i, entry in enumerate(request):
+            try:
+                check_name(entry.topic)
+                if entry.topic != DELAY_TOPIC:  # whose records' targets _admit checks
+                    access.check("produce", "topic", entry.topic)
+                view = self._admit(entry, access)
+                if waiting:
+                    waiting.append((i, view))
+                else:
+                    outcomes[i] = self.data.produce(entry, wait=False, view=view)
+            except WouldBlock as later:
+                waiting.append((i, later.view))
+            except Exception as exc:  # noqa: BLE001 - the entry's answer, never the call's
+                outcomes[i] = self._entry_failed(exc)
+        if waiting:
+            await self.run(self._append_waiting, request, waiting, outcomes)
+        acks_all = [i for i, entry in enumerate(request)
+                    if entry.acks_all and isinstance(outcomes[i], pb.ProduceResponse)]
+        if acks_all:
+            budget = _wait_budget(context)
+            waits = await asyncio.gather(*(self.replication.replicated(
+                request[i].topic, request[i].partition, outcomes[i].last_offset + 1, budget)
+                for i in acks_all), return_exceptions=True)
+            for i, failed in zip(acks_all, waits, strict=True):
+                if failed is not None:
+                    outcomes[i] = self._entry_failed(failed)
+        response = pb.ProduceManyResponse(results=map(_entry_result, outcomes))
+        if metered:
+            response.throttle_ms = quotas.charge("produce", access.quota_principal, "",
+                                                 sum(len(entry.batch) for entry in request))
+        return response
+
+    def _append_waiting(self, request: list[ProduceView],
+                        waiting: list[tuple[int, BatchView | None]],
+                        outcomes: list[pb.ProduceResponse | TubeqError]) -> None:
+        for i, view in waiting:
+            try:
+                outcomes[i] = self.data.produce(request[i], True, view)
+            except Exception as exc:  # noqa: BLE001 - the entry's answer, never the call's
+                outcomes[i] = self._entry_failed(exc)
+
+    def _entry_failed(self, exc: BaseException) -> TubeqError:
+        """A ProduceMany entry's error, counted (and logged when it is a bug) as a call's."""
+        if isinstance(exc, TubeqError):
+            self.metrics.errors.labels("ProduceMany", exc.code).inc()
+            return exc
+        self.metrics.errors.labels("ProduceMany", "INTERNAL").inc()
+        log.error("request.internal_error", exc_info=exc,
+                  extra={"fields": {"method": "ProduceMany", "error": repr(exc)}})
+        return TubeqError(clip(f"internal broker error in ProduceMany: {exc!r}",
+                               MAX_MESSAGE_CHARS))
 
     @_guarded
     async def SinkCommit(self, request: pb.SinkCommitRequest, context):  # noqa: N802

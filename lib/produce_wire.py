@@ -8,7 +8,9 @@ and upb would copy the ``batch`` field into the message and again at every ``req
 and hands the batch on as a memoryview of the bytes received.
 
 The fields are lib/proto/broker.proto's: topic = 1, partition = 2, batch = 3, acks_all = 4,
-topic_id = 5.
+topic_id = 5. A ``ProduceManyRequest`` is those requests as its repeated field 1, each entry
+the bytes of one ``ProduceRequest``: the producer wraps the requests it already sealed (one
+join, no re-encoding), and the broker reads each entry in place.
 The reader reads what protobuf reads (fields in any order, the last of a field wins, unknown
 fields skipped) and raises ValueError on bytes protobuf would refuse; lib.decoding turns that
 into INVALID_ARGUMENT (the field walk is lib/wire.py's). tests/unit/test_produce_wire.py holds
@@ -23,6 +25,8 @@ from lib.types import TopicPartition
 from lib.wire import DELIMITED, VARINT, fields, varint
 
 PRODUCE_METHOD = "/tubeq.broker.Broker/Produce"
+PRODUCE_MANY_METHOD = "/tubeq.broker.Broker/ProduceMany"
+MAX_ENTRIES = 10_000  # per ProduceMany call: what a call's answer and its wait may hold
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
 
@@ -82,10 +86,32 @@ class ProduceView(NamedTuple):
     topic_id: int
 
 
-def parse_produce(raw: bytes) -> ProduceView:
+def produce_many_request(requests: list[bytes]) -> bytes:
+    """A serialized ``ProduceManyRequest`` of the serialized ``ProduceRequest``s given."""
+    parts = []
+    for raw in requests:
+        parts += (b"\x0a", varint(len(raw)), raw)
+    return b"".join(parts)
+
+
+def parse_produce_many(raw: bytes) -> list[ProduceView]:
+    """The entries of a serialized ``ProduceManyRequest``, each batch a view of ``raw``."""
+    view = memoryview(raw)
+    entries = []
+    for f in fields(view):
+        if f.kind == DELIMITED and f.number == 1:
+            if len(entries) == MAX_ENTRIES:
+                raise ValueError(f"a ProduceMany call carries at most {MAX_ENTRIES} entries")
+            entries.append(parse_produce(view, f.payload, f.stop))
+    return entries
+
+
+def parse_produce(raw: bytes | memoryview, pos: int = 0, end: int | None = None
+                  ) -> ProduceView:
+    """The request in ``raw[pos:end]``."""
     view = memoryview(raw)
     topic, partition, batch, acks_all, topic_id = b"", 0, view[:0], False, 0
-    for f in fields(view):
+    for f in fields(view, pos, end):
         if f.kind == VARINT:
             if f.number == 2:
                 partition = f.value & _U32
@@ -95,7 +121,7 @@ def parse_produce(raw: bytes) -> ProduceView:
                 topic_id = f.value & _U64
         elif f.kind == DELIMITED:
             if f.number == 1:
-                topic = raw[f.payload:f.stop]
+                topic = bytes(view[f.payload:f.stop])
             elif f.number == 3:
                 batch = view[f.payload:f.stop]
     return ProduceView(topic.decode("utf-8"), partition, batch, acks_all, topic_id)

@@ -107,6 +107,27 @@ def trailers_of(err: e.TubeqError) -> tuple[tuple[str, str], ...]:
     return ((CODE_KEY, err.code), (DETAILS_KEY, json.dumps(_jsonable(err.details))))
 
 
+def entry_error(err: e.TubeqError) -> tuple[str, str, str]:
+    """(code, message, details as JSON) of ``err`` for an answer that carries one error per
+    entry (``ProduceEntryResult``): the same fields a failed call's trailers carry."""
+    return err.code, clip(err.message, MAX_MESSAGE_CHARS), json.dumps(_jsonable(err.details))
+
+
+def error_of(code: str, message: str, details_json: str) -> e.TubeqError:
+    """The exception an error's code, message and JSON details stand for (details that are
+    not a JSON object are dropped: nothing from the network is trusted further)."""
+    try:
+        details = json.loads(details_json or "{}")
+    except ValueError:
+        details = {}
+    if not isinstance(details, dict):
+        details = {}
+    try:
+        return error_class(code)(message, **details)
+    except TypeError:  # details naming a keyword the class takes itself
+        return error_class(code)(message)
+
+
 def wire_form(err: e.TubeqError) -> tuple[tuple[tuple[str, str], ...], grpc.StatusCode, str]:
     """(trailing metadata, status, message) that carry ``err``: what every server, sync or
     asyncio, sends for it."""
@@ -134,13 +155,7 @@ def from_rpc_error(rpc_error: grpc.RpcError) -> e.TubeqError:
     message = rpc_error.details() or str(rpc_error.code())  # type: ignore[attr-defined]
     if code is None:
         return _transport_error(rpc_error.code(), message)  # type: ignore[attr-defined]
-    try:
-        details = json.loads(trailers.get(DETAILS_KEY, "{}"))
-    except ValueError:
-        details = {}
-    if not isinstance(details, dict):
-        details = {}
-    return error_class(code)(message, **details)
+    return error_of(code, message, trailers.get(DETAILS_KEY, "{}"))
 
 
 _TLS_FAILURES = ("handshake", "WRONG_VERSION_NUMBER", "CERTIFICATE_VERIFY_FAILED",

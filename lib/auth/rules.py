@@ -158,6 +158,7 @@ RULES: dict[str, Rule] = {
     _S + "ListIpRules": ADMIN_CLUSTER,
     # brokers
     _B + "Produce": _PRODUCE_BUT_DELAY,
+    _B + "ProduceMany": IN_HANDLER,  # produce on each entry's topic, entry by entry
     _B + "SyncTxn": _PRODUCE_BUT_DELAY,  # a transactional producer's
     _B + "Fetch": needs(("consume", "topic", "topic"), ("consume", "group", "group?")),
     _B + "Subscribe": IN_HANDLER,  # the stream's first message names the topic

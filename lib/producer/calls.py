@@ -4,27 +4,68 @@ leader is closed, which fails every call on it at once, CANCELLED and retriable,
 sender resends where the routes now say). The sender thread (lib/producer/sender.py) submits
 a batch and gets its outcome back through ``done``; ``send_sync``'s direct path calls
 :meth:`ProduceCalls.watched` from the caller's own thread.
+
+Batches ready for one broker at once go in one ``ProduceMany`` call (Kafka's produce request
+shape), in runs of at most :data:`MANY_MAX_BYTES`: with many partitions per broker (10,000
+topics of one partition, keyed records over many partitions) the per-call cost on both sides
+is paid once per broker and linger instead of once per partition. Each entry is answered on
+its own, so retries and failures stay per batch. A broker that does not know the method (an
+older version) answers UNIMPLEMENTED, having appended nothing: it gets each batch again in a
+Produce call of its own at once, and only those from then on.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from lib.errors import TubeqError, Unavailable
-from lib.produce_wire import PRODUCE_METHOD
+from lib.produce_wire import MAX_ENTRIES, PRODUCE_MANY_METHOD, PRODUCE_METHOD, produce_many_request
 from lib.proto import broker_pb2
 from lib.routes import RouteCache
 from lib.rpc import ChannelPool
 from lib.stuck_calls import StuckCallWatch
 from lib.types import TopicPartition
-from lib.wire_errors import from_rpc_error
+from lib.wire_errors import error_of, from_rpc_error
 
 # Produce calls in flight at once per producer (one per partition at most); more wait their turn.
 MAX_CALLS_IN_FLIGHT = 32
 Metadata = tuple[tuple[str, str], ...]
+MANY_MAX_BYTES = 16 << 20  # per ProduceMany call (gRPC's limit is lib.rpc.MAX_MESSAGE_BYTES)
+T = TypeVar("T")
+Outcome = tuple[broker_pb2.ProduceResponse | None, TubeqError | None]
+
+
+def runs_of(items: list[T], sizes: Sequence[int]) -> list[list[T]]:
+    """``items`` (of ``sizes`` bytes) in runs of at most :data:`MANY_MAX_BYTES` and
+    MAX_ENTRIES items; an item larger than that goes alone."""
+    out: list[list[T]] = [[]]
+    size = 0
+    for item, item_size in zip(items, sizes, strict=True):
+        if out[-1] and (size + item_size > MANY_MAX_BYTES or len(out[-1]) == MAX_ENTRIES):
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += item_size
+    return out if out[0] else []
+
+
+def entry_outcomes(address: str, count: int, result: broker_pb2.ProduceManyResponse | None,
+                   error: TubeqError | None) -> list[Outcome]:
+    """Each entry's (response, error) of a ProduceMany call of ``count`` entries."""
+    if error is None and len(result.results) != count:
+        error = Unavailable(f"broker {address} answered {len(result.results)} of {count} "
+                            "entries of a ProduceMany call")
+    if error is not None:
+        return [(None, error)] * count
+    return [(None, error_of(e.error_code, e.error_message, e.error_details)) if e.error_code
+            else (broker_pb2.ProduceResponse(base_offset=e.base_offset,
+                                             last_offset=e.last_offset,
+                                             throttle_ms=result.throttle_ms), None)
+            for e in result.results]
 
 
 class ProduceCalls:
@@ -32,7 +73,8 @@ class ProduceCalls:
 
     def __init__(self, routes: RouteCache, pool: ChannelPool, client_id: str) -> None:
         self.pool = pool
-        self._stubs: dict[str, tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]] = {}
+        self._stubs: dict[tuple[str, bool], tuple[grpc.Channel, grpc.UnaryUnaryMultiCallable]] = {}
+        self.unimplemented: set[str] = set()  # brokers that answered ProduceMany UNIMPLEMENTED
         self.watch = StuckCallWatch(routes, client_id)
         # Blocking calls on threads of our own, not .future(): grpc's synchronous channel
         # starts a thread to complete futures whenever a call begins on an idle channel and
@@ -43,16 +85,18 @@ class ProduceCalls:
         # the cap).
         self._threads = ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, f"tubeq-produce-{client_id}")
 
-    def stub(self, address: str) -> grpc.UnaryUnaryMultiCallable:
-        """The Produce stub of ``address`` (raises a TubeqError when it cannot be reached).
-        The bare channel: the calls carry the auth metadata themselves (ChannelPool). A
-        channel closed for a hung leader (ChannelPool.discard) is replaced: so is its stub."""
+    def stub(self, address: str, many: bool = False) -> grpc.UnaryUnaryMultiCallable:
+        """The Produce (or ProduceMany) stub of ``address`` (raises a TubeqError when it
+        cannot be reached). The bare channel: the calls carry the auth metadata themselves
+        (ChannelPool). A channel closed for a hung leader (ChannelPool.discard) is replaced:
+        so is its stub."""
         channel = self.pool.get_bare(address)
-        cached = self._stubs.get(address)
+        cached = self._stubs.get((address, many))
         if cached is None or cached[0] is not channel:
-            cached = self._stubs[address] = (channel, channel.unary_unary(
-                PRODUCE_METHOD, request_serializer=None,
-                response_deserializer=broker_pb2.ProduceResponse.FromString))
+            method, answer = (PRODUCE_MANY_METHOD, broker_pb2.ProduceManyResponse) if many \
+                else (PRODUCE_METHOD, broker_pb2.ProduceResponse)
+            cached = self._stubs[address, many] = (channel, channel.unary_unary(
+                method, request_serializer=None, response_deserializer=answer.FromString))
         return cached[1]
 
     def watched(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
@@ -69,18 +113,54 @@ class ProduceCalls:
             self.watch.finished(token)
 
     def submit(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
-               address: str, tp: TopicPartition, metadata: Metadata,
+               address: str, tps: tuple[TopicPartition, ...], metadata: Metadata,
                done: Callable[[Any, TubeqError | None], None]) -> None:
         """Make the call on a call thread; ``done(response, None)`` or ``done(None, error)``
-        there when it ends."""
-        self._threads.submit(self._call, stub, payload, timeout, address, tp, metadata, done)
+        there when it ends. A ProduceMany call that meets a broker without that method
+        adds the broker to :attr:`unimplemented`."""
+        self._threads.submit(self._call, stub, payload, timeout, address, tps, metadata, done)
+
+    def submit_many(self, address: str, payloads: list[bytes],
+                    tps: tuple[TopicPartition, ...], timeout: float, metadata: Metadata,
+                    done: Callable[[int, Any, TubeqError | None], None]) -> None:
+        """One ProduceMany call of the serialized Produce requests ``payloads`` (``tps``
+        theirs); ``done(i, response, error)`` for each entry on a call thread."""
+        try:
+            stub = self.stub(address, many=True)
+        except TubeqError as exc:
+            for i in range(len(payloads)):
+                done(i, None, exc)
+            return
+        self.submit(stub, produce_many_request(payloads), timeout, address, tps, metadata,
+                    lambda result, error: self._many_over(address, payloads, tps, timeout,
+                                                          metadata, done, result, error))
+
+    def _many_over(self, address: str, payloads: list[bytes],
+                   tps: tuple[TopicPartition, ...], timeout: float, metadata: Metadata,
+                   done: Callable[[int, Any, TubeqError | None], None],
+                   result: broker_pb2.ProduceManyResponse | None,
+                   error: TubeqError | None) -> None:
+        if error is not None and address in self.unimplemented:  # nothing was appended
+            for i, (payload, tp) in enumerate(zip(payloads, tps, strict=True)):
+                try:
+                    stub = self.stub(address)
+                except TubeqError as exc:
+                    done(i, None, exc)
+                    continue
+                self.submit(stub, payload, timeout, address, (tp,), metadata,
+                            functools.partial(done, i))
+            return
+        for i, outcome in enumerate(entry_outcomes(address, len(payloads), result, error)):
+            done(i, *outcome)
 
     def _call(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
-              address: str, tp: TopicPartition, metadata: Metadata,
+              address: str, tps: tuple[TopicPartition, ...], metadata: Metadata,
               done: Callable[[Any, TubeqError | None], None]) -> None:
         try:
-            result, error = self.watched(stub, payload, timeout, address, (tp,), metadata), None
+            result, error = self.watched(stub, payload, timeout, address, tps, metadata), None
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # ProduceMany, on an old broker
+                self.unimplemented.add(address)
             result, error = None, from_rpc_error(exc)
         except TubeqError as exc:  # its channel closed under it (see watched)
             result, error = None, exc

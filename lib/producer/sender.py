@@ -1,8 +1,9 @@
 """The producer's one background thread: sends ready batches, retries, resolves futures.
 
-Each ready batch becomes one blocking ``Broker.Produce`` call on a call thread
-(lib/producer/calls.py), so many partitions are in flight at once while each partition has at
-most one (the accumulator enforces that). A call thread only queues the outcome and wakes
+Ready batches become blocking calls on call threads (lib/producer/calls.py): one
+``Broker.Produce`` per batch, or one ``ProduceMany`` per broker when several are ready for it;
+many partitions are in flight at once while each partition has at most one batch (the
+accumulator enforces that). A call thread only queues the outcome and wakes
 this thread; resolving record futures, retry decisions and route refreshes all happen here, so
 a user's done-callback runs on this thread (keep it short: a callback that blocks stalls every
 partition).
@@ -59,7 +60,6 @@ from concurrent.futures._base import PENDING
 from typing import Any
 
 import grpc
-import numpy as np
 
 from lib.errors import (
     BatchTooLarge,
@@ -72,15 +72,14 @@ from lib.errors import (
 from lib.logs import event
 from lib.produce_wire import produce_request, restamp_request
 from lib.producer.accumulator import Accumulator, Batch
-from lib.producer.calls import ProduceCalls
+from lib.producer.calls import Metadata, ProduceCalls, runs_of
 from lib.producer.futures import RecordFuture
 from lib.producer.sequences import Sequences
-from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
+from lib.producer.split import RefusedLimits, pieces_within
 from lib.producer.transaction import Transactions
 from lib.proto import broker_pb2
 from lib.records import HEADER_SIZE, batch_head
-from lib.records.layout import COLUMN_BYTES_PER_RECORD
-from lib.routes import RouteCache, confirm_unknown
+from lib.routes import RouteCache, TopicRoutes, confirm_unknown
 from lib.rpc import ChannelPool
 from lib.types import RecordMetadata, TopicPartition
 from lib.wire_errors import from_rpc_error
@@ -145,8 +144,7 @@ class Sender(threading.Thread):
                     continue
             if self.txn is not None and batches:
                 batches = self._register(batches)
-            for batch in batches:
-                self._send(batch)
+            self._send_all(batches)
         self.fail_all(Unavailable("producer closed before these records were acknowledged "
                                   "(close timeout passed)"))
 
@@ -178,39 +176,80 @@ class Sender(threading.Thread):
             return [b for b in batches if id(b) not in failed]
         return batches
 
-    def _send(self, batch: Batch) -> None:
+    def _send_all(self, batches: list[Batch]) -> None:
+        """Send ``batches``: those of one broker together (ProduceMany) when more than one
+        is ready for it (lib/producer/calls.py)."""
+        ready: dict[str, list[Batch]] = {}
+        metadata: dict[str, Metadata] = {}
+        for batch in batches:
+            got = self._ready(batch)
+            if got is not None:
+                ready.setdefault(got[0], []).append(batch)
+                metadata[got[0]] = got[1]
+        for address, group in ready.items():
+            if address in self.calls.unimplemented:  # an old broker: one call per batch
+                for batch in group:
+                    self._submit([batch], address, metadata[address])
+                continue
+            for run in runs_of(group, [len(b.payload) for b in group]):
+                self._submit(run, address, metadata[address])
+
+    def _ready(self, batch: Batch) -> tuple[str, Metadata] | None:
+        """(broker address, call metadata) of a batch ready to go, sealed; None when it is
+        not to be sent now (failed, requeued for a throttle, split into pieces)."""
         if batch.abandoned is not None:  # a piece after one that failed: never sent
             self.fail(batch, batch.abandoned)
-            return
-        topic, partition = batch.tp
+            return None
         batch.attempts += 1
         try:
-            route = self.routes.get(topic)
-            if partition >= route.count or not route.address(partition):
-                raise Unavailable(f"no broker hosts {topic}/{partition} right now",
-                                  topic=topic, partition=partition)
-            address = route.address(partition)
-            stub = self.calls.stub(address)
+            address = self._leader(batch.tp)[1]
+            self.calls.stub(address)  # the broker can be reached
             metadata = self.metadata + self.pool.auth_metadata()  # may log in again
         except TubeqError as exc:
             self._retry_or_fail(batch, exc)
-            return
+            return None
         resume = self._paused.get(address, 0.0)
         if resume > time.monotonic():  # throttled by a quota: wait at the partition's head
             batch.attempts -= 1
             self.acc.requeue(batch, resume)
-            return
+            return None
         batch.address = address
         if not batch.payload:
             limit = self._limits.get(batch.tp, address)
             if limit is not None and self._split(batch, limit):
-                return
+                return None
             try:
                 self._seal(batch)
             except TubeqError as exc:  # no producer id: the master cannot be reached
                 self._retry_or_fail(batch, exc)
-                return
-        self.calls.submit(stub, batch.payload, self.request_timeout_s, address, batch.tp,
+                return None
+        return address, metadata
+
+    def _leader(self, tp: TopicPartition) -> tuple[TopicRoutes, str]:
+        """The topic's routes and the address of the partition's leader (Unavailable when
+        none is known)."""
+        route = self.routes.get(tp.topic)
+        address = route.address(tp.partition) if tp.partition < route.count else None
+        if not address:
+            raise Unavailable(f"no broker hosts {tp.topic}/{tp.partition} right now",
+                              topic=tp.topic, partition=tp.partition)
+        return route, address
+
+    def _submit(self, batches: list[Batch], address: str, metadata: Metadata) -> None:
+        """One Produce call for one batch, one ProduceMany call for more."""
+        if len(batches) > 1:
+            self.calls.submit_many(address, [b.payload for b in batches],
+                                   tuple(b.tp for b in batches), self.request_timeout_s,
+                                   metadata, lambda i, result, error: self._hand_over(
+                                       batches[i], result, error))
+            return
+        batch = batches[0]
+        try:
+            stub = self.calls.stub(address)
+        except TubeqError as exc:
+            self._retry_or_fail(batch, exc)
+            return
+        self.calls.submit(stub, batch.payload, self.request_timeout_s, address, (batch.tp,),
                           metadata, lambda result, error: self._hand_over(batch, result, error))
 
     def send_direct(self, claim: int, tp: TopicPartition, frame: bytes, tag_hash: int,
@@ -223,11 +262,7 @@ class Sender(threading.Thread):
         topic, partition = tp
         address, payload, pid, seq, first_sent = "", b"", -1, -1, time.monotonic()
         try:
-            route = self.routes.get(topic)
-            address = route.address(partition) if partition < route.count else None
-            if not address:
-                raise Unavailable(f"no broker hosts {topic}/{partition} right now",
-                                  topic=topic, partition=partition)
+            route, address = self._leader(tp)
             stub = self.calls.stub(address)
             wait = self._paused.get(address, 0.0) - time.monotonic()
             if wait > 0:  # throttled by a quota: the caller waits (it asked to)
@@ -292,14 +327,9 @@ class Sender(threading.Thread):
     def _split(self, batch: Batch, limit: int) -> bool:
         """Put ``batch`` back as pieces of at most ``limit`` bytes; False when it fits
         whole, or when one of its records alone does not fit (it fails as it is)."""
-        if HEADER_SIZE + COLUMN_BYTES_PER_RECORD * len(batch) + batch.size <= limit:
+        pieces = pieces_within(batch, limit)
+        if pieces is None:
             return False
-        frames = frames_of(batch)  # encodes plain values
-        bounds = piece_bounds(np.asarray(batch.sizes), limit)
-        if bounds is None or len(bounds) <= 2:
-            return False
-        pieces = cut(batch, frames, bounds)
-        Split(batch, pieces, bounds)
         self.acc.replace(batch, pieces)
         event(log, "producer.batch_split", logging.INFO, topic=batch.tp.topic,
               partition=batch.tp.partition, records=len(batch), bytes=batch.size,

@@ -102,6 +102,21 @@ def cut(batch: Batch, frames: memoryview, bounds: list[int]) -> list[Batch]:
     return pieces
 
 
+def pieces_within(batch: Batch, limit: int) -> list[Batch] | None:
+    """``batch`` as pieces of at most ``limit`` bytes, settled through a :class:`Split`;
+    None when it fits whole, or when one of its records alone does not fit (it fails as it
+    is)."""
+    if HEADER_SIZE + COLUMN_BYTES_PER_RECORD * len(batch) + batch.size <= limit:
+        return None
+    frames = frames_of(batch)  # encodes plain values
+    bounds = piece_bounds(np.asarray(batch.sizes), limit)
+    if bounds is None or len(bounds) <= 2:
+        return None
+    pieces = cut(batch, frames, bounds)
+    Split(batch, pieces, bounds)
+    return pieces
+
+
 class Split:
     """The refused batch's outcome, settled from its pieces (see the module docstring)."""
 

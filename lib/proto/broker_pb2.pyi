@@ -56,6 +56,34 @@ class ProduceResponse(_message.Message):
     throttle_ms: int
     def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
 
+class ProduceManyRequest(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ProduceRequest]
+    def __init__(self, entries: _Optional[_Iterable[_Union[ProduceRequest, _Mapping]]] = ...) -> None: ...
+
+class ProduceEntryResult(_message.Message):
+    __slots__ = ("base_offset", "last_offset", "error_code", "error_message", "error_details")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_DETAILS_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    last_offset: int
+    error_code: str
+    error_message: str
+    error_details: str
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., error_details: _Optional[str] = ...) -> None: ...
+
+class ProduceManyResponse(_message.Message):
+    __slots__ = ("results", "throttle_ms")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_MS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ProduceEntryResult]
+    throttle_ms: int
+    def __init__(self, results: _Optional[_Iterable[_Union[ProduceEntryResult, _Mapping]]] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
+
 class PartitionFetch(_message.Message):
     __slots__ = ("partition", "offset", "max_bytes")
     PARTITION_FIELD_NUMBER: _ClassVar[int]

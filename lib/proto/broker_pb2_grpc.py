@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=lib_dot_proto_dot_broker__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_broker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceMany = channel.unary_unary(
+                '/tubeq.broker.Broker/ProduceMany',
+                request_serializer=lib_dot_proto_dot_broker__pb2.ProduceManyRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_broker__pb2.ProduceManyResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/tubeq.broker.Broker/Fetch',
                 request_serializer=lib_dot_proto_dot_broker__pb2.FetchRequest.SerializeToString,
@@ -116,6 +121,15 @@ class BrokerServicer:
 
     def Produce(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceMany(self, request, context):
+        """Many partitions' batches in one call (Kafka's ProduceRequest shape): a producer sends the
+        batches it has ready for this broker together. Each entry is checked, appended and
+        answered on its own, in order; the call itself fails only when it cannot be read.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -226,6 +240,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=lib_dot_proto_dot_broker__pb2.ProduceRequest.FromString,
                     response_serializer=lib_dot_proto_dot_broker__pb2.ProduceResponse.SerializeToString,
             ),
+            'ProduceMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProduceMany,
+                    request_deserializer=lib_dot_proto_dot_broker__pb2.ProduceManyRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_broker__pb2.ProduceManyResponse.SerializeToString,
+            ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
                     request_deserializer=lib_dot_proto_dot_broker__pb2.FetchRequest.FromString,
@@ -324,6 +343,33 @@ class Broker:
             '/tubeq.broker.Broker/Produce',
             lib_dot_proto_dot_broker__pb2.ProduceRequest.SerializeToString,
             lib_dot_proto_dot_broker__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.broker.Broker/ProduceMany',
+            lib_dot_proto_dot_broker__pb2.ProduceManyRequest.SerializeToString,
+            lib_dot_proto_dot_broker__pb2.ProduceManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,9 @@ def request_for(name: str, method):
         return spb.LoginRequest(user=ALICE.user, password=ALICE.password)
     if name.endswith("/SinkAbort"):
         return bpb.SinkAbortRequest(sink=SINK, batch_id=1)
+    if name.endswith("/ProduceMany"):
+        return bpb.ProduceManyRequest(entries=[bpb.ProduceRequest(
+            topic="matrix", batch=encode_batch([Record(value=b"many")]))])
     msg = cls()
     for need in RULES[name].needs:
         for field in cls.DESCRIPTOR.fields:
@@ -84,7 +87,12 @@ def call(channel: grpc.Channel, name: str, method, request, header: str | None):
                                                                   timeout=3)
             next(stream, None)
         else:
-            channel.unary_unary(name, serialize, parse)(request, metadata=metadata, timeout=5)
+            answer = channel.unary_unary(name, serialize, parse)(request, metadata=metadata,
+                                                                 timeout=5)
+            if name.endswith("/ProduceMany") and answer.results[0].error_code:
+                entry = answer.results[0]  # checked per entry: the entry's error is the answer
+                assert entry.error_code == "PERMISSION_DENIED", entry
+                return DENIED, entry.error_message
     except grpc.RpcError as err:
         return err.code(), err.details() or ""
     return grpc.StatusCode.OK, ""

@@ -6,7 +6,13 @@ import random
 import pytest
 from google.protobuf.message import DecodeError
 
-from lib.produce_wire import parse_produce, produce_request
+from lib.produce_wire import (
+    MAX_ENTRIES,
+    parse_produce,
+    parse_produce_many,
+    produce_many_request,
+    produce_request,
+)
 from lib.proto import broker_pb2
 from lib.types import TopicPartition
 
@@ -79,3 +85,26 @@ def test_bytes_protobuf_refuses_are_refused_and_the_rest_read_alike():
             continue
         assert got == expected, raw
     assert 100 < refused < len(damaged)  # both kinds were exercised
+
+
+def test_produce_many_requests_parse_as_the_protobuf_message_with_batches_in_place():
+    entries = [produce_request(TopicPartition(t, p), b"H" * 40, _frames(n), a, i)
+               for t, p, n, a, i in CASES]
+    raw = produce_many_request(entries)
+    message = broker_pb2.ProduceManyRequest.FromString(raw)
+    assert raw == message.SerializeToString()
+    parsed = parse_produce_many(raw)
+    assert [_fields(e) for e in parsed] == [_fields(e) for e in message.entries]
+    assert all(e.batch.obj is raw for e in parsed)
+    assert parse_produce_many(b"") == []
+
+
+def test_produce_many_refuses_more_entries_than_its_limit_and_bad_entries():
+    one = produce_request(TopicPartition("t", 0), b"H", b"x")
+    assert len(parse_produce_many(produce_many_request([one] * MAX_ENTRIES))) == MAX_ENTRIES
+    with pytest.raises(ValueError, match=f"at most {MAX_ENTRIES} entries"):
+        parse_produce_many(produce_many_request([one] * (MAX_ENTRIES + 1)))
+    with pytest.raises(ValueError):  # an entry whose topic is not UTF-8
+        parse_produce_many(produce_many_request([b"\x0a\x01\xff"]))
+    with pytest.raises(ValueError):  # an entry cut short
+        parse_produce_many(produce_many_request([one + b"\x1a\x05ab"]))
