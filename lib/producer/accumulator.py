@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,13 +347,17 @@ class Accumulator:
 
     # ------------------------------------------------------------------ sender side
 
-    def drain(self, now: float) -> tuple[list[Batch], float | None]:
-        """Take the ready head batches of idle partitions (call with ``cond`` held).
+    def drain(self, now: float, leader_of: Callable[[TopicPartition], str | None] | None = None
+              ) -> tuple[list[Batch], float | None]:
+        """Take the ready head batches of idle partitions (call with ``cond`` held) and, as
+        Kafka's accumulator does, the lingering head batches of idle partitions led by a
+        broker that one of those goes to (``leader_of``: from the cached routes): they ride
+        in the same call (ProduceMany) instead of a call of their own a moment later.
 
         Returns the batches and the time of the next deadline (linger or backoff) to wait for.
         """
         ready: list[Batch] = []
-        next_at: float | None = None
+        waiting: list[tuple[TopicPartition, float, bool]] = []  # (tp, due, lingering)
         emptied: list[TopicPartition] = []
         for tp, queue in self._queued.items():
             if not queue:
@@ -363,15 +368,26 @@ class Accumulator:
             head = queue[0]
             due = self._due(head, len(queue))
             if due <= now:
-                queue.popleft()
-                self._in_flight.add(tp)
-                head.sealed = True
-                ready.append(head)
-            elif next_at is None or due < next_at:
-                next_at = due
+                ready.append(self._take(tp))
+            else:  # a batch backing off after a failure is never taken early
+                waiting.append((tp, due, not head.retry_at))
         for tp in emptied:
             del self._queued[tp]
+        nodes = {leader_of(b.tp) for b in ready} - {None, ""} \
+            if ready and leader_of is not None else ()
+        next_at: float | None = None
+        for tp, due, lingering in waiting:
+            if lingering and nodes and leader_of(tp) in nodes:
+                ready.append(self._take(tp))
+            elif next_at is None or due < next_at:
+                next_at = due
         return ready, next_at
+
+    def _take(self, tp: TopicPartition) -> Batch:
+        head = self._queued[tp].popleft()
+        self._in_flight.add(tp)
+        head.sealed = True
+        return head
 
     def _due(self, head: Batch, queued: int) -> float:
         if head.retry_at:

@@ -137,7 +137,7 @@ class Sender(threading.Thread):
                     break
                 if self._stopping and not self.acc.incomplete_count():
                     return
-                batches, next_at = self.acc.drain(time.monotonic())
+                batches, next_at = self.acc.drain(time.monotonic(), self._cached_leader)
                 if not batches and self._completions.empty():
                     wait = None if next_at is None else max(0.0, next_at - time.monotonic())
                     self.acc.cond.wait(wait if wait is None else min(wait, 1.0))
@@ -224,6 +224,13 @@ class Sender(threading.Thread):
                 self._retry_or_fail(batch, exc)
                 return None
         return address, metadata
+
+    def _cached_leader(self, tp: TopicPartition) -> str | None:
+        """The partition's leader as the cached routes say (never a call: under the
+        accumulator's lock)."""
+        route = self.routes.cached(tp.topic)
+        return route.address(tp.partition) if route is not None and \
+            tp.partition < route.count else None
 
     def _leader(self, tp: TopicPartition) -> tuple[TopicRoutes, str]:
         """The topic's routes and the address of the partition's leader (Unavailable when

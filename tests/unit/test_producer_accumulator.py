@@ -317,3 +317,29 @@ def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
         sender.send_direct(claim, A0, b"x" * 40, 0, 1)
     assert acc.claims() == set() and acc.used_bytes == 0
     assert acc.claim(A0, 40)  # free again
+
+
+def test_a_ready_batch_takes_the_lingering_batches_of_its_broker_along():
+    """Kafka's drain: once one batch goes to a broker, the head batches lingering on the
+    other idle partitions it leads go in the same call; other brokers' keep lingering, and a
+    batch backing off after a failure waits for its backoff."""
+    acc = _acc(batch_bytes=30, linger_s=60)
+    b0, b1, c0 = TopicPartition("b", 0), TopicPartition("b", 1), TopicPartition("c", 0)
+    leaders = {A0: "x", A1: "x", b0: "x", b1: "y", c0: None}
+    for _ in range(3):
+        _add(acc, A0)  # full: ready now
+    for tp in (A1, b0, b1, c0):
+        _add(acc, tp)  # lingering
+    with acc.cond:
+        ready, next_at = acc.drain(time.monotonic(), leaders.get)
+    assert sorted(b.tp for b in ready) == sorted([A0, A1, b0])
+    assert next_at is not None  # b1 and c0 still linger
+    backing_off = ready[1]
+    acc.requeue(backing_off, time.monotonic() + 60)
+    _add(acc, A0)
+    for _ in range(2):
+        _add(acc, A0)
+    acc.release(ready[0])  # A0 free again: its new batch is full
+    with acc.cond:
+        again, _ = acc.drain(time.monotonic(), leaders.get)
+    assert [b.tp for b in again] == [A0], "a batch backing off was taken early"
