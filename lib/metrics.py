@@ -2,16 +2,20 @@
 
 Each process's metrics class derives from :class:`ProcessMetrics`, so no registry is global
 (several servers can live in one test process) and serving and stopping the endpoint is
-written once.
+written once. Each registry also carries the standard ``process_*`` (CPU, memory,
+descriptors) and ``python_gc_*`` (collections per generation) metrics: a broker holding
+10,000 stores is a large heap, and its collections are worth watching.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector, start_http_server
 
 
 class ProcessMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        GCCollector(registry=self.registry)
+        ProcessCollector(registry=self.registry)
         self._http = None
 
     def serve(self, host: str, port: int) -> str:
