@@ -8,10 +8,7 @@ registration, whenever the set of hosted partitions changed (so the master drops
 left), and every ``FULL_EVERY`` heartbeats (a master that somehow missed one is set right).
 A partition's row is computed again only when its store's progress (earliest, next, flushed)
 or its traffic counters moved: computing 10,000 rows a second took a fifth of a busy broker's
-CPU. And at most :data:`ROWS_PER_HEARTBEAT` rows are computed again per heartbeat, taking turns
-(a partition never reported yet always is): with 10,000 busy partitions the master link still
-took a tenth of the broker's CPU in a produce burst, so on such a broker a partition's figures
-may lag a few heartbeats behind (at most ``partitions / ROWS_PER_HEARTBEAT``).
+CPU.
 """
 from __future__ import annotations
 
@@ -23,7 +20,6 @@ from lib.errors import TubeqError
 from lib.proto import master_pb2 as mpb
 
 FULL_EVERY = 60  # heartbeats: the whole list at least once a minute at the default interval
-ROWS_PER_HEARTBEAT = 2_000  # rows computed again per heartbeat at most (module docstring)
 
 
 class Row(NamedTuple):
@@ -62,8 +58,6 @@ class StatsReporter:
         self._answered = 0
         # (topic, partition) -> (its store's progress, its row) as last computed
         self._computed: dict[tuple[str, int], tuple[tuple[int, int, int], Row]] = {}
-        self._stale: set[tuple[str, int]] = set()  # counters moved, row not computed since
-        self._turn = 0  # where the next heartbeat starts computing rows again
 
     def prepare(self) -> Report:
         periodic = self._answered % FULL_EVERY == 0
@@ -86,35 +80,24 @@ class StatsReporter:
 
     def _rows(self) -> dict[tuple[str, int], Row]:
         out, computed = {}, {}
-        stale = self._stale
-        stale |= self.metrics.drain_touched()
-        hosted = self.topics.snapshot()
-        start = self._turn % len(hosted) if hosted else 0
-        budget, self._turn = ROWS_PER_HEARTBEAT, start
-        for i in range(len(hosted)):
-            at = (start + i) % len(hosted)
-            topic, p, store = hosted[at]
+        touched = self.metrics.drain_touched()
+        for topic, p, store in self.topics.snapshot():
             key = (topic, p)
             progress = store.progress(p)  # before the row: a move meanwhile shows next time
             last = self._computed.get(key)
-            if last is not None and (budget <= 0 or (last[0] == progress and key not in stale)):
+            if last is not None and last[0] == progress and key not in touched:
                 out[key], computed[key] = last[1], last
                 continue
-            if budget == 1:
-                self._turn = at + 1  # the next heartbeat starts after this one
-            budget -= 1
             try:
                 earliest, latest = store.earliest(p), store.latest(p)
                 disk_bytes = store.disk_bytes(p)
                 stable = store.producers.last_stable(p)
             except (TubeqError, OSError):
                 continue  # the store is being reopened, closed or trimmed: report it next time
-            stale.discard(key)
             c = self.metrics.partition(topic, p)
             out[key] = row = Row(earliest, latest, c.bytes_in, c.messages_in, c.bytes_out,
                                  c.messages_out, disk_bytes, stable)
             if progress is not None:
                 computed[key] = (progress, row)
         self._computed = computed
-        self._stale = stale & computed.keys()  # a partition gone needs nothing any more
         return out

@@ -72,25 +72,3 @@ def test_a_row_is_computed_again_only_when_its_partition_moved(tm, monkeypatch):
     assert asked == []
     store.append(2, batch_of([b"x"]))
     assert sent(reporter.prepare()) == {("t", 2): 1} and asked == [2]
-
-
-def test_rows_computed_per_heartbeat_are_bounded_and_take_turns(tm, monkeypatch):
-    """At 10,000 busy partitions the master link took a tenth of a broker's CPU: a heartbeat
-    computes at most ROWS_PER_HEARTBEAT rows again, the others keep their last figures until
-    their turn, and none is starved."""
-    monkeypatch.setattr("broker.heartbeat_stats.ROWS_PER_HEARTBEAT", 1)
-    reporter = StatsReporter(tm, BrokerMetrics())
-    first = reporter.prepare()  # never reported: every row, whatever the bound
-    assert sent(first) == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
-    reporter.answered(first)
-    store = tm.store_for("t", 0)
-    for p in range(3):
-        store.append(p, batch_of([b"x"] * (p + 1)))
-    seen: dict[tuple[str, int], int] = {}
-    for _ in range(3):
-        report = reporter.prepare()
-        assert len(report.stats) == 1, "more rows computed again than the bound"
-        seen.update(sent(report))
-        reporter.answered(report)
-    assert seen == {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}
-    assert reporter.prepare().stats == []
