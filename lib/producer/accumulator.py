@@ -352,9 +352,7 @@ class Accumulator:
         """Take the ready head batches of idle partitions (call with ``cond`` held) and, as
         Kafka's accumulator does, the lingering head batches of idle partitions led by a
         broker that one of those goes to (``leader_of``: from the cached routes): they ride
-        in the same call (ProduceMany) instead of a call of their own a moment later. Only
-        those past half their linger: a batch just opened is likely the one taking a sticky
-        partitioner's records, and sent early it would hold its partition's next batch back.
+        in the same call (ProduceMany) instead of a call of their own a moment later.
 
         Returns the batches and the time of the next deadline (linger or backoff) to wait for.
         """
@@ -371,10 +369,8 @@ class Accumulator:
             due = self._due(head, len(queue))
             if due <= now:
                 ready.append(self._take(tp))
-            else:  # one backing off after a failure, or new (it may be the partition
-                # that takes the records now: one batch in flight per partition), never early
-                waiting.append((tp, due, not head.retry_at and
-                                now - head.created >= self.linger_s / 2))
+            else:  # a batch backing off after a failure is never taken early
+                waiting.append((tp, due, not head.retry_at))
         for tp in emptied:
             del self._queued[tp]
         nodes = {leader_of(b.tp) for b in ready} - {None, ""} \

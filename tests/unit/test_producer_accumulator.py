@@ -320,9 +320,9 @@ def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
 
 
 def test_a_ready_batch_takes_the_lingering_batches_of_its_broker_along():
-    """Kafka's drain: once one batch goes to a broker, the head batches lingering (past half
-    their linger) on the other idle partitions it leads go in the same call; other brokers'
-    keep lingering, and a batch backing off after a failure waits for its backoff."""
+    """Kafka's drain: once one batch goes to a broker, the head batches lingering on the
+    other idle partitions it leads go in the same call; other brokers' keep lingering, and a
+    batch backing off after a failure waits for its backoff."""
     acc = _acc(batch_bytes=30, linger_s=60)
     b0, b1, c0 = TopicPartition("b", 0), TopicPartition("b", 1), TopicPartition("c", 0)
     leaders = {A0: "x", A1: "x", b0: "x", b1: "y", c0: None}
@@ -330,7 +330,7 @@ def test_a_ready_batch_takes_the_lingering_batches_of_its_broker_along():
         _add(acc, A0)  # full: ready now
     for tp in (A1, b0, b1, c0):
         _add(acc, tp)  # lingering
-    later = time.monotonic() + 31  # past half the linger, before its end
+    later = time.monotonic() + 31  # before the linger ends
     with acc.cond:
         ready, next_at = acc.drain(later, leaders.get)
     assert sorted(b.tp for b in ready) == sorted([A0, A1, b0])
@@ -343,15 +343,3 @@ def test_a_ready_batch_takes_the_lingering_batches_of_its_broker_along():
     with acc.cond:
         again, _ = acc.drain(later, leaders.get)
     assert [b.tp for b in again] == [A0], "a batch backing off was taken early"
-
-
-def test_a_batch_just_opened_is_not_taken_early():
-    """A sticky partitioner's next partition opens a batch as the full one goes: sent at
-    once, it would hold that partition's next batch back (one in flight per partition)."""
-    acc = _acc(batch_bytes=30, linger_s=60)
-    for _ in range(3):
-        _add(acc, A0)
-    _add(acc, A1)
-    with acc.cond:
-        ready, _ = acc.drain(time.monotonic(), {A0: "x", A1: "x"}.get)
-    assert [b.tp for b in ready] == [A0]
