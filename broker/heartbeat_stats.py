@@ -8,7 +8,11 @@ registration, whenever the set of hosted partitions changed (so the master drops
 left), and every ``FULL_EVERY`` heartbeats (a master that somehow missed one is set right).
 A partition's row is computed again only when its store's progress (earliest, next, flushed)
 or its traffic counters moved: computing 10,000 rows a second took a fifth of a busy broker's
-CPU.
+CPU. Walking the partitions at all costs 5-8 us each, so a broker hosting more than
+:data:`PARTITIONS_PER_BEAT` sends its stats every ``hosted / PARTITIONS_PER_BEAT`` heartbeats
+(10,000 partitions: every 5th), the heartbeats between carrying none; the whole list still
+goes at once when the hosted set changes (at 10,000 busy partitions the master link took
+2.52-2.57 s of the broker's 26 s of CPU in 30 s of a produce burst, 1.63 s with this).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from lib.errors import TubeqError
 from lib.proto import master_pb2 as mpb
 
 FULL_EVERY = 60  # heartbeats: the whole list at least once a minute at the default interval
+PARTITIONS_PER_BEAT = 2_000  # partitions walked per heartbeat, on average (module docstring)
 
 
 class Row(NamedTuple):
@@ -56,14 +61,23 @@ class StatsReporter:
         self.topics, self.metrics = topics, metrics
         self._sent: dict[tuple[str, int], Row] = {}
         self._answered = 0
+        self._next_full = 0  # the answered count at which the whole list goes again
         # (topic, partition) -> (its store's progress, its row) as last computed
         self._computed: dict[tuple[str, int], tuple[tuple[int, int, int], Row]] = {}
+        self._walked: list | None = None  # the hosted list the last walk went over
+        self._skipped = 0  # heartbeats since the last walk
 
     def prepare(self) -> Report:
-        periodic = self._answered % FULL_EVERY == 0
+        hosted = self.topics.snapshot()  # the same list object until the hosted set changes
+        every = max(1, len(hosted) // PARTITIONS_PER_BEAT)
+        if self._sent and hosted is self._walked and self._skipped + 1 < every:
+            self._skipped += 1
+            return Report([], True, self._sent)
+        self._walked, self._skipped = hosted, 0
+        periodic = self._answered >= self._next_full
         if periodic:
             self._computed = {}  # every row computed afresh, not only those that moved
-        rows = self._rows()
+        rows = self._rows(hosted)
         full = periodic or not self._sent or rows.keys() != self._sent.keys()
         sent = self._sent
         send = rows if full else {k: r for k, r in rows.items() if sent[k] != r}
@@ -73,15 +87,17 @@ class StatsReporter:
         """A master took ``report``: the next one is counted against it."""
         self._sent = report.rows
         self._answered += 1
+        if not report.partial:
+            self._next_full = self._answered + FULL_EVERY - 1
 
     def forget(self) -> None:
         """A master may not know what was sent (a registration): send everything next."""
-        self._sent, self._answered = {}, 0
+        self._sent, self._answered, self._next_full = {}, 0, 0
 
-    def _rows(self) -> dict[tuple[str, int], Row]:
+    def _rows(self, hosted: list) -> dict[tuple[str, int], Row]:
         out, computed = {}, {}
         touched = self.metrics.drain_touched()
-        for topic, p, store in self.topics.snapshot():
+        for topic, p, store in hosted:
             key = (topic, p)
             progress = store.progress(p)  # before the row: a move meanwhile shows next time
             last = self._computed.get(key)
