@@ -64,6 +64,11 @@ class TopicRoutes:
     def address(self, partition: int) -> str:
         return self.partitions[partition].address
 
+    def leader(self, partition: int) -> str:
+        """The partition's broker address; "" when none is known or it has no such
+        partition."""
+        return self.partitions[partition].address if 0 <= partition < self.count else ""
+
 
 def topic_routes(route: master_pb2.TopicRoute, now: float) -> TopicRoutes:
     """Convert one ``TopicRoute`` message (partitions sorted by number)."""

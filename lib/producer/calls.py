@@ -47,20 +47,19 @@ Outcome = tuple[broker_pb2.ProduceResponse | None, TubeqError | None]
 def runs_of(items: list[T], sizes: Sequence[int]) -> list[list[T]]:
     """``items`` (of ``sizes`` bytes) in runs of at most :data:`MANY_MAX_BYTES` and
     MAX_ENTRIES items; an item of :data:`MANY_ENTRY_MAX_BYTES` or more goes alone."""
-    alone = [[item] for item, size in zip(items, sizes, strict=True)
-             if size >= MANY_ENTRY_MAX_BYTES]
-    if alone:
-        small = [(i, s) for i, s in zip(items, sizes, strict=True) if s < MANY_ENTRY_MAX_BYTES]
-        return alone + runs_of([i for i, _ in small], [s for _, s in small])
-    out: list[list[T]] = [[]]
+    out: list[list[T]] = []
+    run: list[T] = []
     size = 0
     for item, item_size in zip(items, sizes, strict=True):
-        if out[-1] and (size + item_size > MANY_MAX_BYTES or len(out[-1]) == MAX_ENTRIES):
-            out.append([])
-            size = 0
-        out[-1].append(item)
+        if item_size >= MANY_ENTRY_MAX_BYTES:
+            out.append([item])
+            continue
+        if run and (size + item_size > MANY_MAX_BYTES or len(run) == MAX_ENTRIES):
+            out.append(run)
+            run, size = [], 0
+        run.append(item)
         size += item_size
-    return out if out[0] else []
+    return out + [run] if run else out
 
 
 def entry_outcomes(address: str, count: int, result: broker_pb2.ProduceManyResponse | None,

@@ -226,14 +226,13 @@ class Sender(DirectSend, threading.Thread):
         """The partition's leader as the cached routes say (never a call: under the
         accumulator's lock)."""
         route = self.routes.cached(tp.topic)
-        return route.address(tp.partition) if route is not None and \
-            tp.partition < route.count else None
+        return None if route is None else route.leader(tp.partition)
 
     def _leader(self, tp: TopicPartition) -> tuple[TopicRoutes, str]:
         """The topic's routes and the address of the partition's leader (Unavailable when
         none is known)."""
         route = self.routes.get(tp.topic)
-        address = route.address(tp.partition) if tp.partition < route.count else None
+        address = route.leader(tp.partition)
         if not address:
             raise Unavailable(f"no broker hosts {tp.topic}/{tp.partition} right now",
                               topic=tp.topic, partition=tp.partition)

@@ -305,7 +305,8 @@ def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
 
     def exploding(*_args, **_kwargs):
         raise RuntimeError("boom")
-    route = SimpleNamespace(count=1, topic_id=1, address=lambda _p: "127.0.0.1:1")
+    route = SimpleNamespace(count=1, topic_id=1, address=lambda _p: "127.0.0.1:1",
+                            leader=lambda _p: "127.0.0.1:1")
     routes = SimpleNamespace(get=lambda _topic: route)
     pool = SimpleNamespace(get_bare=lambda _a: SimpleNamespace(
         unary_unary=lambda *_a, **_k: exploding), auth_metadata=lambda: ())
