@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -35,14 +36,29 @@ VALUE = b"x" * 1024
 SETUPS = {"rf1": (1, "1"), "rf3_acks1": (3, "1"), "rf3_acks_all": (3, "all")}
 
 
-def throughput(masters: str, topic: str, acks: str, messages: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(masters: str, topic: str, acks: str, messages: int,
+               pids: dict[str, int]) -> tuple[float, dict[str, float]]:
+    """msgs/s, and the CPU microseconds per record each process spent meanwhile (``pids``
+    by name, and this one, the producer, as ``producer``)."""
     with Producer(masters, acks=acks) as producer:
         wait_served(producer, [topic])
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        own = time.process_time()
         start = time.perf_counter()
         for _ in range(messages):
             producer.send(topic, VALUE)
         producer.flush()
-        return messages / (time.perf_counter() - start)
+        rate = messages / (time.perf_counter() - start)
+        spent = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        spent["producer"] = time.process_time() - own
+    return rate, {name: s * 1e6 / messages for name, s in spent.items()}
 
 
 def produce(masters: str, stop: threading.Event, pulse: Pulse) -> None:
@@ -119,12 +135,16 @@ def run(messages: int, rounds: int, tries: int) -> dict:
         cluster.use_admin_env()  # auth is on: clients log in as the admin
         masters = cluster.master_addresses
         rates: dict[str, list[float]] = {name: [] for name in SETUPS}
+        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in SETUPS}
+        pids = {f"broker{i}": b.pid for i, b in cluster.brokers.items()}
         with AdminClient(masters, timeout=30) as admin:
             for name, (copies, _) in SETUPS.items():
                 admin.create_topic(f"bench-{name}", partitions=3, replication_factor=copies)
             for _ in range(rounds):
                 for name, (_, acks) in SETUPS.items():
-                    rates[name].append(throughput(masters, f"bench-{name}", acks, messages))
+                    rate, us = throughput(masters, f"bench-{name}", acks, messages, pids)
+                    rates[name].append(rate)
+                    cpu[name].append(us)
             failover = failovers(cluster, admin, tries) if tries else {}
         median = {name: statistics.median(r) for name, r in rates.items()}
         return {
@@ -133,6 +153,12 @@ def run(messages: int, rounds: int, tries: int) -> dict:
             "median_msgs_per_s": {name: round(m) for name, m in median.items()},
             "rf3_acks1_of_rf1": round(median["rf3_acks1"] / median["rf1"], 3),
             "rf3_acks_all_of_rf1": round(median["rf3_acks_all"] / median["rf1"], 3),
+            # medians over the rounds; each broker leads one of the three partitions
+            "cpu_us_per_record": {name: {proc: round(statistics.median(r[proc] for r in rs), 2)
+                                         for proc in rs[0]} for name, rs in cpu.items()},
+            "broker_cpu_us_per_record": {
+                name: round(statistics.median(sum(v for k, v in r.items() if k != "producer")
+                                              for r in rs), 2) for name, rs in cpu.items()},
             "failover": failover,
             "targets": {"rf3_acks1_of_rf1": 0.8, "rf3_acks_all_of_rf1": 0.5,
                         "failover_median_s": 3},

@@ -13,6 +13,19 @@ thread writes the whole file at most once per interval. A crash loses at most th
 interval's hand-overs, which costs recovery a longer scan, never data: an older checkpoint is
 always a valid one.
 
+The stores' producer snapshots go the same way (storage/shared_snapshots.py): handed over in
+memory, written into one file just before the checkpoint file, so a checkpoint on disk never
+covers producer batches its snapshot on disk does not.
+
+**One syncfs instead of the stores' index fsyncs** (Linux): a checkpoint says which index
+entries recovery may trust, so they had to be on disk before the store handed it over: two
+fsyncs (index and key hashes) per store per interval, most of the kernel time of a burst into
+10,000 topics. Where ``syncfs`` exists, a store under the data dir's filesystem hands its
+checkpoint over right after *writing* its index entries (``defers_sync``), and the writer
+calls ``syncfs`` once, after taking the entries and before writing the files: every entry was
+handed over after its index bytes were written, so that one call puts them all on disk. The
+data log's own fsync (its loss window) stays the store's.
+
 Entries are keyed by topic, topic id and store id, so a topic deleted and created again under
 the same name never meets its predecessor's checkpoint.
 
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import zlib
@@ -34,7 +48,9 @@ from pathlib import Path
 
 from lib.errors import StorageError
 from lib.logs import event
-from storage.fsutil import atomic_write
+from storage import shared_snapshots
+from storage.fsutil import atomic_write, syncfs, syncfs_available
+from storage.producers import SNAPSHOT, Snapshot, decode_snapshot, read_snapshot
 from storage.recovery import Checkpoint, read_checkpoint, unseal, write_checkpoint
 
 log = logging.getLogger(__name__)
@@ -43,7 +59,10 @@ FORMAT_VERSION = 2
 
 
 class OwnCheckpoint:
-    """``checkpoint.json`` in the store's own directory, written at once on save."""
+    """``checkpoint.json`` and ``producers.snap`` in the store's own directory, written at
+    once on save; the store fsyncs its indexes before it saves a checkpoint."""
+
+    defers_sync = False
 
     def __init__(self, store_dir: Path) -> None:
         self.store_dir = store_dir
@@ -54,12 +73,31 @@ class OwnCheckpoint:
     def save(self, cp: Checkpoint) -> None:
         write_checkpoint(self.store_dir, cp)
 
+    def read_snapshot(self) -> Snapshot | None:
+        return read_snapshot(self.store_dir)
+
+    def has_snapshot(self) -> bool:
+        return (self.store_dir / SNAPSHOT).exists()
+
+    def save_snapshot(self, snapshot: bytes) -> None:
+        atomic_write(self.store_dir / SNAPSHOT, snapshot)
+
 
 class CheckpointSlot:
-    """One store's entry in a shared :class:`CheckpointFile`."""
+    """One store's entries in a shared :class:`CheckpointFile`: its checkpoint and its
+    producers' snapshot."""
 
     def __init__(self, owner: CheckpointFile, key: str, legacy_dir: Path) -> None:
         self.owner, self.key, self.legacy_dir = owner, key, legacy_dir
+        self._defers: bool | None = None
+
+    @property
+    def defers_sync(self) -> bool:
+        """Whether the file's writer syncs this store's index entries (module docstring):
+        syncfs is there and the store is on the data dir's filesystem."""
+        if self._defers is None:
+            self._defers = self.owner.covers(self.legacy_dir)
+        return self._defers
 
     def read(self) -> Checkpoint | None:
         """The shared entry, else the store's own file of an older broker version."""
@@ -68,22 +106,51 @@ class CheckpointSlot:
     def save(self, cp: Checkpoint) -> None:
         self.owner.put(self.key, cp)
 
+    def read_snapshot(self) -> Snapshot | None:
+        """The shared snapshot, else the store's own file of an older broker version."""
+        raw = self.owner.snapshot(self.key)
+        if raw is None:
+            return read_snapshot(self.legacy_dir)
+        return decode_snapshot(raw, f"{self.owner.snapshots_path}: {self.key}")
+
+    def has_snapshot(self) -> bool:
+        return (self.owner.snapshot(self.key) is not None
+                or (self.legacy_dir / SNAPSHOT).exists())
+
+    def save_snapshot(self, snapshot: bytes) -> None:
+        self.owner.put_snapshot(self.key, snapshot)
+
 
 class CheckpointFile:
-    """The checkpoints of every store of a data dir in one file (module docstring).
+    """The checkpoints and producer snapshots of every store of a data dir, one file each
+    (module docstring).
 
-    ``put`` only records; a writer thread writes the file when something changed, at most
-    once per ``interval_s``, and sleeps without a timeout when nothing did (an idle broker
-    costs no wake-ups). ``close`` writes what is left.
+    ``put`` and ``put_snapshot`` only record; a writer thread writes the files when something
+    changed, at most once per ``interval_s``, and sleeps without a timeout when nothing did
+    (an idle broker costs no wake-ups). ``close`` writes what is left. ``sync_fs``: call
+    syncfs before each write (when the system has it), so stores may skip their index
+    fsyncs.
     """
 
     def __init__(self, path: Path, interval_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, sync_fs: bool = True) -> None:
         self.path, self.interval_s, self.clock = path, interval_s, clock
+        self.snapshots_path = path.with_name(shared_snapshots.SNAPSHOTS)
         self._entries: dict[str, Checkpoint] = load(path)
+        snapshots = shared_snapshots.load(self.snapshots_path)
+        if snapshots is None:  # damaged: the checkpoints may cover what only it remembered
+            self._entries, snapshots = {}, {}
         self._encoded = {key: encode_entry(key, cp) for key, cp in self._entries.items()}
+        self._snapshots = snapshots
+        self._encoded_snapshots = {key: shared_snapshots.encode_entry(key, raw)
+                                   for key, raw in self._snapshots.items()}
+        self._dir_fd = -1
+        if sync_fs and syncfs_available():
+            self._dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            self._device = os.fstat(self._dir_fd).st_dev
         self._cond = threading.Condition()
-        self._dirty = self._closing = False
+        self._dirty = self._snapshots_dirty = self._closing = False
+        self.syncs = 0  # syncfs calls: tests see the stores' index fsyncs gathered
         self._last_write = -interval_s
         self.writes = 0  # files written: tests and metrics see the coalescing
         self._thread = threading.Thread(target=self._run, daemon=True, name="checkpoints")
@@ -92,9 +159,29 @@ class CheckpointFile:
     def slot(self, topic: str, topic_id: int, store_id: int, store_dir: Path) -> CheckpointSlot:
         return CheckpointSlot(self, entry_key(topic, topic_id, store_id), store_dir)
 
+    def covers(self, store_dir: Path) -> bool:
+        """Whether this file's syncfs reaches ``store_dir`` (syncfs is on, same filesystem)."""
+        try:
+            return self._dir_fd >= 0 and os.stat(store_dir).st_dev == self._device
+        except OSError:
+            return False
+
     def get(self, key: str) -> Checkpoint | None:
         with self._cond:
             return self._entries.get(key)
+
+    def snapshot(self, key: str) -> bytes | None:
+        with self._cond:
+            return self._snapshots.get(key)
+
+    def put_snapshot(self, key: str, snapshot: bytes) -> None:
+        """Record a store's snapshot; it reaches the disk before any checkpoint put after it."""
+        encoded = shared_snapshots.encode_entry(key, snapshot)
+        with self._cond:
+            self._snapshots[key] = snapshot
+            self._encoded_snapshots[key] = encoded
+            self._snapshots_dirty = self._dirty = True
+            self._cond.notify()
 
     def put(self, key: str, cp: Checkpoint) -> None:
         encoded = encode_entry(key, cp)  # outside the lock: every store's flusher puts
@@ -119,8 +206,12 @@ class CheckpointFile:
             doomed = [k for k in self._entries if doomed_key(k)]
             for k in doomed:
                 del self._entries[k], self._encoded[k]
-            if doomed:
+            snapshots = [k for k in self._snapshots if doomed_key(k)]
+            for k in snapshots:
+                del self._snapshots[k], self._encoded_snapshots[k]
+            if doomed or snapshots:
                 self._dirty = True
+                self._snapshots_dirty = self._snapshots_dirty or bool(snapshots)
                 self._cond.notify()
 
     def close(self) -> None:
@@ -129,6 +220,9 @@ class CheckpointFile:
             self._closing = True
             self._cond.notify()
         self._thread.join()
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
 
     def _run(self) -> None:
         while True:
@@ -142,13 +236,28 @@ class CheckpointFile:
                 if not self._dirty:
                     return  # closing, and the file already says everything
                 body, self._dirty = dump(self._encoded.values()), False
-            self._write(body)
+                snapshots = None
+                if self._snapshots_dirty:
+                    snapshots = shared_snapshots.dump(self._encoded_snapshots.values())
+                    self._snapshots_dirty = False
+            self._write(body, snapshots)
             with self._cond:
                 if self._closing and not self._dirty:
                     return
 
-    def _write(self, body: bytes) -> None:
+    def _write(self, body: bytes, snapshots: bytes | None) -> None:
+        """syncfs (the index entries the checkpoints name), the snapshots, the checkpoints:
+        in that order, so neither file on disk claims what is not."""
         try:
+            if self._dir_fd >= 0:
+                try:
+                    syncfs(self._dir_fd)
+                    self.syncs += 1
+                except OSError as exc:
+                    raise StorageError(f"cannot sync the filesystem of {self.path}: {exc}",
+                                       path=str(self.path)) from exc
+            if snapshots is not None:
+                atomic_write(self.snapshots_path, snapshots)
             atomic_write(self.path, body)
             self.writes += 1
         except StorageError as exc:  # an old checkpoint is still a valid one: retry later
@@ -156,8 +265,9 @@ class CheckpointFile:
                   error=exc.message)
             with self._cond:
                 self._dirty = True
-                if self._closing:
-                    self._dirty = False  # nothing more to try: the next open scans further
+                self._snapshots_dirty = self._snapshots_dirty or snapshots is not None
+                if self._closing:  # nothing more to try: the next open scans further
+                    self._dirty = self._snapshots_dirty = False
         self._last_write = self.clock()
 
 

@@ -33,7 +33,7 @@ from storage.cache import CacheBlock
 from storage.core import StoreCore
 from storage.flusher_pool import FlusherPool, default_pool
 from storage.index import ENTRY
-from storage.producers import SnapshotSchedule, write_snapshot
+from storage.producers import SnapshotSchedule, encode_snapshot
 from storage.recovery import Checkpoint
 from storage.retention import segments_to_delete
 from storage.space import is_disk_full
@@ -67,8 +67,9 @@ class Flusher:
         self._last_retention = self.clock()  # first check one interval after open
         self._disk_full_since = 0.0
         self._written: CacheBlock | None = None  # the block being flushed, once in the files
-        self._snapshots = SnapshotSchedule(core.dir, core.config.producer_snapshot_interval_ms
-                                           / 1e3, self.clock)
+        self._snapshots = SnapshotSchedule(core.checkpoint.has_snapshot(),
+                                           core.config.producer_snapshot_interval_ms / 1e3,
+                                           self.clock)
         core.wake_flusher = self.wake
 
     def start(self) -> None:
@@ -245,9 +246,10 @@ class Flusher:
             parts = list(c.parts.values())  # add_partition may insert while we sync
             snapshot = self._snapshots.due(c.parts, position, int(self.wall_clock() * 1e3),
                                            force)
-        for part in parts:
-            part.index.sync()
-            part.keys.sync()
+        if not c.checkpoint.defers_sync:  # else one syncfs of the data dir covers them
+            for part in parts:
+                part.index.sync()
+                part.keys.sync()
         if snapshot is not None:  # before the checkpoint: one that covers producer batches
             self._write_snapshot(position, *snapshot)  # never comes without a snapshot
         c.checkpoint.save(Checkpoint(position, next_offsets))
@@ -257,7 +259,7 @@ class Flusher:
         """A failed snapshot costs recovery a longer scan (from the previous one), never
         data: logged, and tried again at the next checkpoint."""
         try:
-            write_snapshot(self.core.dir, position, *rows)
+            self.core.checkpoint.save_snapshot(encode_snapshot(position, *rows))
         except StorageError as exc:
             event(log, "store.producer_snapshot_failed", logging.ERROR, store=self.core.name,
                   error=exc.message)

@@ -50,7 +50,7 @@ from storage.epochs import LeaderEpochs
 from storage.fsutil import fsync_dir
 from storage.index import IndexLog
 from storage.keys import KeyLog
-from storage.producers import ProducerBatch, ProducerLimits, ProducerWindows, read_snapshot
+from storage.producers import ProducerBatch, ProducerLimits, ProducerWindows, Snapshot
 from storage.recovery import Checkpoint, recover
 from storage.removal import (
     create_dir,
@@ -346,7 +346,8 @@ class PartitionLog:
 
 
 def open_logs(store_dir: Path, topic: str, partitions: Iterable[int], data: DataLog,
-              checkpoint: Checkpoint | None, index_segment_entries: int,
+              checkpoint: Checkpoint | None, snapshot: Snapshot | None,
+              index_segment_entries: int,
               limits: ProducerLimits = ProducerLimits(), now_ms: int = 0
               ) -> dict[int, PartitionLog]:
     """Open the partitions' logs of a store and make them agree with its data log.
@@ -354,16 +355,15 @@ def open_logs(store_dir: Path, topic: str, partitions: Iterable[int], data: Data
     A partition without a dir starts where its last removed copy ended, or at 0 (rebuilt from
     the whole data log); recovery ignores each partition's chunks below its origin. A crash
     can lose the log's tail after its epoch was recorded: no epoch may point past the
-    recovered log. The producers' windows are the snapshot's, with the chunks after its
-    position replayed over them (storage/producers.py); recovery scans from there at the
-    latest.
+    recovered log. The producers' windows are ``snapshot``'s (the checkpoint's
+    ``read_snapshot``), with the chunks after its position replayed over them
+    (storage/producers.py); recovery scans from there at the latest.
     """
     sweep(store_dir)
     removed = removed_at(store_dir)
     indexes = {p: _open_index(store_dir, p, removed.get(p, 0), index_segment_entries)
                for p in sorted(set(partitions))}
     origins = {p: read_origin(index.dir) for p, index in indexes.items()}
-    snapshot = read_snapshot(store_dir)
     since = snapshot[0] if snapshot is not None else None
     placed = recover(store_dir, data, indexes, checkpoint, origins, scan_from=since)
     for p, origin in origins.items():

@@ -336,11 +336,11 @@ class SnapshotSchedule:
     """When a store's flusher writes its producers' snapshot: every ``interval_s`` at most
     when the windows changed, at once for the first windows of a store without a snapshot
     (recovery of a store without one starts at its checkpoint), and on close. Called under
-    the store's lock."""
+    the store's lock. ``exists``: the store has a snapshot already (its checkpoint's
+    ``has_snapshot``)."""
 
-    def __init__(self, store_dir: Path, interval_s: float, clock) -> None:
-        self.store_dir, self.interval_s, self.clock = store_dir, interval_s, clock
-        self.exists = (store_dir / SNAPSHOT).exists()
+    def __init__(self, exists: bool, interval_s: float, clock) -> None:
+        self.exists, self.interval_s, self.clock = exists, interval_s, clock
         self.last = clock()
         self.state: tuple | None = None  # the windows' versions when last written
 
@@ -367,30 +367,23 @@ class SnapshotSchedule:
         self.exists, self.last, self.state = True, self.clock(), state
 
 
-def write_snapshot(store_dir: Path, position: int, rows: np.ndarray,
-                   txns: np.ndarray | None = None) -> None:
-    """Replace the store's snapshot: the windows and open transactions as of data
-    ``position`` (all of it fsynced)."""
+Snapshot = tuple[int, np.ndarray, np.ndarray]  # position, window rows, open transaction rows
+
+
+def encode_snapshot(position: int, rows: np.ndarray, txns: np.ndarray | None = None) -> bytes:
+    """A snapshot as stored: the windows and open transactions as of data ``position`` (all
+    of it fsynced), behind a head with their CRC. A store's own ``producers.snap`` holds one;
+    a broker's stores share one file of them (storage/checkpoints.py)."""
     txns = np.empty(0, TXN_DTYPE) if txns is None else txns
     body = (np.ascontiguousarray(rows, SNAP_DTYPE).tobytes()
             + np.ascontiguousarray(txns, TXN_DTYPE).tobytes())
-    head = SNAP_HEAD.pack(SNAP_MAGIC, SNAP_VERSION, position, len(rows), zlib.crc32(body))
-    atomic_write(store_dir / SNAPSHOT, head + body)
+    return SNAP_HEAD.pack(SNAP_MAGIC, SNAP_VERSION, position, len(rows),
+                          zlib.crc32(body)) + body
 
 
-def read_snapshot(store_dir: Path) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """(position, rows) of the store's snapshot; None when there is none (the store never
-    held an idempotent batch: SnapshotSchedule); position 0 and no rows when it is damaged
-    (logged: recovery then rebuilds the windows from the whole data log)."""
-    path = store_dir / SNAPSHOT
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        event(log, "store.producer_snapshot_unreadable", logging.WARNING, path=str(path),
-              error=str(exc))
-        return 0, np.empty(0, SNAP_DTYPE), np.empty(0, TXN_DTYPE)
+def decode_snapshot(raw: bytes, where: str) -> Snapshot:
+    """What :func:`encode_snapshot` wrote; position 0 and no rows when it is damaged (logged
+    with ``where``: recovery then rebuilds the windows from the whole data log)."""
     if len(raw) >= SNAP_HEAD.size:
         magic, version, position, count, crc = SNAP_HEAD.unpack_from(raw)
         body = raw[SNAP_HEAD.size:]
@@ -401,5 +394,27 @@ def read_snapshot(store_dir: Path) -> tuple[int, np.ndarray, np.ndarray] | None:
                 zlib.crc32(body) == crc:
             return (position, np.frombuffer(body, SNAP_DTYPE, count),
                     np.frombuffer(body, TXN_DTYPE, offset=windows))
-    event(log, "store.producer_snapshot_damaged", logging.WARNING, path=str(path))
+    event(log, "store.producer_snapshot_damaged", logging.WARNING, path=where)
     return 0, np.empty(0, SNAP_DTYPE), np.empty(0, TXN_DTYPE)
+
+
+def write_snapshot(store_dir: Path, position: int, rows: np.ndarray,
+                   txns: np.ndarray | None = None) -> None:
+    """Replace the store's own snapshot file (a store without a broker's shared file)."""
+    atomic_write(store_dir / SNAPSHOT, encode_snapshot(position, rows, txns))
+
+
+def read_snapshot(store_dir: Path) -> Snapshot | None:
+    """The store's own snapshot file: None when there is none (the store never held an
+    idempotent batch: SnapshotSchedule, or its snapshots are in a shared file); position 0
+    and no rows when it is damaged or unreadable (logged)."""
+    path = store_dir / SNAPSHOT
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        event(log, "store.producer_snapshot_unreadable", logging.WARNING, path=str(path),
+              error=str(exc))
+        return 0, np.empty(0, SNAP_DTYPE), np.empty(0, TXN_DTYPE)
+    return decode_snapshot(raw, str(path))

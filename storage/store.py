@@ -100,7 +100,8 @@ class Store(Closeable):
         checkpoint = checkpoint or OwnCheckpoint(self.dir)
         self._limits = ProducerLimits(cfg.producer_state_max, cfg.producer_state_expiry_ms)
         parts = open_logs(self.dir, self.topic, partitions, data, checkpoint.read(),
-                          cfg.index_segment_entries, self._limits, int(wall_clock() * 1e3))
+                          checkpoint.read_snapshot(), cfg.index_segment_entries, self._limits,
+                          int(wall_clock() * 1e3))
         self._core = StoreCore(
             self.topic, store_id, self.dir, cfg, data, checkpoint, parts,
             space or SpaceGuard(self.dir, cfg.disk_reserve_bytes),

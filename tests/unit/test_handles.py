@@ -93,3 +93,38 @@ def test_a_kept_segment_outlives_its_file_and_the_cap(tmp_path, capped):
     assert capped.open == 0
     with pytest.raises(Exception, match="cannot open segment"):
         seg.pin()
+
+
+def test_threads_reopening_past_the_cap_keep_the_count_true(tmp_path, capped):
+    """Opens and closes run outside the lock (so a thread waiting for the GIL does not hold
+    every other one up): racing threads still never lose a descriptor, never read one
+    closed under them, and the count matches the descriptors really open."""
+    import threading
+
+    segs = []
+    for i in range(LEAST * 2):
+        path = tmp_path / f"s{i}"
+        path.write_bytes(b"%05d" % i)
+        segs.append(Segment(0, path, 5))
+    before = fds_open()
+    errors: list[str] = []
+
+    def worker(offset: int) -> None:
+        for n in range(1000):
+            i = (offset + n * 7) % len(segs)
+            with segs[i].use() as fd:
+                got = os.pread(fd, 5, 0)
+                if got != b"%05d" % i:
+                    errors.append(f"segment {i} read {got!r}")
+
+    threads = [threading.Thread(target=worker, args=(k * 13,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert capped.open <= LEAST, capped.stats()
+    assert fds_open() - before == capped.open, "every counted descriptor is open, no more"
+    for seg in segs:
+        capped.close(seg)
+    assert capped.open == 0 and fds_open() == before
