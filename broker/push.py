@@ -15,7 +15,7 @@ leaves the stream; the stream ends when no partition is left or the client cance
 Threading: a stream is an async generator on the broker's event loop (broker/service.py). A
 task of the stream reads the client's requests with ``async for`` into :class:`Credit`. A
 partition is read only when its latest offset moved past the stream's position (a counter read
-under the store's lock); as for Fetch (broker/data.py ``read_inline``), a read near the tail runs
+under the store's lock); as for Fetch (broker/inline_reads.py), a read near the tail runs
 inline and one further back in the executor. A stream with nothing to send, or
 without credit, parks on the topic's Signal or on its Credit and holds no thread; it re-checks
 every ``push_idle_wait_ms`` (a partition that moved away, a reconfigured store).
@@ -31,9 +31,9 @@ from broker.data import (
     Runner,
     check_tags,
     error_data,
-    read_inline,
     visible_read,
 )
+from broker.inline_reads import read_inline
 from broker.metrics import BrokerMetrics
 from broker.replication import ReplicaLeader
 from broker.topics import TopicManager

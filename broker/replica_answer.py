@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from broker.inline_reads import read_inline
 from broker.offsets import OffsetsPlane
 from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange, TubeqError
@@ -58,7 +59,10 @@ class ReplicaAnswers:
             signals = {p.topic: self.topics.signal(p.topic) for p in req.partitions
                        if self._known(p.topic)}
             seen = {t: s.version for t, s in signals.items()}
-            answer = await run(self._read_all, req)
+            if self._near_tail(req):  # from the cache or fresh pages: no disk wait, no hop
+                answer = self._read_all(req)
+            else:
+                answer = await run(self._read_all, req)
             left = deadline - time.monotonic()
             if any(len(frames) or d.error_code or d.diverging_end_offset >= 0 or d.group_offsets
                    for d, frames in answer.entries) \
@@ -69,6 +73,21 @@ class ReplicaAnswers:
             _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in pending:
                 w.cancel()
+
+    def _near_tail(self, req: pb.ReplicaFetchRequest) -> bool:
+        """Whether every partition asks from at most INLINE_READ_RECORDS behind its log end
+        (broker/inline_reads.py, as for consumers): a follower keeping up, answered without
+        the executor hop that was most of an acks=all wait. A partition that cannot be looked
+        up counts as near: its answer is an error, without I/O."""
+        for p in req.partitions:
+            try:
+                behind = self.topics.store_for(p.topic, p.partition).latest(p.partition) \
+                    - p.fetch_offset
+            except TubeqError:
+                continue
+            if not read_inline(behind):
+                return False
+        return True
 
     def _known(self, topic: str) -> bool:
         try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import urllib.request
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -21,6 +20,7 @@ from lib.records import Record, encode_batch
 from tests.cluster import Cluster
 from tests.integration.reads import read_to_end
 from tests.integration.test_consumer_common import wait_for
+from tests.old_broker import OldBroker
 
 MANY = "/tubeq.broker.Broker/ProduceMany"
 ALICE = Credentials("alice", "alice-many-password")
@@ -147,55 +147,21 @@ def _may_produce(producer: Producer) -> bool:
         return False
 
 
-class OldBroker(grpc.GenericRpcHandler):
-    """A broker as an older version would answer: ProduceMany UNIMPLEMENTED, every other
-    unary call relayed to the real broker behind it, which advertises this address."""
-
-    def __init__(self) -> None:
-        self.target: grpc.Channel | None = None
-        self.server = grpc.server(ThreadPoolExecutor(8))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.add_generic_rpc_handlers((self,))
-        self.relayed: Counter[str] = Counter()
-        self.server.start()
-
-    def service(self, handler_call_details):
-        method = handler_call_details.method
-        if method == MANY:
-            self.relayed[method] += 1  # refused: UNIMPLEMENTED
-            return None
-        return grpc.unary_unary_rpc_method_handler(
-            lambda raw, context: self._relay(method, raw, context))
-
-    def _relay(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        self.relayed[method] += 1
-        call = self.target.unary_unary(method, None, None)
-        metadata = [(k, v) for k, v in context.invocation_metadata() if not k.startswith(":")]
-        try:
-            return call(raw, metadata=metadata, timeout=context.time_remaining())
-        except grpc.RpcError as err:
-            context.set_trailing_metadata(err.trailing_metadata() or ())
-            context.abort(err.code(), err.details())
-
-
 @pytest.fixture
 def old_broker_cluster(tmp_path):
-    old = OldBroker()
-    cluster = Cluster(tmp_path / "old", broker_args=["--advertised-address",
-                                                     f"127.0.0.1:{old.port}"])
+    old = OldBroker(unknown={MANY})
+    cluster = Cluster(tmp_path / "old", broker_args=["--advertised-address", old.address])
     try:
         cluster.start_master(0)
         broker = cluster.start_broker(1)
-        old.target = grpc.insecure_channel(broker.address)
+        old.relay_to(broker.address)
         with AdminClient(cluster.master_addresses) as admin:
             wait_for(lambda: any(b.alive for b in admin.list_brokers()), 30,
                      "the broker to register")
         yield cluster, old
     finally:
         cluster.stop_all()
-        old.server.stop(None)
-        if old.target is not None:
-            old.target.close()
+        old.close()
 
 
 def test_a_broker_without_produce_many_gets_one_call_per_batch(old_broker_cluster):

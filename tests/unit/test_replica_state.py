@@ -14,6 +14,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.data import DataPlane
+from broker.inline_reads import INLINE_READ_RECORDS
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
 from broker.replica_fetcher import LeaderLoop, ReplicaFetcher, read_answer
@@ -62,8 +63,10 @@ class Side:
         r = self.plane.produce(pb.ProduceRequest(topic="t", partition=0, batch=batch))
         return r.base_offset, r.last_offset
 
-    def fetch_from(self, leader: Side, max_bytes: int = 1 << 20) -> pb.ReplicaFetchData:
-        """One round of this follower's fetcher against ``leader``, applied here."""
+    def fetch_from(self, leader: Side, max_bytes: int = 1 << 20,
+                   hops: list | None = None) -> pb.ReplicaFetchData:
+        """One round of this follower's fetcher against ``leader``, applied here; ``hops``
+        collects the functions the leader sent to its executor."""
         store = self.topics.replica_store("t", 0)
         r = self.topics.role("t", 0)
         key = ("t", 0, r.leader_epoch)
@@ -80,6 +83,8 @@ class Side:
                                          offsets_version=version)])
 
         async def run(fn, *args):
+            if hops is not None:
+                hops.append(fn)
             return fn(*args)
         answer = asyncio.run(leader.leader.fetch(req, run))  # as the wire carries it
         data, frames = read_answer(answer.SerializeToString(), "leader")[0]
@@ -112,6 +117,27 @@ def test_an_idempotent_batch_is_stamped_with_the_leader_epoch(pair):
     one, _ = pair
     one.produce(0, 2)
     assert one.topics.store_for("t", 0).leader_epochs(0) == [(3, 0)]
+
+
+def test_a_follower_keeping_up_is_answered_without_the_executor(pair):
+    """At most INLINE_READ_RECORDS behind: read on the loop (no hop); further behind, in the
+    executor (a read that may wait for the disk)."""
+    one, two = pair
+    total = 0
+    while total <= INLINE_READ_RECORDS:
+        one.produce(total, 200)
+        total += 200
+    hops: list = []
+    far = two.fetch_from(one, max_bytes=64 << 10, hops=hops)
+    assert len(hops) == 1 and far.base_offset == 0, "behind by more: the executor"
+    while two.topics.replica_store("t", 0).latest(0) < total:
+        two.fetch_from(one)
+    one.produce(total, 200)
+    hops.clear()
+    near = two.fetch_from(one, hops=hops)
+    assert hops == [], "200 records behind: on the loop"
+    assert near.base_offset == total and near.log_end == total + 200
+    assert two.topics.replica_store("t", 0).latest(0) == total + 200
 
 
 def test_the_leader_lists_only_the_batches_its_frames_complete(pair):
