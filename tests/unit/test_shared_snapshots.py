@@ -38,9 +38,22 @@ def fill(tm: TopicManager) -> None:
         assert store.append(0, batch(2, 3)) == (2, 4)
 
 
-def retries_answered(tm: TopicManager) -> list[tuple[int, int, bool]]:
-    """The last batch sent again to every topic: (base, last, appended) each."""
-    return [tm.store_for(name, 0).append_batch(0, batch(2, 3)) for name in TOPICS]
+def filled_and_closed(root) -> None:
+    tm = TopicManager(root, SMALL)
+    tm.apply(TOPICS, PLACED)
+    fill(tm)
+    tm.close()
+
+
+def retries_after_reopen(root) -> list[tuple[int, int, bool]]:
+    """The last batch sent again to every topic of a broker reopened on ``root``: (base,
+    last, appended) each; (2, 4, False) is a retry answered with its original offsets."""
+    tm = TopicManager(root, SMALL)
+    try:
+        tm.apply(TOPICS, PLACED)
+        return [tm.store_for(name, 0).append_batch(0, batch(2, 3)) for name in TOPICS]
+    finally:
+        tm.close()
 
 
 def wait_until(check, what: str, timeout: float = 60.0) -> None:
@@ -51,19 +64,11 @@ def wait_until(check, what: str, timeout: float = 60.0) -> None:
 
 
 def test_a_brokers_stores_keep_one_snapshot_file_and_answer_retries_after_a_restart(tmp_path):
-    tm = TopicManager(tmp_path, SMALL)
-    tm.apply(TOPICS, PLACED)
-    fill(tm)
-    tm.close()
+    filled_and_closed(tmp_path)
     assert not list((tmp_path / "topics").rglob(SNAPSHOT)), "no snapshot file per store"
     snapshots = shared_snapshots.load(tmp_path / SNAPSHOTS)
     assert sorted(snapshots) == sorted(entry_key(n, s.topic_id, 0) for n, s in TOPICS.items())
-    tm = TopicManager(tmp_path, SMALL)
-    try:
-        tm.apply(TOPICS, PLACED)
-        assert retries_answered(tm) == [(2, 4, False)] * 3
-    finally:
-        tm.close()
+    assert retries_after_reopen(tmp_path) == [(2, 4, False)] * 3
 
 
 def test_a_crash_after_the_files_name_the_batches_still_answers_retries(tmp_path):
@@ -83,30 +88,17 @@ def test_a_crash_after_the_files_name_the_batches_still_answers_retries(tmp_path
     crashed = tmp_path / "crashed"
     shutil.copytree(live, crashed)
     tm.close()
-    tm = TopicManager(crashed, SMALL)
-    try:
-        tm.apply(TOPICS, PLACED)
-        assert retries_answered(tm) == [(2, 4, False)] * 3
-    finally:
-        tm.close()
+    assert retries_after_reopen(crashed) == [(2, 4, False)] * 3
 
 
 def test_a_damaged_shared_file_costs_a_full_scan_never_a_duplicate(tmp_path, caplog):
-    tm = TopicManager(tmp_path, SMALL)
-    tm.apply(TOPICS, PLACED)
-    fill(tm)
-    tm.close()
+    filled_and_closed(tmp_path)
     raw = bytearray((tmp_path / SNAPSHOTS).read_bytes())
     raw[-1] ^= 0xFF
     (tmp_path / SNAPSHOTS).write_bytes(bytes(raw))
     assert shared_snapshots.load(tmp_path / SNAPSHOTS) is None
     assert "store.producer_snapshots_unreadable" in caplog.text
-    tm = TopicManager(tmp_path, SMALL)
-    try:
-        tm.apply(TOPICS, PLACED)
-        assert retries_answered(tm) == [(2, 4, False)] * 3
-    finally:
-        tm.close()
+    assert retries_after_reopen(tmp_path) == [(2, 4, False)] * 3
 
 
 def test_a_store_snapshotted_by_an_older_broker_is_read_from_its_own_file(tmp_path):
