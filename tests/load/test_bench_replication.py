@@ -23,8 +23,9 @@ def test_a_quick_run_reports_every_setup_and_a_failover(tmp_path):
     assert out["rf3_acks1_of_rf1"] > 0 and out["rf3_acks_all_of_rf1"] > 0
     for setup, per_process in out["cpu_us_per_record"].items():  # the budget, per process
         assert set(per_process) == {"broker1", "broker2", "broker3", "producer"}, setup
-        assert per_process["producer"] > 0, setup
-        assert out["broker_cpu_us_per_record"][setup] > 0, setup
+        assert per_process["producer"] > 0, setup  # (a broker's clock ticks are 10 ms: 300
+        assert min(per_process.values()) >= 0, setup  # records may cost it less than one)
+        assert out["broker_cpu_us_per_record"][setup] >= 0, setup
     failover = out["failover"]
     assert failover["tries"] == 1 and len(failover["produce_gap_s"]) == 1
     assert failover["produce_gap_median_s"] > 0 and failover["consume_gap_median_s"] > 0
