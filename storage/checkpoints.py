@@ -142,8 +142,6 @@ class CheckpointFile:
             self._entries, snapshots = {}, {}
         self._encoded = {key: encode_entry(key, cp) for key, cp in self._entries.items()}
         self._snapshots = snapshots
-        self._encoded_snapshots = {key: shared_snapshots.encode_entry(key, raw)
-                                   for key, raw in self._snapshots.items()}
         self._dir_fd = -1
         if sync_fs and syncfs_available():
             self._dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -176,10 +174,8 @@ class CheckpointFile:
 
     def put_snapshot(self, key: str, snapshot: bytes) -> None:
         """Record a store's snapshot; it reaches the disk before any checkpoint put after it."""
-        encoded = shared_snapshots.encode_entry(key, snapshot)
         with self._cond:
             self._snapshots[key] = snapshot
-            self._encoded_snapshots[key] = encoded
             self._snapshots_dirty = self._dirty = True
             self._cond.notify()
 
@@ -208,10 +204,11 @@ class CheckpointFile:
                 del self._entries[k], self._encoded[k]
             snapshots = [k for k in self._snapshots if doomed_key(k)]
             for k in snapshots:
-                del self._snapshots[k], self._encoded_snapshots[k]
+                del self._snapshots[k]
+            if snapshots:
+                self._snapshots_dirty = True
             if doomed or snapshots:
                 self._dirty = True
-                self._snapshots_dirty = self._snapshots_dirty or bool(snapshots)
                 self._cond.notify()
 
     def close(self) -> None:
@@ -238,7 +235,7 @@ class CheckpointFile:
                 body, self._dirty = dump(self._encoded.values()), False
                 snapshots = None
                 if self._snapshots_dirty:
-                    snapshots = shared_snapshots.dump(self._encoded_snapshots.values())
+                    snapshots = shared_snapshots.dump(self._snapshots.items())
                     self._snapshots_dirty = False
             self._write(body, snapshots)
             with self._cond:

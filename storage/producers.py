@@ -12,7 +12,7 @@ partition keeps its last :data:`WINDOW` appended batches. For a new batch:
 
 **Kept with the data** (Kafka's producer-state snapshots): each such batch's chunk header
 carries the producer's fields (storage/datalog.py), and the store writes the windows of its
-partitions to ``producers.snap`` now and then (:func:`write_snapshot`), as of a data position
+partitions to a snapshot now and then (:func:`encode_snapshot`), as of a data position
 ``S`` whose bytes are all fsynced. On open, recovery scans the data log from ``S`` at the
 latest (storage/recovery.py) and the store replays the scanned chunks over the snapshot, so a
 retry that straddles a restart of the broker is answered with its original offsets. What is
@@ -53,7 +53,6 @@ import numpy as np
 from lib.errors import OutOfOrderSequence, ProducerFenced
 from lib.logs import event
 from storage.datalog import ATTR_TXN
-from storage.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -396,12 +395,6 @@ def decode_snapshot(raw: bytes, where: str) -> Snapshot:
                     np.frombuffer(body, TXN_DTYPE, offset=windows))
     event(log, "store.producer_snapshot_damaged", logging.WARNING, path=where)
     return 0, np.empty(0, SNAP_DTYPE), np.empty(0, TXN_DTYPE)
-
-
-def write_snapshot(store_dir: Path, position: int, rows: np.ndarray,
-                   txns: np.ndarray | None = None) -> None:
-    """Replace the store's own snapshot file (a store without a broker's shared file)."""
-    atomic_write(store_dir / SNAPSHOT, encode_snapshot(position, rows, txns))
 
 
 def read_snapshot(store_dir: Path) -> Snapshot | None:

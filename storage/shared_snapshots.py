@@ -30,16 +30,15 @@ ENTRY = struct.Struct("<HI")  # key bytes, snapshot bytes
 MAGIC, VERSION = b"TQPM", 1
 
 
-def encode_entry(key: str, snapshot: bytes) -> bytes:
-    raw = key.encode()
-    return ENTRY.pack(len(raw), len(snapshot)) + raw + snapshot
-
-
-def dump(entries: Iterable[bytes]) -> bytes:
-    """The file, from entries :func:`encode_entry` made."""
-    entries = list(entries)
-    body = b"".join(entries)
-    return HEAD.pack(MAGIC, VERSION, len(entries), zlib.crc32(body)) + body
+def dump(snapshots: Iterable[tuple[str, bytes]]) -> bytes:
+    """The file, from (store key, snapshot) pairs."""
+    parts, count = [], 0
+    for key, snapshot in snapshots:
+        raw = key.encode()
+        parts += (ENTRY.pack(len(raw), len(snapshot)), raw, snapshot)
+        count += 1
+    body = b"".join(parts)
+    return HEAD.pack(MAGIC, VERSION, count, zlib.crc32(body)) + body
 
 
 def parse(raw: bytes) -> dict[str, bytes]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from lib.errors import OutOfOrderSequence, ProducerFenced
+from storage.checkpoints import OwnCheckpoint
 from storage.producers import (
     WINDOW,
     ProducerBatch,
     ProducerLimits,
     ProducerWindows,
+    encode_snapshot,
     read_snapshot,
-    write_snapshot,
 )
 
 
@@ -90,7 +91,7 @@ def test_a_snapshot_holds_only_what_the_files_hold_and_reads_back(tmp_path):
     w = ProducerWindows("t", 3)
     _append(w, 0, 2, 0, end_pos=100)
     _append(w, 2, 2, 2, end_pos=200)  # still in a cache block at position 150
-    write_snapshot(tmp_path, 150, w.rows(150))
+    OwnCheckpoint(tmp_path).save_snapshot(encode_snapshot(150, w.rows(150)))
     position, rows, _txns = read_snapshot(tmp_path)
     back = ProducerWindows("t", 3)
     back.load(rows)
