@@ -29,6 +29,7 @@ class ViewApplier:
         self._busy = False
         self._stopped = False
         self.digest = b""
+        self.applied = 0  # views applied (whole or not): what converging costs
         self._thread = threading.Thread(target=self._run, daemon=True, name="view-applier")
         self._thread.start()
 
@@ -39,6 +40,8 @@ class ViewApplier:
         with self._cond:
             if view is None and self._waiting is not None:
                 view, digest = self._waiting[0], self._waiting[1]
+            if view is not None:
+                self.digest = digest
             self._waiting = (view, digest, after)
             self._cond.notify_all()
 
@@ -60,18 +63,18 @@ class ViewApplier:
                 self._cond.wait_for(lambda: self._waiting is not None or self._stopped)
                 if self._stopped:
                     return
-                (view, digest, after), self._waiting = self._waiting, None
+                (view, _digest, after), self._waiting = self._waiting, None
                 self._busy = True
-                if view is not None:
-                    self.digest = b""  # between views: none is whole
+            whole = view is None
             try:
                 if view is not None:
                     whole = self._apply(view)
-                    with self._cond:
-                        self.digest = digest if whole else b""
+                    self.applied += 1
                 after()
             except Exception:  # the thread must go on: the next heartbeat sends it again
                 log.exception("master.view_apply_failed")
             with self._cond:
+                if not whole and (self._waiting is None or self._waiting[0] is None):
+                    self.digest = b""  # ask for it whole again, unless a newer one waits
                 self._busy = False
                 self._cond.notify_all()

@@ -7,6 +7,7 @@ Each component declares one frozen dataclass with a ``validate()`` method for cr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 import typing
 from pathlib import Path
@@ -32,7 +33,7 @@ def build(cls: type[T], values: dict[str, Any] | None = None, **overrides: Any) 
             f"unknown {cls.__name__} key(s): {', '.join(unknown)}; "
             f"known: {', '.join(sorted(fields))}"
         )
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     for key, value in merged.items():
         merged[key] = _coerce(cls.__name__, key, hints[key], value)
     obj = cls(**merged)
@@ -40,6 +41,13 @@ def build(cls: type[T], values: dict[str, Any] | None = None, **overrides: Any) 
     if validate is not None:
         validate()
     return obj
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A class's resolved field types, once: resolving them evaluates every annotation string
+    (0.2 ms for StoreConfig), and a broker opening 10,000 topics builds a config per store."""
+    return typing.get_type_hints(cls)
 
 
 def _unalias(cls: type, values: dict[str, Any]) -> dict[str, Any]:
