@@ -11,9 +11,12 @@ both are read back with ``count(*)`` and ``sum(length(value))``, which makes eve
 materialised. Parquet in the same run is the ceiling: the ratios (tubeq / parquet rows/s) are
 what to compare between runs on this small, noisy machine. A third source shows what a Python
 data source can reach at all (``load/spark_ceiling.py``: ready-made Arrow batches in, Arrow
-batches dropped out): ``pyds_ceiling_*`` and tubeq's ratio to it. A warm-up of 1,000 rows
+batches dropped out): ``pyds_ceiling_*`` and tubeq's ratio to it. A fourth is that source
+fed over Python gRPC by a bare server that does nothing with the bytes
+(``load/transport_ceiling.py``): ``grpc_ceiling_*``, what any broker reached over Python gRPC
+could give, and tubeq's ratio to it. A warm-up of 1,000 rows
 goes through each first (Python workers, JIT, connections), untimed; then ``--rounds`` rounds
-of all six runs, each round on a topic and files of its own and starting with another source;
+of all eight runs, each round on a topic and files of its own and starting with another source;
 each figure is the median of its rounds (``rounds_seconds`` has them all). Prints one JSON object
 (and writes it to ``--out``), with the 1-minute load average before and after as a hint of
 other work.
@@ -66,8 +69,9 @@ def read_totals(frame: Any) -> tuple[int, int]:
 class Targets:
     """Where the DataFrame goes: one tubeq topic and one parquet directory per name."""
 
-    def __init__(self, spark: Any, masters: str, root: Path) -> None:
+    def __init__(self, spark: Any, masters: str, root: Path, transport: str = "") -> None:
         self.spark, self.masters, self.root = spark, masters, root
+        self.transport = transport  # the bare gRPC server (load/transport_ceiling.py)
 
     def create_topic(self, topic: str) -> None:
         """Untimed: it waits until the brokers serve the new topic (their next heartbeat)."""
@@ -98,16 +102,17 @@ class Targets:
     def parquet_read(self, name: str) -> tuple[int, int]:
         return read_totals(self.spark.read.parquet(str(self.root / name)))
 
-    def ceiling_write(self, frame: Any) -> None:
+    def ceiling_write(self, frame: Any, transport: str = "") -> None:
         from load.spark_ceiling import NAME
 
-        frame.write.format(NAME).mode("append").save()
+        frame.write.format(NAME).option("transport", transport).mode("append").save()
 
-    def ceiling_read(self, rows: int, size: int) -> tuple[int, int]:
+    def ceiling_read(self, rows: int, size: int, transport: str = "") -> tuple[int, int]:
         from load.spark_ceiling import NAME
 
         return read_totals(self.spark.read.format(NAME).option("rows", rows)
-                           .option("size", size).option("partitions", TOPIC_PARTITIONS).load())
+                           .option("size", size).option("partitions", TOPIC_PARTITIONS)
+                           .option("transport", transport).load())
 
 
 def timed(fn: Any, *args: Any) -> tuple[float, Any]:
@@ -116,12 +121,30 @@ def timed(fn: Any, *args: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-FIGURES = ("tubeq_write", "parquet_write", "pyds_ceiling_write",
-           "tubeq_read", "parquet_read", "pyds_ceiling_read")
+FIGURES = ("tubeq_write", "parquet_write", "pyds_ceiling_write", "grpc_ceiling_write",
+           "tubeq_read", "parquet_read", "pyds_ceiling_read", "grpc_ceiling_read")
+WRITES = len(FIGURES) // 2
+RATIOS = {  # name: (figure, figure it is divided by)
+    "write_ratio": ("tubeq_write", "parquet_write"),
+    "read_ratio": ("tubeq_read", "parquet_read"),
+    # What any Python data source reaches here, and how close tubeq comes to it.
+    "pyds_ceiling_write_ratio": ("pyds_ceiling_write", "parquet_write"),
+    "pyds_ceiling_read_ratio": ("pyds_ceiling_read", "parquet_read"),
+    "write_of_ceiling": ("tubeq_write", "pyds_ceiling_write"),
+    "read_of_ceiling": ("tubeq_read", "pyds_ceiling_read"),
+    # What a Python data source fed over Python gRPC reaches (the bytes alone, nothing done
+    # with them), of parquet and of the Python data source ceiling; and tubeq of it.
+    "grpc_ceiling_write_ratio": ("grpc_ceiling_write", "parquet_write"),
+    "grpc_ceiling_read_ratio": ("grpc_ceiling_read", "parquet_read"),
+    "grpc_ceiling_write_of_ceiling": ("grpc_ceiling_write", "pyds_ceiling_write"),
+    "grpc_ceiling_read_of_ceiling": ("grpc_ceiling_read", "pyds_ceiling_read"),
+    "write_of_grpc_ceiling": ("tubeq_write", "grpc_ceiling_write"),
+    "read_of_grpc_ceiling": ("tubeq_read", "grpc_ceiling_read"),
+}
 
 
 def measure(spark: Any, masters: str, root: Path, rows: int, size: int,
-            rounds: int = 1) -> dict[str, Any]:
+            rounds: int = 1, transport: str = "") -> dict[str, Any]:
     """``rounds`` rounds of the six timed runs over one cached DataFrame; medians as one dict.
 
     Why rounds: the JVM compiles each path (Arrow in from a Python worker, Arrow out to one,
@@ -134,7 +157,7 @@ def measure(spark: Any, masters: str, root: Path, rows: int, size: int,
     if (cached_rows, cached_bytes) != (rows, rows * size):
         raise RuntimeError(f"generated {cached_rows} rows / {cached_bytes} bytes, "
                            f"expected {rows} / {rows * size}")
-    t = Targets(spark, masters, root)
+    t = Targets(spark, masters, root, transport)
     warm_up(t, frame.limit(WARM_UP_ROWS), size)
     per_round = [one_round(t, frame, rows, size, i) for i in range(rounds)]
     frame.unpersist()
@@ -146,15 +169,7 @@ def measure(spark: Any, masters: str, root: Path, rows: int, size: int,
         "rounds": rounds,
         **{f"{k}_rows_per_s": round(v) for k, v in figures.items()},
         **{f"{k}_MBps": round(v * size / 1e6, 1) for k, v in figures.items()},
-        "write_ratio": round(figures["tubeq_write"] / figures["parquet_write"], 3),
-        "read_ratio": round(figures["tubeq_read"] / figures["parquet_read"], 3),
-        # What any Python data source reaches here, and how close tubeq comes to it.
-        "pyds_ceiling_write_ratio": round(figures["pyds_ceiling_write"]
-                                          / figures["parquet_write"], 3),
-        "pyds_ceiling_read_ratio": round(figures["pyds_ceiling_read"]
-                                         / figures["parquet_read"], 3),
-        "write_of_ceiling": round(figures["tubeq_write"] / figures["pyds_ceiling_write"], 3),
-        "read_of_ceiling": round(figures["tubeq_read"] / figures["pyds_ceiling_read"], 3),
+        **{name: round(figures[a] / figures[b], 3) for name, (a, b) in RATIOS.items()},
         "tubeq_read_rows": rows, "tubeq_read_value_bytes": rows * size,
         "parquet_read_rows": rows, "parquet_read_value_bytes": rows * size,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
@@ -171,6 +186,8 @@ def warm_up(t: Targets, warm: Any, size: int) -> None:
     t.parquet_read("warm-up")
     t.ceiling_write(warm)
     t.ceiling_read(WARM_UP_ROWS, size)
+    t.ceiling_write(warm, t.transport)
+    t.ceiling_read(WARM_UP_ROWS, size, t.transport)
 
 
 def one_round(t: Targets, frame: Any, rows: int, size: int, index: int) -> dict[str, float]:
@@ -181,11 +198,14 @@ def one_round(t: Targets, frame: Any, rows: int, size: int, index: int) -> dict[
     runs = {"tubeq_write": lambda: t.tubeq_write(frame, name),
             "parquet_write": lambda: t.parquet_write(frame, name),
             "pyds_ceiling_write": lambda: t.ceiling_write(frame),
+            "grpc_ceiling_write": lambda: t.ceiling_write(frame, t.transport),
             "tubeq_read": lambda: t.tubeq_read(name),
             "parquet_read": lambda: t.parquet_read(name),
-            "pyds_ceiling_read": lambda: t.ceiling_read(rows, size)}
-    turn = index % 3
-    order = [*FIGURES[:3][turn:], *FIGURES[:3][:turn], *FIGURES[3:][turn:], *FIGURES[3:][:turn]]
+            "pyds_ceiling_read": lambda: t.ceiling_read(rows, size),
+            "grpc_ceiling_read": lambda: t.ceiling_read(rows, size, t.transport)}
+    turn = index % WRITES
+    writes, reads = FIGURES[:WRITES], FIGURES[WRITES:]
+    order = [*writes[turn:], *writes[:turn], *reads[turn:], *reads[:turn]]
     seconds = {}
     for figure in order:
         seconds[figure], result = timed(runs[figure])
@@ -200,23 +220,29 @@ def run(rows: int, size: int, rounds: int = 1) -> dict[str, Any]:
     """Start the cluster and Spark, measure, stop both (by PID) and remove the temp dir."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    from load.spark_ceiling import ROWS_PER_BATCH
+    from load.transport_ceiling import TransportServer
     from spark_sink.pipelines.local import local_spark
     from tests.cluster import Cluster  # the same process handling the tests use
 
     load_before = os.getloadavg()[0]
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-spark-"))
     cluster = Cluster(root / "cluster")
+    transport = None
     try:
         cluster.start(brokers=1)
         cluster.use_admin_env()  # auth is on: clients log in as the admin
+        transport = TransportServer(root / "transport", ROWS_PER_BATCH, size)
         conf = {**SPARK_CONF, "spark.local.dir": str(root / "spark-local")}
         with local_spark("local[2]", "tubeq-bench-spark", conf) as spark:
             from load.spark_ceiling import CeilingSource
 
             spark.dataSource.register(CeilingSource)
             result = measure(spark, cluster.master_addresses, root / "parquet", rows, size,
-                             rounds)
+                             rounds, transport.address)
     finally:
+        if transport is not None:
+            transport.stop()
         cluster.stop_all()
         shutil.rmtree(root, ignore_errors=True)
     result["setup"] = (f"Spark local[2], 1 master + 1 broker (async topic, {TOPIC_PARTITIONS} "
@@ -233,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=1_000_000, help="rows written and read")
     p.add_argument("--size", type=int, default=1024, help="bytes per value")
     p.add_argument("--rounds", type=int, default=3,
-                   help="rounds of all six runs; the figures are their medians")
+                   help="rounds of all eight runs; the figures are their medians")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args(argv)
     if args.rows < 1 or args.size < 1 or args.rounds < 1:

@@ -33,14 +33,18 @@ def test_bench_spark_reports_every_figure_and_reads_back_every_row(spark, tmp_pa
     result = json.loads(out.read_text())
     assert json.loads(capsys.readouterr().out) == result
     assert (result["rows"], result["value_bytes"]) == (ROWS, SIZE)
-    for name in ("tubeq_write", "tubeq_read", "parquet_write", "parquet_read"):
+    for name in ("tubeq_write", "tubeq_read", "parquet_write", "parquet_read",
+                 "pyds_ceiling_write", "pyds_ceiling_read", "grpc_ceiling_write",
+                 "grpc_ceiling_read"):
         assert result[f"{name}_rows_per_s"] > 0, name
     assert result["write_ratio"] > 0 and result["read_ratio"] > 0
+    assert result["write_of_grpc_ceiling"] > 0 and result["read_of_grpc_ceiling"] > 0
     assert result["tubeq_read_rows"] == result["parquet_read_rows"] == ROWS
     assert result["tubeq_read_value_bytes"] == result["parquet_read_value_bytes"] == ROWS * SIZE
-    # Two rounds, each timing all six runs (each read checked whole inside the benchmark);
+    # Two rounds, each timing all eight runs (each read checked whole inside the benchmark);
     # the reported seconds are their medians.
     assert result["rounds"] == 2 and len(result["rounds_seconds"]) == 2
+    assert len(result["seconds"]) == 8
     for name, seconds in result["seconds"].items():
         each = sorted(r[name] for r in result["rounds_seconds"])
         assert all(s > 0 for s in each) and each[0] <= seconds <= each[1], name
