@@ -43,6 +43,8 @@ def fill(pair: CachePair, nbytes: int) -> None:
 def test_a_store_taking_bursts_gets_small_pages_and_a_busy_one_reused_memory():
     pair = CachePair(0, 8 * MiB, clock=lambda: 0.0)
     assert "nh" in vm_flags(pair.active.buf)  # nothing known yet: small pages
+    # private: a shared anonymous mapping faults its pages in through shmem, dearer
+    assert "sh" not in vm_flags(pair.active.buf)
     fill(pair, 500 * 1024)  # a burst, then the block is written by age
     pair.swap()
     pair.flushed()
