@@ -9,7 +9,8 @@ option) ships the value bytes of whole Arrow batches and builds Arrow batches st
 what it receives: no framing, no checksums, no per-row Python. Measured in the same run as
 tubeq, it shows how fast any broker fed over Python gRPC could be here.
 
-    python -m load.transport_ceiling --port-file F --data FILE --rows N --size S  (the server)
+    python -m load.transport_ceiling --dir DIR --rows N --size S  (the server; its address
+    goes into DIR's ready file, as a broker's does: lib/process.py)
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
+
+from lib.process import clear_ready, wait_ready, write_ready
 
 SERVICE = "tubeq.bench.Transport"
 MAX_MESSAGE = 64 << 20
@@ -31,8 +33,8 @@ OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE),
 TRUNCATE_AT = 256 << 20  # the data file starts over past this: the page cache, not the disk
 
 
-async def _serve(port_file: Path, data: Path, rows: int, size: int) -> None:
-    fd = os.open(data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+async def _serve(root: Path, rows: int, size: int) -> None:
+    fd = os.open(root / "transport.data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     blob = os.urandom(rows * size)
     written = 0
 
@@ -55,9 +57,7 @@ async def _serve(port_file: Path, data: Path, rows: int, size: int) -> None:
         "Get": grpc.unary_unary_rpc_method_handler(get)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    tmp = port_file.with_suffix(".tmp")
-    tmp.write_text(str(port))
-    tmp.replace(port_file)
+    write_ready(root, {"address": f"127.0.0.1:{port}"})
     await server.wait_for_termination()
 
 
@@ -66,18 +66,17 @@ class TransportServer:
 
     def __init__(self, root: Path, blob_rows: int, size: int) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        self.port_file = root / "transport.port"
+        clear_ready(root)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "load.transport_ceiling", "--port-file", str(self.port_file),
-             "--data", str(root / "transport.data"), "--rows", str(blob_rows),
-             "--size", str(size)], cwd=Path(__file__).resolve().parents[1])
-        deadline = time.monotonic() + 30
-        while not self.port_file.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the transport ceiling server did not start")
-            time.sleep(0.05)
-        self.address = f"127.0.0.1:{self.port_file.read_text()}"
+            [sys.executable, "-m", "load.transport_ceiling", "--dir", str(root),
+             "--rows", str(blob_rows), "--size", str(size)],
+            cwd=Path(__file__).resolve().parents[1])
+        try:
+            info = wait_ready(root, self.proc.pid, alive=lambda: self.proc.poll() is None)
+        except BaseException:
+            self.stop()
+            raise
+        self.address = info["address"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -100,12 +99,11 @@ def get(ch: grpc.Channel) -> bytes:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m load.transport_ceiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port-file", type=Path, required=True)
-    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--dir", type=Path, required=True, help="its data file and ready file")
     p.add_argument("--rows", type=int, required=True, help="rows in each Get's answer")
     p.add_argument("--size", type=int, required=True, help="bytes per row")
     args = p.parse_args(argv)
-    asyncio.run(_serve(args.port_file, args.data, args.rows, args.size))
+    asyncio.run(_serve(args.dir, args.rows, args.size))
     return 0
 
 
