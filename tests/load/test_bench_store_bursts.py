@@ -23,7 +23,8 @@ def test_a_tiny_run_reports_every_figure_for_every_store_count(idempotent):
     for row in out["results"]:
         assert row["wall_ms_per_burst"] > 0 and row["append_thread_ms_per_burst"] > 0
         assert row["user_ms_per_burst"] + row["kernel_ms_per_burst"] > 0
-        assert row["machine_ms_per_burst"] > 0
+        # /proc/stat counts in 10 ms ticks: ten tiny bursts may take less than one
+        assert row["machine_ms_per_burst"] >= 0
     assert out["results"][0]["cpu_vs_first"] == 1.0
     assert out["setup"].endswith("; idempotent batches") == idempotent
 
