@@ -1,9 +1,10 @@
 """Memory cache blocks: appends land here; the flusher writes a whole block in one write.
 
 A block owns a fixed buffer placed at a known data-log position, so index entries get their
-final positions at append time. A new buffer is allocated per block (never reused) so that
-memoryviews handed to readers stay valid after the block is flushed; how a buffer is
-allocated follows the store's pace (:func:`fresh_buffer`).
+final positions at append time. How a buffer is allocated follows the store's pace
+(:func:`fresh_buffer`); a written block's mapping is used again only when nothing refers to
+it any more (:meth:`CacheBlock.__del__`), so memoryviews handed to readers stay valid after
+the block is flushed.
 
 A store has a :class:`CachePair` (TubeMQ's MsgMemStore pair): the *active* block takes appends,
 the *flushing* one is being written by the flusher. Reads of recent offsets are served from
@@ -12,11 +13,17 @@ both. The pair does no locking: its owner (the Store) calls it with its lock hel
 from __future__ import annotations
 
 import mmap
+import sys
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
 from storage.index import INDEX_DTYPE
+
+SPARE_MAPPINGS = 64  # written bursty blocks' mappings kept for reuse, per block capacity
+SPARE_TOUCHED_MAX = 1 << 20  # a mapping written past this goes back to the kernel instead
+_spares: dict[int, deque[np.ndarray]] = {}  # capacity -> mappings nothing refers to
 
 
 class _Entries:
@@ -65,14 +72,20 @@ def fresh_buffer(capacity: int, busy: bool) -> np.ndarray:
     whole (2 MiB) at the first byte written: a 500 KiB burst into a fresh 8 MiB block paid for
     2-4 MiB of zeroing, a third of the broker's CPU at 1,000 busy topics (``perf``:
     ``clear_page_erms`` under ``do_huge_pmd_anonymous_page``). So such a store gets a mapping
-    of its own in small pages: memory is committed as bytes land and unmapped when the block
-    goes, so 1,000 idle stores hold almost none. The mapping is private: Python's default
-    anonymous mapping is shared, whose pages fault in through shmem (``shmem_fault``), and
-    10,000 stores taking one burst each paid for it: 7-15 % less CPU per burst private
-    (``load.bench_store_bursts``, alternating).
+    in small pages, private (Python's default anonymous mapping is shared, whose pages fault in
+    through shmem: 7-15 % more CPU per burst). A written block's mapping is kept for the next
+    burst of any store (:meth:`CacheBlock.__del__`): 10,000 stores taking a burst each in turn
+    paid for an ``mmap``, ``madvise`` and ``munmap`` and a page fault per 4 KiB of every burst
+    (``munmap`` in a threaded process also interrupts the other CPUs to flush their TLBs).
     """
     if busy:
         return np.empty(capacity, np.uint8)
+    spares = _spares.get(capacity)
+    if spares:
+        try:
+            return spares.pop()  # atomic: another thread may have emptied it meanwhile
+        except IndexError:
+            pass
     m = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         m.madvise(mmap.MADV_NOHUGEPAGE)
@@ -81,31 +94,59 @@ def fresh_buffer(capacity: int, busy: bool) -> np.ndarray:
     return np.frombuffer(m, np.uint8)  # the array keeps the mapping alive, then unmaps it
 
 
+def spare_mappings() -> int:
+    """Written blocks' mappings waiting for reuse (all capacities)."""
+    return sum(len(d) for d in list(_spares.values()))
+
+
 class CacheBlock:
-    """Bytes destined for data-log positions [base_pos, base_pos + fill)."""
+    """Bytes destined for data-log positions [base_pos, base_pos + fill).
+
+    A busy store's block gets its buffer at once; a bursty store's at its first append, so
+    an idle store (most of a broker's 10,000) holds none.
+    """
 
     def __init__(self, base_pos: int, capacity: int, created: float,
                  busy: bool = False) -> None:
         self.base_pos = base_pos
-        self.buf = fresh_buffer(capacity, busy)
-        self.mem = memoryview(self.buf)  # appends copy through it
+        self.capacity = capacity
+        self.busy = busy
+        self.buf: np.ndarray | None = fresh_buffer(capacity, True) if busy else None
         self.fill = 0
         self.messages = 0
         self.created = created  # clock reading: the flush interval counts from here
         self.parts: dict[int, _Entries] = {}
+
+    def __del__(self) -> None:
+        """Keep a bursty block's mapping for the next burst when nothing but this block refers
+        to it: every view of the buffer (a numpy slice, a memoryview of one) holds a reference
+        to it, so a reader's zero-copy view keeps the bytes it was given, and the block itself
+        is gone, so no reader can take a new view of it."""
+        buf = self.buf
+        if (buf is None or self.busy or _spares is None or self.fill > SPARE_TOUCHED_MAX
+                or sys.getrefcount(buf) != 3):  # self.buf, buf, getrefcount's argument
+            return
+        spares = _spares.get(len(buf))
+        if spares is None:
+            spares = _spares.setdefault(len(buf), deque(maxlen=SPARE_MAPPINGS))
+        spares.append(buf)  # past maxlen the oldest one is unmapped
 
     @property
     def end_pos(self) -> int:
         return self.base_pos + self.fill
 
     def fits(self, nbytes: int) -> bool:
-        return self.fill + nbytes <= len(self.buf)
+        return self.fill + nbytes <= self.capacity
 
     def add(self, partition: int, base_offset: int, header: bytes, frames: memoryview,
             entries: np.ndarray | tuple[int, int, int, int]) -> None:
         """Copy a chunk in (one memcpy for the frames) and record its index entries (an
         array, or one entry as a tuple: :meth:`_Entries.extend`)."""
-        at, mem = self.fill, self.mem
+        if self.buf is None:
+            self.buf = fresh_buffer(self.capacity, False)
+        # A memoryview for the copies (no numpy array per piece), dropped at return: a view
+        # kept by the block would hide readers' views from __del__'s reference count.
+        at, mem = self.fill, memoryview(self.buf)
         mem[at:at + len(header)] = header  # a memoryview copy: no numpy array per piece
         at += len(header)
         mem[at:at + len(frames)] = frames
@@ -120,7 +161,7 @@ class CacheBlock:
         return None if part is None else (part.first_offset, part.view())
 
     def data(self) -> memoryview:
-        return memoryview(self.buf[: self.fill])
+        return memoryview(b"") if self.buf is None else memoryview(self.buf[: self.fill])
 
     def slice(self, position: int, length: int) -> memoryview:
         at = position - self.base_pos
