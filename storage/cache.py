@@ -147,7 +147,7 @@ class CacheBlock:
         # A memoryview for the copies (no numpy array per piece), dropped at return: a view
         # kept by the block would hide readers' views from __del__'s reference count.
         at, mem = self.fill, memoryview(self.buf)
-        mem[at:at + len(header)] = header  # a memoryview copy: no numpy array per piece
+        mem[at:at + len(header)] = header
         at += len(header)
         mem[at:at + len(frames)] = frames
         self.fill = at + len(frames)
