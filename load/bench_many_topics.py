@@ -9,24 +9,31 @@ partition. Starts 1 master and 1 broker as real processes on 127.0.0.1 (``tests/
 then for each topic count (created as it goes, 1 partition each, async durability) sends
 ``--messages`` records of ``--size`` bytes from one producer, ``--run`` records to a topic
 before moving to the next, round robin over every topic, as many producers each writing their
-own topic would. Each phase reports msgs/s, the broker's CPU seconds, RSS and open file
-descriptors after it (all, and those on its data files; taken once every topic's files exist:
-a store creates them when it opens), and every phase's throughput as a ratio to the first
-(one topic) in the same run. Prints one JSON object; every process is stopped by PID at the end.
+own topic would. Each phase reports msgs/s, the CPU seconds of the broker, the producer (this
+process), the master and the whole machine (also per record, in us), the peak of what the
+broker acknowledged and had not written yet and how often appends waited for its flushers,
+its RSS and open file descriptors after it (all, and those on its data files; taken once every
+topic's files exist: a store creates them when it opens), and every phase's throughput as a
+ratio to the first (one topic) in the same run. ``--flusher-threads`` sets the broker's pool.
+Prints one JSON object; every process is stopped by PID at the end.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from load import stop_on_sigterm, wait_served
+from load.cpu_profile import machine_seconds
 from load.soak import Watched, sample
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +50,51 @@ def process_figures(pid: int) -> dict[str, float]:
         figures["threads"] = next(int(line.split()[1]) for line in f
                                   if line.startswith("Threads:"))
     return figures
+
+
+class UnwrittenWatch:
+    """Samples the broker's acknowledged-but-unwritten bytes while a phase runs: whether
+    its flushers keep up (the async loss window of docs/durability.md stretches when they do
+    not) and how often appends waited for them."""
+
+    def __init__(self, data_dir: Path, every_s: float = 0.25) -> None:
+        ready = json.loads((data_dir / "ready.json").read_text())
+        self.url = f"http://{ready['metrics']}/metrics"
+        self.every_s, self.peak, self._stop = every_s, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def gauges(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.url, timeout=5) as answer:
+            lines = answer.read().decode().splitlines()
+        return {name: float(line.split()[-1]) for line in lines for name in
+                ("tubeq_broker_unwritten_bytes", "tubeq_broker_unwritten_waits")
+                if line.startswith(name + " ")}
+
+    def __enter__(self) -> UnwrittenWatch:
+        self._waits0 = self.gauges()["tubeq_broker_unwritten_waits"]
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak = max(self.peak, self.gauges()["tubeq_broker_unwritten_bytes"])
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.figures = {"unwritten_peak_mib": round(self.peak / 2**20, 1),
+                        "unwritten_waits": int(self.gauges()["tubeq_broker_unwritten_waits"]
+                                               - self._waits0)}
+
+
+def cpu_split(master_pid: int) -> dict[str, float]:
+    """CPU seconds so far of this process (the producer: the phase's window holds nothing
+    else of ours), the master, and the whole machine (kernel threads included): where the
+    machine's two cores go besides the broker."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {"producer_cpu_s": own.ru_utime + own.ru_stime,
+            "master_cpu_s": process_figures(master_pid)["cpu_s"],
+            "machine_cpu_s": machine_seconds()[0]}
 
 
 def data_fds(pid: int, data_dir: Path) -> int:
@@ -105,14 +157,21 @@ def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[s
             "failures": producer.metrics()["records_failed"] - failed_before}
 
 
-def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, Any]:
+def run(counts: list[int], messages: int, size: int, run_len: int,
+        flusher_threads: int | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from lib.admin import AdminClient
     from lib.producer.producer import Producer
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-topics-"))
-    cluster = Cluster(root / "c")
+    root.mkdir(exist_ok=True)
+    broker_args = []
+    if flusher_threads is not None:
+        config = root / "broker.toml"
+        config.write_text(f"[broker]\nflusher_threads = {flusher_threads}\n")
+        broker_args = ["--config", str(config)]
+    cluster = Cluster(root / "c", broker_args=broker_args)
     phases = []
     try:
         cluster.start(brokers=1)
@@ -127,17 +186,24 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                 have = max(have, count)
                 wait_served(producer, [TOPIC.format(i) for i in range(count)])
                 before = process_figures(broker.pid)
+                cpu_before = cpu_split(cluster.masters[0].pid)
                 # every topic gets records: 10,000 topics at 500 each would need 5 M
                 run_here = max(1, min(run_len, messages // count))
-                result = produce(producer, count, messages, size, run_here)
+                with UnwrittenWatch(broker.data_dir) as unwritten:
+                    result = produce(producer, count, messages, size, run_here)
                 files = files_in(broker.data_dir, count)
                 after = process_figures(broker.pid)
+                cpu = {k: v - cpu_before[k] for k, v in cpu_split(cluster.masters[0].pid).items()}
+                cpu["broker_cpu_s"] = after["cpu_s"] - before["cpu_s"]
                 phases.append({
                     "topics": count, **result, "run": run_here, "create_topics_s": created_s,
-                    "broker_cpu_s": round(after["cpu_s"] - before["cpu_s"], 2),
+                    **{k: round(v, 2) for k, v in cpu.items()},
+                    "us_per_record": {k.removesuffix("_cpu_s"): round(v / messages * 1e6, 2)
+                                      for k, v in cpu.items()},
                     "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],
                     "broker_threads": after["threads"],
                     "broker_data_fds": data_fds(broker.pid, broker.data_dir),
+                    **unwritten.figures,
                     **files})
     except BaseException:
         for proc in [*cluster.masters, *cluster.brokers.values()]:  # why, before it is gone
@@ -156,6 +222,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int) -> dict[str, 
                  f"{messages} records of {size} B per phase, {run_len} to a topic (fewer when "
                  "that would leave topics out) then the next; "
                  "async topics of 1 partition",
+        "flusher_threads": flusher_threads or "default",
         "broker_idle": idle,
         "phases": phases,
         "within_10pct_of_first": all((p["vs_first"] or 0) >= 0.9 for p in phases),
@@ -170,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=600_000, help="records sent per phase")
     p.add_argument("--size", type=int, default=1024, help="bytes per record")
     p.add_argument("--run", type=int, default=500, help="records sent to a topic in a row")
+    p.add_argument("--flusher-threads", type=int, help="the broker's flusher_threads (default: "
+                   "its own default)")
     p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")
     args = p.parse_args(argv)
     if args.quick:
@@ -183,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages < 1 or args.size < 1 or args.run < 1:
         p.error("--messages, --size and --run must be >= 1")
     stop_on_sigterm()
-    print(json.dumps(run(counts, args.messages, args.size, args.run), indent=2))
+    print(json.dumps(run(counts, args.messages, args.size, args.run,
+                                 args.flusher_threads), indent=2))
     return 0
 
 

@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick",
+                           "--flusher-threads", "3"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -22,6 +23,12 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path)
     for phase in out["phases"]:
         assert phase["messages"] == 5000 and phase["failures"] == 0, phase
         assert phase["msgs_per_s"] > 0 and phase["broker_rss_mib"] > 0, phase
+        # where the machine's CPU went: the producer is this benchmark's own process
+        assert phase["producer_cpu_s"] > 0 and phase["machine_cpu_s"] >= phase["broker_cpu_s"]
+        assert set(phase["us_per_record"]) == {"broker", "producer", "master", "machine"}
+        assert phase["unwritten_peak_mib"] >= 0 and phase["unwritten_waits"] >= 0, phase
+        assert phase["broker_threads"] < 30, "3 flushers, not the default 16 (33 threads)"
+    assert out["flusher_threads"] == 3
     # Four topics more, of one partition each: the broker holds their data logs and index
     # files (counted among its descriptors on data files: its sockets come and go; once all
     # its descriptors were counted, and one phase read 21 and the next 21 too).

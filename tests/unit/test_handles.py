@@ -93,6 +93,7 @@ def test_a_kept_segment_outlives_its_file_and_the_cap(tmp_path, capped):
     assert capped.open == 0
     with pytest.raises(Exception, match="cannot open segment"):
         seg.pin()
+    assert seg.pins == 0 and capped.stats()["open"] == 0, "a failed open undoes its pin"
 
 
 def test_threads_reopening_past_the_cap_keep_the_count_true(tmp_path, capped):
