@@ -165,7 +165,6 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-topics-"))
-    root.mkdir(exist_ok=True)
     broker_args = []
     if flusher_threads is not None:
         config = root / "broker.toml"
@@ -252,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages < 1 or args.size < 1 or args.run < 1:
         p.error("--messages, --size and --run must be >= 1")
     stop_on_sigterm()
-    print(json.dumps(run(counts, args.messages, args.size, args.run,
-                                 args.flusher_threads), indent=2))
+    result = run(counts, args.messages, args.size, args.run, args.flusher_threads)
+    print(json.dumps(result, indent=2))
     return 0
 
 
