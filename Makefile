@@ -18,12 +18,13 @@ run: $(STAMP)
 # The portal's browser tests need Debian's chromium and chromedriver: installed here when missing
 # and this is root with apt-get (elsewhere the tests say why they skip; under CI they fail).
 browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+	    && command -v kcat >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing chromium and chromium-driver for the portal's browser tests"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+	  echo "installing chromium and chromium-driver (the portal's browser tests) and kcat (the Kafka port's)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver kcat >/dev/null \
 	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
-	       apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	       apt-get install -y -q chromium chromium-driver kcat >/dev/null; }; \
 	else echo "no chromium: the portal's browser tests will skip (apt-get install chromium chromium-driver)"; fi
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist): a file's tests stay together in one

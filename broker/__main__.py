@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--advertised-address", dest="advertised_address")
     p.add_argument("--rack", help="rack (or zone) of this broker: replicas of a partition go "
                                   "to distinct racks")
+    p.add_argument("--kafka-port", dest="kafka_port", type=int,
+                   help="serve the Kafka protocol on this port (0: any free port; off if unset)")
+    p.add_argument("--kafka-advertised-address", dest="kafka_advertised_address")
     p.add_argument("--auth", choices=AUTH_MODES, help="token (the default) or none")
     add_server_args(p)
     p.add_argument("--log-level", default="INFO")
@@ -52,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config, data_dir=args.data_dir, broker_id=args.broker_id,
                       masters=args.masters, host=args.host, port=args.port,
                       metrics_port=args.metrics_port, advertised_address=args.advertised_address,
-                      rack=args.rack,
+                      rack=args.rack, kafka_port=args.kafka_port,
+                      kafka_advertised_address=args.kafka_advertised_address,
                       auth=args.auth, **server_overrides(args))
         enter_data_dir(config.data_dir, config.data_dir_group_access)
         limit, before = raise_open_files(config.open_files_limit)
@@ -66,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     write_ready(config.data_dir, {"role": "broker", "broker_id": config.broker_id,
-                                  "address": broker.address, "metrics": broker.metrics_address})
+                                  "address": broker.address, "metrics": broker.metrics_address,
+                                  **({"kafka": broker.kafka_address}
+                                     if broker.kafka_address else {})})
     broker.wait()
     return 0
 

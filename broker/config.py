@@ -84,6 +84,15 @@ class BrokerConfig:
     # coordinator (then again as long after), and aborted here when the coordinator will not
     # end it (a hanging transaction: broker/hanging_txns.py).
     txn_hanging_after_ms: int = 60_000
+    # The Kafka protocol listener (broker/kafka/): -1 off, 0 any free port. It binds ``host``;
+    # ``kafka_advertised_address`` is what Kafka clients are told (default: the bound one).
+    kafka_port: int = -1
+    kafka_advertised_address: str = ""
+    kafka_max_connections: int = 1000
+    kafka_max_request_bytes: int = 100 * MiB  # Kafka's socket.request.max.bytes
+    kafka_max_inflight_bytes: int = 256 * MiB  # requests in memory at once, all connections
+    kafka_request_timeout_s: float = 30.0  # a request's bytes must all arrive within this
+    kafka_idle_timeout_s: float = 600.0  # Kafka's connections.max.idle.ms
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -131,6 +140,14 @@ class BrokerConfig:
         require(not problem, problem)
         problem = server_tls(self).problem("BrokerConfig")
         require(not problem, problem)
+        require(-1 <= self.kafka_port < 65536, "BrokerConfig.kafka_port must be in [-1, 65535]")
+        require(1 <= self.kafka_max_connections <= 1_000_000,
+                "BrokerConfig.kafka_max_connections must be in [1, 1000000]")
+        require(1024 <= self.kafka_max_request_bytes <= self.kafka_max_inflight_bytes,
+                "BrokerConfig.kafka_max_request_bytes must be in [1024, "
+                "kafka_max_inflight_bytes]")
+        require(self.kafka_request_timeout_s > 0 and self.kafka_idle_timeout_s > 0,
+                "BrokerConfig.kafka_request_timeout_s and kafka_idle_timeout_s must be > 0")
         require(isinstance(self.store, StoreConfig), "BrokerConfig.store must be a StoreConfig")
         if self.masters:
             try:

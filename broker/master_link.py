@@ -17,6 +17,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from broker.heartbeat_stats import FULL_EVERY, StatsReporter
 from broker.metrics import BrokerMetrics
@@ -72,9 +73,11 @@ class MasterLink:
                  keyring: KeyRing | None = None, acls: Authorizer | None = None,
                  refusals: RefusalLog | None = None, tls: Tls | None = None,
                  quotas: QuotaBook | None = None,
-                 addresses: AddressRules | None = None, rack: str = "") -> None:
+                 addresses: AddressRules | None = None, rack: str = "",
+                 kafka_address: str = "") -> None:
         self.broker_id = broker_id
         self.address = address
+        self.kafka_address = kafka_address  # the Kafka listener's, when it has one
         self.rack = rack
         self.incarnation = uuid.uuid4().hex  # this process: the master tells restarts apart
         self.topics = topics
@@ -135,7 +138,8 @@ class MasterLink:
 
     def _register(self) -> bool:
         req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address,
-                                        rack=self.rack, incarnation=self.incarnation)
+                                        rack=self.rack, incarnation=self.incarnation,
+                                        kafka_address=self.kafka_address)
         try:
             res = self.client.call(master_pb2_grpc.MasterStub, "RegisterBroker", req,
                                    metadata=self._metadata)
@@ -283,6 +287,11 @@ class MasterLink:
         if len(res.open) != len(queries):
             raise TubeqError(f"CheckOpenTxns answered {len(res.open)} of {len(queries)}")
         return list(res.open)
+
+    def call(self, stub: Callable[..., Any], method: str, request: Any) -> Any:
+        """Any master call as the cluster (the Kafka port's metadata, producer ids and logins:
+        broker/kafka/); blocking, so callers on the event loop run it in the executor."""
+        return self.client.call(stub, method, request, metadata=self._metadata)
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

@@ -35,6 +35,9 @@ from broker.data import DataPlane
 from broker.delay_index import DelayIndex
 from broker.delayed import DelayMovers
 from broker.hanging_txns import HangingTxns
+from broker.kafka.gateway import Gateway
+from broker.kafka.listener import KafkaListener, ListenerLimits
+from broker.kafka.session import Authenticating
 from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
@@ -46,6 +49,7 @@ from broker.service import BrokerService
 from broker.sinks import SinkPlane
 from broker.term import TermWatermark
 from broker.topics import TopicManager
+from lib.auth.access import Access
 from lib.auth.acl import Authorizer
 from lib.auth.addresses import AddressRules
 from lib.auth.client import Credentials
@@ -56,13 +60,13 @@ from lib.auth.server import AioServerAuth
 from lib.auth.settings import announce_auth_off
 from lib.decoding import AioStrictDecoding
 from lib.delay import DELAY_TOPIC
-from lib.errors import ConfigError, TubeqError
+from lib.errors import ConfigError, TubeqError, Unavailable
 from lib.fetch_wire import FETCH_METHOD
 from lib.logs import event
 from lib.process import wait_awake
 from lib.produce_wire import PRODUCE_MANY_METHOD, PRODUCE_METHOD, parse_produce, parse_produce_many
 from lib.producer import Producer
-from lib.proto import broker_pb2_grpc
+from lib.proto import broker_pb2_grpc, security_pb2_grpc
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
 from lib.wire import Spliced
@@ -109,6 +113,8 @@ class Broker:
         self.link: MasterLink | None = None
         self.address = ""
         self.metrics_address = ""
+        self.kafka: KafkaListener | None = None
+        self.kafka_address = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -125,6 +131,13 @@ class Broker:
             self._end_loop()
             raise
         self.address = f"{cfg.host}:{port}"
+        if cfg.kafka_port >= 0:
+            try:
+                kafka_port = self._on_loop(self._serve_kafka())
+            except BaseException:
+                self.stop()
+                raise
+            self.kafka_address = cfg.kafka_advertised_address or f"{cfg.host}:{kafka_port}"
         if cfg.metrics_port >= 0:
             self.metrics_address = self.metrics.serve(cfg.host, cfg.metrics_port)
         if cfg.master_list:
@@ -135,7 +148,8 @@ class Broker:
                                    cluster_secret=cfg.resolved_cluster_secret,
                                    keyring=self.keyring, acls=self.acls, quotas=self.quotas,
                                    addresses=self.addresses, rack=cfg.rack,
-                                   refusals=self.refusals, tls=server_tls(cfg).as_client())
+                                   refusals=self.refusals, tls=server_tls(cfg).as_client(),
+                                   kafka_address=self.kafka_address)
             self.link.unreachable = self.fetcher.unreachable_leaders
             self.fetcher.on_unreachable = self.link.heartbeat_soon
             after_s = cfg.txn_hanging_after_ms / 1000
@@ -173,6 +187,35 @@ class Broker:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return port
+
+    async def _serve_kafka(self) -> int:
+        """The Kafka protocol listener (broker/kafka/) on this loop; returns its port."""
+        cfg = self.config
+        authenticating = None
+        if cfg.auth != "none":
+            authenticating = Authenticating(
+                lambda req: self._master_call(security_pb2_grpc.SecurityStub, "Login", req),
+                Authenticator(self.keyring.get, cfg.resolved_cluster_secret),
+                lambda identity, peer: Access(identity, self.acls, None, peer, self.addresses))
+        gateway = Gateway(cfg.broker_id, self.service.data, self.replication, self.service.run,
+                          self._master_call, authenticating, cfg.fetch_max_wait_ms,
+                          cfg.fetch_max_bytes)
+        self.kafka = KafkaListener(gateway, ListenerLimits(
+            cfg.kafka_max_connections, cfg.kafka_max_request_bytes, cfg.kafka_max_inflight_bytes,
+            cfg.kafka_request_timeout_s, cfg.kafka_idle_timeout_s), cfg.auth != "none")
+        try:
+            return await self.kafka.start(cfg.host, cfg.kafka_port, server_tls(cfg).ssl_context())
+        except OSError as exc:
+            raise ConfigError(f"cannot bind the Kafka port {cfg.host}:{cfg.kafka_port}: "
+                              f"{exc}") from None
+
+    def _master_call(self, stub, method: str, request):
+        """A call to the active master as the cluster (the Kafka port's metadata, ids and
+        logins); Unavailable while this broker has no masters to ask."""
+        if self.link is None:
+            raise Unavailable("this broker has no masters (--masters): the Kafka port "
+                              "needs them for metadata")
+        return self.link.call(stub, method, request)
 
     def _auth(self) -> list[AioServerAuth]:
         """Who may call what (lib/auth/server.py): tokens are checked against the signing keys,
@@ -247,6 +290,11 @@ class Broker:
         if self.link is not None:
             self.link.hand_off()  # leaderships to in-sync followers first (clean shutdown)
             self.link.stop()
+        if self.kafka is not None:
+            try:
+                self._on_loop(self.kafka.stop(), 5)
+            except Exception as exc:  # noqa: BLE001 - still stop the rest
+                event(log, "broker.kafka_stop_failed", logging.WARNING, error=repr(exc))
         if self.server is not None:
             self._on_loop(self.health.enter_graceful_shutdown(), 5)
             grace = self.config.stop_grace_s

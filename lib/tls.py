@@ -11,6 +11,7 @@ their peers with the same CA, and with mutual TLS they present their own certifi
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -100,6 +101,18 @@ class ServerTls:
         return grpc.ssl_server_credentials(
             [pair], root_certificates=read_pem(self.ca, "tls_ca") if self.ca else None,
             require_client_auth=self.client_auth)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The same certificate for a plain socket server (the broker's Kafka port); None
+        without TLS."""
+        if not self.enabled:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, self.key)
+        if self.client_auth:
+            ctx.load_verify_locations(self.ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
 
     def as_client(self) -> Tls | None:
         """How this server reaches its peers: the same CA; its own certificate under mutual

@@ -59,6 +59,7 @@ class LiveBroker:
     disk: DiskState | None = None  # None until a heartbeat reports it
     rack: str = ""  # as the broker declared it: placement puts replicas on distinct racks
     unreachable: frozenset[int] = frozenset()  # leaders it cannot fetch from, it says
+    kafka_address: str = ""  # its Kafka protocol listener, when it has one
 
 
 def check_address(address: str) -> str:
@@ -98,15 +99,24 @@ class BrokerRegistry:
         while time.monotonic() < deadline and not broker_ids <= set(self.alive_ids()):
             time.sleep(0.05)
 
-    def register(self, broker_id: int, address: str, rack: str = "") -> None:
+    def register(self, broker_id: int, address: str, rack: str = "",
+                 kafka_address: str = "") -> None:
         """(Re)register: a restarted broker starts with fresh stats."""
         if broker_id < 0:
             raise InvalidArgument(f"broker_id must be >= 0, got {broker_id}")
         check_address(address)
         check_rack(rack)
+        if kafka_address:
+            check_address(kafka_address)
         with self._lock:
             self._brokers[broker_id] = LiveBroker(broker_id, address, self._clock(), self._wall(),
-                                                  rack=rack)
+                                                  rack=rack, kafka_address=kafka_address)
+
+    def kafka_addresses(self) -> dict[int, str]:
+        """Broker id -> Kafka listener of every live broker that has one."""
+        with self._lock:
+            return {b: live.kafka_address for b, live in self._brokers.items()
+                    if live.kafka_address and self._fresh(live)}
 
     def heartbeat(self, broker_id: int, stats: Iterable[tuple[str, int, PartitionStat]],
                   disk: DiskState | None = None, unreachable: Iterable[int] = (),

@@ -68,7 +68,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
     @guarded
     def RegisterBroker(self, request, context):  # noqa: N802
         broker = request.broker_id
-        self.registry.register(broker, request.address, request.rack)
+        self.registry.register(broker, request.address, request.rack, request.kafka_address)
         known = self.state.incarnation(broker)
         if self.state.brokers().get(broker) != request.address or \
                 known != request.incarnation:
@@ -224,7 +224,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 self.topic_ops.ensure_delay_topic()
             if self.state.topic(name) is None:
                 raise UnknownTopic(f"unknown topic {name!r}", topic=name)
-        return mpb.GetRoutesResponse(routes=self.routes.routes(names))
+        return mpb.GetRoutesResponse(routes=self.routes.routes(names),
+                                     kafka_addresses=self.registry.kafka_addresses())
 
     @guarded
     def EnsureGroupTopics(self, request, context):  # noqa: N802

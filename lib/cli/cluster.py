@@ -45,6 +45,7 @@ class ClusterPlan:
     portal_port: int
     tls: bool = False  # a private CA and certificates under <data_dir>/tls (lib/auth/pki.py)
     tls_client_auth: bool = False  # mutual TLS: clients present certificates too
+    kafka_port: int = -1  # the first broker's Kafka port (0: any free one; -1: none)
 
     @property
     def pki(self) -> LocalPki:
@@ -103,7 +104,7 @@ class ClusterPlan:
                       ["broker", "--data-dir", str(self.data_dir / f"broker{b}"),
                        "--broker-id", str(b), "--masters", masters, "--host", self.host,
                        "--port", str(self._port(self.broker_port, b - 1)),
-                       "--metrics-port", "0", *self.tls_args()],
+                       "--metrics-port", "0", *self._kafka_args(b - 1), *self.tls_args()],
                       env={CLUSTER_SECRET_ENV: secret_file(self.data_dir, "cluster-secret")})
                 for b in range(1, self.brokers + 1)]
 
@@ -115,6 +116,11 @@ class ClusterPlan:
                                    "--host", self.host, "--port", str(self.portal_port),
                                    "--monitor-credentials-file", str(self.credentials_file()),
                                    *tls])
+
+    def _kafka_args(self, i: int) -> list[str]:
+        if self.kafka_port < 0:
+            return []
+        return ["--kafka-port", str(self._port(self.kafka_port, i))]
 
     @staticmethod
     def _port(base: int, i: int) -> int:
@@ -253,6 +259,9 @@ def write_summary(plan: ClusterPlan, children: list[Child]) -> None:
     the client credentials and TLS files; rewritten when a child is restarted."""
     summary = {c.name: {k: v for k, v in c.info.items() if k != "role"} for c in children}
     summary["masters"] = _masters(children)
+    kafka = _kafka_bootstrap(children)
+    if kafka:
+        summary["kafka_bootstrap"] = kafka
     summary["credentials_file"] = str(plan.data_dir / CREDENTIALS)
     # tls_ca, tls_cert, tls_key: the TUBEQ_TLS_* of its clients (the CLI reads them here)
     summary.update({var.removeprefix("TUBEQ_").lower(): path
@@ -266,6 +275,11 @@ def write_summary(plan: ClusterPlan, children: list[Child]) -> None:
 
 def _masters(children: list[Child]) -> str:
     return ",".join(c.info["address"] for c in children if c.name.startswith("master"))
+
+
+def _kafka_bootstrap(children: list[Child]) -> str:
+    """The brokers' Kafka listeners, as Kafka clients' bootstrap.servers ("" when none)."""
+    return ",".join(c.info["kafka"] for c in children if c.info.get("kafka"))
 
 
 def _announce(plan: ClusterPlan, children: list[Child]) -> None:
@@ -285,6 +299,9 @@ def _announce(plan: ClusterPlan, children: list[Child]) -> None:
                                 if plan.tls_client_auth else "")
                   + f": the cluster's CA and certificates are in {plan.pki.root}"
                   if plan.tls else "")
+               + (f"\nKafka clients: bootstrap.servers={_kafka_bootstrap(children)}"
+                  + (" (SASL/PLAIN with a tubeq user: docs/kafka.md)") if
+                  _kafka_bootstrap(children) else "")
                + f"\nexport TUBEQ_MASTERS={masters}\n"
                f"export TUBEQ_CREDENTIALS_FILE={credentials}\n{exports}"
                + (f"portal: {portal} (log in as admin with the password in {credentials})\n"

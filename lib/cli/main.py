@@ -102,12 +102,14 @@ def cluster() -> None:
 @click.option("--broker-port", default=8123, show_default=True, help="First broker port (0: any).")
 @click.option("--portal/--no-portal", default=True, show_default=True)
 @click.option("--portal-port", default=8080, show_default=True)
+@click.option("--kafka-port", default=9092, show_default=True,
+              help="First broker's Kafka protocol port (0: any free port; -1: no Kafka port).")
 @click.option("--tls", is_flag=True, help="TLS on every port, with a private CA and "
                                           "certificates made under DATA_DIR/tls.")
 @click.option("--tls-client-auth", is_flag=True,
               help="Mutual TLS (implies --tls): clients present a certificate the CA signed.")
 def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_port: int,
-               broker_port: int, portal: bool, portal_port: int, tls: bool,
+               broker_port: int, portal: bool, portal_port: int, kafka_port: int, tls: bool,
                tls_client_auth: bool) -> None:
     """Start masters, brokers and the portal as child processes; Ctrl-C stops them all."""
     from lib.cli.cluster import ClusterPlan, run_cluster
@@ -119,7 +121,7 @@ def cluster_up(data_dir: Path, host: str, n_masters: int, brokers: int, master_p
                                  f"survives no more failures than of {n_masters - 1})")
     run_cluster(ClusterPlan(data_dir.resolve(), host, n_masters, brokers, master_port,
                             broker_port, portal, portal_port, tls or tls_client_auth,
-                            tls_client_auth))
+                            tls_client_auth, kafka_port))
 
 
 PLUGIN_GROUP = "tubeq.commands"

@@ -24,16 +24,18 @@ class EnsureGroupTopicsResponse(_message.Message):
     def __init__(self, retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("broker_id", "address", "rack", "incarnation")
+    __slots__ = ("broker_id", "address", "rack", "incarnation", "kafka_address")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     rack: str
     incarnation: str
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    kafka_address: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ..., incarnation: _Optional[str] = ..., kafka_address: _Optional[str] = ...) -> None: ...
 
 class TopicSettings(_message.Message):
     __slots__ = ("partitions", "stores", "durability", "retention_ms", "retention_bytes", "max_message_bytes", "topic_id", "replication_factor", "min_insync_replicas", "unclean_leader_election")
@@ -302,10 +304,19 @@ class GetRoutesRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetRoutesResponse(_message.Message):
-    __slots__ = ("routes",)
+    __slots__ = ("routes", "kafka_addresses")
+    class KafkaAddressesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
     ROUTES_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     routes: _containers.RepeatedCompositeFieldContainer[TopicRoute]
-    def __init__(self, routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ...) -> None: ...
+    kafka_addresses: _containers.ScalarMap[int, str]
+    def __init__(self, routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., kafka_addresses: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("topic", "partitions")

@@ -1,0 +1,240 @@
+"""The Kafka protocol's requests, answered over the broker's own planes.
+
+One :class:`Gateway` per broker; the listener (broker/kafka/listener.py) hands it each
+request of a connection in order, as Kafka's brokers serve a connection (one request at a
+time, answers in order). Handlers are coroutines on the broker's event loop; what may block
+(master calls, reads far from the tail, appends that wait) goes to the broker's executor, as
+the gRPC handlers' does. Every API served here is listed in :data:`broker.kafka.wire.SERVED`
+with its versions; a served API at another version is answered with UNSUPPORTED_VERSION.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from broker.kafka import wire
+from broker.kafka.fetch import fetch, list_offsets
+from broker.kafka.produce import produce
+from broker.kafka.refusals import refuse
+from broker.kafka.session import Authenticating, Session, plain_login
+from lib.errors import TubeqError
+from lib.logs import event
+from lib.names import check_name
+from lib.proto import master_pb2 as mpb
+from lib.proto import master_pb2_grpc
+
+log = logging.getLogger(__name__)
+Handler = Callable[[Session, Any], Awaitable[Any]]
+CLUSTER_ID = "tubeq"
+PUBLIC_APIS = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+SASL_MECHANISMS = ["PLAIN"]
+
+
+def serve(api_key: int, low: int, high: int) -> Callable[[Handler], Handler]:
+    """Mark a Gateway method as the handler of ``api_key`` at versions low..high."""
+    def mark(fn: Handler) -> Handler:
+        wire.SERVED[api_key] = (low, high)
+        fn.api_key = api_key  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
+class Gateway:
+    """``master(stub, method, request)`` calls the active master as the cluster (blocking);
+    ``run(fn, *args)`` runs ``fn`` in the broker's executor; ``auth`` is None with the
+    broker's ``auth = "none"``."""
+
+    def __init__(self, broker_id: int, data: Any, replication: Any, run: Callable[..., Any],
+                 master: Callable[[Any, str, Any], Any] | None,
+                 auth: Authenticating | None, fetch_max_wait_ms: int, fetch_max_bytes: int
+                 ) -> None:
+        self.broker_id = broker_id
+        self.data, self.topics, self.replication = data, data.topics, replication
+        self.run, self.master, self.auth = run, master, auth
+        self.fetch_max_wait_ms, self.fetch_max_bytes = fetch_max_wait_ms, fetch_max_bytes
+        self.handlers: dict[int, Handler] = {}
+        for name in dir(self):
+            fn = getattr(self, name)
+            if callable(fn) and hasattr(fn, "api_key"):
+                self.handlers[fn.api_key] = fn
+
+    async def answer(self, session: Session, payload: bytes) -> bytes | None:
+        """The framed answer to one request (None: acks=0 produce); wire.Malformed when the
+        connection must be closed."""
+        if session.raw_sasl:  # after a SaslHandshake v0: the PLAIN message, unframed
+            return await self._raw_sasl(session, payload)
+        api_key, version, correlation_id = wire.peek_header(payload)
+        served = wire.SERVED.get(api_key)
+        if api_key == wire.API_VERSIONS_KEY and not served[0] <= version <= served[1]:
+            # Kafka's rule: an ApiVersions the broker cannot read is answered at v0
+            return wire.encode_response(self._versions(0, wire.UNSUPPORTED_VERSION),
+                                        correlation_id)
+        if served is None:
+            raise wire.Malformed(f"api key {api_key} is not served on tubeq's Kafka port "
+                                 "(see ApiVersions)")
+        request = wire.decode_request(payload, api_key, version)
+        if not served[0] <= version <= served[1]:
+            response = self.refusal(api_key, request, wire.UNSUPPORTED_VERSION)
+        elif session.access is None and api_key not in PUBLIC_APIS:
+            response = self.refusal(api_key, request, wire.SASL_AUTHENTICATION_FAILED)
+        else:
+            if session.needs_renewal():
+                await self.run(self.auth.authenticate, session, session.login)
+            response = await self.handlers[api_key](session, request)
+        if response is None:
+            return None
+        response.API_VERSION = version
+        return wire.encode_response(response, correlation_id)
+
+    def refusal(self, api_key: int, request: Any, code: int) -> Any:
+        """An answer to ``request`` that refuses all of it with ``code``."""
+        return refuse(api_key, request, code)
+
+    # ------------------------------------------------------------------ data
+
+    @serve(0, 3, 9)
+    async def produce(self, session: Session, request: Any) -> Any:
+        return await produce(self, session, request)
+
+    @serve(1, 4, 12)
+    async def fetch(self, session: Session, request: Any) -> Any:
+        return await fetch(self, session, request)
+
+    @serve(2, 1, 6)
+    async def list_offsets(self, session: Session, request: Any) -> Any:
+        return await self.run(list_offsets, self, session, request)
+
+    # ------------------------------------------------------------------ cluster
+
+    @serve(18, 0, 3)
+    async def api_versions(self, session: Session, request: Any) -> Any:
+        return self._versions(request.API_VERSION, wire.NONE)
+
+    @staticmethod
+    def _versions(version: int, code: int) -> Any:
+        keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in sorted(wire.SERVED.items())]
+        return ApiVersionsResponse[version](error_code=code, api_keys=keys, throttle_time_ms=0)
+
+    @serve(3, 0, 12)
+    async def metadata(self, session: Session, request: Any) -> Any:
+        """Brokers (their Kafka listeners), the controller (the live broker of lowest id: it
+        forwards admin calls to the active master) and the partitions' leaders."""
+        names = None if request.topics is None else [t.name for t in request.topics]
+        if request.API_VERSION == 0 and not names:
+            names = None  # v0: an empty list means every topic
+        wanted = [n for n in names or () if _valid(n)]
+        routes = await self.run(self.master, master_pb2_grpc.MasterStub, "GetRoutes",
+                                mpb.GetRoutesRequest(topics=[]) if names is None else
+                                mpb.GetRoutesRequest(topics=wanted))
+        brokers = dict(routes.kafka_addresses)
+        by_name = {r.topic: r for r in routes.routes}
+        out = []
+        for name in (sorted(by_name) if names is None else names):
+            route = by_name.get(name)
+            if route is None:
+                code = wire.INVALID_TOPIC_EXCEPTION if not _valid(name) \
+                    else wire.UNKNOWN_TOPIC_OR_PARTITION
+                out.append(MetadataResponse.MetadataResponseTopic(
+                    error_code=code, name=name, partitions=[]))
+            elif not session.access.allowed("describe", "topic", name):
+                out.append(MetadataResponse.MetadataResponseTopic(
+                    error_code=wire.TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[]))
+            else:
+                out.append(_topic_metadata(route, brokers))
+        nodes = [MetadataResponse.MetadataResponseBroker(node_id=b, host=_host(a),
+                                                          port=_port(a), rack=None)
+                 for b, a in sorted(brokers.items())]
+        return MetadataResponse(throttle_time_ms=0, brokers=nodes, cluster_id=CLUSTER_ID,
+                                controller_id=min(brokers, default=-1), topics=out)
+
+    @serve(22, 0, 4)
+    async def init_producer_id(self, session: Session, request: Any) -> Any:
+        """A producer id and epoch from the active master: the same ids tubeq's own idempotent
+        producers get, so the store's sequence checks serve Kafka producers unchanged."""
+        if request.transactional_id:
+            return InitProducerIdResponse(error_code=wire.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                          producer_id=-1, producer_epoch=-1, throttle_time_ms=0)
+        try:
+            res = await self.run(self.master, master_pb2_grpc.MasterStub, "InitProducerId",
+                                 mpb.InitProducerIdRequest(client_id="kafka"))
+        except TubeqError as err:
+            event(log, "kafka.init_producer_id_failed", logging.WARNING, error=err.message)
+            return InitProducerIdResponse(error_code=wire.COORDINATOR_NOT_AVAILABLE,
+                                          producer_id=-1, producer_epoch=-1, throttle_time_ms=0)
+        return InitProducerIdResponse(error_code=wire.NONE, producer_id=res.producer_id,
+                                      producer_epoch=res.producer_epoch, throttle_time_ms=0)
+
+    # ------------------------------------------------------------------ SASL
+
+    @serve(17, 0, 1)
+    async def sasl_handshake(self, session: Session, request: Any) -> Any:
+        """v1: SaslAuthenticate requests follow; v0 (older librdkafka, Debian's kcat): the
+        next frame is the bare PLAIN message, answered with an empty frame."""
+        if self.auth is None or request.mechanism not in SASL_MECHANISMS:
+            return SaslHandshakeResponse(error_code=wire.UNSUPPORTED_SASL_MECHANISM,
+                                         mechanisms=SASL_MECHANISMS if self.auth else [])
+        session.mechanism = request.mechanism
+        session.raw_sasl = request.API_VERSION == 0
+        return SaslHandshakeResponse(error_code=wire.NONE, mechanisms=SASL_MECHANISMS)
+
+    async def _raw_sasl(self, session: Session, payload: bytes) -> bytes:
+        session.raw_sasl = False
+        try:
+            await self.run(self.auth.authenticate, session, plain_login(payload))
+        except TubeqError as err:
+            raise wire.Malformed(f"SASL/PLAIN (handshake v0) refused: {err.message}") from None
+        return wire.SIZE.pack(0)
+
+    @serve(36, 0, 2)
+    async def sasl_authenticate(self, session: Session, request: Any) -> Any:
+        """PLAIN only (broker/kafka/session.py); a failure is answered, then the listener
+        closes the connection, as Kafka's brokers do."""
+        if not session.mechanism:
+            return SaslAuthenticateResponse(
+                error_code=wire.ILLEGAL_SASL_STATE, auth_bytes=b"", session_lifetime_ms=0,
+                error_message="SaslAuthenticate before a SaslHandshake naming PLAIN")
+        try:
+            await self.run(self.auth.authenticate, session, plain_login(request.auth_bytes))
+        except TubeqError as err:
+            session.access = None
+            session.closing = True
+            return SaslAuthenticateResponse(error_code=wire.SASL_AUTHENTICATION_FAILED,
+                                            error_message=err.message[:500], auth_bytes=b"",
+                                            session_lifetime_ms=0)
+        return SaslAuthenticateResponse(error_code=wire.NONE, error_message=None,
+                                        auth_bytes=b"", session_lifetime_ms=0)
+
+
+def _valid(name: str | None) -> bool:
+    try:
+        check_name(name or "", "topic")
+    except TubeqError:
+        return False
+    return True
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def _topic_metadata(route: mpb.TopicRoute, brokers: dict[int, str]) -> Any:
+    parts = []
+    for p in route.partitions:
+        live = p.available and p.broker_id in brokers
+        parts.append(MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=wire.NONE if live else wire.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition, leader_id=p.broker_id if live else -1,
+            leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas) or [p.broker_id],
+            isr_nodes=list(p.isr) or [p.broker_id], offline_replicas=[]))
+    return MetadataResponse.MetadataResponseTopic(error_code=wire.NONE, name=route.topic,
+                                                  is_internal=False, partitions=parts)

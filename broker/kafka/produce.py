@@ -1,0 +1,89 @@
+"""Kafka ``Produce``: each partition's record batches become tubeq batches on the same path as a
+gRPC ProduceMany entry (``DataPlane.produce``: on the loop when the append cannot wait, else
+in the executor), with ``acks`` mapped as: 0 no answer, 1 once the leader stored it (the
+topic's durability decides what stored means, as for tubeq's producer), -1 (all) once every
+in-sync replica holds it. The batch keeps the Kafka producer's id, epoch and sequence, so the
+store's deduplication answers a retried batch with its first offsets.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.producer import ProduceResponse
+
+from broker.data import WouldBlock
+from broker.kafka import wire
+from broker.kafka.batches import read_batches
+from broker.kafka.session import Session
+from lib.delay import DELAY_TOPIC
+from lib.errors import InvalidName, TubeqError
+from lib.names import check_name
+from lib.produce_wire import ProduceView
+from lib.records import MAX_RECORDS_PER_BATCH, encode_batch
+
+log = logging.getLogger(__name__)
+MAX_ACKS_WAIT_S = 30.0
+PartitionAnswer = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+
+
+async def produce(gw: Any, session: Session, request: Any) -> Any:
+    acks = request.acks
+    budget = max(0.0, min(request.timeout_ms / 1000, MAX_ACKS_WAIT_S))
+    topics = []
+    for t in request.topic_data:
+        answers = []
+        for p in t.partition_data:
+            if acks not in (0, 1, -1):
+                code, base, message = wire.INVALID_REQUIRED_ACKS, -1, f"acks={acks}"
+            else:
+                code, base, message = await _partition(gw, session, t.name, p.index,
+                                                       p.records or b"", acks, budget)
+            answers.append(PartitionAnswer(index=p.index, error_code=code, base_offset=base,
+                                           log_append_time_ms=-1, log_start_offset=-1,
+                                           record_errors=[], error_message=message))
+        topics.append(ProduceResponse.TopicProduceResponse(name=t.name,
+                                                           partition_responses=answers))
+    if acks == 0:
+        return None
+    return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+async def _partition(gw: Any, session: Session, topic: str, partition: int, records: bytes,
+                     acks: int, budget: float) -> tuple[int, int, str | None]:
+    """(error code, base offset, message) of one partition's records."""
+    try:
+        check_name(topic, "topic")
+        if topic == DELAY_TOPIC:
+            raise InvalidName(f"{DELAY_TOPIC} is internal: produce with a delay through "
+                              "tubeq's client (docs/delayed.md)")
+        session.access.check("produce", "topic", topic)
+        base = -1
+        for batch in read_batches(records, MAX_RECORDS_PER_BATCH):
+            raw = encode_batch(batch.records, producer_id=batch.producer_id,
+                               producer_epoch=batch.producer_epoch,
+                               base_sequence=batch.base_sequence,
+                               transactional=batch.transactional)
+            first = await _append(gw, ProduceView(topic, partition, memoryview(raw), acks == -1,
+                                                  0), budget)
+            base = first if base < 0 else base
+        return wire.NONE, base, None
+    except TubeqError as err:
+        return wire.kafka_code(err.code), -1, err.message[:1000]
+    except Exception as exc:  # noqa: BLE001 - the partition's answer, never the connection's
+        log.error("kafka.produce_failed", exc_info=exc)
+        return wire.UNKNOWN_SERVER_ERROR, -1, f"internal broker error: {exc!r}"[:1000]
+
+
+async def _append(gw: Any, view: ProduceView, budget: float) -> int:
+    """Append one tubeq batch; its base offset once ``acks`` is met."""
+    if view.acks_all:
+        gw.replication.check_acks_all(view.topic, view.partition)
+    try:
+        response = gw.data.produce(view, wait=False)
+    except WouldBlock as later:
+        response = await gw.run(gw.data.produce, view, True, later.view)
+    if view.acks_all:
+        await gw.replication.replicated(view.topic, view.partition, response.last_offset + 1,
+                                        budget)
+    return response.base_offset

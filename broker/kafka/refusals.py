@@ -1,0 +1,68 @@
+"""Answers that refuse a whole request with one Kafka error code: an unsupported version of a
+served API, or a request before authentication. Kafka's clients read the code where the
+API's answer carries it (per partition, per topic, or at the top) and act on it."""
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+
+def _produce(request: Any, code: int) -> Any:
+    return ProduceResponse(throttle_time_ms=0, responses=[
+        ProduceResponse.TopicProduceResponse(name=t.name, partition_responses=[
+            ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+                index=p.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                log_start_offset=-1, record_errors=[], error_message=None)
+            for p in t.partition_data]) for t in request.topic_data])
+
+
+def _fetch(request: Any, code: int) -> Any:
+    return FetchResponse(throttle_time_ms=0, error_code=code, session_id=0, responses=[
+        FetchResponse.FetchableTopicResponse(topic=t.topic, partitions=[
+            FetchResponse.FetchableTopicResponse.PartitionData(
+                partition_index=p.partition, error_code=code, high_watermark=-1,
+                last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                preferred_read_replica=-1, records=None)
+            for p in t.partitions]) for t in request.topics])
+
+
+def _list_offsets(request: Any, code: int) -> Any:
+    return ListOffsetsResponse(throttle_time_ms=0, topics=[
+        ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=[
+            ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                partition_index=p.partition_index, error_code=code, old_style_offsets=[],
+                timestamp=-1, offset=-1, leader_epoch=-1)
+            for p in t.partitions]) for t in request.topics])
+
+
+def _metadata(request: Any, code: int) -> Any:
+    return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1,
+                            topics=[MetadataResponse.MetadataResponseTopic(
+                                error_code=code, name=t.name, partitions=[])
+                                for t in request.topics or ()])
+
+
+def _init_producer_id(request: Any, code: int) -> Any:
+    return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1,
+                                  throttle_time_ms=0)
+
+
+def _sasl_handshake(request: Any, code: int) -> Any:
+    return SaslHandshakeResponse(error_code=code, mechanisms=[])
+
+
+def _sasl_authenticate(request: Any, code: int) -> Any:
+    return SaslAuthenticateResponse(error_code=code, error_message=None, auth_bytes=b"",
+                                    session_lifetime_ms=0)
+
+
+_REFUSALS = {0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 22: _init_producer_id,
+             17: _sasl_handshake, 36: _sasl_authenticate}
+
+
+def refuse(api_key: int, request: Any, code: int) -> Any:
+    return _REFUSALS[api_key](request, code)

@@ -1,0 +1,307 @@
+"""Kafka clients nobody here wrote (librdkafka through confluent-kafka, kafka-python, aiokafka,
+Debian's kcat) produce to and consume from real brokers' Kafka ports, SASL/PLAIN with tubeq
+users; records cross between the Kafka port and tubeq's own client both ways; bad input on the
+port is refused without harming the broker."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer as CkConsumer
+from confluent_kafka import KafkaError
+from confluent_kafka import Producer as CkProducer
+from confluent_kafka import TopicPartition as CkTp
+
+from lib.admin import AdminClient
+from lib.auth.client import Credentials
+from lib.consumer.pull import PullConsumer
+from lib.producer.producer import Producer
+from lib.types import TopicPartition
+from tests.cluster import Cluster
+
+ALICE = Credentials("alice", "alice-password-123")
+LIMITS = """[broker]
+kafka_request_timeout_s = 2.0
+kafka_max_connections = 40
+"""
+
+
+@pytest.fixture(scope="module")
+def kcluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kafka")
+    config = root / "broker.toml"
+    config.write_text(LIMITS)
+    cluster = Cluster(root, broker_args=["--kafka-port", "0", "--config", str(config)])
+    try:
+        cluster.start(2)
+        admin = cluster.admin_credentials()
+        with AdminClient(cluster.master_addresses, credentials=admin) as root_admin:
+            root_admin.add_user(ALICE.user, ALICE.password)
+            root_admin.add_acl(f"user:{ALICE.user}", "produce", "topic", "alice-",
+                               pattern="prefix")
+            for name, parts in (("k-ck", 3), ("k-kp", 2), ("k-aio", 1), ("k-cat", 1),
+                                ("k-interop", 1), ("alice-t", 1), ("k-bad", 1)):
+                root_admin.create_topic(name, partitions=parts)
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def bootstrap(cluster: Cluster) -> str:
+    return ",".join(b.info["kafka"] for b in cluster.brokers.values())
+
+
+def sasl(cluster: Cluster, creds: Credentials | None = None) -> dict:
+    creds = creds or cluster.admin_credentials()
+    return {"bootstrap.servers": bootstrap(cluster), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": creds.user,
+            "sasl.password": creds.password}
+
+
+def ck_consume(conf: dict, topic: str, partitions: int, count: int, timeout: float = 30):
+    consumer = CkConsumer({**conf, "group.id": f"assign-{topic}", "enable.auto.commit": False})
+    consumer.assign([CkTp(topic, p, 0) for p in range(partitions)])
+    got, deadline = [], time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got.append(m)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_librdkafka_idempotent_producer_and_consumer_round_trip(kcluster):
+    conf = sasl(kcluster)
+    producer = CkProducer({**conf, "enable.idempotence": True, "linger.ms": 5})
+    failed = []
+    for i in range(3000):
+        producer.produce("k-ck", key=b"key-%d" % (i % 7), value=b"value-%d" % i,
+                         headers=[("trace", b"t%d" % i)],
+                         on_delivery=lambda err, msg: err and failed.append(err))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert failed == []
+    got = ck_consume(conf, "k-ck", 3, 3000)
+    assert sorted(m.value() for m in got) == sorted(b"value-%d" % i for i in range(3000))
+    one = next(m for m in got if m.value() == b"value-42")
+    assert one.key() == b"key-0" and one.headers() == [("trace", b"t42")]
+    by_partition: dict[int, list[int]] = {}
+    for m in got:
+        by_partition.setdefault(m.partition(), []).append(m.offset())
+    for offsets in by_partition.values():
+        assert offsets == list(range(len(offsets)))  # dense, in order, no duplicates
+
+
+def test_kafka_python_gzip_and_offsets_by_time(kcluster):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTp
+
+    creds = kcluster.admin_credentials()
+    common = dict(bootstrap_servers=bootstrap(kcluster).split(","),
+                  security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                  sasl_plain_username=creds.user, sasl_plain_password=creds.password)
+    producer = KafkaProducer(**common, compression_type="gzip")
+    before = int(time.time() * 1000)
+    sent = [producer.send("k-kp", value=b"kp-%d" % i, partition=1).get(30) for i in range(50)]
+    producer.close()
+    assert [m.offset for m in sent] == list(range(50))
+    consumer = KafkaConsumer(**common, enable_auto_commit=False, consumer_timeout_ms=10000)
+    tp = KTp("k-kp", 1)
+    consumer.assign([tp])
+    assert consumer.end_offsets([tp]) == {tp: 50}
+    assert consumer.beginning_offsets([tp]) == {tp: 0}
+    found = consumer.offsets_for_times({tp: before - 1})[tp]
+    assert found.offset == 0 and found.timestamp >= before - 1
+    assert consumer.offsets_for_times({tp: int(time.time() * 1000) + 60_000})[tp] is None
+    consumer.seek(tp, 10)
+    values = []
+    for m in consumer:
+        values.append(m.value)
+        if len(values) == 40:
+            break
+    consumer.close()
+    assert values == [b"kp-%d" % i for i in range(10, 50)]
+
+
+def test_aiokafka_round_trip(kcluster):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as ATp
+
+    creds = kcluster.admin_credentials()
+    common = dict(bootstrap_servers=bootstrap(kcluster), security_protocol="SASL_PLAINTEXT",
+                  sasl_mechanism="PLAIN", sasl_plain_username=creds.user,
+                  sasl_plain_password=creds.password)
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**common)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait("k-aio", b"aio-%d" % i, key=b"k")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**common, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([ATp("k-aio", 0)])
+            consumer.seek(ATp("k-aio", 0), 0)
+            out: list[bytes] = []
+            async with asyncio.timeout(30):
+                while len(out) < 20:
+                    batch = await consumer.getmany(timeout_ms=1000)
+                    out += [m.value for msgs in batch.values() for m in msgs]
+            return out
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [b"aio-%d" % i for i in range(20)]
+
+
+def test_records_cross_between_kafka_and_tubeq_clients_with_tags_and_headers(kcluster):
+    conf = sasl(kcluster)
+    admin = kcluster.admin_credentials()
+    producer = CkProducer(conf)
+    producer.produce("k-interop", key=b"from-kafka", value=b"v1",
+                     headers=[("tubeq.tag", b"red"), ("origin", b"librdkafka")],
+                     timestamp=1_700_000_000_000)
+    assert producer.flush(30) == 0
+    with Producer(kcluster.master_addresses, credentials=admin) as tq:
+        tq.send_sync("k-interop", b"v2", key=b"from-tubeq", tag="blue",
+                     headers={"origin": b"tubeq"})
+    with PullConsumer(kcluster.master_addresses, credentials=admin) as consumer:
+        consumer.assign([TopicPartition("k-interop", 0)])
+        consumer.seek(TopicPartition("k-interop", 0), 0)
+        records, deadline = [], time.monotonic() + 30
+        while len(records) < 2 and time.monotonic() < deadline:
+            records += consumer.poll(1.0)
+    first = records[0]
+    assert (first.key, first.value, first.tag, dict(first.headers), first.timestamp) == (
+        b"from-kafka", b"v1", "red", {"origin": b"librdkafka"}, 1_700_000_000_000)
+    got = ck_consume(conf, "k-interop", 1, 2)
+    second = got[1]
+    assert (second.key(), second.value(), second.offset()) == (b"from-tubeq", b"v2", 1)
+    assert sorted(second.headers()) == [("origin", b"tubeq"), ("tubeq.tag", b"blue")]
+
+
+def test_kcat_produces_lists_and_consumes(kcluster):
+    if shutil.which("kcat") is None:  # make test installs it; under CI its absence fails
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            "Debian's kcat is not installed (apt-get install kcat)")
+    creds = kcluster.admin_credentials()
+    base = ["kcat", "-b", bootstrap(kcluster), "-X", "security.protocol=SASL_PLAINTEXT",
+            "-X", "sasl.mechanisms=PLAIN", "-X", f"sasl.username={creds.user}",
+            "-X", f"sasl.password={creds.password}"]
+    subprocess.run([*base, "-P", "-t", "k-cat", "-K:"], input=b"a:one\nb:two\n", check=True,
+                   timeout=60)
+    listing = subprocess.run([*base, "-L", "-t", "k-cat"], capture_output=True, timeout=60,
+                             check=True).stdout.decode()
+    assert 'topic "k-cat" with 1 partitions' in listing
+    out = subprocess.run([*base, "-C", "-t", "k-cat", "-o", "beginning", "-e", "-f", "%k=%s\n"],
+                         capture_output=True, timeout=60, check=True).stdout.decode()
+    assert out.splitlines() == ["a=one", "b=two"]
+
+
+def test_sasl_and_acls_refuse_as_documented(kcluster):
+    wrong = Credentials("admin", "not-the-password")
+    producer = CkProducer({**sasl(kcluster, wrong), "message.timeout.ms": 10000})
+    errors = []
+    producer.produce("k-ck", b"x", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(15)
+    assert errors and errors[0] is not None
+    outcome: dict = {}
+    deadline = time.monotonic() + 20  # the brokers hear of the ACL with a heartbeat
+    while time.monotonic() < deadline:
+        outcome.clear()
+        alice = CkProducer({**sasl(kcluster, ALICE), "message.timeout.ms": 10000})
+        for topic in ("alice-t", "k-ck"):
+            alice.produce(topic, b"x", on_delivery=lambda err, msg: outcome.update(
+                {msg.topic(): err}))
+        alice.flush(15)
+        if outcome.get("alice-t", "missing") is None:
+            break
+        time.sleep(0.5)
+    assert outcome["alice-t"] is None
+    assert outcome["k-ck"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _raw(cluster: Cluster) -> socket.socket:
+    host, port = next(iter(cluster.brokers.values())).info["kafka"].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, TimeoutError):
+        return True
+
+
+def test_bad_input_is_refused_and_the_broker_serves_on(kcluster):
+    with _raw(kcluster) as s:  # a 2 GiB size prefix: closed before anything is read
+        s.sendall(struct.pack(">i", 0x7FFF_FFFF))
+        assert _closed(s)
+    with _raw(kcluster) as s:  # a Metadata request whose bytes lie about its topics
+        body = struct.pack(">hhih", 3, 9, 7, 1) + b"c" + b"\xff\xff\xff\x7f"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert _closed(s)
+    with _raw(kcluster) as s:  # an API version not served: answered, not dropped
+        body = struct.pack(">hhih", 0, 2, 11, 1) + b"c" + struct.pack(">hii", 1, 1000, 0)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", s.recv(4))[0]
+        answer = s.recv(size)
+        assert struct.unpack(">i", answer[:4])[0] == 11  # the correlation id
+    with _raw(kcluster) as s:  # slow-loris: half a request, then nothing
+        s.sendall(struct.pack(">i", 100) + b"\x00\x03")
+        started = time.monotonic()
+        assert _closed(s)
+        assert time.monotonic() - started < 10  # kafka_request_timeout_s = 2
+    flood = [_raw(kcluster) for _ in range(60)]  # past kafka_max_connections = 40
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            refused = sum(_closed_now(s) for s in flood)
+            if refused >= 20:
+                break
+        assert refused >= 20
+    finally:
+        for s in flood:
+            s.close()
+    got = ck_consume(sasl(kcluster), "k-ck", 3, 1)  # still serving
+    assert len(got) == 1
+    assert all(p.alive() for p in kcluster.all_processes())
+
+
+def _closed_now(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_without_sasl_every_request_is_refused(kcluster):
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    request = MetadataRequest[1](topics=[MetadataRequest[1].MetadataRequestTopic(name="k-ck")])
+    request.with_header(correlation_id=5, client_id="raw")
+    with _raw(kcluster) as s:
+        s.sendall(bytes(request.encode(header=True, framed=True)))
+        size = struct.unpack(">i", s.recv(4))[0]
+        payload = b""
+        while len(payload) < size:
+            payload += s.recv(size - len(payload))
+    answer = MetadataResponse.decode(payload, version=1, header=True)
+    assert [(t.name, t.error_code) for t in answer.topics] == [("k-ck", 58)]
+    assert answer.brokers == []
