@@ -32,8 +32,8 @@ def local_cluster(tmp_path, monkeypatch, request):
     data = tmp_path / "data"
     proc = subprocess.Popen(
         [*TUBEQ, "cluster", "up", "--data-dir", str(data), "--master-port", "0",
-         "--broker-port", "0", "--no-portal", *extra], cwd=ROOT, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+         "--broker-port", "0", "--kafka-port", "0", "--no-portal", *extra], cwd=ROOT,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     summary = data / "cluster.json"
     info: dict = {}
     try:  # whatever fails from here on, the cluster is stopped below
@@ -67,6 +67,8 @@ def test_cluster_up_then_produce_and_consume_with_the_cli(local_cluster):
     _, info = local_cluster
     masters = info["masters"]
     assert {"master0", "broker1", "broker2"} <= set(info)
+    # the brokers' Kafka listeners, as Kafka clients' bootstrap.servers (docs/kafka.md)
+    assert info["kafka_bootstrap"] == f"{info['broker1']['kafka']},{info['broker2']['kafka']}"
     creds = Path(info["credentials_file"])  # the first admin's, for the CLI
     assert creds.stat().st_mode & 0o777 == 0o600
     assert "user = admin" in creds.read_text() and "password = " in creds.read_text()

@@ -72,8 +72,9 @@ def local_cluster(tmp_path, monkeypatch):
     with open(tmp_path / "cluster-up.out", "wb") as out, open(stderr, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lib.cli", "cluster", "up", "--data-dir", str(data),
-             "--master-port", "0", "--broker-port", "0", "--no-portal", "--masters", "1",
-             "--brokers", "1"], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+             "--master-port", "0", "--broker-port", "0", "--kafka-port", "0", "--no-portal",
+             "--masters", "1", "--brokers", "1"], cwd=ROOT, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=err,
             start_new_session=True)
     cluster = LocalCluster(proc, data, stderr)
     try:

@@ -60,8 +60,8 @@ def test_cluster_up_keeps_every_directory_and_file_to_its_owner(tmp_path):
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     proc = subprocess.Popen(
         [sys.executable, "-m", "lib.cli", "cluster", "up", "--data-dir", str(data),
-         "--master-port", "0", "--broker-port", "0", "--portal-port", "0", "--masters", "1",
-         "--brokers", "1"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+         "--master-port", "0", "--broker-port", "0", "--kafka-port", "0", "--portal-port", "0",
+         "--masters", "1", "--brokers", "1"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, umask=SHELL_UMASK)
     summary, info = data / "cluster.json", {}
     try:
@@ -175,8 +175,8 @@ def test_cluster_up_refuses_open_dirs_naming_each_before_it_starts_anything(tmp_
         d.mkdir(mode=0o755)
         d.chmod(0o755)
     up = [sys.executable, "-m", "lib.cli", "cluster", "up", "--data-dir", str(data),
-          "--master-port", "0", "--broker-port", "0", "--no-portal", "--masters", "1",
-          "--brokers", "1"]
+          "--master-port", "0", "--broker-port", "0", "--kafka-port", "0", "--no-portal",
+          "--masters", "1", "--brokers", "1"]
     code, err = _refused_cluster_up(up)
     assert code == 1 and f"chmod 700 {data} fixes it" in err, err
     data.chmod(0o700)
