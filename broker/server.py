@@ -57,7 +57,7 @@ from lib.auth.identities import Authenticator, KeyRing, certificate_identities
 from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
 from lib.auth.server import AioServerAuth
-from lib.auth.settings import announce_auth_off
+from lib.auth.settings import announce_auth_off, cluster_header
 from lib.decoding import AioStrictDecoding
 from lib.delay import DELAY_TOPIC
 from lib.errors import ConfigError, TubeqError, Unavailable
@@ -67,7 +67,7 @@ from lib.process import wait_awake
 from lib.produce_wire import PRODUCE_MANY_METHOD, PRODUCE_METHOD, parse_produce, parse_produce_many
 from lib.producer import Producer
 from lib.proto import broker_pb2_grpc, security_pb2_grpc
-from lib.rpc import SERVER_OPTIONS
+from lib.rpc import SERVER_OPTIONS, ChannelPool, invoke
 from lib.tls import server_tls
 from lib.wire import Spliced
 from storage.offsets import OffsetStore
@@ -114,6 +114,7 @@ class Broker:
         self.address = ""
         self.metrics_address = ""
         self.kafka: KafkaListener | None = None
+        self._peers = ChannelPool(tls=server_tls(config).as_client())  # the Kafka port's
         self.kafka_address = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -198,16 +199,28 @@ class Broker:
                 Authenticator(self.keyring.get, cfg.resolved_cluster_secret),
                 lambda identity, peer: Access(identity, self.acls, None, peer, self.addresses))
         gateway = Gateway(cfg.broker_id, self.service.data, self.replication, self.service.run,
-                          self._master_call, authenticating, cfg.fetch_max_wait_ms,
-                          cfg.fetch_max_bytes)
+                          self._master_call, self._peer_call, authenticating,
+                          cfg.fetch_max_wait_ms, cfg.fetch_max_bytes)
         self.kafka = KafkaListener(gateway, ListenerLimits(
             cfg.kafka_max_connections, cfg.kafka_max_request_bytes, cfg.kafka_max_inflight_bytes,
             cfg.kafka_request_timeout_s, cfg.kafka_idle_timeout_s), cfg.auth != "none")
         try:
-            return await self.kafka.start(cfg.host, cfg.kafka_port, server_tls(cfg).ssl_context())
+            port = await self.kafka.start(cfg.host, cfg.kafka_port,
+                                          server_tls(cfg).ssl_context())
         except OSError as exc:
             raise ConfigError(f"cannot bind the Kafka port {cfg.host}:{cfg.kafka_port}: "
                               f"{exc}") from None
+        host, _, advertised_port = (cfg.kafka_advertised_address or
+                                    f"{cfg.host}:{port}").rpartition(":")
+        gateway.advertised = (host, int(advertised_port))
+        return port
+
+    def _peer_call(self, address: str, method: str, request):
+        """A call to another broker (or this one) as the cluster: the Kafka port's offset
+        commits and fetches go to each partition's leader."""
+        stub = broker_pb2_grpc.BrokerStub(self._peers.get(address))
+        return invoke(getattr(stub, method), request, 10.0,
+                      cluster_header(self.config.resolved_cluster_secret))
 
     def _master_call(self, stub, method: str, request):
         """A call to the active master as the cluster (the Kafka port's metadata, ids and
@@ -308,6 +321,7 @@ class Broker:
         self.executor.shutdown(wait=True, cancel_futures=True)
         self._end_loop()
         self.offset_store.close()
+        self._peers.close()
         self.delays.index.close()
         self.metrics.stop()
         event(log, "broker.stopped", broker_id=self.config.broker_id)

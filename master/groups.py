@@ -37,6 +37,7 @@ from lib.errors import (
 from lib.names import check_instance_id, check_name
 from master.assign import Assignment, assign
 from master.brokers import monotonic_ms, wall_ms
+from master.kafka_groups import KafkaGroups
 
 MAX_TOPICS_PER_MEMBER = 1000
 MAX_HOST_LEN = 255
@@ -105,6 +106,8 @@ class GroupCoordinator:
         self._grace_until = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Kafka-managed groups (master/kafka_groups.py): a group is one kind or the other
+        self.kafka = KafkaGroups(epoch, self.has_members, clock)
 
     # -- membership ----------------------------------------------------------------------
 
@@ -118,6 +121,7 @@ class GroupCoordinator:
         with self._lock:
             self.epoch, self._counter, self._groups = epoch, 0, {}
             self._grace_until = self._clock() + grace_ms
+        self.kafka.reset(epoch)
 
     def in_grace(self) -> bool:
         return self._clock() < self._grace_until
@@ -202,6 +206,11 @@ class GroupCoordinator:
     def _admit(self, g: Group, mode: str, instance_id: str, member: Member | None) -> None:
         """Refuse a join in the other mode than the live members', or of an instance id a
         live member holds; an empty group takes the joiner's mode (the lock held)."""
+        if self.kafka.live(g.name):
+            raise GroupModeConflict(
+                f"group {g.name!r} is Kafka-managed: Kafka clients are live in it (its Kafka "
+                "port); a tubeq consumer cannot join it until they leave (use another group "
+                "name)", group=g.name, mode="kafka")
         if not g.members:
             g.mode = mode
         elif g.mode != mode:
@@ -249,7 +258,10 @@ class GroupCoordinator:
                                   for m in sorted(g.members.values(), key=lambda m: m.member_id)]
 
     def mode(self, group: str) -> str:
-        """The mode of a group's live members ("" when it has none)."""
+        """The mode of a group's live members ("" when it has none; "kafka" for a
+        Kafka-managed group)."""
+        if self.kafka.live(group):
+            return "kafka"
         with self._lock:
             g = self._groups.get(group)
             return g.mode if g is not None and g.members else ""

@@ -32,6 +32,7 @@ from master.brokers import BrokerRegistry, DiskState, PartitionStat, wall_ms
 from master.config import MasterConfig
 from master.groups import GroupCoordinator, MemberView
 from master.guard import Leadership, caller, guarded
+from master.kafka_groups import kafka_group_call
 from master.producer_ids import PRODUCER_EPOCH, ProducerIdBlocks
 from master.routes import RouteBook
 from master.state import MetaState
@@ -215,6 +216,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
 
     @guarded
     def GetRoutes(self, request, context):  # noqa: N802
+        if request.brokers_only:
+            return mpb.GetRoutesResponse(kafka_addresses=self.registry.kafka_addresses())
         names = list(dict.fromkeys(request.topics))
         if len(names) > MAX_ROUTE_TOPICS:
             raise InvalidArgument(f"at most {MAX_ROUTE_TOPICS} topics per GetRoutes call")
@@ -258,6 +261,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
         check_name(request.group, "group")
         self.groups.leave(request.group, request.member_id)
         return mpb.LeaveGroupResponse()
+
+    @guarded
+    def KafkaGroup(self, request, context):  # noqa: N802
+        """A broker's Kafka port forwarding a group call (cluster credential only: the broker
+        checked its client's ACLs); never waits (master/kafka_groups.py)."""
+        return kafka_group_call(self.groups.kafka, request)
 
     @guarded
     def InitProducerId(self, request, context):  # noqa: N802

@@ -10,6 +10,7 @@ with its versions; a served API at another version is answered with UNSUPPORTED_
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from broker.kafka import wire
+from broker.kafka import groups, wire
 from broker.kafka.fetch import fetch, list_offsets
 from broker.kafka.produce import produce
 from broker.kafka.refusals import refuse
@@ -31,6 +32,8 @@ from lib.proto import master_pb2_grpc
 log = logging.getLogger(__name__)
 Handler = Callable[[Session, Any], Awaitable[Any]]
 CLUSTER_ID = "tubeq"
+ROUTES_TTL_S = 1.0
+MAX_CACHED_ROUTES = 10_000
 PUBLIC_APIS = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 SASL_MECHANISMS = ["PLAIN"]
 
@@ -51,9 +54,14 @@ class Gateway:
 
     def __init__(self, broker_id: int, data: Any, replication: Any, run: Callable[..., Any],
                  master: Callable[[Any, str, Any], Any] | None,
+                 peer: Callable[[str, str, Any], Any] | None,
                  auth: Authenticating | None, fetch_max_wait_ms: int, fetch_max_bytes: int
                  ) -> None:
         self.broker_id = broker_id
+        self.peer = peer  # peer(grpc address, method, request): a broker call as the cluster
+        self.advertised: tuple[str, int] | None = None  # this listener's, once bound
+        self._leaders: dict[str, tuple[float, dict[int, str]]] = {}
+        self._brokers: tuple[float, dict[int, str]] = (-ROUTES_TTL_S, {})
         self.data, self.topics, self.replication = data, data.topics, replication
         self.run, self.master, self.auth = run, master, auth
         self.fetch_max_wait_ms, self.fetch_max_bytes = fetch_max_wait_ms, fetch_max_bytes
@@ -161,6 +169,11 @@ class Gateway:
             return InitProducerIdResponse(error_code=wire.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                           producer_id=-1, producer_epoch=-1, throttle_time_ms=0)
         try:
+            session.access.check_somewhere("produce", "topic", "a producer id")  # KIP-679
+        except TubeqError:
+            return InitProducerIdResponse(error_code=wire.CLUSTER_AUTHORIZATION_FAILED,
+                                          producer_id=-1, producer_epoch=-1, throttle_time_ms=0)
+        try:
             res = await self.run(self.master, master_pb2_grpc.MasterStub, "InitProducerId",
                                  mpb.InitProducerIdRequest(client_id="kafka"))
         except TubeqError as err:
@@ -169,6 +182,60 @@ class Gateway:
                                           producer_id=-1, producer_epoch=-1, throttle_time_ms=0)
         return InitProducerIdResponse(error_code=wire.NONE, producer_id=res.producer_id,
                                       producer_epoch=res.producer_epoch, throttle_time_ms=0)
+
+    async def kafka_brokers(self) -> dict[int, str]:
+        """Broker id -> Kafka listener of the live brokers (from the master, kept a second)."""
+        now = time.monotonic()
+        if now - self._brokers[0] >= ROUTES_TTL_S:
+            res = await self.run(self.master, master_pb2_grpc.MasterStub, "GetRoutes",
+                                 mpb.GetRoutesRequest(brokers_only=True))
+            self._brokers = (now, dict(res.kafka_addresses))
+        return self._brokers[1]
+
+    async def leaders(self, topic: str) -> dict[int, str]:
+        """Partition -> gRPC address of its leader (from the master, kept a second)."""
+        now = time.monotonic()
+        hit = self._leaders.get(topic)
+        if hit is not None and now - hit[0] < ROUTES_TTL_S:
+            return hit[1]
+        res = await self.run(self.master, master_pb2_grpc.MasterStub, "GetRoutes",
+                             mpb.GetRoutesRequest(topics=[topic]))
+        leaders = {p.partition: p.address for r in res.routes for p in r.partitions
+                   if p.available and p.address}
+        if len(self._leaders) > MAX_CACHED_ROUTES:
+            self._leaders.clear()
+        self._leaders[topic] = (now, leaders)
+        return leaders
+
+    # ------------------------------------------------------------------ groups
+
+    @serve(10, 0, 4)
+    async def find_coordinator(self, session: Session, request: Any) -> Any:
+        return await groups.find_coordinator(self, session, request)
+
+    @serve(11, 0, 7)
+    async def join_group(self, session: Session, request: Any) -> Any:
+        return await groups.join_group(self, session, request)
+
+    @serve(14, 0, 5)
+    async def sync_group(self, session: Session, request: Any) -> Any:
+        return await groups.sync_group(self, session, request)
+
+    @serve(12, 0, 4)
+    async def heartbeat(self, session: Session, request: Any) -> Any:
+        return await groups.heartbeat(self, session, request)
+
+    @serve(13, 0, 4)
+    async def leave_group(self, session: Session, request: Any) -> Any:
+        return await groups.leave_group(self, session, request)
+
+    @serve(8, 2, 8)
+    async def offset_commit(self, session: Session, request: Any) -> Any:
+        return await groups.offset_commit(self, session, request)
+
+    @serve(9, 1, 7)
+    async def offset_fetch(self, session: Session, request: Any) -> Any:
+        return await groups.offset_fetch(self, session, request)
 
     # ------------------------------------------------------------------ SASL
 

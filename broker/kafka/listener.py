@@ -84,7 +84,7 @@ class KafkaListener:
             writer.close()
             return
         self._connections.add(task)
-        session = Session.opened(str(peer[0]), self.auth_on)
+        session = Session.opened(str(peer[0]), self.auth_on, reader.at_eof)
         try:
             await self._requests(reader, writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):

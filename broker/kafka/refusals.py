@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.consumer import (
+    FetchResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListOffsetsResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
@@ -60,8 +69,51 @@ def _sasl_authenticate(request: Any, code: int) -> Any:
                                     session_lifetime_ms=0)
 
 
+def _find_coordinator(request: Any, code: int) -> Any:
+    if request.API_VERSION >= 4:
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+            FindCoordinatorResponse.Coordinator(key=k, node_id=-1, host="", port=-1,
+                                                error_code=code, error_message=None)
+            for k in request.coordinator_keys])
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=None,
+                                   node_id=-1, host="", port=-1)
+
+
+def _join_group(request: Any, code: int) -> Any:
+    return JoinGroupResponse(throttle_time_ms=0, error_code=code, generation_id=-1,
+                             protocol_type=None, protocol_name=None, leader="",
+                             skip_assignment=False, member_id="", members=[])
+
+
+def _sync_group(request: Any, code: int) -> Any:
+    return SyncGroupResponse(throttle_time_ms=0, error_code=code, protocol_type=None,
+                             protocol_name=None, assignment=b"")
+
+
+def _heartbeat(request: Any, code: int) -> Any:
+    return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+
+def _leave_group(request: Any, code: int) -> Any:
+    return LeaveGroupResponse(throttle_time_ms=0, error_code=code, members=[])
+
+
+def _offset_commit(request: Any, code: int) -> Any:
+    return OffsetCommitResponse(throttle_time_ms=0, topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=code) for p in t.partitions])
+        for t in request.topics])
+
+
+def _offset_fetch(request: Any, code: int) -> Any:
+    return OffsetFetchResponse(throttle_time_ms=0, error_code=code, topics=[])
+
+
 _REFUSALS = {0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 22: _init_producer_id,
-             17: _sasl_handshake, 36: _sasl_authenticate}
+             17: _sasl_handshake, 36: _sasl_authenticate, 10: _find_coordinator,
+             11: _join_group, 14: _sync_group, 12: _heartbeat, 13: _leave_group,
+             8: _offset_commit, 9: _offset_fetch}
 
 
 def refuse(api_key: int, request: Any, code: int) -> Any:

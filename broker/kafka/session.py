@@ -37,10 +37,11 @@ class Session:
     expires_ms: int = 0
     closing: bool = False  # answer this request, then close (a failed authentication)
     raw_sasl: bool = False  # a SaslHandshake v0 was answered: a bare PLAIN message is next
+    gone: Callable[[], bool] = lambda: False  # the client hung up (its reader saw EOF)
 
     @classmethod
-    def opened(cls, peer: str, auth_on: bool) -> Session:
-        return cls(peer, None if auth_on else OPEN)
+    def opened(cls, peer: str, auth_on: bool, gone: Callable[[], bool]) -> Session:
+        return cls(peer, None if auth_on else OPEN, gone=gone)
 
     def needs_renewal(self) -> bool:
         return self.login is not None and time.time() * 1000 > self.expires_ms - RENEW_BEFORE_MS

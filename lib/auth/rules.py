@@ -98,6 +98,7 @@ RULES: dict[str, Rule] = {
     _M + "RegisterBroker": CLUSTER_ONLY,
     _M + "BrokerHeartbeat": CLUSTER_ONLY,
     _M + "AlterIsr": CLUSTER_ONLY,
+    _M + "KafkaGroup": CLUSTER_ONLY,  # a broker's Kafka port, having checked its client
     _M + "BrokerShutdown": CLUSTER_ONLY,
     _M + "GetRoutes": Rule("needs", (Need("describe", "topic", _not_delay(_field("topics"))),)),
     _M + "JoinGroup": needs(("consume", "group", "group"), ("consume", "topic", "topics")),

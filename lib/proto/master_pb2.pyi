@@ -298,10 +298,12 @@ class TopicRoute(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionRoute, _Mapping]]] = ..., settings: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
 
 class GetRoutesRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "brokers_only")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_ONLY_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    brokers_only: bool
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., brokers_only: _Optional[bool] = ...) -> None: ...
 
 class GetRoutesResponse(_message.Message):
     __slots__ = ("routes", "kafka_addresses")
@@ -621,3 +623,63 @@ class EndTxnResponse(_message.Message):
     producer_id: int
     producer_epoch: int
     def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class KafkaGroupProtocol(_message.Message):
+    __slots__ = ("name", "metadata")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    metadata: bytes
+    def __init__(self, name: _Optional[str] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+
+class KafkaGroupRequest(_message.Message):
+    __slots__ = ("op", "group", "member_id", "generation", "client_id", "client_host", "protocol_type", "protocols", "session_timeout_ms", "rebalance_timeout_ms", "leaving", "again")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
+    AGAIN_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    group: str
+    member_id: str
+    generation: int
+    client_id: str
+    client_host: str
+    protocol_type: str
+    protocols: _containers.RepeatedCompositeFieldContainer[KafkaGroupProtocol]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    leaving: _containers.RepeatedScalarFieldContainer[str]
+    again: bool
+    def __init__(self, op: _Optional[str] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[KafkaGroupProtocol, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., leaving: _Optional[_Iterable[str]] = ..., again: _Optional[bool] = ...) -> None: ...
+
+class KafkaGroupResponse(_message.Message):
+    __slots__ = ("error_code", "pending", "member_id", "generation", "protocol", "leader", "members", "assignment", "fencing_generation", "message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    pending: bool
+    member_id: str
+    generation: int
+    protocol: str
+    leader: str
+    members: _containers.RepeatedCompositeFieldContainer[KafkaGroupProtocol]
+    assignment: bytes
+    fencing_generation: int
+    message: str
+    def __init__(self, error_code: _Optional[int] = ..., pending: _Optional[bool] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., protocol: _Optional[str] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[KafkaGroupProtocol, _Mapping]]] = ..., assignment: _Optional[bytes] = ..., fencing_generation: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

@@ -124,6 +124,11 @@ class MasterStub:
                 request_serializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsResponse.FromString,
                 _registered_method=True)
+        self.KafkaGroup = channel.unary_unary(
+                '/tubeq.master.Master/KafkaGroup',
+                request_serializer=lib_dot_proto_dot_master__pb2.KafkaGroupRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_master__pb2.KafkaGroupResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -267,6 +272,14 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KafkaGroup(self, request, context):
+        """Kafka-managed groups (master/kafka_groups.py), forwarded by the brokers' Kafka ports
+        (cluster credential only). Never waits: a join or sync answered "pending" is asked again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -359,6 +372,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.EnsureGroupTopics,
                     request_deserializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsRequest.FromString,
                     response_serializer=lib_dot_proto_dot_master__pb2.EnsureGroupTopicsResponse.SerializeToString,
+            ),
+            'KafkaGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.KafkaGroup,
+                    request_deserializer=lib_dot_proto_dot_master__pb2.KafkaGroupRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_master__pb2.KafkaGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -847,6 +865,33 @@ class Master:
             '/tubeq.master.Master/EnsureGroupTopics',
             lib_dot_proto_dot_master__pb2.EnsureGroupTopicsRequest.SerializeToString,
             lib_dot_proto_dot_master__pb2.EnsureGroupTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KafkaGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.master.Master/KafkaGroup',
+            lib_dot_proto_dot_master__pb2.KafkaGroupRequest.SerializeToString,
+            lib_dot_proto_dot_master__pb2.KafkaGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,7 @@ def test_only_login_status_and_health_are_public_and_broker_calls_cluster_only()
     assert CLUSTER_METHODS == {"/tubeq.master.Master/RegisterBroker",
                                "/tubeq.master.Master/BrokerHeartbeat",
                                "/tubeq.master.Master/AlterIsr",
+                               "/tubeq.master.Master/KafkaGroup",
                                "/tubeq.master.Master/BrokerShutdown",
                                "/tubeq.master.Master/CheckOpenTxns",
                                "/tubeq.broker.Broker/ResetOffsets",
