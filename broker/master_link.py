@@ -30,6 +30,7 @@ from lib.auth import addresses as ip_rules
 from lib.auth import quotas as quota_entries
 from lib.auth.acl import Authorizer, from_pb
 from lib.auth.addresses import AddressRules
+from lib.auth.client import AUTH_HEADER
 from lib.auth.identities import KeyRing
 from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
@@ -288,10 +289,13 @@ class MasterLink:
             raise TubeqError(f"CheckOpenTxns answered {len(res.open)} of {len(queries)}")
         return list(res.open)
 
-    def call(self, stub: Callable[..., Any], method: str, request: Any) -> Any:
-        """Any master call as the cluster (the Kafka port's metadata, producer ids and logins:
-        broker/kafka/); blocking, so callers on the event loop run it in the executor."""
-        return self.client.call(stub, method, request, metadata=self._metadata)
+    def call(self, stub: Callable[..., Any], method: str, request: Any,
+             token: str = "") -> Any:
+        """Any master call as the cluster, or with ``token`` as the user it names (the Kafka
+        port's metadata, producer ids, logins and admin calls: broker/kafka/); blocking, so
+        callers on the event loop run it in the executor."""
+        metadata = ((AUTH_HEADER, f"Bearer {token}"),) if token else self._metadata
+        return self.client.call(stub, method, request, metadata=metadata)
 
     def disk(self) -> mpb.DiskStatus:
         """Free space of the data dir and whether appends are being refused for lack of it."""

@@ -222,13 +222,13 @@ class Broker:
         return invoke(getattr(stub, method), request, 10.0,
                       cluster_header(self.config.resolved_cluster_secret))
 
-    def _master_call(self, stub, method: str, request):
+    def _master_call(self, stub, method: str, request, token: str = ""):
         """A call to the active master as the cluster (the Kafka port's metadata, ids and
         logins); Unavailable while this broker has no masters to ask."""
         if self.link is None:
             raise Unavailable("this broker has no masters (--masters): the Kafka port "
                               "needs them for metadata")
-        return self.link.call(stub, method, request)
+        return self.link.call(stub, method, request, token)
 
     def _auth(self) -> list[AioServerAuth]:
         """Who may call what (lib/auth/server.py): tokens are checked against the signing keys,

@@ -18,7 +18,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from broker.kafka import groups, wire
+from broker.kafka import admin, groups, wire
 from broker.kafka.fetch import fetch, list_offsets
 from broker.kafka.produce import produce
 from broker.kafka.refusals import refuse
@@ -236,6 +236,24 @@ class Gateway:
     @serve(9, 1, 7)
     async def offset_fetch(self, session: Session, request: Any) -> Any:
         return await groups.offset_fetch(self, session, request)
+
+    # ------------------------------------------------------------------ admin
+
+    @serve(19, 2, 5)
+    async def create_topics(self, session: Session, request: Any) -> Any:
+        return await admin.create_topics(self, session, request)
+
+    @serve(20, 1, 5)
+    async def delete_topics(self, session: Session, request: Any) -> Any:
+        return await admin.delete_topics(self, session, request)
+
+    @serve(37, 0, 3)
+    async def create_partitions(self, session: Session, request: Any) -> Any:
+        return await admin.create_partitions(self, session, request)
+
+    @serve(32, 1, 4)
+    async def describe_configs(self, session: Session, request: Any) -> Any:
+        return await admin.describe_configs(self, session, request)
 
     # ------------------------------------------------------------------ SASL
 

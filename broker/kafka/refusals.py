@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.consumer import (
     FetchResponse,
     HeartbeatResponse,
@@ -110,10 +116,38 @@ def _offset_fetch(request: Any, code: int) -> Any:
     return OffsetFetchResponse(throttle_time_ms=0, error_code=code, topics=[])
 
 
+def _create_topics(request: Any, code: int) -> Any:
+    return CreateTopicsResponse(throttle_time_ms=0, topics=[
+        CreateTopicsResponse.CreatableTopicResult(
+            name=t.name, error_code=code, error_message=None, num_partitions=-1,
+            replication_factor=-1, configs=None) for t in request.topics])
+
+
+def _delete_topics(request: Any, code: int) -> Any:
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=[
+        DeleteTopicsResponse.DeletableTopicResult(name=n, error_code=code, error_message=None)
+        for n in request.topic_names or ()])
+
+
+def _create_partitions(request: Any, code: int) -> Any:
+    return CreatePartitionsResponse(throttle_time_ms=0, results=[
+        CreatePartitionsResponse.CreatePartitionsTopicResult(name=t.name, error_code=code,
+                                                             error_message=None)
+        for t in request.topics])
+
+
+def _describe_configs(request: Any, code: int) -> Any:
+    return DescribeConfigsResponse(throttle_time_ms=0, results=[
+        DescribeConfigsResponse.DescribeConfigsResult(
+            error_code=code, error_message=None, resource_type=r.resource_type,
+            resource_name=r.resource_name, configs=[]) for r in request.resources])
+
+
 _REFUSALS = {0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 22: _init_producer_id,
              17: _sasl_handshake, 36: _sasl_authenticate, 10: _find_coordinator,
              11: _join_group, 14: _sync_group, 12: _heartbeat, 13: _leave_group,
-             8: _offset_commit, 9: _offset_fetch}
+             8: _offset_commit, 9: _offset_fetch, 19: _create_topics, 20: _delete_topics,
+             37: _create_partitions, 32: _describe_configs}
 
 
 def refuse(api_key: int, request: Any, code: int) -> Any:

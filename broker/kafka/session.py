@@ -35,6 +35,7 @@ class Session:
     mechanism: str = ""
     login: spb.LoginRequest | None = None
     expires_ms: int = 0
+    token: str = ""  # the master's token for this principal: admin calls go as the user
     closing: bool = False  # answer this request, then close (a failed authentication)
     raw_sasl: bool = False  # a SaslHandshake v0 was answered: a bare PLAIN message is next
     gone: Callable[[], bool] = lambda: False  # the client hung up (its reader saw EOF)
@@ -79,4 +80,4 @@ class Authenticating:
             raise Unauthenticated(f"authentication failed: {err.message}") from None
         identity = self._authenticator.identify(f"Bearer {res.token}")
         session.access = self._access(identity, session.peer)
-        session.login, session.expires_ms = request, res.expires_ms
+        session.login, session.expires_ms, session.token = request, res.expires_ms, res.token

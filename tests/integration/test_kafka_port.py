@@ -450,3 +450,41 @@ def test_without_sasl_every_request_is_refused(kcluster):
     answer = MetadataResponse.decode(payload, version=1, header=True)
     assert [(t.name, t.error_code) for t in answer.topics] == [("k-ck", 58)]
     assert answer.brokers == []
+
+
+def test_admin_clients_create_alter_describe_and_delete_topics_as_their_user(kcluster):
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
+
+    def outcome(futures: dict) -> dict:
+        out = {}
+        for key, future in futures.items():
+            try:
+                out[key] = future.result()
+            except KafkaException as exc:
+                out[key] = exc.args[0].code()
+        return out
+
+    admin = CkAdmin(sasl(kcluster))
+    created = outcome(admin.create_topics([
+        NewTopic("k-made", 3, 1, config={"retention.ms": "3600000",
+                                         "tubeq.durability": "sync"}),
+        NewTopic("k-odd", 1, 1, config={"segment.jitter.ms": "5"}),
+        NewTopic("k-ck", 1, 1)]))
+    assert created == {"k-made": None, "k-odd": KafkaError.INVALID_CONFIG,
+                       "k-ck": KafkaError.TOPIC_ALREADY_EXISTS}
+    assert outcome(admin.create_partitions([NewPartitions("k-made", 5)])) == {"k-made": None}
+    assert outcome(admin.create_partitions([NewPartitions("k-made", 2)])) == {
+        "k-made": KafkaError.INVALID_PARTITIONS}
+    [configs] = admin.describe_configs([ConfigResource("topic", "k-made")]).values()
+    described = {k: v.value for k, v in configs.result().items()}
+    assert (described["retention.ms"], described["tubeq.durability"]) == ("3600000", "sync")
+    with AdminClient(kcluster.master_addresses,
+                     credentials=kcluster.admin_credentials()) as tq:
+        assert tq.describe_topic("k-made").partition_count == 5
+        trail = [e for e in tq.audit_log() if e.target == "k-made"]
+        assert trail and all(e.principal == "admin" for e in trail)  # the user, not the broker
+    alice = CkAdmin(sasl(kcluster, ALICE))
+    assert outcome(alice.create_topics([NewTopic("k-not-hers", 1, 1)])) == {
+        "k-not-hers": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    assert outcome(admin.delete_topics(["k-made"])) == {"k-made": None}
