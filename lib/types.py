@@ -174,7 +174,9 @@ class GroupInfo:
     members: list[MemberInfo] = field(default_factory=list)
     partitions: list[PartitionLag] = field(default_factory=list)
     moves: list[OffsetMove] = field(default_factory=list)
-    mode: str = ""  # of the live members: "clustering", "broadcast", "" (none live)
+    # of the live members: "clustering", "broadcast", "kafka" (Kafka clients: docs/kafka.md),
+    # "" (none live)
+    mode: str = ""
 
 
 @dataclass(frozen=True)

@@ -343,6 +343,8 @@ def test_a_live_kafka_group_refuses_tubeq_members_and_the_other_way(kcluster):
     member.start()
     try:
         wait_until(lambda: member.assigned == [0, 1], 60, "the Kafka member owns the topic")
+        with AdminClient(kcluster.master_addresses, credentials=admin) as tq_admin:
+            assert tq_admin.describe_group("kafka-owned").mode == "kafka"
         with PullConsumer(kcluster.master_addresses, credentials=admin,
                           group="kafka-owned") as tq:
             with pytest.raises(GroupModeConflict, match="Kafka-managed"):
