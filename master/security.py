@@ -13,6 +13,7 @@ master stored in clear are sealed then too.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import math
@@ -37,6 +38,7 @@ from lib.auth import (
 )
 from lib.auth.acl import Authorizer, from_pb, to_pb
 from lib.auth.addresses import AddressRules
+from lib.auth.client import AUTH_HEADER
 from lib.auth.refusals import LoginBackoff, RefusalLog
 from lib.errors import InvalidArgument, PrincipalExists, Unauthenticated, Unavailable
 from lib.logs import event
@@ -166,8 +168,9 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
     def __init__(self, state: MetaState, leadership: Leadership,
                  write: Callable[[dict[str, Any]], Any], token_ttl_s: float,
                  key_settle_ms: int = 0, refusals: RefusalLog | None = None,
-                 backoff: LoginBackoff | None = None) -> None:
+                 backoff: LoginBackoff | None = None, cluster_secret: str = "") -> None:
         self.state, self.leadership, self.write = state, leadership, write
+        self._cluster = f"Cluster {cluster_secret}".encode() if cluster_secret else b""
         self.refusals = refusals or RefusalLog()
         self.backoff = backoff or LoginBackoff()
         self.token_ttl_s = token_ttl_s
@@ -185,7 +188,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         if not bootstrapped(self.state):
             raise Unavailable("the cluster is being set up (its first admin and signing key "
                               "are not made yet): retry in a moment")
-        peer = context.peer() or ""
+        peer = self._login_peer(request, context)
         claimed = "" if request.api_key else request.user[:64]
         try:
             wait = self.backoff.wait_s(peer)
@@ -207,6 +210,19 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
                               self.token_ttl_s)
         return spb.LoginResponse(token=token, expires_ms=claims.expires_ms, principal=name,
                                  roles=user["roles"])
+
+    def _login_peer(self, request, context) -> str:
+        """Whose failed logins count: the caller's address, or, for a broker logging a Kafka
+        client in (cluster credential), that client's; one client's bad passwords must not
+        lock every Kafka user of that broker out."""
+        peer = context.peer() or ""
+        if not request.on_behalf_of or not self._cluster:
+            return peer
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTH_HEADER and isinstance(value, str) and \
+                    hmac.compare_digest(value.encode(), self._cluster):
+                return f"kafka:{request.on_behalf_of[:64]}"
+        return peer
 
     def _checked_login(self, request) -> tuple[str, str, dict[str, Any], tuple[str, bytes]]:
         name, kind = self._authenticate(request)

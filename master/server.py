@@ -108,7 +108,8 @@ class Master:
         security.add_to(self._server, security.SecurityService(
             self.state, self.leadership, self.write, c.token_ttl_s,
             key_settle_ms=KEY_SETTLE_HEARTBEATS * c.broker_heartbeat_interval_ms,
-            refusals=self.refusals, backoff=LoginBackoff(c.login_backoff_after)))
+            refusals=self.refusals, backoff=LoginBackoff(c.login_backoff_after),
+            cluster_secret=c.resolved_cluster_secret))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._gauges()
         self.address = ""

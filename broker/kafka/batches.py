@@ -21,10 +21,14 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 from crc32c import crc32c
 
-from lib.errors import CorruptRecord, InvalidArgument, TubeqError
-from lib.records import Record
+from broker.kafka import varints
+from lib.errors import BatchTooLarge, CorruptRecord, InvalidArgument, RecordTooLarge, TubeqError
+from lib.records import BatchView, Record, encode_batch
+from lib.records.encode import batch_head, column_pieces
+from lib.records.layout import COLUMN_BYTES_PER_RECORD, HEADER_SIZE
 
 TAG_HEADER = "tubeq.tag"
 # baseOffset, length, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -48,12 +52,66 @@ class UnsupportedCompression(TubeqError):
     code = "UNSUPPORTED_COMPRESSION"
 
 
+class Plain(NamedTuple):
+    """The records of a batch without headers, as columns (the fast path)."""
+
+    values: list[memoryview]
+    keys: list[memoryview] | None  # None: no record has a key
+    timestamps: np.ndarray  # int64
+
+
 class KafkaBatch(NamedTuple):
-    records: list[Record]
+    records: list[Record]  # read one by one (records with headers); empty when ``plain``
     producer_id: int
     producer_epoch: int
     base_sequence: int
     transactional: bool
+    plain: Plain | None = None
+
+    def tubeq(self) -> bytes:
+        """The tubeq batch of these records, with the Kafka producer's id, epoch and base
+        sequence (the store deduplicates and fences on them)."""
+        ids = dict(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                   base_sequence=self.base_sequence, transactional=self.transactional)
+        if self.plain is None:
+            return encode_batch(self.records, **ids)
+        pieces, sizes, _ = column_pieces(self.plain.values, self.plain.timestamps,
+                                         self.plain.keys)
+        head = batch_head(pieces, sizes, None, self.plain.timestamps, **ids)
+        return b"".join((head, *pieces))
+
+    def view(self, max_message_bytes: int, max_batch_bytes: int) -> BatchView | None:
+        """The checked view of the tubeq batch the store appends, built from the columns
+        without the tubeq batch around them: what ``parse_batch`` would find in it (the
+        frames are this module's own, from a batch whose CRC-32C held), its limits checked
+        here. None on the record-by-record path (the caller parses :meth:`tubeq`)."""
+        if self.plain is None:
+            return None
+        if self.transactional and self.producer_id < 0:
+            raise CorruptRecord("a transactional batch needs a producer id (>= 0)")
+        pieces, sizes, _ = column_pieces(self.plain.values, self.plain.timestamps,
+                                         self.plain.keys)
+        biggest, total = int(sizes.max()), int(sizes.sum(dtype=np.int64))
+        if biggest > max_message_bytes:
+            raise RecordTooLarge(f"a message is {biggest} bytes, limit {max_message_bytes}",
+                                 size=biggest, limit=max_message_bytes)
+        if total + HEADER_SIZE + COLUMN_BYTES_PER_RECORD * len(sizes) > max_batch_bytes:
+            raise BatchTooLarge(f"batch is {total} bytes of records, limit {max_batch_bytes}",
+                                size=total, limit=max_batch_bytes)
+        count = len(sizes)
+        return BatchView(count, self.producer_id, self.producer_epoch, self.base_sequence,
+                         sizes, np.zeros(count, np.uint32),
+                         self.plain.timestamps.astype(np.int64),
+                         memoryview(b"".join(pieces)), self.transactional)
+
+    def all_records(self) -> list[Record]:
+        """The records, however they were read (tests and tools; not the hot path)."""
+        if self.plain is None:
+            return self.records
+        keys = self.plain.keys or [None] * len(self.plain.values)
+        return [Record(bytes(v), None if k is None else bytes(k), None, {}, int(ts))
+                for v, k, ts in zip(self.plain.values, keys, self.plain.timestamps.tolist(),
+                                    strict=True)]
 
 
 def read_batches(data: bytes | memoryview, max_records: int) -> list[KafkaBatch]:
@@ -89,8 +147,43 @@ def _read_batch(batch: memoryview, head: tuple, max_records: int) -> KafkaBatch:
     if not 0 < count <= max_records:
         raise CorruptRecord(f"record count {count} outside 1..{max_records}")
     body = _inflate(batch[BATCH_HEADER.size:], attributes & COMPRESSION_MASK)
-    records = _read_records(body, count, base_ts)
-    return KafkaBatch(records, head[9], head[10], head[11], bool(attributes & TRANSACTIONAL))
+    ids = (head[9], head[10], head[11], bool(attributes & TRANSACTIONAL))
+    plain = _read_plain(bytes(body), count, base_ts)
+    if plain is not None:
+        return KafkaBatch([], *ids, plain=plain)
+    return KafkaBatch(_read_records(body, count, base_ts), *ids)
+
+
+def _read_plain(body: bytes, count: int, base_ts: int) -> Plain | None:
+    """The records as columns when none has a header and the keys are all set or all null
+    (what producers send); None when the batch needs the record-by-record read."""
+    starts, ends = varints.record_spans(body, count)
+    u8 = varints.padded(body)
+    at = np.array(starts, np.int64) + 1  # past the attributes byte
+    ts_delta, size = varints.read_at(u8, at)
+    at += size
+    _offset_delta, size = varints.read_at(u8, at)
+    at += size
+    key_len, size = varints.read_at(u8, at)
+    key_at = at + size
+    at = key_at + np.maximum(key_len, 0)
+    value_len, size = varints.read_at(u8, np.minimum(at, len(body)))
+    value_at = at + size
+    at = value_at + np.maximum(value_len, 0)
+    header_count, size = varints.read_at(u8, np.minimum(at, len(body)))
+    if header_count.any() or not ((key_len < 0).all() or (key_len >= 0).all()):
+        return None  # the record-by-record read checks these
+    if (at + size != np.array(ends, np.int64)).any() or (key_len < -1).any() \
+            or (value_len < -1).any():
+        raise CorruptRecord("a record's fields do not add up to its length")
+    view = memoryview(body)
+    values = list(map(view.__getitem__, map(slice, value_at.tolist(),
+                                            (value_at + np.maximum(value_len, 0)).tolist())))
+    keys = None
+    if count and key_len[0] >= 0:
+        keys = list(map(view.__getitem__, map(slice, key_at.tolist(),
+                                              (key_at + key_len).tolist())))
+    return Plain(values, keys, base_ts + ts_delta)
 
 
 def _inflate(body: memoryview, codec: int) -> memoryview:

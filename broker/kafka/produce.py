@@ -20,7 +20,7 @@ from lib.delay import DELAY_TOPIC
 from lib.errors import InvalidName, TubeqError
 from lib.names import check_name
 from lib.produce_wire import ProduceView
-from lib.records import MAX_RECORDS_PER_BATCH, encode_batch
+from lib.records import MAX_RECORDS_PER_BATCH, BatchView
 
 log = logging.getLogger(__name__)
 MAX_ACKS_WAIT_S = 30.0
@@ -59,13 +59,12 @@ async def _partition(gw: Any, session: Session, topic: str, partition: int, reco
                               "tubeq's client (docs/delayed.md)")
         session.access.check("produce", "topic", topic)
         base = -1
+        limits = gw.topics.store_for(topic, partition).config
         for batch in read_batches(records, MAX_RECORDS_PER_BATCH):
-            raw = encode_batch(batch.records, producer_id=batch.producer_id,
-                               producer_epoch=batch.producer_epoch,
-                               base_sequence=batch.base_sequence,
-                               transactional=batch.transactional)
-            first = await _append(gw, ProduceView(topic, partition, memoryview(raw), acks == -1,
-                                                  0), budget)
+            view = batch.view(limits.max_message_bytes, limits.max_batch_bytes)
+            raw = view.frames if view is not None else memoryview(batch.tubeq())
+            first = await _append(gw, ProduceView(topic, partition, raw, acks == -1, 0),
+                                  budget, view)
             base = first if base < 0 else base
         return wire.NONE, base, None
     except TubeqError as err:
@@ -75,15 +74,17 @@ async def _partition(gw: Any, session: Session, topic: str, partition: int, reco
         return wire.UNKNOWN_SERVER_ERROR, -1, f"internal broker error: {exc!r}"[:1000]
 
 
-async def _append(gw: Any, view: ProduceView, budget: float) -> int:
-    """Append one tubeq batch; its base offset once ``acks`` is met."""
-    if view.acks_all:
-        gw.replication.check_acks_all(view.topic, view.partition)
+async def _append(gw: Any, req: ProduceView, budget: float,
+                  view: BatchView | None = None) -> int:
+    """Append one tubeq batch (``view``: already checked); its base offset once ``acks``
+    is met."""
+    if req.acks_all:
+        gw.replication.check_acks_all(req.topic, req.partition)
     try:
-        response = gw.data.produce(view, wait=False)
+        response = gw.data.produce(req, wait=False, view=view)
     except WouldBlock as later:
-        response = await gw.run(gw.data.produce, view, True, later.view)
-    if view.acks_all:
-        await gw.replication.replicated(view.topic, view.partition, response.last_offset + 1,
+        response = await gw.run(gw.data.produce, req, True, later.view)
+    if req.acks_all:
+        await gw.replication.replicated(req.topic, req.partition, response.last_offset + 1,
                                         budget)
     return response.base_offset

@@ -74,6 +74,7 @@ class Authenticating:
 
     def authenticate(self, session: Session, request: spb.LoginRequest) -> None:
         """Log in and verify; the session's access is replaced only on success."""
+        request.on_behalf_of = session.peer  # its failed logins count, not the broker's
         try:
             res = self._login(request)
         except TubeqError as err:

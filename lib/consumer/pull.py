@@ -186,6 +186,13 @@ class PullConsumer(ConsumerBase):
     def _poll(self, drain: Callable[[int], list[T]], max_records: int | None,
               timeout: float) -> list[T]:
         self._check_open()
+        if max_records is not None and (isinstance(max_records, bool) or
+                                        not isinstance(max_records, int) or max_records < 1):
+            raise errors.InvalidArgument(
+                f"max_records must be an integer >= 1 (or None), got {max_records!r}: the "
+                "timeout is poll(timeout=...)")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout != timeout:
+            raise errors.InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
         if not self._sub.topics:
             raise errors.InvalidArgument("poll() needs subscribe() or assign() first")
         limit = max_records or self.config.max_poll_records

@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LoginRequest(_message.Message):
-    __slots__ = ("user", "password", "api_key")
+    __slots__ = ("user", "password", "api_key", "on_behalf_of")
     USER_FIELD_NUMBER: _ClassVar[int]
     PASSWORD_FIELD_NUMBER: _ClassVar[int]
     API_KEY_FIELD_NUMBER: _ClassVar[int]
+    ON_BEHALF_OF_FIELD_NUMBER: _ClassVar[int]
     user: str
     password: str
     api_key: str
-    def __init__(self, user: _Optional[str] = ..., password: _Optional[str] = ..., api_key: _Optional[str] = ...) -> None: ...
+    on_behalf_of: str
+    def __init__(self, user: _Optional[str] = ..., password: _Optional[str] = ..., api_key: _Optional[str] = ..., on_behalf_of: _Optional[str] = ...) -> None: ...
 
 class LoginResponse(_message.Message):
     __slots__ = ("token", "expires_ms", "principal", "roles")

@@ -45,3 +45,18 @@ def test_a_transactional_producer_waits_for_every_in_sync_replica():
     assert ProducerConfig(transactional_id="t").acks_all, "the default becomes all"
     with pytest.raises(errors.ConfigError, match="transactional producer needs acks='all'"):
         Producer(NOWHERE, transactional_id="t", acks="1")
+
+
+@pytest.mark.parametrize(("args", "kwargs", "says"), [
+    ((1.0,), {}, "max_records must be an integer >= 1 .*got 1.0: the timeout is poll"),
+    ((0,), {}, "max_records must be an integer >= 1"),
+    ((True,), {}, "max_records must be an integer >= 1"),
+    ((), {"timeout": "soon"}, "timeout must be a number of seconds"),
+])
+def test_poll_refuses_arguments_of_the_wrong_kind_naming_them(args, kwargs, says):
+    consumer = PullConsumer(NOWHERE)  # poll(1.0) once read 1.0 as max_records and crashed
+    try:
+        with pytest.raises(errors.InvalidArgument, match=says):
+            consumer.poll(*args, **kwargs)
+    finally:
+        consumer.close()

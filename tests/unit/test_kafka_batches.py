@@ -16,8 +16,8 @@ from broker.kafka.batches import (
     kafka_batch,
     read_batches,
 )
-from lib.errors import CorruptRecord, InvalidArgument
-from lib.records import Record
+from lib.errors import BatchTooLarge, CorruptRecord, InvalidArgument, RecordTooLarge
+from lib.records import Record, encode_batch, parse_batch
 
 
 def built(codec: int = 0, count: int = 3, **producer) -> bytes:
@@ -35,10 +35,11 @@ def test_kafka_python_batches_read_as_tubeq_records(codec):
     [batch] = read_batches(built(codec, producer_id=7, producer_epoch=2, base_sequence=40),
                            1000)
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, 2, 40)
-    assert [(r.key, r.value, r.timestamp) for r in batch.records] == [
+    assert [(r.key, r.value, r.timestamp) for r in batch.all_records()] == [
         (b"k%d" % i if i % 2 else None, b"value-%d" % i * 20, 1000 + i) for i in range(3)]
-    assert batch.records[1].tag == "red" and batch.records[1].headers == {"h": b"x"}
-    assert batch.records[0].tag is None and batch.records[0].headers == {}
+    records = batch.all_records()
+    assert records[1].tag == "red" and records[1].headers == {"h": b"x"}
+    assert records[0].tag is None and records[0].headers == {}
 
 
 def test_tubeq_records_write_as_a_batch_kafka_python_reads():
@@ -102,3 +103,54 @@ def _resealed(batch: bytearray) -> bytes:
 
     struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
     return bytes(batch)
+
+
+def plain_built(codec: int = 0, keys: str = "all", count: int = 50) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, codec, False, 3, 1, 10, 1 << 24)
+    for i in range(count):
+        key = {"all": b"key-%d" % i, "none": None, "mixed": b"k" if i % 2 else None}[keys]
+        builder.append(i, 1_700_000_000_000 + i * 3, key, b"v" * (i * 37 % 300), [])
+    return bytes(builder.build())
+
+
+@pytest.mark.parametrize(("codec", "keys"), [(0, "all"), (0, "none"), (1, "all")])
+def test_batches_without_headers_are_read_as_columns_into_the_same_tubeq_batch(codec, keys):
+    [batch] = read_batches(plain_built(codec, keys), 1000)
+    assert batch.plain is not None  # the column read, no record-by-record loop
+    records = batch.all_records()
+    assert [(r.key, r.value, r.timestamp) for r in records] == [
+        (b"key-%d" % i if keys == "all" else None, b"v" * (i * 37 % 300),
+         1_700_000_000_000 + i * 3) for i in range(50)]
+    ids = dict(producer_id=3, producer_epoch=1, base_sequence=10)
+    assert batch.tubeq() == encode_batch(records, **ids)  # byte for byte the slow path's
+    view = parse_batch(batch.tubeq())
+    assert (view.count, view.producer_id, view.base_sequence) == (50, 3, 10)
+
+
+def test_mixed_keys_take_the_record_by_record_read():
+    [batch] = read_batches(plain_built(keys="mixed"), 1000)
+    assert batch.plain is None
+    assert [r.key for r in batch.records[:3]] == [None, b"k", None]
+
+
+def test_a_record_length_that_lies_is_refused_on_the_column_read():
+    good = bytearray(plain_built(count=3))
+    good[61] += 2  # the first record's length varint (zigzag: +1)
+    with pytest.raises(CorruptRecord):
+        read_batches(_resealed(good), 1000)
+
+
+def test_the_view_built_from_columns_is_what_parsing_the_tubeq_batch_finds():
+    [batch] = read_batches(plain_built(keys="all"), 1000)
+    made, parsed = batch.view(1 << 20, 4 << 20), parse_batch(batch.tubeq())
+    for field in ("count", "producer_id", "producer_epoch", "base_sequence", "transactional"):
+        assert getattr(made, field) == getattr(parsed, field), field
+    for column in ("sizes", "tag_hashes", "timestamps"):
+        assert getattr(made, column).tolist() == getattr(parsed, column).tolist(), column
+    assert bytes(made.frames) == bytes(parsed.frames)
+    with pytest.raises(RecordTooLarge, match="limit 100"):
+        batch.view(100, 4 << 20)
+    with pytest.raises(BatchTooLarge, match="limit 1000"):
+        batch.view(1 << 20, 1000)
+    [headered] = read_batches(built(), 1000)  # its second record has headers
+    assert headered.view(1 << 20, 4 << 20) is None  # parsed from its tubeq batch instead
