@@ -197,10 +197,14 @@ class Broker:
             authenticating = Authenticating(
                 lambda req: self._master_call(security_pb2_grpc.SecurityStub, "Login", req),
                 Authenticator(self.keyring.get, cfg.resolved_cluster_secret),
-                lambda identity, peer: Access(identity, self.acls, None, peer, self.addresses))
+                lambda identity, peer: Access(
+                    identity, self.acls,
+                    lambda err: self.refusals.record(identity.principal, "Kafka", err.message,
+                                                     peer),
+                    peer, self.addresses))
         gateway = Gateway(cfg.broker_id, self.service.data, self.replication, self.service.run,
                           self._master_call, self._peer_call, authenticating,
-                          cfg.fetch_max_wait_ms, cfg.fetch_max_bytes)
+                          cfg.fetch_max_wait_ms, cfg.fetch_max_bytes, self.quotas)
         self.kafka = KafkaListener(gateway, ListenerLimits(
             cfg.kafka_max_connections, cfg.kafka_max_request_bytes, cfg.kafka_max_inflight_bytes,
             cfg.kafka_request_timeout_s, cfg.kafka_idle_timeout_s), cfg.auth != "none")

@@ -23,6 +23,8 @@ from broker.data import visible_read
 from broker.isolation import visible_end
 from broker.kafka import wire
 from broker.kafka.batches import kafka_batch
+from broker.kafka.produce import quota_refusal, throttle
+from broker.kafka.refusals import refuse
 from broker.kafka.session import Session
 from lib.errors import TubeqError
 from lib.names import check_name
@@ -31,9 +33,13 @@ from lib.records import decode_records
 PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 ListAnswer = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 LATEST, EARLIEST = -1, -2
+MAX_THROTTLE_S = 30.0
 
 
 async def fetch(gw: Any, session: Session, request: Any) -> Any:
+    refused = quota_refusal(gw, session, "consume")
+    if refused is not None:
+        return refuse(1, request, wire.THROTTLING_QUOTA_EXCEEDED)
     wait_s = max(0, min(request.max_wait_ms, gw.fetch_max_wait_ms)) / 1000
     deadline = time.monotonic() + wait_s
     cap = gw.fetch_max_bytes
@@ -53,6 +59,7 @@ async def fetch(gw: Any, session: Session, request: Any) -> Any:
         finally:
             for w in waits:
                 w.cancel()
+    await throttle(gw, session, "consume", size, MAX_THROTTLE_S)
     return FetchResponse(throttle_time_ms=0, error_code=wire.NONE, session_id=0,
                          responses=topics)
 

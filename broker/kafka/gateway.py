@@ -23,6 +23,7 @@ from broker.kafka.fetch import fetch, list_offsets
 from broker.kafka.produce import produce
 from broker.kafka.refusals import refuse
 from broker.kafka.session import Authenticating, Session, plain_login
+from lib.auth.quotas import QuotaBook
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.names import check_name
@@ -55,8 +56,9 @@ class Gateway:
     def __init__(self, broker_id: int, data: Any, replication: Any, run: Callable[..., Any],
                  master: Callable[[Any, str, Any], Any] | None,
                  peer: Callable[[str, str, Any], Any] | None,
-                 auth: Authenticating | None, fetch_max_wait_ms: int, fetch_max_bytes: int
-                 ) -> None:
+                 auth: Authenticating | None, fetch_max_wait_ms: int, fetch_max_bytes: int,
+                 quotas: QuotaBook | None = None) -> None:
+        self.quotas = quotas or QuotaBook()  # byte-rate quotas, as on the gRPC port
         self.broker_id = broker_id
         self.peer = peer  # peer(grpc address, method, request): a broker call as the cluster
         self.advertised: tuple[str, int] | None = None  # this listener's, once bound
@@ -93,7 +95,10 @@ class Gateway:
         else:
             if session.needs_renewal():
                 await self.run(self.auth.authenticate, session, session.login)
-            response = await self.handlers[api_key](session, request)
+            if api_key not in PUBLIC_APIS and not _reachable(session):
+                response = self.refusal(api_key, request, wire.CLUSTER_AUTHORIZATION_FAILED)
+            else:
+                response = await self.handlers[api_key](session, request)
         if response is None:
             return None
         response.API_VERSION = version
@@ -294,6 +299,16 @@ class Gateway:
                                             session_lifetime_ms=0)
         return SaslAuthenticateResponse(error_code=wire.NONE, error_message=None,
                                         auth_bytes=b"", session_lifetime_ms=0)
+
+
+def _reachable(session: Session) -> bool:
+    """Whether the cluster's IP lists let the client in (checked at every request: the
+    lists may change while a connection lives)."""
+    try:
+        session.access.check_address()
+    except TubeqError:
+        return False
+    return True
 
 
 def _valid(name: str | None) -> bool:

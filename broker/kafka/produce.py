@@ -7,6 +7,7 @@ store's deduplication answers a retried batch with its first offsets.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -28,13 +29,20 @@ PartitionAnswer = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 
 
 async def produce(gw: Any, session: Session, request: Any) -> Any:
+    """Every partition's batches appended (each answered on its own); with a byte-rate quota
+    the answer waits out its throttle, as the gRPC port's does (the connection reads nothing
+    meanwhile: Kafka's muted channel)."""
     acks = request.acks
     budget = max(0.0, min(request.timeout_ms / 1000, MAX_ACKS_WAIT_S))
-    topics = []
+    refused = quota_refusal(gw, session, "produce")
+    topics, size = [], 0
     for t in request.topic_data:
         answers = []
         for p in t.partition_data:
-            if acks not in (0, 1, -1):
+            size += len(p.records or b"")
+            if refused is not None:
+                code, base, message = wire.THROTTLING_QUOTA_EXCEEDED, -1, refused
+            elif acks not in (0, 1, -1):
                 code, base, message = wire.INVALID_REQUIRED_ACKS, -1, f"acks={acks}"
             else:
                 code, base, message = await _partition(gw, session, t.name, p.index,
@@ -44,9 +52,30 @@ async def produce(gw: Any, session: Session, request: Any) -> Any:
                                            record_errors=[], error_message=message))
         topics.append(ProduceResponse.TopicProduceResponse(name=t.name,
                                                            partition_responses=answers))
+    await throttle(gw, session, "produce", size, budget)
     if acks == 0:
         return None
     return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+def quota_refusal(gw: Any, session: Session, direction: str) -> str | None:
+    """The message of a quota too far in debt (the client did not wait as told), else None."""
+    if not gw.quotas.active:
+        return None
+    try:
+        gw.quotas.admit(direction, session.access.quota_principal)
+    except TubeqError as err:
+        return err.message[:1000]
+    return None
+
+
+async def throttle(gw: Any, session: Session, direction: str, nbytes: int,
+                   limit_s: float) -> None:
+    """Wait out what ``nbytes`` cost the principal's quotas (at most ``limit_s``)."""
+    if gw.quotas.active:
+        wait_ms = gw.quotas.charge(direction, session.access.quota_principal, "", nbytes)
+        if wait_ms:
+            await asyncio.sleep(min(wait_ms / 1000, limit_s))
 
 
 async def _partition(gw: Any, session: Session, topic: str, partition: int, records: bytes,

@@ -493,6 +493,31 @@ def test_admin_clients_create_alter_describe_and_delete_topics_as_their_user(kcl
     assert outcome(admin.delete_topics(["k-made"])) == {"k-made": None}
 
 
+def _timed_produce(conf: dict, topic: str, nbytes: int) -> float:
+    producer = CkProducer({**conf, "linger.ms": 5, "message.timeout.ms": 60_000})
+    failed: list = []
+    started = time.monotonic()
+    for _ in range(nbytes // 8192):
+        producer.produce(topic, b"q" * 8192, on_delivery=lambda e, m: e and failed.append(e))
+        producer.poll(0)
+    assert producer.flush(60) == 0 and failed == []
+    return time.monotonic() - started
+
+
+def test_a_byte_rate_quota_paces_a_kafka_producer_as_it_paces_tubeqs(kcluster):
+    conf = sasl(kcluster, ALICE)
+    with AdminClient(kcluster.master_addresses,
+                     credentials=kcluster.admin_credentials()) as root:
+        root.set_quota("user:alice", produce_bytes_per_s=1 << 20)
+        try:  # the brokers have the quota when a burst over it is slowed (a heartbeat)
+            wait_until(lambda: _timed_produce(conf, "alice-t", 3 << 20) > 1.0, 30,
+                       "the quota on the broker")
+            time.sleep(3)  # the bucket refills at the quota's rate: start from a full one
+            assert _timed_produce(conf, "alice-t", 4 << 20) >= 2.0  # (4 - 1 burst) MiB / 1
+        finally:
+            root.remove_quota("user:alice")
+
+
 def test_only_brokers_may_log_in_on_behalf_of_a_kafka_client(kcluster):
     """The broker counts each Kafka client's failed logins apart (one client's bad passwords
     must not lock the broker's other users out: test_sasl_and_acls_refuse_as_documented);
