@@ -1,7 +1,8 @@
 """Kafka record batches (magic 2) to tubeq batches and back.
 
 Produce: a Kafka batch is checked (length, magic, CRC-32C over attributes..end), its records
-(uncompressed, or gzip within :data:`MAX_INFLATED` bytes) are read into tubeq
+(uncompressed, or gzip, snappy, lz4 or zstd, each inflated within :data:`MAX_INFLATED` bytes:
+the codecs are cramjam's snappy, python-lz4 and python-zstandard) are read into tubeq
 :class:`~lib.records.Record`\\ s and encoded as one tubeq batch carrying the Kafka producer id,
 epoch and base sequence, so the store's idempotence and transactions apply as to tubeq's own
 producer. Fetch: a run of tubeq frames becomes one Kafka batch, offsets as deltas from the
@@ -16,12 +17,16 @@ its last value (tubeq headers are a map).
 """
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import cramjam
+import lz4.frame
 import numpy as np
+import zstandard
 from crc32c import crc32c
 
 from broker.kafka import varints
@@ -189,19 +194,79 @@ def _read_plain(body: bytes, count: int, base_ts: int) -> Plain | None:
 def _inflate(body: memoryview, codec: int) -> memoryview:
     if codec == 0:
         return body
-    if codec != GZIP:
-        name = COMPRESSION_NAMES.get(codec, str(codec))
-        raise UnsupportedCompression(f"compression {name}: tubeq's Kafka port reads none "
-                                     "and gzip (set compression.type=gzip or none)")
-    inflater = zlib.decompressobj(wbits=31)
+    inflate = _INFLATERS.get(codec)
+    if inflate is None:
+        raise UnsupportedCompression(f"compression codec {codec}: Kafka's are 1 (gzip), 2 "
+                                     "(snappy), 3 (lz4) and 4 (zstd)")
     try:
-        out = inflater.decompress(body, MAX_INFLATED)
-    except zlib.error as exc:
-        raise CorruptRecord(f"gzip record batch does not inflate: {exc}") from None
-    if inflater.unconsumed_tail:
-        raise CorruptRecord(f"gzip record batch inflates past {MAX_INFLATED} bytes",
-                            limit=MAX_INFLATED)
+        out = inflate(body)
+    except CorruptRecord:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any codec's error on untrusted bytes
+        name = COMPRESSION_NAMES[codec]
+        raise CorruptRecord(f"{name} record batch does not inflate: {exc}"[:300]) from None
+    if len(out) > MAX_INFLATED:
+        raise CorruptRecord(f"{COMPRESSION_NAMES[codec]} record batch inflates past "
+                            f"{MAX_INFLATED} bytes", limit=MAX_INFLATED)
     return memoryview(out)
+
+
+def _gunzip(body: memoryview) -> bytes:
+    inflater = zlib.decompressobj(wbits=31)
+    out = inflater.decompress(body, MAX_INFLATED + 1)
+    if len(out) <= MAX_INFLATED and not inflater.eof:
+        raise CorruptRecord("gzip record batch ends early")
+    return out
+
+
+XERIAL = b"\x82SNAPPY\x00"  # the Java client's snappy framing (xerial), then 8 bytes of versions
+
+
+def _unsnappy(body: memoryview) -> bytes:
+    """Kafka's snappy: xerial-framed blocks (the Java client, librdkafka) or one raw block;
+    each block's declared size is checked against the limit before it is inflated."""
+    raw = bytes(body)
+    if not raw.startswith(XERIAL):
+        return _snappy_block(raw, 0)
+    pos, out, total = 16, [], 0
+    while pos < len(raw):
+        (size,) = struct.unpack_from(">i", raw, pos)
+        block = raw[pos + 4:pos + 4 + size]
+        if size < 0 or len(block) != size:
+            raise CorruptRecord("a snappy block's length does not fit the batch")
+        out.append(_snappy_block(block, total))
+        total += len(out[-1])
+        pos += 4 + size
+    return b"".join(out)
+
+
+def _snappy_block(block: bytes, before: int) -> bytes:
+    declared, at, shift = 0, 0, 0
+    while at < min(len(block), 5):  # the block's inflated size, a varint
+        declared |= (block[at] & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if block[at - 1] < 0x80:
+            break
+    if before + declared > MAX_INFLATED:
+        raise CorruptRecord(f"snappy record batch inflates past {MAX_INFLATED} bytes",
+                            limit=MAX_INFLATED)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _unlz4(body: memoryview) -> bytes:
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out = inflater.decompress(bytes(body), max_length=MAX_INFLATED + 1)
+    if len(out) <= MAX_INFLATED and not inflater.eof:
+        raise CorruptRecord("lz4 record batch ends early")
+    return out
+
+
+def _unzstd(body: memoryview) -> bytes:
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(body))) as reader:
+        return reader.read(MAX_INFLATED + 1)
+
+
+_INFLATERS = {GZIP: _gunzip, 2: _unsnappy, 3: _unlz4, 4: _unzstd}
 
 
 def _varint(buf: memoryview, pos: int) -> tuple[int, int]:

@@ -49,7 +49,8 @@ def kcluster(tmp_path_factory):
             for name, parts in (("k-ck", 3), ("k-kp", 2), ("k-aio", 1), ("k-cat", 1),
                                 ("k-interop", 1), ("alice-t", 1), ("k-bad", 1),
                                 ("k-range", 6), ("k-cooperative-sticky", 6), ("k-shared", 2),
-                                ("k-kpgroup", 2)):
+                                ("k-kpgroup", 2), ("k-gzip", 1), ("k-snappy", 1),
+                                ("k-lz4", 1), ("k-zstd", 1)):
                 root_admin.create_topic(name, partitions=parts)
         yield cluster
     finally:
@@ -103,6 +104,17 @@ def test_librdkafka_idempotent_producer_and_consumer_round_trip(kcluster):
         by_partition.setdefault(m.partition(), []).append(m.offset())
     for offsets in by_partition.values():
         assert offsets == list(range(len(offsets)))  # dense, in order, no duplicates
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_every_compression_librdkafka_writes_is_read(kcluster, codec):
+    conf = sasl(kcluster)
+    producer = CkProducer({**conf, "compression.type": codec, "linger.ms": 20})
+    values = [b"%s-%d-" % (codec.encode(), i) + b"z" * 500 for i in range(200)]
+    for v in values:
+        producer.produce(f"k-{codec}", v)
+    assert producer.flush(30) == 0
+    assert [m.value() for m in ck_consume(conf, f"k-{codec}", 1, 200)] == values
 
 
 def test_kafka_python_gzip_and_offsets_by_time(kcluster):

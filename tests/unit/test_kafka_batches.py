@@ -5,12 +5,16 @@ from __future__ import annotations
 import gzip
 import struct
 
+import cramjam
+import lz4.frame
 import pytest
+import zstandard
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker.kafka.batches import (
     MAX_INFLATED,
     TAG_HEADER,
+    XERIAL,
     UnsupportedCompression,
     UnsupportedFormat,
     kafka_batch,
@@ -72,14 +76,31 @@ def test_damaged_batches_are_refused_naming_the_problem():
         read_batches(good, 2)
     with pytest.raises(CorruptRecord, match="no record batch"):
         read_batches(b"", 1000)
-    with pytest.raises(UnsupportedCompression, match="lz4"):
-        read_batches(_recompressed(good, 3, b"whatever"), 1000)
+    with pytest.raises(UnsupportedCompression, match="codec 5"):
+        read_batches(_recompressed(good, 5, b"whatever"), 1000)
+    with pytest.raises(CorruptRecord, match="lz4 record batch does not inflate"):
+        read_batches(_recompressed(good, 3, b"not an lz4 frame"), 1000)
 
 
-def test_a_gzip_bomb_is_refused_within_the_inflate_limit():
-    bomb = gzip.compress(b"\x00" * (MAX_INFLATED + 1024))
+def _snappy(data: bytes) -> bytes:
+    """Kafka's snappy: the xerial framing of the Java client and librdkafka."""
+    block = bytes(cramjam.snappy.compress_raw(data))
+    return XERIAL + b"\x00\x00\x00\x01\x00\x00\x00\x01" + struct.pack(">i", len(block)) + block
+
+
+CODECS = {1: gzip.compress, 2: _snappy, 3: lz4.frame.compress,
+          4: lambda data: zstandard.ZstdCompressor().compress(data)}
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_every_kafka_codec_is_read_and_a_bomb_refused_within_the_limit(codec):
+    plain = plain_built()
+    body = plain[61:]
+    [batch] = read_batches(_recompressed(plain, codec, CODECS[codec](body)), 1000)
+    assert batch.all_records() == read_batches(plain, 1000)[0].all_records()
+    bomb = CODECS[codec](b"\x00" * (MAX_INFLATED + 1024))
     with pytest.raises(CorruptRecord, match="inflates past"):
-        read_batches(_recompressed(built(), 1, bomb), 1000)
+        read_batches(_recompressed(built(), codec, bomb), 1000)
 
 
 def test_a_control_batch_may_not_be_produced():
