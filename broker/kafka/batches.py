@@ -5,8 +5,8 @@ Produce: a Kafka batch is checked (length, magic, CRC-32C over attributes..end),
 the codecs are cramjam's snappy, python-lz4 and python-zstandard) are read into tubeq
 :class:`~lib.records.Record`\\ s and encoded as one tubeq batch carrying the Kafka producer id,
 epoch and base sequence, so the store's idempotence and transactions apply as to tubeq's own
-producer. Fetch: a run of tubeq frames becomes one Kafka batch, offsets as deltas from the
-first (gaps where control or aborted records were left out are legal in Kafka's format).
+producer. The other way, a run of tubeq frames becoming one Kafka batch, is
+broker/kafka/writer.py.
 
 Both walk records one by one: a Kafka record's fields are varints, so where one ends is known
 only by reading the one before it. The cost per record is stated in the README.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import cramjam
@@ -323,59 +322,3 @@ def _read_records(body: memoryview, count: int, base_ts: int) -> list[Record]:
     if pos != len(body):
         raise CorruptRecord(f"{len(body) - pos} bytes after the batch's {count} records")
     return out
-
-
-def _zigzag(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-_SMALL = [_zigzag(i) for i in range(-64, 64)]  # one byte each: most deltas and lengths
-
-
-def _vi(value: int) -> bytes:
-    return _SMALL[value + 64] if -64 <= value < 64 else _zigzag(value)
-
-
-def kafka_batch(records: Sequence[Record], producer_id: int = -1, producer_epoch: int = -1,
-                base_sequence: int = -1, transactional: bool = False,
-                leader_epoch: int = -1) -> bytes:
-    """One Kafka batch (magic 2, uncompressed) of ``records`` (their offsets and timestamps
-    as read from tubeq; at least one)."""
-    base_offset, base_ts = records[0].offset, records[0].timestamp
-    parts, vi = [], _vi
-    max_ts = base_ts
-    for r in records:
-        ts = r.timestamp
-        if ts > max_ts:
-            max_ts = ts
-        body = [b"\x00", vi(ts - base_ts), vi(r.offset - base_offset)]
-        if r.key is None:
-            body.append(b"\x01")  # -1
-        else:
-            body += (vi(len(r.key)), r.key)
-        body += (vi(len(r.value)), r.value)
-        headers = list(r.headers.items())
-        if r.tag:
-            headers.append((TAG_HEADER, r.tag.encode()))
-        body.append(vi(len(headers)))
-        for name, hv in headers:
-            raw = name.encode()
-            body += (vi(len(raw)), raw, vi(len(hv)), hv)
-        joined = b"".join(body)
-        parts += (vi(len(joined)), joined)
-    payload = b"".join(parts)
-    attributes = TRANSACTIONAL if transactional else 0
-    last_delta = records[-1].offset - base_offset
-    head = bytearray(BATCH_HEADER.pack(
-        base_offset, BATCH_HEADER.size - LENGTH_AFTER + len(payload), leader_epoch, 2, 0,
-        attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
-        len(records)))
-    crc = crc32c(payload, crc32c(memoryview(head)[CRC_FROM:]))
-    struct.pack_into(">I", head, 17, crc)
-    return bytes(head) + payload

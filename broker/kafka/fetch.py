@@ -22,13 +22,13 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from broker.data import visible_read
 from broker.isolation import visible_end
 from broker.kafka import wire
-from broker.kafka.batches import kafka_batch
 from broker.kafka.produce import quota_refusal, throttle
 from broker.kafka.refusals import refuse
 from broker.kafka.session import Session
+from broker.kafka.writer import frames_batch, gap_batch
 from lib.errors import TubeqError
 from lib.names import check_name
-from lib.records import decode_records
+from lib.records.columns import checked_columns
 
 PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 ListAnswer = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
@@ -107,9 +107,13 @@ def _read_one(gw: Any, session: Session, topic: str, partition: int, offset: int
         high = store.latest(partition) if hw is None else hw
         stable = visible_end(store, partition, high, True)
         records = b""
-        if reply.frames:
+        if reply.frames:  # up to next_offset: records left out at the end are passed too
             offsets = np.frombuffer(reply.offsets, "<i8")
-            records = kafka_batch(decode_records(reply.frames, offsets, partition, topic))
+            sizes = np.frombuffer(reply.sizes, "<u4") if reply.sizes else None
+            records = frames_batch(checked_columns(topic, partition, memoryview(reply.frames),
+                                                   offsets, sizes), end=reply.next_offset)
+        elif reply.next_offset > offset:  # only left-out records (markers): pass them
+            records = gap_batch(offset, reply.next_offset)
         return PartitionData(partition_index=partition, error_code=wire.NONE,
                              high_watermark=high, last_stable_offset=stable,
                              log_start_offset=store.earliest(partition),

@@ -50,7 +50,7 @@ def kcluster(tmp_path_factory):
                                 ("k-interop", 1), ("alice-t", 1), ("k-bad", 1),
                                 ("k-range", 6), ("k-cooperative-sticky", 6), ("k-shared", 2),
                                 ("k-kpgroup", 2), ("k-gzip", 1), ("k-snappy", 1),
-                                ("k-lz4", 1), ("k-zstd", 1)):
+                                ("k-lz4", 1), ("k-zstd", 1), ("k-txn", 1)):
                 root_admin.create_topic(name, partitions=parts)
         yield cluster
     finally:
@@ -115,6 +115,61 @@ def test_every_compression_librdkafka_writes_is_read(kcluster, codec):
         producer.produce(f"k-{codec}", v)
     assert producer.flush(30) == 0
     assert [m.value() for m in ck_consume(conf, f"k-{codec}", 1, 200)] == values
+
+
+def test_kafka_consumers_read_past_transaction_markers_both_isolation_levels(kcluster):
+    """Markers (and, read_committed, aborted records) are never served; a Kafka client is
+    moved past them by its batches' last offsets, and past a range of nothing but them by a
+    batch of no record, or it would fetch the marker's offset again forever: each client
+    reading from a marker must get the record written after it."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTp
+
+    admin = kcluster.admin_credentials()
+    with Producer(kcluster.master_addresses, credentials=admin,
+                  transactional_id="k-txn-writer") as tq:
+        for n, commit in ((1, True), (2, False), (3, True)):  # offsets 0-4 5, 6-10 11, 12-16 17
+            tq.begin()
+            for i in range(5):  # the aborted ones large: more than a fetch's partition bytes
+                tq.send("k-txn", b"t%d-%d" % (n, i) + (b"." * 60_000 if n == 2 else b""),
+                        partition=0)
+            tq.commit() if commit else tq.abort()
+    with Producer(kcluster.master_addresses, credentials=admin) as plain:
+        plain.send_sync("k-txn", b"after", partition=0)  # offset 18
+    committed = [b"t1-%d" % i for i in range(5)] + [b"t3-%d" % i for i in range(5)]
+    everything = [b"t%d-%d" % (n, i) + (b"." * 60_000 if n == 2 else b"")
+                  for n in (1, 2, 3) for i in range(5)]
+    conf = sasl(kcluster)
+    for isolation, start, want in (("read_committed", 0, [*committed, b"after"]),
+                                   ("read_uncommitted", 0, [*everything, b"after"]),
+                                   ("read_committed", 17, [b"after"]),
+                                   ("read_committed", 5, [*committed[5:], b"after"])):
+        consumer = CkConsumer({**conf, "group.id": f"txn-{isolation}", "isolation.level":
+                               isolation, "enable.auto.commit": False,
+                               "max.partition.fetch.bytes": 100_000})
+        consumer.assign([CkTp("k-txn", 0, start)])
+        got, deadline = [], time.monotonic() + 20
+        while len(got) < len(want) and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        consumer.close()
+        assert got == want, (isolation, start)
+    creds = kcluster.admin_credentials()
+    reader = KafkaConsumer(bootstrap_servers=bootstrap(kcluster).split(","),
+                           security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                           sasl_plain_username=creds.user, sasl_plain_password=creds.password,
+                           isolation_level="read_committed", enable_auto_commit=False,
+                           consumer_timeout_ms=10_000)
+    reader.assign([KTp("k-txn", 0)])
+    reader.seek(KTp("k-txn", 0), 6)  # the aborted transaction's first offset
+    values = []
+    for m in reader:
+        values.append(m.value)
+        if m.value == b"after":
+            break
+    reader.close()
+    assert values == [*committed[5:], b"after"]
 
 
 def test_kafka_python_gzip_and_offsets_by_time(kcluster):

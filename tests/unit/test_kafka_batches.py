@@ -7,6 +7,7 @@ import struct
 
 import cramjam
 import lz4.frame
+import numpy as np
 import pytest
 import zstandard
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -17,11 +18,12 @@ from broker.kafka.batches import (
     XERIAL,
     UnsupportedCompression,
     UnsupportedFormat,
-    kafka_batch,
     read_batches,
 )
+from broker.kafka.writer import frames_batch, kafka_batch
 from lib.errors import BatchTooLarge, CorruptRecord, InvalidArgument, RecordTooLarge
 from lib.records import Record, encode_batch, parse_batch
+from lib.records.columns import FrameColumns, checked_columns
 
 
 def built(codec: int = 0, count: int = 3, **producer) -> bytes:
@@ -175,3 +177,30 @@ def test_the_view_built_from_columns_is_what_parsing_the_tubeq_batch_finds():
         batch.view(1 << 20, 1000)
     [headered] = read_batches(built(), 1000)  # its second record has headers
     assert headered.view(1 << 20, 4 << 20) is None  # parsed from its tubeq batch instead
+
+
+def _columns(records: list[Record], offsets: list[int]) -> FrameColumns:
+    view = parse_batch(encode_batch(records))
+    return checked_columns("t", 0, view.frames, np.array(offsets, np.int64))
+
+
+@pytest.mark.parametrize("keys", ["all", "none", "mixed"])
+def test_frames_are_written_per_column_as_the_record_by_record_writer_writes_them(keys):
+    records = [Record(b"value-%d" % i * (i % 7 + 1),
+                      key={"all": b"k%d" % i, "none": None, "mixed": b"k" if i % 3 else None}[keys],
+                      timestamp=1_700_000_000_000 + (i * 977) % 5000) for i in range(300)]
+    offsets = [10 + i + (i > 100) * 5 for i in range(300)]  # a gap: records left out
+    out = frames_batch(_columns(records, offsets))
+    expected = [r._replace(offset=o) for r, o in zip(records, offsets, strict=True)]
+    assert out == kafka_batch(expected)  # byte for byte
+    batch = DefaultRecordBatch(bytearray(out))
+    assert batch.validate_crc()
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in batch] == [
+        (r.offset, r.key, r.value, r.timestamp) for r in expected]
+
+
+def test_frames_with_tags_or_headers_are_written_record_by_record():
+    records = [Record(b"a", tag="red", timestamp=5), Record(b"b", headers={"h": b"1"},
+                                                            timestamp=6)]
+    batch = DefaultRecordBatch(bytearray(frames_batch(_columns(records, [0, 1]))))
+    assert [r.headers for r in batch] == [[(TAG_HEADER, b"red")], [("h", b"1")]]
