@@ -375,7 +375,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def EndTxn(self, request, context):  # noqa: N802
         tid = check_name(request.transactional_id, "transactional_id")
         producer_id, epoch = self.txns.end(tid, request.producer_id, request.producer_epoch,
-                                           request.commit, self._wait_s(context))
+                                           request.commit, self._wait_s(context),
+                                           request.keep_epoch)
         return mpb.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch)
 
     def _wait_s(self, context) -> float:

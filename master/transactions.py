@@ -225,15 +225,15 @@ class TransactionCoordinator:
                     "attempt": new["check"]["checks"]}
                 self._checks_ready.notify_all()
 
-    def end(self, tid: str, producer_id: int, epoch: int, commit: bool, wait_s: float
-            ) -> tuple[int, int]:
+    def end(self, tid: str, producer_id: int, epoch: int, commit: bool, wait_s: float,
+            keep_epoch: bool = False) -> tuple[int, int]:
         """EndTxn: the decision, replicated, then every marker written (waited for); the
         producer id and epoch the caller goes on with (bumped: txn_decisions.on_end)."""
         deadline = time.monotonic() + wait_s
         with self._lock(tid):
             record = self._state.txn(tid)
             step, new = on_end(tid, record, producer_id, epoch, commit,
-                               self._producer_ids.take)
+                               self._producer_ids.take, keep_epoch)
             if step == "write":
                 record = self._put(tid, record, new)
                 event(log, "txn.decided", transactional_id=tid, commit=commit,

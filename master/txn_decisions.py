@@ -138,7 +138,8 @@ def on_add_offsets(record: Record, group: str, offsets: list[tuple[str, int, int
 
 
 def on_end(tid: str, record: Record | None, producer_id: int, epoch: int, commit: bool,
-           new_producer_id: Callable[[], int]) -> tuple[str, Record | None]:
+           new_producer_id: Callable[[], int], keep_epoch: bool = False
+           ) -> tuple[str, Record | None]:
     """EndTxn: ("write", the next record) for a transaction to end; (WAIT, None) when it is
     being ended the same way (a retry: wait for its markers); ("done", None) when it ended
     so already (a retry after a lost answer).
@@ -149,6 +150,8 @@ def on_end(tid: str, record: Record | None, producer_id: int, epoch: int, commit
     this one leaves no gap behind). The record keeps ``ended`` (the caller's producer id and
     epoch: its retry is recognised) and ``next`` (what the caller uses from now on: the same
     producer id with epoch + 1, or a new producer id with epoch 0 when the epoch runs out).
+    ``keep_epoch`` (Kafka's classic clients, which know no bump): the markers carry the
+    caller's epoch and it goes on with it, its sequences continuing, as before KIP-890.
     """
     state = None if record is None else record["state"]
     word = "commit" if commit else "abort"
@@ -164,7 +167,9 @@ def on_end(tid: str, record: Record | None, producer_id: int, epoch: int, commit
                               f"it is {state}", transactional_id=tid, state=state)
     record = check_instance(tid, record, producer_id, epoch)
     if state == ONGOING:
-        if epoch + 1 < MAX_EPOCH:
+        if keep_epoch:
+            marker_epoch, after = epoch, [producer_id, epoch]
+        elif epoch + 1 < MAX_EPOCH:
             marker_epoch, after = epoch + 1, [producer_id, epoch + 1]
         else:
             marker_epoch, after = MAX_EPOCH, [new_producer_id(), 0]

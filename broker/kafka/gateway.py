@@ -18,7 +18,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from broker.kafka import admin, groups, wire
+from broker.kafka import admin, groups, txn, wire
 from broker.kafka.fetch import fetch, list_offsets
 from broker.kafka.produce import produce
 from broker.kafka.refusals import refuse
@@ -169,10 +169,10 @@ class Gateway:
     @serve(22, 0, 4)
     async def init_producer_id(self, session: Session, request: Any) -> Any:
         """A producer id and epoch from the active master: the same ids tubeq's own idempotent
-        producers get, so the store's sequence checks serve Kafka producers unchanged."""
+        producers get, so the store's sequence checks serve Kafka producers unchanged; with a
+        transactional.id, the coordinator's (broker/kafka/txn.py)."""
         if request.transactional_id:
-            return InitProducerIdResponse(error_code=wire.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                          producer_id=-1, producer_epoch=-1, throttle_time_ms=0)
+            return await txn.init_transactional(self, session, request)
         try:
             session.access.check_somewhere("produce", "topic", "a producer id")  # KIP-679
         except TubeqError:
@@ -241,6 +241,24 @@ class Gateway:
     @serve(9, 1, 7)
     async def offset_fetch(self, session: Session, request: Any) -> Any:
         return await groups.offset_fetch(self, session, request)
+
+    # ------------------------------------------------------------------ transactions
+
+    @serve(24, 0, 3)
+    async def add_partitions_to_txn(self, session: Session, request: Any) -> Any:
+        return await txn.add_partitions(self, session, request)
+
+    @serve(25, 0, 3)
+    async def add_offsets_to_txn(self, session: Session, request: Any) -> Any:
+        return await txn.add_offsets(self, session, request)
+
+    @serve(28, 0, 3)
+    async def txn_offset_commit(self, session: Session, request: Any) -> Any:
+        return await txn.txn_offset_commit(self, session, request)
+
+    @serve(26, 0, 3)
+    async def end_txn(self, session: Session, request: Any) -> Any:
+        return await txn.end_txn(self, session, request)
 
     # ------------------------------------------------------------------ admin
 

@@ -22,7 +22,14 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
-from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    ProduceResponse,
+    TxnOffsetCommitResponse,
+)
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 
@@ -143,11 +150,37 @@ def _describe_configs(request: Any, code: int) -> Any:
             resource_name=r.resource_name, configs=[]) for r in request.resources])
 
 
+def _add_partitions(request: Any, code: int) -> Any:
+    Topic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=[
+        Topic(name=t.name, results_by_partition=[
+            Topic.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=code)
+            for p in t.partitions]) for t in request.v3_and_below_topics or ()])
+
+
+def _add_offsets(request: Any, code: int) -> Any:
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
+
+
+def _end_txn(request: Any, code: int) -> Any:
+    return EndTxnResponse(throttle_time_ms=0, error_code=code)
+
+
+def _txn_offset_commit(request: Any, code: int) -> Any:
+    Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+        Topic(name=t.name, partitions=[
+            Topic.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                   error_code=code) for p in t.partitions])
+        for t in request.topics])
+
+
 _REFUSALS = {0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 22: _init_producer_id,
              17: _sasl_handshake, 36: _sasl_authenticate, 10: _find_coordinator,
              11: _join_group, 14: _sync_group, 12: _heartbeat, 13: _leave_group,
              8: _offset_commit, 9: _offset_fetch, 19: _create_topics, 20: _delete_topics,
-             37: _create_partitions, 32: _describe_configs}
+             37: _create_partitions, 32: _describe_configs, 24: _add_partitions,
+             25: _add_offsets, 26: _end_txn, 28: _txn_offset_commit}
 
 
 def refuse(api_key: int, request: Any, code: int) -> Any:

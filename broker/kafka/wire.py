@@ -33,7 +33,14 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 # Kafka's error codes (org.apache.kafka.common.protocol.Errors) that tubeq answers with.
@@ -88,7 +95,8 @@ REQUESTS: dict[int, Any] = {cls.API_KEY: cls for cls in (
     OffsetFetchRequest, FindCoordinatorRequest, JoinGroupRequest, HeartbeatRequest,
     LeaveGroupRequest, SyncGroupRequest, SaslHandshakeRequest, ApiVersionsRequest,
     CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest, DescribeConfigsRequest,
-    SaslAuthenticateRequest, CreatePartitionsRequest)}
+    SaslAuthenticateRequest, CreatePartitionsRequest, AddPartitionsToTxnRequest,
+    AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest)}
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 
 # Served versions, filled in by the handlers that implement them (broker/kafka/handlers.py).

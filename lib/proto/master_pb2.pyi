@@ -605,16 +605,18 @@ class ResolveTxnCheckResponse(_message.Message):
     def __init__(self, step: _Optional[str] = ...) -> None: ...
 
 class EndTxnRequest(_message.Message):
-    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "commit")
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "commit", "keep_epoch")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     producer_id: int
     producer_epoch: int
     commit: bool
-    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ...) -> None: ...
+    keep_epoch: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ..., keep_epoch: _Optional[bool] = ...) -> None: ...
 
 class EndTxnResponse(_message.Message):
     __slots__ = ("producer_id", "producer_epoch")

@@ -280,3 +280,16 @@ def test_a_checks_answer_commits_or_rolls_back_with_the_epoch_bumped_or_is_stale
     assert h.on_check_result(half, 8, 0, "commit") == ("stale", None), "another producer id"
     assert h.on_check_result(None, 9, 0, "commit") == ("stale", None), "ended and forgotten"
     assert h.on_check_result({**half, "state": "PREPARE_ABORT"}, 9, 0, "commit")[0] == "stale"
+
+
+def test_a_kafka_classic_end_keeps_the_epoch_and_the_next_transaction_goes_on_with_it():
+    ongoing = rec("ONGOING", parts=[("a", 0)], began=1)
+    step, new = d.on_end("tid", ongoing, 7, 3, True, no_new_id, keep_epoch=True)
+    assert step == "write" and new["state"] == "PREPARE_COMMIT"
+    assert new["epoch"] == 3, "the markers carry the producer's own epoch"
+    done = {**d.completed(new), "updated_ms": 0, "seq": 2}
+    assert (done["producer_id"], done["epoch"]) == (7, 3)
+    assert d.after_end(done, 7, 3) == (7, 3)
+    assert d.check_instance("tid", done, 7, 3) is done  # its next transaction: not fenced
+    again = d.on_add(done, [("a", 1)], 5)
+    assert again["state"] == "ONGOING" and "ended" not in again
