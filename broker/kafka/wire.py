@@ -13,6 +13,7 @@ tubeq's topic ids are 64-bit incarnations, not Kafka's UUIDs.
 """
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any
 
@@ -42,6 +43,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.protocol.schemas.fields.base import BaseField
 
 # Kafka's error codes (org.apache.kafka.common.protocol.Errors) that tubeq answers with.
 NONE = 0
@@ -125,9 +127,48 @@ def decode_request(payload: bytes, api_key: int, version: int) -> Any:
     if cls is None or not 0 <= version <= cls.max_version:
         raise Malformed(f"api key {api_key} version {version} is not a request tubeq knows")
     try:
-        return cls.decode(payload, version=version, header=True)
+        request = cls.decode(payload, version=version, header=True)
     except Exception as exc:  # noqa: BLE001 - any parse failure of untrusted bytes
         raise Malformed(f"{cls.name} v{version} does not parse: {exc!r}"[:300]) from None
+    null = _null_field(request, cls.json["fields"], version)
+    if null:
+        raise Malformed(f"{cls.name} v{version}: {null} is null, which it may not be")
+    return request
+
+
+_MISSING = object()
+_NULLABLE_TYPES = ("string", "bytes", "records")
+
+
+def _null_field(obj: Any, fields: list[dict], version: int) -> str:
+    """The first field (by Kafka's name) that came null where the API's definition says it
+    may not, "" when none: the codec reads a -1 length as null whatever the definition says,
+    and handlers iterate arrays and read strings as given."""
+    for f in fields:
+        low, high = BaseField.parse_versions(f["versions"]) or (0, -1)
+        if not low <= version <= high:
+            continue
+        value = getattr(obj, _snake(f["name"]), _MISSING)
+        if value is _MISSING:
+            continue
+        if value is None:
+            nullable = BaseField.parse_versions(f.get("nullableVersions"))
+            kind = f["type"]
+            if (kind in _NULLABLE_TYPES or kind.startswith("[]")) and \
+                    not (nullable and nullable[0] <= version <= nullable[1]):
+                return f["name"]
+            continue
+        if "fields" in f:
+            for item in value if f["type"].startswith("[]") else [value]:
+                inner = _null_field(item, f["fields"], version)
+                if inner:
+                    return f"{f['name']}.{inner}"
+    return ""
+
+
+def _snake(name: str) -> str:
+    """kafka-python's attribute name of a field: TopicData -> topic_data."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def encode_response(response: Any, correlation_id: int) -> bytes:

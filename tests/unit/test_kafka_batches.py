@@ -204,3 +204,15 @@ def test_frames_with_tags_or_headers_are_written_record_by_record():
                                                             timestamp=6)]
     batch = DefaultRecordBatch(bytearray(frames_batch(_columns(records, [0, 1]))))
     assert [r.headers for r in batch] == [[(TAG_HEADER, b"red")], [("h", b"1")]]
+
+
+def test_a_request_whose_arrays_come_null_is_refused_by_name():
+    from kafka.protocol.producer import ProduceRequest
+
+    from broker.kafka import gateway, wire  # gateway: the served versions
+
+    assert wire.SERVED[gateway.wire.API_VERSIONS_KEY]
+    request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=1, topic_data=None)
+    request.with_header(correlation_id=1, client_id="x")
+    with pytest.raises(wire.Malformed, match="TopicData is null"):
+        wire.decode_request(bytes(request.encode(header=True)), 0, 9)  # found by the fuzz
