@@ -201,7 +201,8 @@ class Broker:
                     identity, self.acls,
                     lambda err: self.refusals.record(identity.principal, "Kafka", err.message,
                                                      peer),
-                    peer, self.addresses))
+                    peer, self.addresses),
+                lambda req: self._master_call(security_pb2_grpc.SecurityStub, "ScramStep", req))
         gateway = Gateway(cfg.broker_id, self.service.data, self.replication, self.service.run,
                           self._master_call, self._peer_call, authenticating,
                           cfg.fetch_max_wait_ms, cfg.fetch_max_bytes, self.quotas)

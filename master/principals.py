@@ -100,11 +100,16 @@ class Principals:
 
     def users(self) -> dict[str, dict[str, Any]]:
         """name -> {kind, roles, created_ms, updated_ms} (no hashes)."""
-        return {n: {k: v for k, v in u.items() if k != "password"}
+        return {n: {k: v for k, v in u.items() if k not in ("password", "scram")}
                 for n, u in self._users.items()}
 
     def user(self, name: str) -> dict[str, Any] | None:
         return self.users().get(name)
+
+    def scram(self, name: str) -> str | None:
+        """The user's SCRAM-SHA-256 credentials (master/scram.py), None if it has none."""
+        user = self._users.get(name)
+        return None if user is None else user.get("scram")
 
     def password_hash(self, name: str) -> str | None:
         user = self._users.get(name)
@@ -215,14 +220,19 @@ class Principals:
                   "created_ms": cmd["time_ms"], "updated_ms": cmd["time_ms"]}
         if kind == "user":
             record["password"] = str(cmd["password"])
+            if cmd.get("scram"):
+                record["scram"] = str(cmd["scram"])
         return self._put_user(ctx, name, record)
 
     def _set_password(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         name, old = self._existing(cmd["name"])
         if old["kind"] != "user":
             raise InvalidArgument(f"{name!r} is a service account: it logs in with API keys")
-        return self._put_user(ctx, name, {**old, "password": str(cmd["password"]),
-                                          "updated_ms": cmd["time_ms"]})
+        new = {**old, "password": str(cmd["password"]), "updated_ms": cmd["time_ms"]}
+        new.pop("scram", None)  # made from the old password
+        if cmd.get("scram"):
+            new["scram"] = str(cmd["scram"])
+        return self._put_user(ctx, name, new)
 
     def _set_roles(self, ctx: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         name, old = self._existing(cmd["name"])

@@ -45,6 +45,7 @@ from lib.logs import event
 from lib.private_files import write_private
 from lib.proto import security_pb2 as spb
 from lib.proto import security_pb2_grpc
+from master import scram
 from master.brokers import wall_ms
 from master.guard import Leadership, caller, guarded
 from master.state import MetaState
@@ -84,7 +85,8 @@ def bootstrap(state: MetaState, write: Callable[[dict[str, Any]], Any], data_dir
         write_private(path, password + "\n")
     try:
         write({"op": "add_user", "time_ms": wall_ms(), "name": ADMIN, "roles": [ADMIN],
-               "password": hash_password(password), "audit": _system("add_user", ADMIN)})
+               "password": hash_password(password), "scram": scram.credentials(password),
+               "audit": _system("add_user", ADMIN)})
     except PrincipalExists:
         if made:
             path.unlink(missing_ok=True)  # another master made it first
@@ -176,6 +178,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         self.token_ttl_s = token_ttl_s
         self.key_settle_ms = key_settle_ms  # a new key signs once brokers have it
         self.passwords = VerifiedPasswords()
+        self.scram = scram.ScramExchanges()  # SCRAM-SHA-256 exchanges under way
 
     @property
     def principals(self):
@@ -210,6 +213,43 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
                               self.token_ttl_s)
         return spb.LoginResponse(token=token, expires_ms=claims.expires_ms, principal=name,
                                  roles=user["roles"])
+
+    @guarded
+    def ScramStep(self, request, context):  # noqa: N802
+        """SCRAM-SHA-256 for a broker's Kafka client (cluster credential only, the access
+        rule): failures count against the client's address, a success is audited and gets a
+        token as a Login does."""
+        if not bootstrapped(self.state):
+            raise Unavailable("the cluster is being set up: retry in a moment")
+        peer = f"kafka:{request.on_behalf_of[:64]}"
+        if not request.exchange:
+            message, exchange = self.scram.first(request.message, self.principals.scram)
+            return spb.ScramStepResponse(message=message, exchange=exchange)
+        try:
+            wait = self.backoff.wait_s(peer)
+            if wait > 0:
+                raise Unauthenticated(f"too many failed logins from this address: try again "
+                                      f"in {math.ceil(wait)} s")
+            try:
+                name, message = self.scram.final(request.exchange, request.message)
+            except Unauthenticated:
+                self.backoff.failed(peer)
+                raise
+        except Unauthenticated as err:
+            self.refusals.record("", "ScramStep", err.message, peer)
+            raise
+        self.backoff.succeeded(peer)
+        user = self.principals.user(name) or {}
+        signer = self.principals.signer(wall_ms(), self.key_settle_ms)
+        if not user or signer is None:
+            raise Unauthenticated(scram.WRONG)
+        self.write({"op": "audit", "time_ms": wall_ms(),
+                    "audit": {**self._audit(context, "login", name, "scram", principal=name),
+                              "peer": peer}})
+        token, claims = issue(name, tuple(user["roles"]), "user", signer[0], signer[1],
+                              self.token_ttl_s)
+        return spb.ScramStepResponse(message=message, exchange=request.exchange, done=True,
+                                     token=token, expires_ms=claims.expires_ms, principal=name)
 
     def _login_peer(self, request, context) -> str:
         """Whose failed logins count: the caller's address, or, for a broker logging a Kafka
@@ -249,15 +289,17 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
 
     @guarded
     def AddUser(self, request, context):  # noqa: N802
-        password = None
+        password = scram_keys = None
         if not request.service:
             check_password_policy(request.password)
             password = hash_password(request.password)
+            scram_keys = scram.credentials(request.password)
         elif request.password:
             raise InvalidArgument("a service account has no password: create an API key")
         record = self.write({"op": "add_user", "time_ms": wall_ms(), "name": request.name,
                              "kind": "service" if request.service else "user",
                              "roles": list(request.roles), "password": password,
+                             "scram": scram_keys,
                              "audit": self._audit(context, "add_user", request.name)})
         return _user_info(request.name, record)
 
@@ -271,6 +313,7 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         check_password_policy(request.password)
         record = self.write({"op": "set_password", "time_ms": wall_ms(), "name": request.name,
                              "password": hash_password(request.password),
+                             "scram": scram.credentials(request.password),
                              "audit": self._audit(context, "set_password", request.name)})
         return _user_info(request.name, record)
 

@@ -36,7 +36,7 @@ CLUSTER_ID = "tubeq"
 ROUTES_TTL_S = 1.0
 MAX_CACHED_ROUTES = 10_000
 PUBLIC_APIS = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
-SASL_MECHANISMS = ["PLAIN"]
+SASL_MECHANISMS = ["PLAIN", "SCRAM-SHA-256"]
 
 
 def serve(api_key: int, low: int, high: int) -> Callable[[Handler], Handler]:
@@ -76,8 +76,10 @@ class Gateway:
     async def answer(self, session: Session, payload: bytes) -> bytes | None:
         """The framed answer to one request (None: acks=0 produce); wire.Malformed when the
         connection must be closed."""
-        if session.raw_sasl:  # after a SaslHandshake v0: the PLAIN message, unframed
+        if session.raw_sasl:  # after a SaslHandshake v0: the SASL messages, unframed
             return await self._raw_sasl(session, payload)
+        if session.expired():
+            raise wire.Malformed("the SASL session's token expired: authenticate again")
         api_key, version, correlation_id = wire.peek_header(payload)
         served = wire.SERVED.get(api_key)
         if api_key == wire.API_VERSIONS_KEY and not served[0] <= version <= served[1]:
@@ -292,31 +294,41 @@ class Gateway:
         return SaslHandshakeResponse(error_code=wire.NONE, mechanisms=SASL_MECHANISMS)
 
     async def _raw_sasl(self, session: Session, payload: bytes) -> bytes:
-        session.raw_sasl = False
         try:
-            await self.run(self.auth.authenticate, session, plain_login(payload))
+            answer = await self._sasl_step(session, payload)
         except TubeqError as err:
-            raise wire.Malformed(f"SASL/PLAIN (handshake v0) refused: {err.message}") from None
-        return wire.SIZE.pack(0)
+            raise wire.Malformed(f"SASL (handshake v0) refused: {err.message}") from None
+        session.raw_sasl = bool(session.scram_exchange)  # SCRAM: its final message is next
+        return wire.SIZE.pack(len(answer)) + answer
+
+    async def _sasl_step(self, session: Session, message: bytes) -> bytes:
+        """The mechanism's next step; the server's message (b"" for PLAIN)."""
+        if session.mechanism == "PLAIN":
+            await self.run(self.auth.authenticate, session, plain_login(message))
+            return b""
+        return await self.run(self.auth.scram_step, session, message)
 
     @serve(36, 0, 2)
     async def sasl_authenticate(self, session: Session, request: Any) -> Any:
-        """PLAIN only (broker/kafka/session.py); a failure is answered, then the listener
-        closes the connection, as Kafka's brokers do."""
+        """PLAIN (one message) or SCRAM-SHA-256 (two) (broker/kafka/session.py); a failure
+        is answered, then the listener closes the connection, as Kafka's brokers do."""
         if not session.mechanism:
             return SaslAuthenticateResponse(
                 error_code=wire.ILLEGAL_SASL_STATE, auth_bytes=b"", session_lifetime_ms=0,
                 error_message="SaslAuthenticate before a SaslHandshake naming PLAIN")
         try:
-            await self.run(self.auth.authenticate, session, plain_login(request.auth_bytes))
+            answer = await self._sasl_step(session, request.auth_bytes)
         except TubeqError as err:
             session.access = None
             session.closing = True
             return SaslAuthenticateResponse(error_code=wire.SASL_AUTHENTICATION_FAILED,
                                             error_message=err.message[:500], auth_bytes=b"",
                                             session_lifetime_ms=0)
+        lifetime = 0
+        if session.login is None and session.expires_ms and not session.scram_exchange:
+            lifetime = max(0, session.expires_ms - int(time.time() * 1000))  # KIP-368
         return SaslAuthenticateResponse(error_code=wire.NONE, error_message=None,
-                                        auth_bytes=b"", session_lifetime_ms=0)
+                                        auth_bytes=answer, session_lifetime_ms=lifetime)
 
 
 def _reachable(session: Session) -> bool:

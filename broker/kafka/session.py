@@ -1,4 +1,4 @@
-"""One Kafka connection's identity: SASL/PLAIN mapped to tubeq's users and API keys.
+"""One Kafka connection's identity: SASL/PLAIN and SCRAM-SHA-256 mapped to tubeq's users.
 
 With the broker's ``auth = "none"`` every connection is anonymous and may do anything, as on
 the gRPC port. Otherwise a connection must authenticate before any request but ApiVersions
@@ -8,7 +8,11 @@ and password; or user ``apikey`` and a ``tqk_...`` API key as the password), ver
 token it gets as every gRPC call's is verified, and from then on the connection acts as that
 principal under the cluster's ACLs and IP lists. The token's expiry is the session's: past it
 the broker logs in again with the same credentials, so a deleted user or a revoked key stops
-working within a token's lifetime, as on the gRPC port.
+working within a token's lifetime, as on the gRPC port. SCRAM-SHA-256 (``SaslHandshake``
+naming it): the broker relays the client's two messages to the active master, which holds the
+users' SCRAM keys (master/scram.py) and answers the final one with a token; the broker never
+sees a password. A SCRAM session ends with its token: SaslAuthenticate tells the client
+(``session_lifetime_ms``, KIP-368) to authenticate again before, else the connection closes.
 """
 from __future__ import annotations
 
@@ -37,7 +41,8 @@ class Session:
     expires_ms: int = 0
     token: str = ""  # the master's token for this principal: admin calls go as the user
     closing: bool = False  # answer this request, then close (a failed authentication)
-    raw_sasl: bool = False  # a SaslHandshake v0 was answered: a bare PLAIN message is next
+    raw_sasl: bool = False  # a SaslHandshake v0 was answered: bare SASL messages are next
+    scram_exchange: str = ""  # a SCRAM exchange under way (its first message answered)
     gone: Callable[[], bool] = lambda: False  # the client hung up (its reader saw EOF)
 
     @classmethod
@@ -46,6 +51,12 @@ class Session:
 
     def needs_renewal(self) -> bool:
         return self.login is not None and time.time() * 1000 > self.expires_ms - RENEW_BEFORE_MS
+
+    def expired(self) -> bool:
+        """A SCRAM session past its token (no password to log in again with: the client
+        authenticates again, KIP-368, or reconnects)."""
+        return self.login is None and self.expires_ms > 0 and \
+            time.time() * 1000 > self.expires_ms
 
 
 def plain_login(auth_bytes: bytes) -> spb.LoginRequest:
@@ -69,8 +80,11 @@ class Authenticating:
     (blocking), ``access(identity)`` builds the ACL-checking Access for the connection."""
 
     def __init__(self, login: Callable[[spb.LoginRequest], spb.LoginResponse],
-                 authenticator: Authenticator, access: Callable[..., Access]) -> None:
+                 authenticator: Authenticator, access: Callable[..., Access],
+                 scram: Callable[[spb.ScramStepRequest], spb.ScramStepResponse] | None = None
+                 ) -> None:
         self._login, self._authenticator, self._access = login, authenticator, access
+        self._scram = scram
 
     def authenticate(self, session: Session, request: spb.LoginRequest) -> None:
         """Log in and verify; the session's access is replaced only on success."""
@@ -82,3 +96,21 @@ class Authenticating:
         identity = self._authenticator.identify(f"Bearer {res.token}")
         session.access = self._access(identity, session.peer)
         session.login, session.expires_ms, session.token = request, res.expires_ms, res.token
+
+    def scram_step(self, session: Session, message: bytes) -> bytes:
+        """One SCRAM-SHA-256 message of the client, relayed to the active master; the
+        server's answer. After the final one the session acts as the principal."""
+        request = spb.ScramStepRequest(message=message, exchange=session.scram_exchange,
+                                       on_behalf_of=session.peer)
+        session.scram_exchange = ""
+        try:
+            res = self._scram(request)
+        except TubeqError as err:
+            raise Unauthenticated(f"authentication failed: {err.message}") from None
+        if not res.done:
+            session.scram_exchange = res.exchange
+            return res.message
+        identity = self._authenticator.identify(f"Bearer {res.token}")
+        session.access = self._access(identity, session.peer)
+        session.login, session.expires_ms, session.token = None, res.expires_ms, res.token
+        return res.message

@@ -139,6 +139,7 @@ RULES: dict[str, Rule] = {
     _A + "AbortTransaction": ADMIN_CLUSTER,
     # masters: security
     _S + "Login": PUBLIC,
+    _S + "ScramStep": CLUSTER_ONLY,  # a broker's Kafka port, for its client
     _S + "AddUser": ADMIN_CLUSTER,
     _S + "ListUsers": ADMIN_CLUSTER,
     _S + "SetPassword": Rule("needs", ADMIN_CLUSTER.needs, own=lambda request: request.name),

@@ -245,3 +245,29 @@ class IpRuleSet(_message.Message):
     version: int
     entries: _containers.RepeatedCompositeFieldContainer[IpRule]
     def __init__(self, version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[IpRule, _Mapping]]] = ...) -> None: ...
+
+class ScramStepRequest(_message.Message):
+    __slots__ = ("message", "exchange", "on_behalf_of")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ON_BEHALF_OF_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    exchange: str
+    on_behalf_of: str
+    def __init__(self, message: _Optional[bytes] = ..., exchange: _Optional[str] = ..., on_behalf_of: _Optional[str] = ...) -> None: ...
+
+class ScramStepResponse(_message.Message):
+    __slots__ = ("message", "exchange", "done", "token", "expires_ms", "principal")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    exchange: str
+    done: bool
+    token: str
+    expires_ms: int
+    principal: str
+    def __init__(self, message: _Optional[bytes] = ..., exchange: _Optional[str] = ..., done: _Optional[bool] = ..., token: _Optional[str] = ..., expires_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...

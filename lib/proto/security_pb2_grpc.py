@@ -39,6 +39,11 @@ class SecurityStub:
                 request_serializer=lib_dot_proto_dot_security__pb2.LoginRequest.SerializeToString,
                 response_deserializer=lib_dot_proto_dot_security__pb2.LoginResponse.FromString,
                 _registered_method=True)
+        self.ScramStep = channel.unary_unary(
+                '/tubeq.security.Security/ScramStep',
+                request_serializer=lib_dot_proto_dot_security__pb2.ScramStepRequest.SerializeToString,
+                response_deserializer=lib_dot_proto_dot_security__pb2.ScramStepResponse.FromString,
+                _registered_method=True)
         self.AddUser = channel.unary_unary(
                 '/tubeq.security.Security/AddUser',
                 request_serializer=lib_dot_proto_dot_security__pb2.AddUserRequest.SerializeToString,
@@ -136,6 +141,14 @@ class SecurityServicer:
 
     def Login(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScramStep(self, request, context):
+        """SCRAM-SHA-256 for a Kafka client, relayed by a broker's Kafka port (cluster credential
+        only): the client's first message, then its final one (master/scram.py).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -257,6 +270,11 @@ def add_SecurityServicer_to_server(servicer, server):
                     request_deserializer=lib_dot_proto_dot_security__pb2.LoginRequest.FromString,
                     response_serializer=lib_dot_proto_dot_security__pb2.LoginResponse.SerializeToString,
             ),
+            'ScramStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScramStep,
+                    request_deserializer=lib_dot_proto_dot_security__pb2.ScramStepRequest.FromString,
+                    response_serializer=lib_dot_proto_dot_security__pb2.ScramStepResponse.SerializeToString,
+            ),
             'AddUser': grpc.unary_unary_rpc_method_handler(
                     servicer.AddUser,
                     request_deserializer=lib_dot_proto_dot_security__pb2.AddUserRequest.FromString,
@@ -375,6 +393,33 @@ class Security:
             '/tubeq.security.Security/Login',
             lib_dot_proto_dot_security__pb2.LoginRequest.SerializeToString,
             lib_dot_proto_dot_security__pb2.LoginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScramStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tubeq.security.Security/ScramStep',
+            lib_dot_proto_dot_security__pb2.ScramStepRequest.SerializeToString,
+            lib_dot_proto_dot_security__pb2.ScramStepResponse.FromString,
             options,
             channel_credentials,
             insecure,

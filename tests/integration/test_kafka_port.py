@@ -27,6 +27,10 @@ from lib.types import TopicPartition
 from tests.cluster import Cluster
 
 ALICE = Credentials("alice", "alice-password-123")
+# A client with a wrong password tries once or twice, not every 100 ms for the whole message
+# timeout: failed logins back off per address, and every test client is 127.0.0.1.
+ONE_TRY = {"message.timeout.ms": 4000, "reconnect.backoff.ms": 5000,
+           "reconnect.backoff.max.ms": 5000}
 LIMITS = """[broker]
 kafka_request_timeout_s = 2.0
 kafka_max_connections = 40
@@ -283,7 +287,7 @@ def test_kcat_produces_lists_and_consumes(kcluster):
 
 def test_sasl_and_acls_refuse_as_documented(kcluster):
     wrong = Credentials("admin", "not-the-password")
-    producer = CkProducer({**sasl(kcluster, wrong), "message.timeout.ms": 10000})
+    producer = CkProducer({**sasl(kcluster, wrong), **ONE_TRY})
     errors = []
     producer.produce("k-ck", b"x", on_delivery=lambda err, msg: errors.append(err))
     producer.flush(15)
@@ -446,6 +450,29 @@ def test_kafka_python_group_consumer_commits(kcluster):
     got = reader.committed([CkTp("k-kpgroup", 0), CkTp("k-kpgroup", 1)], timeout=10)
     reader.close()
     assert sum(tp.offset for tp in got) == 100
+
+
+def test_scram_sha_256_logs_kafka_clients_in_without_the_broker_seeing_a_password(kcluster):
+    from kafka import KafkaProducer
+
+    def scram(creds: Credentials) -> dict:
+        return {**sasl(kcluster, creds), "sasl.mechanism": "SCRAM-SHA-256", **ONE_TRY}
+
+    outcome: dict = {}
+    for who, creds in (("admin", kcluster.admin_credentials()), ("alice", ALICE),
+                       ("wrong", Credentials("alice", "not-her-password"))):
+        producer = CkProducer(scram(creds))
+        producer.produce("alice-t", b"scram " + who.encode(),
+                         on_delivery=lambda err, msg, who=who: outcome.update({who: err}))
+        producer.flush(15)
+    assert outcome["admin"] is None and outcome["alice"] is None
+    assert outcome["wrong"] is not None
+    creds = kcluster.admin_credentials()
+    kp = KafkaProducer(bootstrap_servers=bootstrap(kcluster).split(","),
+                       security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                       sasl_plain_username=creds.user, sasl_plain_password=creds.password)
+    assert kp.send("alice-t", b"scram kafka-python").get(30).offset >= 0
+    kp.close()
 
 
 def _raw(cluster: Cluster) -> socket.socket:

@@ -69,6 +69,7 @@ def test_only_login_status_and_health_are_public_and_broker_calls_cluster_only()
                                "/tubeq.master.Master/BrokerHeartbeat",
                                "/tubeq.master.Master/AlterIsr",
                                "/tubeq.master.Master/KafkaGroup",
+                               "/tubeq.security.Security/ScramStep",
                                "/tubeq.master.Master/BrokerShutdown",
                                "/tubeq.master.Master/CheckOpenTxns",
                                "/tubeq.broker.Broker/ResetOffsets",
