@@ -11,7 +11,10 @@ idempotence requires; with one copy it is acks=1). Consume: tubeq's
 ``PullConsumer`` and confluent-kafka's ``Consumer`` each read the same ``--messages`` records
 from offset 0. The ratios of the medians are the figures (issue 54's targets: 0.8 for both);
 the broker's CPU microseconds per record beside each rate, and their differences, are what the
-Kafka port's translation costs the broker. Prints one JSON object.
+Kafka port's translation costs the broker. The ceiling: the same confluent-kafka producer
+against a bare Kafka server that stores nothing (``load/kafka_ceiling.py``, a process of its
+own), in the same rounds: how fast that client produces here whatever a broker does. Prints
+one JSON object.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from lib.producer.producer import Producer
 from lib.types import TopicPartition
 from load import stop_on_sigterm, wait_served
 from load.bench_replication import cpu_seconds
+from load.kafka_ceiling import KafkaCeiling
 
 VALUE = b"x" * 1024
 PARTITIONS = 3
@@ -112,8 +116,11 @@ def run(messages: int, rounds: int) -> dict:
         with Producer(masters) as producer:
             wait_served(producer, names)  # their warm-up records are not timed
         tubeq_produce(masters, "bench-read", messages)
+        ceiling = KafkaCeiling(root / "ceiling")
+        bare = {"bootstrap.servers": ceiling.address}
         figures: dict[str, list[tuple[float, float]]] = {
-            k: [] for k in ("produce_tubeq", "produce_kafka", "consume_tubeq", "consume_kafka")}
+            k: [] for k in ("produce_tubeq", "produce_kafka", "consume_tubeq", "consume_kafka",
+                            "produce_kafka_ceiling")}
         for r in range(rounds):
             phases = [("produce_tubeq", partial(tubeq_produce, masters, f"bench-tubeq-{r}")),
                       ("produce_kafka", partial(kafka_produce, conf, f"bench-kafka-{r}")),
@@ -121,8 +128,11 @@ def run(messages: int, rounds: int) -> dict:
                       ("consume_kafka", partial(kafka_consume, conf, "bench-read"))]
             if r % 2:  # who goes first alternates: the first may leave the second a backlog
                 phases = [phases[1], phases[0], phases[3], phases[2]]
+            phases.append(("produce_kafka_ceiling",
+                           partial(kafka_produce, bare, f"bench-ceiling-{r}")))
             for name, work in phases:
                 figures[name].append(timed(broker.pid, messages, partial(work, messages)))
+        ceiling.stop()
         rate = {k: statistics.median(r for r, _ in v) for k, v in figures.items()}
         cpu = {k: statistics.median(c for _, c in v) for k, v in figures.items()}
         return {
@@ -130,6 +140,10 @@ def run(messages: int, rounds: int) -> dict:
             "msgs_per_s": {k: [round(r) for r, _ in v] for k, v in figures.items()},
             "median_msgs_per_s": {k: round(v) for k, v in rate.items()},
             "produce_kafka_of_tubeq": round(rate["produce_kafka"] / rate["produce_tubeq"], 3),
+            # the client's own limit here, and how close the Kafka port comes to it
+            "ceiling_of_tubeq": round(rate["produce_kafka_ceiling"] / rate["produce_tubeq"], 3),
+            "produce_kafka_of_ceiling": round(rate["produce_kafka"]
+                                              / rate["produce_kafka_ceiling"], 3),
             "consume_kafka_of_tubeq": round(rate["consume_kafka"] / rate["consume_tubeq"], 3),
             "broker_cpu_us_per_record": {k: round(v, 2) for k, v in cpu.items()},
             # what translating costs the broker per record, beside tubeq's own path

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import grpc
 
-from lib.process import clear_ready, wait_ready, write_ready
+from lib.process import write_ready
+from load.bare_server import BareServer
 
 SERVICE = "tubeq.bench.Transport"
 MAX_MESSAGE = 64 << 20
@@ -61,27 +60,12 @@ async def _serve(root: Path, rows: int, size: int) -> None:
     await server.wait_for_termination()
 
 
-class TransportServer:
+class TransportServer(BareServer):
     """The bare server as a process of its own (a broker's place), stopped by its PID."""
 
     def __init__(self, root: Path, blob_rows: int, size: int) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        clear_ready(root)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "load.transport_ceiling", "--dir", str(root),
-             "--rows", str(blob_rows), "--size", str(size)],
-            cwd=Path(__file__).resolve().parents[1])
-        try:
-            info = wait_ready(root, self.proc.pid, alive=lambda: self.proc.poll() is None)
-        except BaseException:
-            self.stop()
-            raise
-        self.address = info["address"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        super().__init__("load.transport_ceiling", root, "--rows", str(blob_rows),
+                         "--size", str(size))
 
 
 def channel(address: str) -> grpc.Channel:

@@ -193,20 +193,8 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
                               "are not made yet): retry in a moment")
         peer = self._login_peer(request, context)
         claimed = "" if request.api_key else request.user[:64]
-        try:
-            wait = self.backoff.wait_s(peer)
-            if wait > 0:
-                raise Unauthenticated(f"too many failed logins from this address: try again "
-                                      f"in {math.ceil(wait)} s")
-            try:
-                name, kind, user, signer = self._checked_login(request)
-            except Unauthenticated:
-                self.backoff.failed(peer)
-                raise
-        except Unauthenticated as err:
-            self.refusals.record(claimed, "Login", err.message, peer)
-            raise
-        self.backoff.succeeded(peer)
+        name, kind, user, signer = self._counted(peer, claimed, "Login",
+                                                 lambda: self._checked_login(request))
         self.write({"op": "audit", "time_ms": wall_ms(),
                     "audit": self._audit(context, "login", name, kind, principal=name)})
         token, claims = issue(name, tuple(user["roles"]), kind, signer[0], signer[1],
@@ -225,20 +213,8 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
         if not request.exchange:
             message, exchange = self.scram.first(request.message, self.principals.scram)
             return spb.ScramStepResponse(message=message, exchange=exchange)
-        try:
-            wait = self.backoff.wait_s(peer)
-            if wait > 0:
-                raise Unauthenticated(f"too many failed logins from this address: try again "
-                                      f"in {math.ceil(wait)} s")
-            try:
-                name, message = self.scram.final(request.exchange, request.message)
-            except Unauthenticated:
-                self.backoff.failed(peer)
-                raise
-        except Unauthenticated as err:
-            self.refusals.record("", "ScramStep", err.message, peer)
-            raise
-        self.backoff.succeeded(peer)
+        name, message = self._counted(peer, "", "ScramStep", lambda: self.scram.final(
+            request.exchange, request.message))
         user = self.principals.user(name) or {}
         signer = self.principals.signer(wall_ms(), self.key_settle_ms)
         if not user or signer is None:
@@ -250,6 +226,25 @@ class SecurityService(security_pb2_grpc.SecurityServicer):
                               self.token_ttl_s)
         return spb.ScramStepResponse(message=message, exchange=request.exchange, done=True,
                                      token=token, expires_ms=claims.expires_ms, principal=name)
+
+    def _counted(self, peer: str, claimed: str, method: str, check: Callable[[], Any]) -> Any:
+        """``check()`` (a login's proof) unless ``peer`` must wait; failures count against
+        it and reach the audit summaries, a success clears its count."""
+        try:
+            wait = self.backoff.wait_s(peer)
+            if wait > 0:
+                raise Unauthenticated(f"too many failed logins from this address: try again "
+                                      f"in {math.ceil(wait)} s")
+            try:
+                result = check()
+            except Unauthenticated:
+                self.backoff.failed(peer)
+                raise
+        except Unauthenticated as err:
+            self.refusals.record(claimed, method, err.message, peer)
+            raise
+        self.backoff.succeeded(peer)
+        return result
 
     def _login_peer(self, request, context) -> str:
         """Whose failed logins count: the caller's address, or, for a broker logging a Kafka

@@ -268,22 +268,8 @@ def _unzstd(body: memoryview) -> bytes:
 _INFLATERS = {GZIP: _gunzip, 2: _unsnappy, 3: _unlz4, 4: _unzstd}
 
 
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint (Kafka's varint and varlong) at ``pos``; (value, next position)."""
-    shift = result = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecord("varint longer than 10 bytes")
-
-
 def _read_records(body: memoryview, count: int, base_ts: int) -> list[Record]:
-    out, pos, varint = [], 0, _varint
+    out, pos, varint = [], 0, varints.read_one
     try:
         for _ in range(count):
             length, pos = varint(body, pos)

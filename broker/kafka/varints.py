@@ -67,7 +67,8 @@ def record_spans(body: bytes, count: int) -> tuple[list[int], list[int]]:
     return starts, ends
 
 
-def _long(body: bytes, pos: int) -> tuple[int, int]:
+def _long(body: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The raw (not yet zigzag-decoded) varint at ``pos``; (value, next position)."""
     shift = z = 0
     while True:
         b = body[pos]
@@ -77,7 +78,13 @@ def _long(body: bytes, pos: int) -> tuple[int, int]:
             return z, pos
         shift += 7
         if shift > 63:
-            raise CorruptRecord("a record length runs past 10 bytes")
+            raise CorruptRecord("a varint runs past 10 bytes")
+
+
+def read_one(body: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The zigzag varint at ``pos``; (value, next position): the record-by-record read."""
+    z, pos = _long(body, pos)
+    return (z >> 1) ^ -(z & 1), pos
 
 
 def encode(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = {"produce_tubeq", "produce_kafka", "consume_tubeq", "consume_kafka"}
+PHASES = {"produce_tubeq", "produce_kafka", "consume_tubeq", "consume_kafka",
+          "produce_kafka_ceiling"}
 
 
 def test_a_quick_run_reports_both_clients_both_ways(tmp_path):
@@ -23,6 +24,7 @@ def test_a_quick_run_reports_both_clients_both_ways(tmp_path):
     assert set(out["median_msgs_per_s"]) == PHASES
     assert all(rate > 0 for rate in out["median_msgs_per_s"].values())
     assert out["produce_kafka_of_tubeq"] > 0 and out["consume_kafka_of_tubeq"] > 0
+    assert out["ceiling_of_tubeq"] > 0 and out["produce_kafka_of_ceiling"] > 0
     assert set(out["broker_cpu_us_per_record"]) == PHASES
     assert min(out["broker_cpu_us_per_record"].values()) >= 0  # 10 ms clock ticks
     assert set(out["translation_us_per_record"]) == {"produce", "consume"}
