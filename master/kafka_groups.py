@@ -107,6 +107,25 @@ class KafkaGroups:
             g = self._groups.get(group)
             return None if g is None or not g.members else g
 
+    def described(self, group: str) -> mpb.KafkaGroupResponse:
+        """DescribeGroups' view of a group ("Dead": no live member)."""
+        with self._lock:
+            g = self._groups.get(group)
+            if g is None or not g.members:
+                return mpb.KafkaGroupResponse(group=group, state="Dead")
+            return mpb.KafkaGroupResponse(
+                group=group, state=g.state, protocol_type=g.protocol_type, protocol=g.protocol,
+                described=[mpb.KafkaGroupMember(
+                    member_id=m.member_id, client_id=m.client_id, client_host=m.client_host,
+                    metadata=dict(m.protocols).get(g.protocol, b""), assignment=m.assignment)
+                    for m in g.members.values()])
+
+    def listed(self) -> list[mpb.KafkaGroupResponse]:
+        with self._lock:
+            return [mpb.KafkaGroupResponse(group=name, state=g.state,
+                                           protocol_type=g.protocol_type)
+                    for name, g in sorted(self._groups.items()) if g.members]
+
     # -- the protocol ----------------------------------------------------------------------
 
     def join(self, group: str, member_id: str, client_id: str, client_host: str,
@@ -290,7 +309,11 @@ class KafkaGroups:
 
 def kafka_group_call(groups: KafkaGroups, req: mpb.KafkaGroupRequest) -> mpb.KafkaGroupResponse:
     """One forwarded call (``req.op``) as its answer."""
+    if req.op == "list":
+        return mpb.KafkaGroupResponse(groups=groups.listed())
     group = check_name(req.group, "group")
+    if req.op == "describe":
+        return groups.described(group)
     if req.op == "join":
         answer = groups.join(group, req.member_id, req.client_id[:255],
                              req.client_host[:255], req.protocol_type[:255],
@@ -306,8 +329,8 @@ def kafka_group_call(groups: KafkaGroups, req: mpb.KafkaGroupRequest) -> mpb.Kaf
     elif req.op == "check":
         answer = groups.check(group, req.member_id, req.generation)
     else:
-        raise InvalidArgument(f"KafkaGroup op {req.op[:40]!r}: join, sync, heartbeat, leave "
-                              "or check")
+        raise InvalidArgument(f"KafkaGroup op {req.op[:40]!r}: join, sync, heartbeat, leave, "
+                              "check, list or describe")
     return mpb.KafkaGroupResponse(
         error_code=answer.error, pending=answer.pending, member_id=answer.member_id,
         generation=answer.generation, protocol=answer.protocol, leader=answer.leader,

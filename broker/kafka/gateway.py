@@ -244,6 +244,14 @@ class Gateway:
     async def offset_fetch(self, session: Session, request: Any) -> Any:
         return await groups.offset_fetch(self, session, request)
 
+    @serve(16, 0, 4)
+    async def list_groups(self, session: Session, request: Any) -> Any:
+        return await groups.list_groups(self, session, request)
+
+    @serve(15, 0, 5)
+    async def describe_groups(self, session: Session, request: Any) -> Any:
+        return await groups.describe_groups(self, session, request)
+
     # ------------------------------------------------------------------ transactions
 
     @serve(24, 0, 3)

@@ -22,6 +22,7 @@ import zlib
 from collections import defaultdict
 from typing import Any
 
+from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -74,10 +75,10 @@ async def find_coordinator(gw: Any, session: Session, request: Any) -> Any:
                                    node_id=node, host=host, port=port)
 
 
-def _group_refusal(session: Session, group: str) -> int | None:
+def _group_refusal(session: Session, group: str, operation: str = "consume") -> int | None:
     try:
         check_name(group, "group")
-        session.access.check("consume", "group", group)
+        session.access.check(operation, "group", group)
     except TubeqError as err:
         return wire.GROUP_AUTHORIZATION_FAILED if err.code == "PERMISSION_DENIED" \
             else wire.INVALID_GROUP_ID
@@ -264,3 +265,38 @@ async def _fetch_topic(gw: Any, session: Session, group: str, topic: Any,
     return [FetchPartition(partition_index=p, committed_offset=off, committed_leader_epoch=-1,
                            metadata=meta, error_code=c)
             for p, (off, meta, c) in found.items()]
+
+
+async def list_groups(gw: Any, session: Session, request: Any) -> Any:
+    """The live Kafka-managed groups the client may describe (tubeq-managed groups are
+    tubeq's: ``tubeq group list``)."""
+    answer = await _ask(gw, mpb.KafkaGroupRequest(op="list"))
+    states = set(getattr(request, "states_filter", None) or ())
+    listed = [g for g in answer.groups
+              if session.access.allowed("describe", "group", g.group)
+              and (not states or g.state in states)]
+    return ListGroupsResponse(
+        throttle_time_ms=0, error_code=answer.error_code,
+        groups=[ListGroupsResponse.ListedGroup(group_id=g.group, protocol_type=g.protocol_type,
+                                               group_state=g.state, group_type="classic")
+                for g in listed])
+
+
+async def describe_groups(gw: Any, session: Session, request: Any) -> Any:
+    out = []
+    for group in request.groups:
+        code = _group_refusal(session, group, "describe")
+        answer = mpb.KafkaGroupResponse(group=group, state="Dead")
+        if code is None:
+            answer = await _ask(gw, mpb.KafkaGroupRequest(op="describe", group=group))
+            code = answer.error_code
+        Member = DescribeGroupsResponse.DescribedGroup.DescribedGroupMember
+        out.append(DescribeGroupsResponse.DescribedGroup(
+            error_code=code or wire.NONE, error_message=None, group_id=group,
+            group_state=answer.state, protocol_type=answer.protocol_type,
+            protocol_data=answer.protocol, authorized_operations=None,
+            members=[Member(member_id=m.member_id, group_instance_id=None,
+                            client_id=m.client_id, client_host=m.client_host,
+                            member_metadata=m.metadata, member_assignment=m.assignment)
+                     for m in answer.described]))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=out)

@@ -10,6 +10,8 @@ from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
     FetchResponse,
@@ -175,12 +177,25 @@ def _txn_offset_commit(request: Any, code: int) -> Any:
         for t in request.topics])
 
 
+def _list_groups(request: Any, code: int) -> Any:
+    return ListGroupsResponse(throttle_time_ms=0, error_code=code, groups=[])
+
+
+def _describe_groups(request: Any, code: int) -> Any:
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=[
+        DescribeGroupsResponse.DescribedGroup(
+            error_code=code, error_message=None, group_id=g, group_state="", protocol_type="",
+            protocol_data="", members=[], authorized_operations=None)
+        for g in request.groups])
+
+
 _REFUSALS = {0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 22: _init_producer_id,
              17: _sasl_handshake, 36: _sasl_authenticate, 10: _find_coordinator,
              11: _join_group, 14: _sync_group, 12: _heartbeat, 13: _leave_group,
              8: _offset_commit, 9: _offset_fetch, 19: _create_topics, 20: _delete_topics,
              37: _create_partitions, 32: _describe_configs, 24: _add_partitions,
-             25: _add_offsets, 26: _end_txn, 28: _txn_offset_commit}
+             25: _add_offsets, 26: _end_txn, 28: _txn_offset_commit, 16: _list_groups,
+             15: _describe_groups}
 
 
 def refuse(api_key: int, request: Any, code: int) -> Any:

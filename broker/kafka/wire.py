@@ -22,6 +22,8 @@ from kafka.protocol.admin import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -98,7 +100,8 @@ REQUESTS: dict[int, Any] = {cls.API_KEY: cls for cls in (
     LeaveGroupRequest, SyncGroupRequest, SaslHandshakeRequest, ApiVersionsRequest,
     CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest, DescribeConfigsRequest,
     SaslAuthenticateRequest, CreatePartitionsRequest, AddPartitionsToTxnRequest,
-    AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest)}
+    AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest, ListGroupsRequest,
+    DescribeGroupsRequest)}
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 
 # Served versions, filled in by the handlers that implement them (broker/kafka/handlers.py).

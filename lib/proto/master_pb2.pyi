@@ -663,7 +663,7 @@ class KafkaGroupRequest(_message.Message):
     def __init__(self, op: _Optional[str] = ..., group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[KafkaGroupProtocol, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., leaving: _Optional[_Iterable[str]] = ..., again: _Optional[bool] = ...) -> None: ...
 
 class KafkaGroupResponse(_message.Message):
-    __slots__ = ("error_code", "pending", "member_id", "generation", "protocol", "leader", "members", "assignment", "fencing_generation", "message")
+    __slots__ = ("error_code", "pending", "member_id", "generation", "protocol", "leader", "members", "assignment", "fencing_generation", "message", "state", "protocol_type", "described", "groups", "group")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -674,6 +674,11 @@ class KafkaGroupResponse(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     FENCING_GENERATION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIBED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     pending: bool
     member_id: str
@@ -684,4 +689,23 @@ class KafkaGroupResponse(_message.Message):
     assignment: bytes
     fencing_generation: int
     message: str
-    def __init__(self, error_code: _Optional[int] = ..., pending: _Optional[bool] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., protocol: _Optional[str] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[KafkaGroupProtocol, _Mapping]]] = ..., assignment: _Optional[bytes] = ..., fencing_generation: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    state: str
+    protocol_type: str
+    described: _containers.RepeatedCompositeFieldContainer[KafkaGroupMember]
+    groups: _containers.RepeatedCompositeFieldContainer[KafkaGroupResponse]
+    group: str
+    def __init__(self, error_code: _Optional[int] = ..., pending: _Optional[bool] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., protocol: _Optional[str] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[KafkaGroupProtocol, _Mapping]]] = ..., assignment: _Optional[bytes] = ..., fencing_generation: _Optional[int] = ..., message: _Optional[str] = ..., state: _Optional[str] = ..., protocol_type: _Optional[str] = ..., described: _Optional[_Iterable[_Union[KafkaGroupMember, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[KafkaGroupResponse, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...
+
+class KafkaGroupMember(_message.Message):
+    __slots__ = ("member_id", "client_id", "client_host", "metadata", "assignment")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., metadata: _Optional[bytes] = ..., assignment: _Optional[bytes] = ...) -> None: ...

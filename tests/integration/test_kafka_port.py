@@ -416,6 +416,15 @@ def test_a_live_kafka_group_refuses_tubeq_members_and_the_other_way(kcluster):
         wait_until(lambda: member.assigned == [0, 1], 60, "the Kafka member owns the topic")
         with AdminClient(kcluster.master_addresses, credentials=admin) as tq_admin:
             assert tq_admin.describe_group("kafka-owned").mode == "kafka"
+        from confluent_kafka.admin import AdminClient as CkAdmin  # ListGroups, DescribeGroups
+
+        ck_admin = CkAdmin(conf)
+        listed = ck_admin.list_consumer_groups(request_timeout=10).result().valid
+        assert "kafka-owned" in {g.group_id for g in listed}
+        described = ck_admin.describe_consumer_groups(["kafka-owned"])["kafka-owned"].result()
+        [only] = described.members
+        assert sorted((tp.topic, tp.partition) for tp in only.assignment.topic_partitions) == \
+            [("k-shared", 0), ("k-shared", 1)]
         with PullConsumer(kcluster.master_addresses, credentials=admin,
                           group="kafka-owned") as tq:
             with pytest.raises(GroupModeConflict, match="Kafka-managed"):
