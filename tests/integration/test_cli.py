@@ -257,3 +257,38 @@ def test_users_api_keys_and_acls_with_the_cli(local_cluster):
     gone = tubeq(masters, "user", "passwd", "ops", "--password-stdin",
                  stdin=b"another long password\n")
     assert gone.returncode == 1 and b"unknown user 'ops'" in gone.stderr
+
+
+@pytest.mark.cluster_up_args("--tls", "--masters", "1", "--brokers", "1")
+def test_cluster_up_with_tls_serves_kafka_clients_over_tls(local_cluster):
+    """The brokers' Kafka ports speak TLS with the cluster's certificate (docs/kafka.md)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    _, info = local_cluster
+    masters = info["masters"]
+    password = Path(info["credentials_file"]).read_text().split("password = ")[1].strip()
+    conf = {"bootstrap.servers": info["kafka_bootstrap"], "security.protocol": "SASL_SSL",
+            "ssl.ca.location": info["tls_ca"], "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "admin", "sasl.password": password}
+    created = subprocess.run([*TUBEQ, "--masters", masters, "--tls-ca", info["tls_ca"], "topic",
+                              "create", "k-tls", "--partitions", "1"], cwd=ROOT,
+                             capture_output=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+    producer = Producer(conf)
+    producer.produce("k-tls", b"over tls")
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": "tls"})
+    consumer.assign([TopicPartition("k-tls", 0, 0)])
+    got = None
+    for _ in range(40):
+        got = consumer.poll(0.5)
+        if got is not None and got.error() is None:
+            break
+    consumer.close()
+    assert got is not None and got.value() == b"over tls"
+    plain = Producer({**conf, "security.protocol": "SASL_PLAINTEXT",
+                      "message.timeout.ms": 3000})
+    failed = []
+    plain.produce("k-tls", b"in clear", on_delivery=lambda err, msg: failed.append(err))
+    plain.flush(10)
+    assert failed and failed[0] is not None  # a clear-text client never reaches the data
