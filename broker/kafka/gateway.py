@@ -87,8 +87,7 @@ class Gateway:
             return wire.encode_response(self._versions(0, wire.UNSUPPORTED_VERSION),
                                         correlation_id)
         if served is None:
-            raise wire.Malformed(f"api key {api_key} is not served on tubeq's Kafka port "
-                                 "(see ApiVersions)")
+            return self._unsupported(api_key, version, correlation_id, session)
         request = wire.decode_request(payload, api_key, version)
         if not served[0] <= version <= served[1]:
             response = self.refusal(api_key, request, wire.UNSUPPORTED_VERSION)
@@ -104,6 +103,22 @@ class Gateway:
         if response is None:
             return None
         response.API_VERSION = version
+        return wire.encode_response(response, correlation_id)
+
+    @staticmethod
+    def _unsupported(api_key: int, version: int, correlation_id: int,
+                     session: Session) -> bytes:
+        """An API this port does not serve (ApiVersions says which it does): answered with
+        the API's own response, empty, carrying UNSUPPORTED_VERSION where it has an error
+        code; an API key Kafka does not define closes the connection. Logged either way."""
+        cls = wire.RESPONSES.get(api_key)
+        event(log, "kafka.unsupported_api", logging.INFO, api_key=api_key, version=version,
+              peer=session.peer)
+        if cls is None:
+            raise wire.Malformed(f"api key {api_key} is not a Kafka API")
+        response = cls[version if 0 <= version <= cls.max_version else 0]()
+        if any(f["name"] == "ErrorCode" for f in cls.json["fields"]):
+            response.error_code = wire.UNSUPPORTED_VERSION
         return wire.encode_response(response, correlation_id)
 
     def refusal(self, api_key: int, request: Any, code: int) -> Any:

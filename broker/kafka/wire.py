@@ -25,6 +25,7 @@ from kafka.protocol.admin import (
     DescribeGroupsRequest,
     ListGroupsRequest,
 )
+from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -103,6 +104,9 @@ REQUESTS: dict[int, Any] = {cls.API_KEY: cls for cls in (
     AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest, ListGroupsRequest,
     DescribeGroupsRequest)}
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+# Every response class kafka-python defines, by api key: an API this port does not serve is
+# answered with its own (empty) response (broker/kafka/gateway.py).
+RESPONSES: dict[int, Any] = dict(ResponseClassRegistry._response_class_registry)
 
 # Served versions, filled in by the handlers that implement them (broker/kafka/handlers.py).
 SERVED: dict[int, tuple[int, int]] = {}

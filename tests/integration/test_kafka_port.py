@@ -510,6 +510,15 @@ def test_bad_input_is_refused_and_the_broker_serves_on(kcluster):
         size = struct.unpack(">i", s.recv(4))[0]
         answer = s.recv(size)
         assert struct.unpack(">i", answer[:4])[0] == 11  # the correlation id
+    with _raw(kcluster) as s:  # an API not served (DeleteRecords): its own empty answer
+        body = struct.pack(">hhih", 21, 0, 12, 1) + b"c" + struct.pack(">ii", 0, 1000)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", s.recv(4))[0]
+        assert struct.unpack(">i", s.recv(size)[:4])[0] == 12
+    with _raw(kcluster) as s:  # an API key Kafka does not define: closed
+        body = struct.pack(">hhih", 999, 0, 13, 1) + b"c"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert _closed(s)
     with _raw(kcluster) as s:  # slow-loris: half a request, then nothing
         s.sendall(struct.pack(">i", 100) + b"\x00\x03")
         started = time.monotonic()
