@@ -24,7 +24,7 @@ from broker.kafka.produce import produce
 from broker.kafka.refusals import refuse
 from broker.kafka.session import Authenticating, Session, plain_login
 from lib.auth.quotas import QuotaBook
-from lib.errors import TubeqError
+from lib.errors import TubeqError, UnknownTopic
 from lib.logs import event
 from lib.names import check_name
 from lib.proto import master_pb2 as mpb
@@ -99,11 +99,22 @@ class Gateway:
             if api_key not in PUBLIC_APIS and not _reachable(session):
                 response = self.refusal(api_key, request, wire.CLUSTER_AUTHORIZATION_FAILED)
             else:
-                response = await self.handlers[api_key](session, request)
+                response = await self._handled(api_key, session, request)
         if response is None:
             return None
         response.API_VERSION = version
         return wire.encode_response(response, correlation_id)
+
+    async def _handled(self, api_key: int, session: Session, request: Any) -> Any:
+        """The handler's answer; a tubeq error it did not turn into the API's own (the
+        master unreachable, say) refuses the whole request with its Kafka code, which
+        clients retry when it is retriable, instead of dropping the connection."""
+        try:
+            return await self.handlers[api_key](session, request)
+        except TubeqError as err:
+            event(log, "kafka.request_failed", logging.WARNING, api=request.name,
+                  error=err.message[:300])
+            return self.refusal(api_key, request, wire.kafka_code(err.code))
 
     @staticmethod
     def _unsupported(api_key: int, version: int, correlation_id: int,
@@ -159,9 +170,7 @@ class Gateway:
         if request.API_VERSION == 0 and not names:
             names = None  # v0: an empty list means every topic
         wanted = [n for n in names or () if _valid(n)]
-        routes = await self.run(self.master, master_pb2_grpc.MasterStub, "GetRoutes",
-                                mpb.GetRoutesRequest(topics=[]) if names is None else
-                                mpb.GetRoutesRequest(topics=wanted))
+        routes = await self._routes(None if names is None else wanted)
         brokers = dict(routes.kafka_addresses)
         by_name = {r.topic: r for r in routes.routes}
         out = []
@@ -182,6 +191,25 @@ class Gateway:
                  for b, a in sorted(brokers.items())]
         return MetadataResponse(throttle_time_ms=0, brokers=nodes, cluster_id=CLUSTER_ID,
                                 controller_id=min(brokers, default=-1), topics=out)
+
+    async def _routes(self, names: list[str] | None) -> mpb.GetRoutesResponse:
+        """The routes of ``names`` (None: every topic); unknown names are left out (the
+        master refuses a call naming one: it is asked again without it)."""
+        names = None if names is None else list(dict.fromkeys(names))
+        if names == []:
+            return mpb.GetRoutesResponse(kafka_addresses=await self.kafka_brokers())
+        while True:
+            try:
+                return await self.run(self.master, master_pb2_grpc.MasterStub, "GetRoutes",
+                                      mpb.GetRoutesRequest(topics=names or []))
+            except UnknownTopic as err:
+                gone = err.details.get("topic")
+                if names is None or gone not in names:
+                    raise
+                names.remove(gone)
+                if not names:
+                    return mpb.GetRoutesResponse(
+                        kafka_addresses=(await self.kafka_brokers()))
 
     @serve(22, 0, 4)
     async def init_producer_id(self, session: Session, request: Any) -> Any:

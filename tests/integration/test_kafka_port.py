@@ -280,6 +280,9 @@ def test_kcat_produces_lists_and_consumes(kcluster):
     listing = subprocess.run([*base, "-L", "-t", "k-cat"], capture_output=True, timeout=60,
                              check=True).stdout.decode()
     assert 'topic "k-cat" with 1 partitions' in listing
+    unknown = subprocess.run([*base, "-L", "-t", "k-no-such-topic"], capture_output=True,
+                             timeout=60).stdout.decode()  # answered, not a dropped connection
+    assert "k-no-such-topic" in unknown and "Unknown topic" in unknown
     out = subprocess.run([*base, "-C", "-t", "k-cat", "-o", "beginning", "-e", "-f", "%k=%s\n"],
                          capture_output=True, timeout=60, check=True).stdout.decode()
     assert out.splitlines() == ["a=one", "b=two"]
