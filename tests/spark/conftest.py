@@ -71,8 +71,9 @@ def spark() -> Iterator:
 
 @pytest.fixture(scope="session")
 def tubeq(tmp_path_factory) -> Iterator[Cluster]:
-    """One master and two brokers shared by the Spark tests (stopped by PID at the end)."""
-    c = Cluster(tmp_path_factory.mktemp("spark-cluster"))
+    """One master and two brokers shared by the Spark tests (stopped by PID at the end), with
+    Kafka ports (test_kafka_interop.py)."""
+    c = Cluster(tmp_path_factory.mktemp("spark-cluster"), broker_args=["--kafka-port", "0"])
     try:
         yield c.start(2)
     finally:
