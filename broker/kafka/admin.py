@@ -11,6 +11,7 @@ Manual replica assignments are refused (placement is the master's).
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -32,6 +33,7 @@ _INTS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
          "max.message.bytes": "max_message_bytes",
          "min.insync.replicas": "min_insync_replicas", "tubeq.stores": "stores"}
 _ADMIN_CODES = {"TOPIC_EXISTS": wire.TOPIC_ALREADY_EXISTS,
+                "INVALID_PARTITIONS": wire.INVALID_PARTITIONS,
                 "NOT_ENOUGH_BROKERS": wire.INVALID_REPLICATION_FACTOR,
                 "INVALID_ARGUMENT": INVALID_CONFIG}
 
@@ -68,20 +70,28 @@ async def _admin(gw: Any, session: Session, method: str, request: Any) -> Any:
     return await gw.run(gw.master, admin_pb2_grpc.AdminStub, method, request, session.token)
 
 
+async def _outcome(work: Awaitable[Any]) -> tuple[int, str | None]:
+    """(error code, message) of one topic's admin call: NONE, or its refusal."""
+    try:
+        await work
+    except TubeqError as err:
+        return _code(err), err.message[:500]
+    return wire.NONE, None
+
+
 async def create_topics(gw: Any, session: Session, request: Any) -> Any:
+    async def create(t: Any) -> None:
+        if t.assignments:
+            raise InvalidArgument("manual replica assignments: placement is tubeq's")
+        settings = topic_settings({c.name: c.value for c in t.configs}, t.num_partitions,
+                                  t.replication_factor)
+        if not getattr(request, "validate_only", False):
+            await _admin(gw, session, "CreateTopic", admin_pb2.CreateTopicRequest(
+                topic=t.name, settings=settings))
+
     results = []
     for t in request.topics:
-        code, message = wire.NONE, None
-        try:
-            if t.assignments:
-                raise InvalidArgument("manual replica assignments: placement is tubeq's")
-            settings = topic_settings({c.name: c.value for c in t.configs}, t.num_partitions,
-                                      t.replication_factor)
-            if not getattr(request, "validate_only", False):
-                await _admin(gw, session, "CreateTopic", admin_pb2.CreateTopicRequest(
-                    topic=t.name, settings=settings))
-        except TubeqError as err:
-            code, message = _code(err), err.message[:500]
+        code, message = await _outcome(create(t))
         results.append(CreateTopicsResponse.CreatableTopicResult(
             name=t.name, error_code=code, error_message=message, num_partitions=-1,
             replication_factor=-1, configs=None))
@@ -91,36 +101,36 @@ async def create_topics(gw: Any, session: Session, request: Any) -> Any:
 async def delete_topics(gw: Any, session: Session, request: Any) -> Any:
     results = []
     for name in request.topic_names:
-        code, message = wire.NONE, None
-        try:
-            await _admin(gw, session, "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=name))
-        except TubeqError as err:
-            code, message = _code(err), err.message[:500]
+        code, message = await _outcome(_admin(gw, session, "DeleteTopic",
+                                              admin_pb2.DeleteTopicRequest(topic=name)))
         results.append(DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=code,
                                                                  error_message=message))
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
 async def create_partitions(gw: Any, session: Session, request: Any) -> Any:
+    async def grow(t: Any) -> None:
+        if t.assignments:
+            raise InvalidArgument("manual replica assignments: placement is tubeq's")
+        now = await _admin(gw, session, "DescribeTopic",
+                           admin_pb2.DescribeTopicRequest(topic=t.name))
+        if t.count <= now.settings.partitions:
+            raise _TooFew(f"topic {t.name} has {now.settings.partitions} partitions: ask "
+                          "for more")
+        if not request.validate_only:
+            await _admin(gw, session, "AlterTopic", admin_pb2.AlterTopicRequest(
+                topic=t.name, settings=settings_of(partitions=t.count)))
+
     results = []
     for t in request.topics:
-        code, message = wire.NONE, None
-        try:
-            if t.assignments:
-                raise InvalidArgument("manual replica assignments: placement is tubeq's")
-            now = await _admin(gw, session, "DescribeTopic",
-                               admin_pb2.DescribeTopicRequest(topic=t.name))
-            if t.count <= now.settings.partitions:
-                code, message = wire.INVALID_PARTITIONS, (
-                    f"topic {t.name} has {now.settings.partitions} partitions: ask for more")
-            elif not request.validate_only:
-                await _admin(gw, session, "AlterTopic", admin_pb2.AlterTopicRequest(
-                    topic=t.name, settings=settings_of(partitions=t.count)))
-        except TubeqError as err:
-            code, message = _code(err), err.message[:500]
+        code, message = await _outcome(grow(t))
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=t.name, error_code=code, error_message=message))
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+class _TooFew(TubeqError):
+    code = "INVALID_PARTITIONS"
 
 
 async def describe_configs(gw: Any, session: Session, request: Any) -> Any:
