@@ -122,7 +122,7 @@ class Gateway:
         """An API this port does not serve (ApiVersions says which it does): answered with
         the API's own response, empty, carrying UNSUPPORTED_VERSION where it has an error
         code; an API key Kafka does not define closes the connection. Logged either way."""
-        cls = wire.RESPONSES.get(api_key)
+        cls = wire.response_class(api_key)
         event(log, "kafka.unsupported_api", logging.INFO, api_key=api_key, version=version,
               peer=session.peer)
         if cls is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -104,9 +105,14 @@ REQUESTS: dict[int, Any] = {cls.API_KEY: cls for cls in (
     AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest, ListGroupsRequest,
     DescribeGroupsRequest)}
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
-# Every response class kafka-python defines, by api key: an API this port does not serve is
-# answered with its own (empty) response (broker/kafka/gateway.py).
-RESPONSES: dict[int, Any] = dict(ResponseClassRegistry._response_class_registry)
+
+
+def response_class(api_key: int) -> Any:
+    """kafka-python's response class of ``api_key`` (None: not a Kafka API): an API this
+    port does not serve is answered with its own, empty (broker/kafka/gateway.py)."""
+    versioned = ResponseClassRegistry.get_response_class(
+        SimpleNamespace(request_api_key=api_key, request_api_version=0))
+    return None if versioned is None else versioned[None]
 
 # Served versions, filled in by the handlers that implement them (broker/kafka/handlers.py).
 SERVED: dict[int, tuple[int, int]] = {}
