@@ -102,11 +102,6 @@ class KafkaGroups:
             g = self._groups.get(group)
             return g is not None and bool(g.members)
 
-    def describe(self, group: str) -> KafkaGroup | None:
-        with self._lock:
-            g = self._groups.get(group)
-            return None if g is None or not g.members else g
-
     def described(self, group: str) -> mpb.KafkaGroupResponse:
         """DescribeGroups' view of a group ("Dead": no live member)."""
         with self._lock:

@@ -47,7 +47,7 @@ def read(cluster: Cluster, topic: str, isolation: str, want: int) -> list[bytes]
             m = consumer.poll(0.5)
             if m is not None and m.error() is None:
                 got.append(m.value())
-        time.sleep(0.5)  # and nothing more than that comes
+        # and nothing more than that comes (a second's wait for any)
         got += [m.value() for m in consumer.consume(1000, 1.0) if m.error() is None]
     finally:
         consumer.close()

@@ -67,7 +67,7 @@ def test_three_members_rebalance_and_polls_start_no_new_round():
     assert groups.sync("g", b, 2, {}).assignment == b"pb"
     assert groups.sync("g", c, 2, {}).assignment == b"pc"
     assert groups.heartbeat("g", c, 2).error == 0
-    assert groups.describe("g").state == STABLE
+    assert groups.described("g").state == STABLE
 
 
 def test_a_member_that_stops_heartbeating_is_dropped_and_the_others_rebalance():
@@ -117,5 +117,5 @@ def test_a_group_is_kafka_or_tubeq_managed_and_protocols_must_agree():
     first = join(groups, a, again=True)
     join(groups, b, again=True)
     assert first.protocol == "range" and dict(first.members)[b] == b"r2"
-    assert groups.describe("g").state == COMPLETING
+    assert groups.described("g").state == COMPLETING
     assert join(groups, "unknown-member").error == UNKNOWN_MEMBER_ID
