@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     write_ready(config.data_dir, {"role": "broker", "broker_id": config.broker_id,
                                   "address": broker.address, "metrics": broker.metrics_address,
                                   **({"kafka": broker.kafka_address}
-                                     if broker.kafka_address else {})})
+                                     if broker.kafka_address else {}),
+                                  **({"replica_stream": broker.replica_stream_port}
+                                     if broker.replica_stream_port else {})})
     broker.wait()
     return 0
 

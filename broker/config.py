@@ -93,7 +93,17 @@ class BrokerConfig:
     kafka_max_inflight_bytes: int = 256 * MiB  # requests in memory at once, all connections
     kafka_request_timeout_s: float = 30.0  # a request's bytes must all arrive within this
     kafka_idle_timeout_s: float = 600.0  # Kafka's connections.max.idle.ms
+    # The replica stream (broker/replica_stream.py): followers copy over a plain socket
+    # instead of gRPC. -1 off, 0 any free port (off with an ``advertised_address``: which
+    # port would reach it is unknown). Followers dial the host of this broker's advertised
+    # address at this port: behind a firewall or NAT, fix the port and open it there too.
+    replica_stream_port: int = 0
     store: StoreConfig = field(default_factory=StoreConfig)
+
+    @property
+    def replica_stream_on(self) -> bool:
+        return self.replica_stream_port > 0 or (self.replica_stream_port == 0
+                                                and not self.advertised_address)
 
     @property
     def resolved_cluster_secret(self) -> str:
@@ -141,6 +151,8 @@ class BrokerConfig:
         problem = server_tls(self).problem("BrokerConfig")
         require(not problem, problem)
         require(-1 <= self.kafka_port < 65536, "BrokerConfig.kafka_port must be in [-1, 65535]")
+        require(-1 <= self.replica_stream_port < 65536,
+                "BrokerConfig.replica_stream_port must be in [-1, 65535]")
         require(1 <= self.kafka_max_connections <= 1_000_000,
                 "BrokerConfig.kafka_max_connections must be in [1, 1000000]")
         require(1024 <= self.kafka_max_request_bytes <= self.kafka_max_inflight_bytes,

@@ -49,6 +49,7 @@ class ReplicaAnswers:
     def __init__(self, topics: TopicManager, followers: Followers,
                  offsets: OffsetsPlane | None) -> None:
         self.topics, self.followers, self.offsets = topics, followers, offsets
+        self.stream_port = 0  # named in each answer (broker/replica_stream.py), once bound
 
     async def fetch(self, req: pb.ReplicaFetchRequest, run) -> Spliced:
         """Serve a follower: records of each partition from its fetch offset; long-poll (on
@@ -111,7 +112,8 @@ class ReplicaAnswers:
                 reply.log_start = int(err.details.get("earliest", -1))
                 frames = b""
             entries.append((reply, frames))
-        return Spliced(pb.ReplicaFetchResponse(), REPLICA_ENTRIES, REPLICA_FRAMES, entries)
+        return Spliced(pb.ReplicaFetchResponse(stream_port=self.stream_port), REPLICA_ENTRIES,
+                       REPLICA_FRAMES, entries)
 
     def _read_one(self, replica: int, p: pb.ReplicaFetchPartition, max_bytes: int,
                   reply: pb.ReplicaFetchData) -> bytes | memoryview:

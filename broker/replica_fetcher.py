@@ -28,9 +28,11 @@ from google.protobuf.message import DecodeError
 
 from broker.offsets import OffsetsPlane
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
+from broker.replica_stream import RETRY_STREAM_S, StreamClient
 from broker.topics import PartitionRole, TopicManager
+from lib.auth.client import AUTH_HEADER
 from lib.auth.settings import cluster_header
-from lib.errors import CorruptRecord, TubeqError
+from lib.errors import CorruptRecord, RequestTimedOut, TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2 as pb
 from lib.records import (
@@ -129,6 +131,8 @@ class LeaderLoop(threading.Thread):
         self._offsets_at: dict[tuple[str, int], tuple[int, int]] = {}
         # (topic, partition) -> sink marks sent whose records this copy does not hold yet
         self._pending_marks: dict[tuple[str, int], dict[str, SinkMark]] = {}
+        self._stream: StreamClient | None = None  # broker/replica_stream.py
+        self._stream_port, self._stream_retry_at = 0, 0.0
 
     def run(self) -> None:
         owner = self.owner
@@ -164,6 +168,8 @@ class LeaderLoop(threading.Thread):
                     owner.stopping.wait(RETRY_S)
         finally:
             chan.close()
+            if self._stream is not None:
+                self._stream.close()
 
     def _forget_others(self, followed: set[tuple[str, int]]) -> None:
         """Drop what we knew of partitions no longer followed from here: one that comes back
@@ -194,13 +200,53 @@ class LeaderLoop(threading.Thread):
                 last_fetched_epoch=epochs[-1][0] if epochs else 0,
                 producer_state=key not in self._synced))
         max_bytes = min(s.config.max_batch_bytes for s, _ in stores.values())
-        raw = fetch(pb.ReplicaFetchRequest(replica_id=owner.broker_id, partitions=asked,
-                                           max_wait_ms=MAX_WAIT_MS, max_bytes=max_bytes),
-                    timeout=MAX_WAIT_MS / 1e3 + 5, metadata=owner.call_metadata)
-        for data, frames in read_answer(raw, self.address):
+        request = pb.ReplicaFetchRequest(replica_id=owner.broker_id, partitions=asked,
+                                         max_wait_ms=MAX_WAIT_MS, max_bytes=max_bytes)
+        head, entries = split_answer(self._fetch(fetch, request), self.address)
+        if head.stream_port != self._stream_port:
+            self._stream_port, self._stream_retry_at = head.stream_port, 0.0
+        for data, frames in entries:
             held = stores.get((data.topic, data.partition))
             if held is not None:
                 self._apply(*held, data, frames)
+
+    def _fetch(self, fetch: grpc.UnaryUnaryMultiCallable, request: pb.ReplicaFetchRequest
+               ) -> bytes | bytearray:
+        """The serialized answer: over the leader's replica stream where it has one
+        (broker/replica_stream.py), else (and while the stream cannot be had) over gRPC."""
+        timeout = MAX_WAIT_MS / 1e3 + 5
+        stream = self._open_stream()
+        if stream is not None:
+            try:
+                return stream.fetch(request, timeout)
+            except TimeoutError:  # as a late gRPC answer: this round failed, not the leader
+                self._close_stream("timed out", RETRY_S)
+                raise RequestTimedOut(f"the replica stream of {self.address} did not answer "
+                                      f"within {timeout} s") from None
+            except OSError as exc:  # gone or reset: gRPC says whether the leader is
+                self._close_stream(repr(exc), RETRY_STREAM_S)
+        return fetch(request, timeout=timeout, metadata=self.owner.call_metadata)
+
+    def _open_stream(self) -> StreamClient | None:
+        if self._stream is not None or not self._stream_port \
+                or time.monotonic() < self._stream_retry_at:
+            return self._stream
+        host = self.address.rpartition(":")[0].strip("[]")
+        metadata = dict(self.owner.call_metadata)
+        try:
+            self._stream = StreamClient(host, self._stream_port,
+                                        metadata.get(AUTH_HEADER, ""), self.owner.tls)
+            event(log, "replica.stream_opened", leader=self.address, port=self._stream_port)
+        except (OSError, TubeqError) as exc:
+            self._close_stream(getattr(exc, "message", repr(exc)), RETRY_STREAM_S)
+        return self._stream
+
+    def _close_stream(self, why: str, retry_s: float) -> None:
+        event(log, "replica.stream_failed", logging.WARNING, leader=self.address,
+              port=self._stream_port, error=why, retry_s=retry_s)
+        if self._stream is not None:
+            self._stream.close()
+        self._stream, self._stream_retry_at = None, time.monotonic() + retry_s
 
     def _apply(self, store: Store, key: tuple[str, int, int], data: pb.ReplicaFetchData,
                frames: memoryview) -> None:
@@ -284,9 +330,15 @@ def producer_batches(data: pb.ReplicaFetchData) -> list[ProducerBatch]:
 
 def read_answer(raw: bytes, leader: str) -> list[tuple[pb.ReplicaFetchData, memoryview]]:
     """A ReplicaFetch answer: each partition's data and its frames (a view of ``raw``)."""
+    return split_answer(raw, leader)[1]
+
+
+def split_answer(raw: bytes | bytearray, leader: str
+                 ) -> tuple[pb.ReplicaFetchResponse, list[tuple[pb.ReplicaFetchData, memoryview]]]:
+    """A ReplicaFetch answer: its head, and each partition's data and frames."""
     try:
         return split(raw, REPLICA_ENTRIES, REPLICA_FRAMES, pb.ReplicaFetchResponse,
-                     pb.ReplicaFetchData)[1]
+                     pb.ReplicaFetchData)
     except (ValueError, DecodeError) as exc:
         raise CorruptRecord(f"the ReplicaFetch answer of {leader} does not parse: {exc}"
                             ) from None

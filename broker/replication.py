@@ -316,3 +316,7 @@ class ReplicaLeader:
     async def fetch(self, req: pb.ReplicaFetchRequest, run) -> Spliced:
         """Serve a follower's ReplicaFetch (broker/replica_answer.py builds the answer)."""
         return await self._answers.fetch(req, run)
+
+    def serve_stream(self, port: int) -> None:
+        """Name this broker's replica stream port in every answer (broker/replica_stream.py)."""
+        self._answers.stream_port = port

@@ -44,6 +44,7 @@ from broker.offsets import OffsetsPlane
 from broker.push import PushPlane
 from broker.replica_answer import REPLICA_FETCH_METHOD
 from broker.replica_fetcher import ReplicaFetcher
+from broker.replica_stream import ReplicaStreamServer
 from broker.replication import IsrChange, ReplicaLeader
 from broker.service import BrokerService
 from broker.sinks import SinkPlane
@@ -53,7 +54,12 @@ from lib.auth.access import Access
 from lib.auth.acl import Authorizer
 from lib.auth.addresses import AddressRules
 from lib.auth.client import Credentials
-from lib.auth.identities import Authenticator, KeyRing, certificate_identities
+from lib.auth.identities import (
+    CLUSTER_IDENTITY,
+    Authenticator,
+    KeyRing,
+    certificate_identities,
+)
 from lib.auth.quotas import QuotaBook
 from lib.auth.refusals import RefusalLog
 from lib.auth.server import AioServerAuth
@@ -114,6 +120,8 @@ class Broker:
         self.address = ""
         self.metrics_address = ""
         self.kafka: KafkaListener | None = None
+        self.replica_stream: ReplicaStreamServer | None = None
+        self.replica_stream_port = 0
         self._peers = ChannelPool(tls=server_tls(config).as_client())  # the Kafka port's
         self.kafka_address = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,6 +140,12 @@ class Broker:
             self._end_loop()
             raise
         self.address = f"{cfg.host}:{port}"
+        if cfg.replica_stream_on:
+            try:
+                self.replica_stream_port = self._on_loop(self._serve_replica_stream())
+            except BaseException:
+                self.stop()
+                raise
         if cfg.kafka_port >= 0:
             try:
                 kafka_port = self._on_loop(self._serve_kafka())
@@ -162,6 +176,7 @@ class Broker:
             self.delays.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
+              replica_stream=self.replica_stream_port,
               broker_id=cfg.broker_id, masters=cfg.masters)
         return self
 
@@ -187,6 +202,30 @@ class Broker:
         self.server = server
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return port
+
+    async def _serve_replica_stream(self) -> int:
+        """The followers' plain-socket ReplicaFetch (broker/replica_stream.py); its port."""
+        cfg = self.config
+        authenticator = Authenticator(self.keyring.get, cfg.resolved_cluster_secret)
+
+        def authorized(header: str) -> bool:
+            if cfg.auth == "none":
+                return True
+            try:
+                return authenticator.identify(header) == CLUSTER_IDENTITY
+            except TubeqError:
+                return False
+
+        self.replica_stream = ReplicaStreamServer(
+            lambda request: self.replication.fetch(request, self.service.run), authorized)
+        try:
+            port = await self.replica_stream.start(cfg.host, cfg.replica_stream_port,
+                                                   server_tls(cfg).ssl_context())
+        except OSError as exc:
+            raise ConfigError(f"cannot bind the replica stream port {cfg.host}:"
+                              f"{cfg.replica_stream_port}: {exc}") from None
+        self.replication.serve_stream(port)
         return port
 
     async def _serve_kafka(self) -> int:
@@ -308,11 +347,13 @@ class Broker:
         if self.link is not None:
             self.link.hand_off()  # leaderships to in-sync followers first (clean shutdown)
             self.link.stop()
-        if self.kafka is not None:
+        for name, listener in (("kafka", self.kafka), ("replica_stream", self.replica_stream)):
+            if listener is None:
+                continue
             try:
-                self._on_loop(self.kafka.stop(), 5)
+                self._on_loop(listener.stop(), 5)
             except Exception as exc:  # noqa: BLE001 - still stop the rest
-                event(log, "broker.kafka_stop_failed", logging.WARNING, error=repr(exc))
+                event(log, f"broker.{name}_stop_failed", logging.WARNING, error=repr(exc))
         if self.server is not None:
             self._on_loop(self.health.enter_graceful_shutdown(), 5)
             grace = self.config.stop_grace_s

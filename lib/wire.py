@@ -103,6 +103,11 @@ class Spliced:
         self.entries = entries  # (sub-message without its blob, blob bytes-like)
 
     def SerializeToString(self) -> bytes:  # noqa: N802 - grpc calls it as a message's
+        return b"".join(self.pieces())
+
+    def pieces(self) -> list[Any]:
+        """The serialized message as consecutive pieces, the blobs uncopied (a socket can
+        send them as they are)."""
         name = self.head.DESCRIPTOR.fields_by_number[self.entries_field].name
         rest = type(self.head)()
         rest.CopyFrom(self.head)
@@ -115,7 +120,7 @@ class Spliced:
             parts += (delimited(self.entries_field, len(body) + len(tail) + size), body, tail)
             if size:
                 parts.append(blob)
-        return b"".join(parts)
+        return parts
 
 
 def split(raw: bytes, entries_field: int, blob_field: int, head_type: Any, entry_type: Any

@@ -124,12 +124,16 @@ def failovers(cluster, admin: AdminClient, tries: int) -> dict:
             "consume_gap_median_s": round(statistics.median(consume_gaps), 3)}
 
 
-def run(messages: int, rounds: int, tries: int) -> dict:
+def run(messages: int, rounds: int, tries: int, stream: bool = True) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-replication-"))
-    cluster = Cluster(root / "c")
+    broker_args = None
+    if not stream:  # followers copy over gRPC only (broker/replica_stream.py off)
+        (root / "broker.toml").write_text("[broker]\nreplica_stream_port = -1\n")
+        broker_args = ["--config", str(root / "broker.toml")]
+    cluster = Cluster(root / "c", broker_args=broker_args)
     try:
         cluster.start(brokers=3)
         cluster.use_admin_env()  # auth is on: clients log in as the admin
@@ -149,6 +153,7 @@ def run(messages: int, rounds: int, tries: int) -> dict:
         median = {name: statistics.median(r) for name, r in rates.items()}
         return {
             "messages": messages, "value_bytes": len(VALUE), "rounds": rounds,
+            "replica_stream": stream,
             "msgs_per_s": {name: [round(r) for r in rs] for name, rs in rates.items()},
             "median_msgs_per_s": {name: round(m) for name, m in median.items()},
             "rf3_acks1_of_rf1": round(median["rf3_acks1"] / median["rf1"], 3),
@@ -173,11 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tries", type=int, default=3)
+    p.add_argument("--no-replica-stream", dest="stream", action="store_false",
+                   help="followers copy over gRPC only (replica_stream_port = -1)")
     args = p.parse_args(argv)
     if args.messages < 1 or args.rounds < 1 or args.tries < 0:
         p.error("--messages and --rounds must be >= 1, --tries >= 0")
     stop_on_sigterm()
-    print(json.dumps(run(args.messages, args.rounds, args.tries), indent=2))
+    print(json.dumps(run(args.messages, args.rounds, args.tries, args.stream), indent=2))
     return 0
 
 

@@ -6,6 +6,8 @@ Each process logs to ``<data_dir>/log.txt`` so a failing test can show what a se
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import signal
@@ -105,6 +107,20 @@ class ServerProcess:
         if self.popen is not None and self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(10)
+
+    def log_events(self, name: str) -> list[dict]:
+        """The JSON log lines of event ``name`` this process wrote so far."""
+        out = []
+        try:
+            text = (self.data_dir / "log.txt").read_text(errors="replace")
+        except OSError:
+            return out
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("event") == name:
+                    out.append(entry)
+        return out
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -553,10 +553,12 @@ class ProducerBatch(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., count: _Optional[int] = ..., base_offset: _Optional[int] = ..., attrs: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "stream_port")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_PORT_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[ReplicaFetchData]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchData, _Mapping]]] = ...) -> None: ...
+    stream_port: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ReplicaFetchData, _Mapping]]] = ..., stream_port: _Optional[int] = ...) -> None: ...
 
 class TxnMarkerPartition(_message.Message):
     __slots__ = ("topic", "partition")

@@ -47,7 +47,10 @@ def _poll_all(consumer: PullConsumer, want: int, timeout: float) -> list:
     return got
 
 
-def test_followers_copy_their_leaders_byte_for_byte(replicated):
+@pytest.mark.parametrize("stream_port", [0, -1], ids=["stream", "grpc"])
+def test_followers_copy_their_leaders_byte_for_byte(replicated_cluster, stream_port):
+    """Over the leaders' replica streams (broker/replica_stream.py), and over gRPC alone."""
+    replicated = replicated_cluster(2, replica_stream_port=stream_port)
     with AdminClient(replicated.master_addresses) as admin:
         info = admin.create_topic("copied", partitions=2, stores=1, replication_factor=2)
         assert [sorted(p.replicas) for p in info.partitions] == [[1, 2], [1, 2]]
@@ -71,6 +74,8 @@ def test_followers_copy_their_leaders_byte_for_byte(replicated):
             [[0, 0], [0, 0]]
     for broker in (1, 2):
         assert replicated.brokers[broker].stop() == 0
+        opened = replicated.brokers[broker].log_events("replica.stream_opened")
+        assert len(opened) == (1 if stream_port == 0 else 0), opened  # its one leader's
     one, two = (_copies(replicated, b, "copied", [0, 1]) for b in (1, 2))
     for p in (0, 1):
         assert len(one[p]) == 300 and one[p] == two[p]

@@ -16,7 +16,6 @@ at the end all three copies are identical and hold exactly the acknowledged reco
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -166,16 +165,6 @@ def on_disk(proc: ServerProcess) -> list[tuple]:
         store.close()
 
 
-def log_events(proc: ServerProcess, name: str) -> list[dict]:
-    out = []
-    for line in (proc.data_dir / "log.txt").read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if isinstance(entry, dict) and entry.get("event") == name:
-                out.append(entry)
-    return out
-
-
 def is_cut(value: bytes) -> bool:
     return value.startswith(b"cut-")
 
@@ -250,6 +239,6 @@ def test_a_leader_cut_off_by_the_network_never_acknowledges_what_only_it_holds(p
     assert copies[1] == copies[2] == copies[3], "the three copies differ"
     assert [r[2] for r in copies[1]] == acked
     assert [r[0] for r in copies[1]] == list(range(len(acked)))
-    cuts = log_events(cluster.brokers[VICTIM], "replica.truncated")
+    cuts = cluster.brokers[VICTIM].log_events("replica.truncated")
     assert cuts, "the old leader's divergent tail was never cut"
     assert (cuts[0]["from_offset"], cuts[0]["to_offset"]) == (isolated_end, held), cuts

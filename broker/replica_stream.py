@@ -1,0 +1,221 @@
+"""ReplicaFetch over a plain TCP socket: the copy path without gRPC's cost per byte.
+
+A follower copies every byte its leader stores. Over gRPC in Python a KiB costs the two
+processes about 0.9-1.2 us of CPU (HTTP/2 frames, the C core's slices and threads, the copies
+into and out of Python bytes); over a plain socket about 0.3 (docs/benchmarks.md#replication).
+On two cores that was most of what a second and a third copy cost. So a leader also listens
+on ``replica_stream_port`` and names that port in its gRPC answers
+(``ReplicaFetchResponse.stream_port``); its followers then send the same ReplicaFetchRequest
+over one socket each and get the same answer, its frames sent from the leader's cache blocks
+as they are and received into one buffer that the follower's append reads from.
+
+Wire (sizes big-endian u32): the follower opens with a hello frame, :data:`MAGIC` then the
+authorization header it would send over gRPC (``Cluster <secret>``), answered by one status
+frame. Then each request frame (a serialized ReplicaFetchRequest) is answered by one frame
+whose first byte is its status: :data:`OK` then a serialized ReplicaFetchResponse, or
+:data:`ERROR` then ``CODE message`` (UTF-8, a TubeqError's code). A bad frame, a size past
+its limit, a request that does not parse or a refused hello close the connection, logged.
+Limits: a frame from a follower at most :data:`MAX_REQUEST_BYTES`, whole within
+``REQUEST_TIMEOUT_S`` of its first byte; a connection idle at most ``IDLE_TIMEOUT_S``; at most
+``MAX_CONNECTIONS`` at once. TLS when the broker's port has it.
+
+A follower whose stream fails (refused, reset, timed out, a hello refused) closes it, fetches
+over gRPC as before, and tries the stream again after :data:`RETRY_STREAM_S`
+(broker/replica_fetcher.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import struct
+from collections.abc import Awaitable, Callable
+
+from google.protobuf.message import DecodeError
+
+from lib.errors import TubeqError, Unauthenticated
+from lib.logs import event
+from lib.proto import broker_pb2 as pb
+from lib.tls import Tls, read_pem
+from lib.wire import Spliced
+from lib.wire_errors import error_class
+
+log = logging.getLogger(__name__)
+MAGIC = b"TQRS1 "
+SIZE = struct.Struct(">I")
+SIZE_STATUS = struct.Struct(">IB")
+OK, ERROR = 0, 1
+MAX_REQUEST_BYTES = 1 << 20  # a hello or a ReplicaFetchRequest (hundreds of bytes each)
+MAX_ANSWER_BYTES = 256 << 20  # what a follower accepts: the fetch's max_bytes is far below
+MAX_CONNECTIONS = 256  # followers are brokers: a few per leader
+REQUEST_TIMEOUT_S = 30.0
+IDLE_TIMEOUT_S = 600.0
+CONNECT_TIMEOUT_S = 5.0  # to connect, and for the hello's answer
+RETRY_STREAM_S = 30.0
+
+
+class Refused(Exception):
+    """A connection's bytes are not what the stream speaks: it is closed."""
+
+
+class ReplicaStreamServer:
+    """The leader's end, on the broker's event loop. ``answer`` is the ReplicaFetch handler
+    (it long-polls as over gRPC); ``authorized(header)`` says whether a hello's header may
+    copy this broker's partitions (the cluster credential, as ReplicaFetch asks)."""
+
+    def __init__(self, answer: Callable[[pb.ReplicaFetchRequest], Awaitable[Spliced]],
+                 authorized: Callable[[str], bool]) -> None:
+        self.answer, self.authorized = answer, authorized
+        self.server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        self.server = await asyncio.start_server(
+            self._serve, host, port, limit=1 << 16, ssl=tls,
+            ssl_handshake_timeout=REQUEST_TIMEOUT_S if tls else None)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = str((writer.get_extra_info("peername") or ("",))[0])
+        if len(self._connections) >= MAX_CONNECTIONS:
+            event(log, "replica_stream.refused", logging.WARNING, peer=peer,
+                  reason=f"more than {MAX_CONNECTIONS} connections")
+            writer.close()
+            return
+        task = asyncio.current_task()
+        self._connections.add(task)
+        try:
+            await self._hello(reader, writer)
+            while True:
+                await self._request(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass  # the follower went away, or was too slow
+        except Refused as bad:
+            event(log, "replica_stream.refused", logging.WARNING, peer=peer, reason=str(bad))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one connection's bug, never the broker's
+            log.error("replica_stream.connection_failed", exc_info=exc)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = await _frame(reader, REQUEST_TIMEOUT_S)
+        if not hello.startswith(MAGIC):
+            raise Refused("not a replica stream hello")
+        try:
+            header = hello[len(MAGIC):].decode()
+        except UnicodeDecodeError:
+            raise Refused("a hello whose credential is not UTF-8") from None
+        if not self.authorized(header):
+            await _reply(writer, ERROR, b"UNAUTHENTICATED the replica stream takes the "
+                                        b"cluster credential only")
+            raise Refused("a hello without the cluster credential")
+        await _reply(writer, OK, b"")
+
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                       ) -> None:
+        raw = await _frame(reader, IDLE_TIMEOUT_S)
+        try:
+            request = pb.ReplicaFetchRequest.FromString(raw)
+        except DecodeError as exc:
+            raise Refused(f"{len(raw)} bytes that are not a ReplicaFetchRequest ({exc})"
+                          ) from None
+        try:
+            pieces = (await self.answer(request)).pieces()
+        except TubeqError as err:
+            await _reply(writer, ERROR, f"{err.code} {err.message}".encode())
+            return
+        writer.writelines([SIZE_STATUS.pack(sum(map(len, pieces)) + 1, OK), *pieces])
+        await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
+
+
+async def _frame(reader: asyncio.StreamReader, first_byte_within: float) -> bytes:
+    head = await asyncio.wait_for(reader.readexactly(SIZE.size), first_byte_within)
+    size = SIZE.unpack(head)[0]
+    if not 0 < size <= MAX_REQUEST_BYTES:
+        raise Refused(f"a frame of {size} bytes (1..{MAX_REQUEST_BYTES})")
+    return await asyncio.wait_for(reader.readexactly(size), REQUEST_TIMEOUT_S)
+
+
+async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+    writer.write(SIZE_STATUS.pack(len(body) + 1, status) + body)
+    await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
+
+
+class StreamClient:
+    """The follower's end: one blocking socket to one leader, one request at a time.
+    Raises OSError when the connection fails or its bytes make no sense (TimeoutError when
+    the leader is late), Unauthenticated when the hello is refused, the leader's TubeqError
+    for an error answer (the connection still good)."""
+
+    def __init__(self, host: str, port: int, header: str, tls: Tls | None) -> None:
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                sock = client_context(tls).wrap_socket(sock, server_hostname=host)
+            self.sock = sock
+            self._send(MAGIC + header.encode())
+            self._answer(CONNECT_TIMEOUT_S)  # a hung leader accepts, and answers nothing
+        except BaseException:
+            sock.close()
+            raise
+
+    def fetch(self, request: pb.ReplicaFetchRequest, timeout: float) -> bytearray:
+        """The leader's serialized ReplicaFetchResponse (lib/wire.split reads it)."""
+        self._send(request.SerializeToString())
+        return self._answer(timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _send(self, payload: bytes) -> None:
+        self.sock.settimeout(REQUEST_TIMEOUT_S)
+        self.sock.sendall(SIZE.pack(len(payload)) + payload)
+
+    def _answer(self, timeout: float) -> bytearray:
+        self.sock.settimeout(timeout)
+        size, status = SIZE_STATUS.unpack(self._exactly(SIZE_STATUS.size))
+        if not 0 < size <= MAX_ANSWER_BYTES:
+            raise ConnectionAbortedError(f"a replica stream answer of {size} bytes "
+                                         f"(1..{MAX_ANSWER_BYTES})")
+        body = self._exactly(size - 1)
+        if status == OK:
+            return body
+        code, _, message = body.decode(errors="replace").partition(" ")
+        if status == ERROR and code == Unauthenticated.code:
+            raise Unauthenticated(message)
+        if status != ERROR:
+            raise ConnectionAbortedError(f"a replica stream answer with status {status}")
+        raise error_class(code)(message)
+
+    def _exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            took = self.sock.recv_into(view[got:])
+            if not took:
+                raise ConnectionResetError("the leader closed the replica stream")
+            got += took
+        return buf
+
+
+def client_context(tls: Tls) -> ssl.SSLContext:
+    """The follower's TLS, as its gRPC channels have it (lib/tls.py): the CA, and its own
+    certificate under mutual TLS."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if tls.ca:
+        ctx.load_verify_locations(cadata=read_pem(tls.ca, "TLS CA file").decode())
+    if tls.cert:
+        ctx.load_cert_chain(tls.cert, tls.key)
+    return ctx
