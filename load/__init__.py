@@ -12,6 +12,21 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise)
 
 
+def broker_args(root, replica_stream: bool) -> list[str] | None:
+    """Extra arguments for a benchmark's brokers: a config under ``root`` turning the replica
+    stream off (followers copy over gRPC only), or None for the defaults."""
+    if replica_stream:
+        return None
+    conf = root / "broker-no-stream.toml"
+    conf.write_text("[broker]\nreplica_stream_port = -1\n")
+    return ["--config", str(conf)]
+
+
+def add_stream_flag(parser) -> None:
+    parser.add_argument("--no-replica-stream", dest="replica_stream", action="store_false",
+                        help="followers copy over gRPC only (replica_stream_port = -1)")
+
+
 def wait_served(producer, topics: list[str], timeout: float = 120.0) -> None:
     """Until the broker acknowledges a record for every topic in ``topics`` (a new topic is
     served after the broker's next heartbeat); these warm-up records are not timed. Sent to

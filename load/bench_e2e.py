@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from load import stop_on_sigterm
+from load import add_stream_flag, broker_args, stop_on_sigterm
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = {"rf1": (1, "1"), "rf3_acks_all": (3, "all")}  # copies, acks
@@ -93,13 +93,14 @@ def one_case(masters: str, topic: str, acks: str, messages: int, rate: float) ->
             if e2e.get("p99_ms") and rtt["p99_ms"] else None}
 
 
-def run(messages: int, rate: float, rounds: int) -> dict[str, Any]:
+def run(messages: int, rate: float, rounds: int, replica_stream: bool = True
+        ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from lib.admin import AdminClient
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-e2e-"))
-    cluster = Cluster(root / "c")
+    cluster = Cluster(root / "c", broker_args=broker_args(root, replica_stream))
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in CASES}
     try:
         cluster.start(brokers=3)
@@ -124,6 +125,7 @@ def run(messages: int, rate: float, rounds: int) -> dict[str, Any]:
                          "complete": all(r["consumed"] >= messages for r in runs)}
     return {"setup": f"1 master, 3 brokers, {os.cpu_count()} CPUs; {messages} records of "
                      f"1 KiB at {rate:g}/s per case and round, 6 partitions, linger 1 ms",
+            "replica_stream": replica_stream,
             "target_p99_vs_round_trip_p99": TARGET_P99_VS_RTT, "summary": summary,
             "runs": results}
 
@@ -134,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--rate", type=float, default=10_000)
     p.add_argument("--rounds", type=int, default=1)
+    add_stream_flag(p)
     args = p.parse_args(argv)
     if args.messages < 1 or args.rate <= 0 or args.rounds < 1:
         p.error("--messages and --rounds must be >= 1, --rate > 0")
     stop_on_sigterm()
-    print(json.dumps(run(args.messages, args.rate, args.rounds), indent=2))
+    print(json.dumps(run(args.messages, args.rate, args.rounds, args.replica_stream),
+                     indent=2))
     return 0
 
 

@@ -29,7 +29,7 @@ from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
 from lib.types import TopicPartition
-from load import stop_on_sigterm, wait_served
+from load import add_stream_flag, broker_args, stop_on_sigterm, wait_served
 from load.bench_failover import Pulse
 
 VALUE = b"x" * 1024
@@ -129,11 +129,7 @@ def run(messages: int, rounds: int, tries: int, stream: bool = True) -> dict:
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-replication-"))
-    broker_args = None
-    if not stream:  # followers copy over gRPC only (broker/replica_stream.py off)
-        (root / "broker.toml").write_text("[broker]\nreplica_stream_port = -1\n")
-        broker_args = ["--config", str(root / "broker.toml")]
-    cluster = Cluster(root / "c", broker_args=broker_args)
+    cluster = Cluster(root / "c", broker_args=broker_args(root, stream))
     try:
         cluster.start(brokers=3)
         cluster.use_admin_env()  # auth is on: clients log in as the admin
@@ -178,13 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tries", type=int, default=3)
-    p.add_argument("--no-replica-stream", dest="stream", action="store_false",
-                   help="followers copy over gRPC only (replica_stream_port = -1)")
+    add_stream_flag(p)
     args = p.parse_args(argv)
     if args.messages < 1 or args.rounds < 1 or args.tries < 0:
         p.error("--messages and --rounds must be >= 1, --tries >= 0")
     stop_on_sigterm()
-    print(json.dumps(run(args.messages, args.rounds, args.tries, args.stream), indent=2))
+    print(json.dumps(run(args.messages, args.rounds, args.tries, args.replica_stream), indent=2))
     return 0
 
 

@@ -237,3 +237,11 @@ def test_the_deploy_page_runs_three_masters_and_brokers_on_their_own_hosts(
     result = json.loads((worker_dir / "result.json").read_text())
     assert result["missing_count"] == 0 and result["reader_ended"], result
     assert result["acked"] >= 4 * PROGRESS, result
+    # followers copied over the page's replica stream port, across hosts, under TLS
+    for n in (*BROKERS, NEW_BROKER):
+        server = deploy.servers[f"broker{n}"]
+        opened = server.log_events("replica.stream_opened")
+        assert opened and all(e["port"] == 8124 for e in opened), (n, opened)
+        failed = [e for e in server.log_events("replica.stream_failed")
+                  if "SSL" in e.get("error", "") or "CERTIFICATE" in e.get("error", "")]
+        assert not failed, (n, failed)

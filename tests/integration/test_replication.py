@@ -183,12 +183,19 @@ def test_a_dead_leader_fails_over_to_its_in_sync_follower_and_rejoins_as_one(
         assert [r.value for r in got] == [b"a%d" % i for i in range(100)] + \
             [b"b%d" % i for i in range(100)]
         assert [r.offset for r in got] == list(range(200))
+        old_address = cluster.brokers[old].address
+        # the heir copied over the old leader's replica stream, which the kill broke: it
+        # fell back to gRPC (refused there too), and the partition moved to it
+        assert any(e.get("leader") == old_address
+                   for e in cluster.brokers[heir].log_events("replica.stream_failed"))
         cluster.start_broker(old)  # back as a follower of the new leader
         deadline = time.monotonic() + 30
         while sorted(admin.describe_topic("fo").partitions[0].isr) != [1, 2] \
                 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sorted(admin.describe_topic("fo").partitions[0].isr) == [1, 2]
+        assert [e["leader"] for e in cluster.brokers[old].log_events("replica.stream_opened")
+                ] == [cluster.brokers[heir].address]  # it copies over the heir's stream
     for broker in (1, 2):
         assert cluster.brokers[broker].stop() == 0
     one, two = (_copies(cluster, b, "fo", [0]) for b in (1, 2))

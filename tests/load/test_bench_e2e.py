@@ -19,6 +19,7 @@ def test_a_quick_run_reports_both_cases_against_the_round_trip(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert set(out["summary"]) == {"rf1", "rf3_acks_all"}
+    assert out["replica_stream"] is True  # the default; --no-replica-stream turns it off
     for name, runs in out["runs"].items():
         (run,) = runs
         assert run["consumed"] >= 1000, name  # every record came through

@@ -18,6 +18,7 @@ def test_a_quick_run_reports_every_setup_and_a_failover(tmp_path):
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
+    assert out["replica_stream"] is True
     assert set(out["median_msgs_per_s"]) == {"rf1", "rf3_acks1", "rf3_acks_all"}
     assert all(rate > 0 for rate in out["median_msgs_per_s"].values())
     assert out["rf3_acks1_of_rf1"] > 0 and out["rf3_acks_all_of_rf1"] > 0
@@ -30,6 +31,17 @@ def test_a_quick_run_reports_every_setup_and_a_failover(tmp_path):
     assert failover["tries"] == 1 and len(failover["produce_gap_s"]) == 1
     assert failover["produce_gap_median_s"] > 0 and failover["consume_gap_median_s"] > 0
     assert not list(tmp_path.iterdir())  # the cluster's files are gone with it
+
+
+def test_followers_may_copy_over_grpc_only_for_a_side_by_side_run(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "load.bench_replication", "--messages", "300",
+                           "--rounds", "1", "--tries", "0", "--no-replica-stream"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["replica_stream"] is False and out["failover"] == {}
+    assert all(rate > 0 for rate in out["median_msgs_per_s"].values())
 
 
 def test_bad_counts_are_refused_with_the_rule():
