@@ -65,8 +65,10 @@ class ReplicaStreamServer:
     copy this broker's partitions (the cluster credential, as ReplicaFetch asks)."""
 
     def __init__(self, answer: Callable[[pb.ReplicaFetchRequest], Awaitable[Spliced]],
-                 authorized: Callable[[str], bool]) -> None:
+                 authorized: Callable[[str], bool],
+                 on_refused: Callable[[str, str], None] = lambda peer, reason: None) -> None:
         self.answer, self.authorized = answer, authorized
+        self.on_refused = on_refused  # (peer, reason) of a hello refused: the audit's
         self.server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
@@ -84,7 +86,8 @@ class ReplicaStreamServer:
             await self.server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = str((writer.get_extra_info("peername") or ("",))[0])
+        address = writer.get_extra_info("peername") or ("", 0)
+        peer = str(address[0])
         if len(self._connections) >= MAX_CONNECTIONS:
             event(log, "replica_stream.refused", logging.WARNING, peer=peer,
                   reason=f"more than {MAX_CONNECTIONS} connections")
@@ -93,7 +96,7 @@ class ReplicaStreamServer:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
-            await self._hello(reader, writer)
+            await self._hello(reader, writer, _grpc_style(address))
             while True:
                 await self._request(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -108,7 +111,8 @@ class ReplicaStreamServer:
             self._connections.discard(task)
             writer.close()
 
-    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     peer: str) -> None:
         hello = await _frame(reader, REQUEST_TIMEOUT_S)
         if not hello.startswith(MAGIC):
             raise Refused("not a replica stream hello")
@@ -117,6 +121,7 @@ class ReplicaStreamServer:
         except UnicodeDecodeError:
             raise Refused("a hello whose credential is not UTF-8") from None
         if not self.authorized(header):
+            self.on_refused(peer, "the replica stream takes the cluster credential only")
             await _reply(writer, ERROR, b"UNAUTHENTICATED the replica stream takes the "
                                         b"cluster credential only")
             raise Refused("a hello without the cluster credential")
@@ -137,6 +142,12 @@ class ReplicaStreamServer:
             return
         writer.writelines([SIZE_STATUS.pack(sum(map(len, pieces)) + 1, OK), *pieces])
         await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
+
+
+def _grpc_style(address: tuple) -> str:
+    """A peer as gRPC names one (``ipv4:host:port``), as the audit's refusals take it."""
+    host, port = str(address[0]), address[1] if len(address) > 1 else 0
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
 
 async def _frame(reader: asyncio.StreamReader, first_byte_within: float) -> bytes:

@@ -218,7 +218,8 @@ class Broker:
                 return False
 
         self.replica_stream = ReplicaStreamServer(
-            lambda request: self.replication.fetch(request, self.service.run), authorized)
+            lambda request: self.replication.fetch(request, self.service.run), authorized,
+            lambda peer, reason: self.refusals.record("", "ReplicaStream", reason, peer))
         try:
             port = await self.replica_stream.start(cfg.host, cfg.replica_stream_port,
                                                    server_tls(cfg).ssl_context())

@@ -10,6 +10,7 @@ from collections import Counter
 import grpc
 import pytest
 
+from broker.replica_stream import StreamClient
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from lib.errors import PermissionDenied, Unauthenticated
@@ -125,3 +126,18 @@ def test_refusals_inside_handlers_are_audited_too(audited):
         refused(root, "Subscribe", "alice")), 15, "the Subscribe refusals in the audit log")
     assert sum(s["count"] for s in summaries) == 2
     assert all("alice may not consume on topic 'audited'" in s["reason"] for s in summaries)
+
+
+def test_a_replica_stream_hello_without_the_cluster_credential_is_audited(audited):
+    """A broker's replica stream port (broker/replica_stream.py) counts its refusals as its
+    gRPC port does."""
+    cluster, root = audited
+    port = cluster.brokers[1].info["replica_stream"]
+    for _ in range(3):
+        with pytest.raises(Unauthenticated, match="cluster credential only"):
+            StreamClient("127.0.0.1", port, "Cluster a-guessed-secret-of-some-length", None)
+    summaries = wait_for(lambda: (lambda s: s if sum(x["count"] for x in s) >= 3 else None)(
+        refused(root, "ReplicaStream", "-")), 15, "the stream's refusals in the audit log")
+    assert sum(s["count"] for s in summaries) == 3
+    assert all(s["server"] == "broker 1" and "cluster credential" in s["reason"]
+               for s in summaries)
