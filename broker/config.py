@@ -56,9 +56,6 @@ class BrokerConfig:
     # RLIMIT_NOFILE raised toward this at start (lib/open_files.py): each store's data log and
     # each partition's index hold a descriptor per segment, so 10,000 topics need 20,000+.
     open_files_limit: int = 65_536
-    # Settle the heap (broker/heap.py: one full collection, then gc.freeze) when its stores
-    # changed, at most this often; 0: never, Python's collector walks the whole heap.
-    heap_settle_s: float = 10.0
     stop_grace_s: float = 5.0
     register_timeout_s: float = 5.0  # one attempt to reach a master
     # "token": every call must carry a token the masters' signing keys verify (or the cluster
@@ -131,7 +128,6 @@ class BrokerConfig:
                 "BrokerConfig.push_chunk_bytes must be in (0, fetch_max_bytes]")
         require(self.push_idle_wait_ms > 0, "BrokerConfig.push_idle_wait_ms must be > 0")
         require(self.grpc_workers >= 4, "BrokerConfig.grpc_workers must be >= 4")
-        require(self.heap_settle_s >= 0, "BrokerConfig.heap_settle_s must be >= 0")
         require(1 <= self.flusher_threads <= 256,
                 "BrokerConfig.flusher_threads must be within 1..256")
         require(256 <= self.open_files_limit <= 1 << 24,

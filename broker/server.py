@@ -35,7 +35,6 @@ from broker.data import DataPlane
 from broker.delay_index import DelayIndex
 from broker.delayed import DelayMovers
 from broker.hanging_txns import HangingTxns
-from broker.heap import HeapSettler
 from broker.kafka.gateway import Gateway
 from broker.kafka.listener import KafkaListener, ListenerLimits
 from broker.kafka.session import Authenticating
@@ -176,8 +175,6 @@ class Broker:
             self.fetcher.start()
             self.delays.start()
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
-        if cfg.heap_settle_s > 0:
-            HeapSettler(self.topics.store_shape, cfg.heap_settle_s, self._stopped).start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               replica_stream=self.replica_stream_port,
               broker_id=cfg.broker_id, masters=cfg.masters)

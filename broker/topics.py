@@ -325,12 +325,6 @@ class TopicManager:
         t.roles, t.hosted, t.led = roles, hosted, led
         self._queue_removals(t)
 
-    def store_shape(self) -> tuple[int, int]:
-        """(topics, stores) held: what changes when a view opens or closes stores (the heap
-        settles then, broker/heap.py)."""
-        topics = list(self._topics.values())
-        return len(topics), sum(len(t.stores) for t in topics)
-
     def _open_new(self, name: str, spec: TopicSpec, hosted: frozenset[int],
                   led: frozenset[int], roles: dict[int, PartitionRole]) -> None:
         """Open a new topic's stores, then publish it: lookups take no lock, and a topic they
