@@ -55,11 +55,14 @@ def process_figures(pid: int) -> dict[str, float]:
 class UnwrittenWatch:
     """Samples the broker's acknowledged-but-unwritten bytes while a phase runs: whether
     its flushers keep up (the async loss window of docs/durability.md stretches when they do
-    not) and how often appends waited for them."""
+    not) and how often appends waited for them. It asks for those two gauges only
+    (Prometheus' ``name[]`` filter): the whole page, four series per topic, scraped four
+    times a second cost the broker about a quarter of its CPU at 10,000 topics."""
 
     def __init__(self, data_dir: Path, every_s: float = 0.25) -> None:
         ready = json.loads((data_dir / "ready.json").read_text())
-        self.url = f"http://{ready['metrics']}/metrics"
+        self.url = (f"http://{ready['metrics']}/metrics?name[]=tubeq_broker_unwritten_bytes"
+                    "&name[]=tubeq_broker_unwritten_waits")
         self.every_s, self.peak, self._stop = every_s, 0.0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
