@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 
+from broker.listening import Listening
 from lib.errors import TubeqError, Unauthenticated
 from lib.logs import event
 from lib.proto import broker_pb2 as pb
@@ -59,7 +60,7 @@ class Refused(Exception):
     """A connection's bytes are not what the stream speaks: it is closed."""
 
 
-class ReplicaStreamServer:
+class ReplicaStreamServer(Listening):
     """The leader's end, on the broker's event loop. ``answer`` is the ReplicaFetch handler
     (it long-polls as over gRPC); ``authorized(header)`` says whether a hello's header may
     copy this broker's partitions (the cluster credential, as ReplicaFetch asks)."""
@@ -67,34 +68,22 @@ class ReplicaStreamServer:
     def __init__(self, answer: Callable[[pb.ReplicaFetchRequest], Awaitable[Spliced]],
                  authorized: Callable[[str], bool],
                  on_refused: Callable[[str, str], None] = lambda peer, reason: None) -> None:
+        super().__init__()
         self.answer, self.authorized = answer, authorized
         self.on_refused = on_refused  # (peer, reason) of a hello refused: the audit's
-        self.server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
-        self.server = await asyncio.start_server(
-            self._serve, host, port, limit=1 << 16, ssl=tls,
-            ssl_handshake_timeout=REQUEST_TIMEOUT_S if tls else None)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            for task in list(self._connections):
-                task.cancel()
-            await self.server.wait_closed()
+        return await self.listen(self._serve, host, port, tls, REQUEST_TIMEOUT_S,
+                                 "replica stream")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = writer.get_extra_info("peername") or ("", 0)
         peer = str(address[0])
-        if len(self._connections) >= MAX_CONNECTIONS:
+        if not self.admit(MAX_CONNECTIONS):
             event(log, "replica_stream.refused", logging.WARNING, peer=peer,
                   reason=f"more than {MAX_CONNECTIONS} connections")
             writer.close()
             return
-        task = asyncio.current_task()
-        self._connections.add(task)
         try:
             await self._hello(reader, writer, _grpc_style(address))
             while True:
@@ -108,7 +97,7 @@ class ReplicaStreamServer:
         except Exception as exc:  # noqa: BLE001 - one connection's bug, never the broker's
             log.error("replica_stream.connection_failed", exc_info=exc)
         finally:
-            self._connections.discard(task)
+            self.leave()
             writer.close()
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

@@ -220,12 +220,8 @@ class Broker:
         self.replica_stream = ReplicaStreamServer(
             lambda request: self.replication.fetch(request, self.service.run), authorized,
             lambda peer, reason: self.refusals.record("", "ReplicaStream", reason, peer))
-        try:
-            port = await self.replica_stream.start(cfg.host, cfg.replica_stream_port,
-                                                   server_tls(cfg).ssl_context())
-        except OSError as exc:
-            raise ConfigError(f"cannot bind the replica stream port {cfg.host}:"
-                              f"{cfg.replica_stream_port}: {exc}") from None
+        port = await self.replica_stream.start(cfg.host, cfg.replica_stream_port,
+                                               server_tls(cfg).ssl_context())
         self.replication.serve_stream(port)
         return port
 
@@ -249,12 +245,7 @@ class Broker:
         self.kafka = KafkaListener(gateway, ListenerLimits(
             cfg.kafka_max_connections, cfg.kafka_max_request_bytes, cfg.kafka_max_inflight_bytes,
             cfg.kafka_request_timeout_s, cfg.kafka_idle_timeout_s), cfg.auth != "none")
-        try:
-            port = await self.kafka.start(cfg.host, cfg.kafka_port,
-                                          server_tls(cfg).ssl_context())
-        except OSError as exc:
-            raise ConfigError(f"cannot bind the Kafka port {cfg.host}:{cfg.kafka_port}: "
-                              f"{exc}") from None
+        port = await self.kafka.start(cfg.host, cfg.kafka_port, server_tls(cfg).ssl_context())
         host, _, advertised_port = (cfg.kafka_advertised_address or
                                     f"{cfg.host}:{port}").rpartition(":")
         gateway.advertised = (host, int(advertised_port))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from broker.kafka import wire
 from broker.kafka.gateway import Gateway
 from broker.kafka.session import Session
+from broker.listening import Listening
 from lib.logs import event
 
 log = logging.getLogger(__name__)
@@ -53,37 +54,25 @@ class _ByteBudget:
             self._cond.notify_all()
 
 
-class KafkaListener:
+class KafkaListener(Listening):
     def __init__(self, gateway: Gateway, limits: ListenerLimits, auth_on: bool) -> None:
+        super().__init__()
         self.gateway, self.limits, self.auth_on = gateway, limits, auth_on
-        self.server: asyncio.Server | None = None
         self._budget: _ByteBudget | None = None
-        self._connections: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         """Bind (on the running loop) and return the port; TLS with ``tls``."""
         self._budget = _ByteBudget(self.limits.max_inflight_bytes)
-        self.server = await asyncio.start_server(self._serve, host, port, limit=1 << 16,
-                                                 ssl=tls, ssl_handshake_timeout=
-                                                 self.limits.request_timeout_s if tls else None)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            for task in list(self._connections):
-                task.cancel()
-            await self.server.wait_closed()
+        return await self.listen(self._serve, host, port, tls, self.limits.request_timeout_s,
+                                 "Kafka")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
         peer = writer.get_extra_info("peername") or ("", 0)
-        if len(self._connections) >= self.limits.max_connections:
+        if not self.admit(self.limits.max_connections):
             event(log, "kafka.connection_refused", logging.WARNING, peer=str(peer[0]),
                   limit=self.limits.max_connections)
             writer.close()
             return
-        self._connections.add(task)
         session = Session.opened(str(peer[0]), self.auth_on, reader.at_eof)
         try:
             await self._requests(reader, writer, session)
@@ -97,7 +86,7 @@ class KafkaListener:
         except Exception as exc:  # noqa: BLE001 - one connection's bug, never the broker's
             log.error("kafka.connection_failed", exc_info=exc)
         finally:
-            self._connections.discard(task)
+            self.leave()
             writer.close()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

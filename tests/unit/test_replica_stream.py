@@ -13,7 +13,7 @@ import pytest
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FRAMES
 from broker.replica_fetcher import split_answer
 from broker.replica_stream import MAGIC, ReplicaStreamServer, StreamClient
-from lib.errors import NotLeader, Unauthenticated
+from lib.errors import ConfigError, NotLeader, Unauthenticated
 from lib.proto import broker_pb2 as pb
 from lib.wire import Spliced
 
@@ -119,3 +119,10 @@ def test_bytes_that_are_not_the_stream_close_the_connection_and_the_server_serve
         assert split_answer(client.fetch(request("t"), 5), "leader")[1][0][0].topic == "t"
     finally:
         client.close()
+
+
+def test_a_port_in_use_is_refused_with_a_config_error_naming_it(port):
+    server = ReplicaStreamServer(answer, lambda header: True)
+    with pytest.raises(ConfigError, match=rf"cannot bind the replica stream port "
+                                          rf"127.0.0.1:{port}"):
+        asyncio.run(server.start("127.0.0.1", port))
