@@ -4,10 +4,14 @@ ConfigError naming the port."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Awaitable, Callable
 
 from lib.errors import ConfigError
+from lib.logs import event
+
+log = logging.getLogger(__name__)
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -45,3 +49,23 @@ class Listening:
 
     def leave(self) -> None:
         self._connections.discard(asyncio.current_task())
+
+    async def converse(self, talk: Awaitable[None], writer: asyncio.StreamWriter, peer: str,
+                       refused: type[Exception], refused_event: str, failed_event: str
+                       ) -> None:
+        """Run one connection's ``talk``, then close it: a peer gone or too slow ends it
+        quietly, bytes ``refused`` are logged as ``refused_event`` (WARNING), anything else
+        as ``failed_event`` (ERROR): one connection's bug, never the broker's."""
+        try:
+            await talk
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass
+        except refused as bad:
+            event(log, refused_event, logging.WARNING, peer=peer, reason=str(bad))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.error(failed_event, exc_info=exc)
+        finally:
+            self.leave()
+            writer.close()

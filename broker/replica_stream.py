@@ -84,21 +84,14 @@ class ReplicaStreamServer(Listening):
                   reason=f"more than {MAX_CONNECTIONS} connections")
             writer.close()
             return
-        try:
-            await self._hello(reader, writer, _grpc_style(address))
-            while True:
-                await self._request(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-            pass  # the follower went away, or was too slow
-        except Refused as bad:
-            event(log, "replica_stream.refused", logging.WARNING, peer=peer, reason=str(bad))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one connection's bug, never the broker's
-            log.error("replica_stream.connection_failed", exc_info=exc)
-        finally:
-            self.leave()
-            writer.close()
+        await self.converse(self._talk(reader, writer, _grpc_style(address)), writer, peer,
+                            Refused, "replica_stream.refused", "replica_stream.connection_failed")
+
+    async def _talk(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    peer: str) -> None:
+        await self._hello(reader, writer, peer)
+        while True:
+            await self._request(reader, writer)
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      peer: str) -> None:

@@ -74,20 +74,8 @@ class KafkaListener(Listening):
             writer.close()
             return
         session = Session.opened(str(peer[0]), self.auth_on, reader.at_eof)
-        try:
-            await self._requests(reader, writer, session)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-            pass  # the client went away, or was too slow: nothing to answer
-        except wire.Malformed as bad:
-            event(log, "kafka.request_refused", logging.WARNING, peer=str(peer[0]),
-                  reason=str(bad))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one connection's bug, never the broker's
-            log.error("kafka.connection_failed", exc_info=exc)
-        finally:
-            self.leave()
-            writer.close()
+        await self.converse(self._requests(reader, writer, session), writer, str(peer[0]),
+                            wire.Malformed, "kafka.request_refused", "kafka.connection_failed")
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         session: Session) -> None:
