@@ -70,7 +70,12 @@ class _Use:
 
 class Handles:
     """The process's open segment descriptors: at most ``capacity`` beyond the pinned and
-    kept ones (module docstring)."""
+    kept ones (module docstring).
+
+    The lock guards the bookkeeping only, never an ``open`` or ``close``: a thread in a system
+    call gives the GIL away and must wait for it back, and every flusher of a broker with
+    thousands of stores pins a segment per write; with the calls inside the lock they queued
+    behind each other's GIL waits (81 % of their time at 10,000 topics)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(LEAST, capacity)
@@ -78,37 +83,66 @@ class Handles:
         self._idle: OrderedDict[Segment, None] = OrderedDict()  # open, unpinned, LRU first
         self.open = 0  # descriptors open now
         self.opened = 0  # opens so far (reopens included): what the cap costs
+        self._opening = 0  # opens under way: their descriptors count against the cap
 
     def pin(self, seg: Segment) -> int:
         with self._lock:
-            if seg.fd < 0:
-                self._make_room()
-                try:
-                    seg.fd = os.open(seg.path, os.O_RDWR)
-                except OSError as exc:
-                    raise StorageError(f"cannot open segment {seg.path}: {exc}",
-                                       path=str(seg.path)) from exc
+            seg.pins += 1  # from here on nothing closes it
+            if seg.fd >= 0:
+                self._idle.pop(seg, None)
+                return seg.fd
+            evicted = self._evict()
+            self._opening += 1
+        try:
+            _close_all(evicted)
+            fd = os.open(seg.path, os.O_RDWR)
+        except OSError as exc:
+            self._opened(seg, -1)
+            raise StorageError(f"cannot open segment {seg.path}: {exc}",
+                               path=str(seg.path)) from exc
+        except BaseException:
+            self._opened(seg, -1)
+            raise
+        return self._opened(seg, fd)
+
+    def _opened(self, seg: Segment, fd: int) -> int:
+        """Install ``fd`` (``-1``: the open failed, the pin is undone). Two threads may open
+        the same closed segment at once; the second one's descriptor is closed again."""
+        spare = -1
+        with self._lock:
+            self._opening -= 1
+            if fd < 0:
+                self._unpinned(seg)
+                return -1
+            if seg.fd >= 0:
+                spare = fd
+            else:
+                seg.fd = fd
                 self.open += 1
                 self.opened += 1
-            else:
-                self._idle.pop(seg, None)
-            seg.pins += 1
-            return seg.fd
+            fd = seg.fd
+        if spare >= 0:
+            os.close(spare)
+        return fd
 
     def unpin(self, seg: Segment) -> None:
         with self._lock:
-            seg.pins -= 1
-            if seg.pins == 0 and seg.fd >= 0 and not seg.kept:
-                self._idle[seg] = None
+            self._unpinned(seg)
+
+    def _unpinned(self, seg: Segment) -> None:
+        seg.pins -= 1
+        if seg.pins == 0 and seg.fd >= 0 and not seg.kept:
+            self._idle[seg] = None
 
     def adopt(self, seg: Segment, fd: int) -> None:
         """A segment just created with ``fd`` (a roll): counted, and idle until used."""
         with self._lock:
-            self._make_room()
+            evicted = self._evict()
             seg.fd = fd
             self.open += 1
             self.opened += 1
             self._idle[seg] = None
+        _close_all(evicted)
 
     def keep(self, seg: Segment) -> None:
         """Open ``seg`` and hold it open until :meth:`close` (its file is about to go)."""
@@ -122,18 +156,23 @@ class Handles:
         holds an older list any more)."""
         with self._lock:
             self._idle.pop(seg, None)
-            if seg.fd >= 0:
-                fd, seg.fd = seg.fd, -1
-                self.open -= 1
-                os.close(fd)
-            seg.kept = False
-
-    def _make_room(self) -> None:
-        while self.open >= self.capacity and self._idle:
-            seg, _ = self._idle.popitem(last=False)
             fd, seg.fd = seg.fd, -1
-            self.open -= 1
+            if fd >= 0:
+                self.open -= 1
+            seg.kept = False
+        if fd >= 0:
             os.close(fd)
+
+    def _evict(self) -> list[int]:
+        """Take idle descriptors off their segments (holding the lock) until one more fits
+        under the cap; the caller closes them once it lets the lock go."""
+        evicted = []
+        while self.open + self._opening >= self.capacity and self._idle:
+            seg, _ = self._idle.popitem(last=False)
+            evicted.append(seg.fd)
+            seg.fd = -1
+            self.open -= 1
+        return evicted
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -143,6 +182,11 @@ class Handles:
 
 _handles: Handles | None = None
 _handles_lock = threading.Lock()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def handles() -> Handles:
