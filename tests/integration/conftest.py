@@ -59,6 +59,18 @@ def file_cluster(tmp_path_factory) -> Iterator[FileCluster]:
         shared.stop()
 
 
+@pytest.fixture(scope="module")
+def kcluster(tmp_path_factory) -> Iterator[Cluster]:
+    """The Kafka port's tests: one cluster per file (tests/integration/kafka_kit.py)."""
+    from tests.integration.kafka_kit import start_kafka_cluster
+
+    cluster = start_kafka_cluster(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
 @pytest.fixture
 def cluster(request, cluster_factory):
     """One master and two brokers: the test's own, or in a file marked ``shared_cluster``

@@ -3,7 +3,7 @@ served API, mutated (bytes flipped, cut short, lengthened, integers set to extre
 bodies under every served API and version, and random bytes. Whatever arrives, the broker
 answers or closes that one connection; it never logs an internal error, never dies, and
 serves a real client afterwards. The cluster runs with auth "none" so that every request
-reaches its handler (SASL refusals are test_kafka_port.py's)."""
+reaches its handler (SASL refusals are test_kafka_security.py's)."""
 from __future__ import annotations
 
 import socket
