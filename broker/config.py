@@ -16,6 +16,7 @@ from lib.config import build, load_toml, require
 from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
 from lib.tls import server_tls
 from storage.config import StoreConfig
+from storage.flusher_pool import DEFAULT_THREADS as DEFAULT_FLUSHER_THREADS
 
 MiB = 1 << 20
 
@@ -51,8 +52,8 @@ class BrokerConfig:
     push_idle_wait_ms: int = 500  # a push stream with nothing to send re-checks this often
     grpc_workers: int = 64  # executor threads for blocking handler work (see broker/server.py)
     # Threads writing every store's cache blocks (storage/flusher_pool.py): a pool, not a
-    # thread per store; more overlap more fsyncs of sync topics.
-    flusher_threads: int = 16
+    # thread per store; more overlap more fsyncs of sync topics, and pass the GIL around more.
+    flusher_threads: int = DEFAULT_FLUSHER_THREADS
     # RLIMIT_NOFILE raised toward this at start (lib/open_files.py): each store's data log and
     # each partition's index hold a descriptor per segment, so 10,000 topics need 20,000+.
     open_files_limit: int = 65_536

@@ -3,16 +3,16 @@
     .venv/bin/python -m load.bench_many_topics [--topics 1,100,1000] [--messages 600000]
     .venv/bin/python -m load.bench_many_topics --quick
 
-Many topics is TubeMQ's strength over Kafka: the partitions of a store share one data log, so
-a topic costs the broker an index file and a little memory, not a file handle per segment per
+Many topics is TubeMQ's strength over Kafka: the partitions of a store share one data log, so a
+topic costs the broker an index file and a little memory, not a file handle per segment per
 partition. Starts 1 master and 1 broker as real processes on 127.0.0.1 (``tests/cluster.py``),
-then for each topic count (created as it goes, 1 partition each, async durability) sends
-``--messages`` records of ``--size`` bytes from one producer, ``--run`` records to a topic
-before moving to the next, round robin over every topic, as many producers each writing their
-own topic would. Each phase reports msgs/s, the CPU seconds of the broker, the producer (this
-process), the master and the whole machine (also per record, in us), the peak of what the
-broker acknowledged and had not written yet and how often appends waited for its flushers,
-its RSS and open file descriptors after it (all, and those on its data files; taken once every
+then for each topic count (created as it goes, 1 partition each, ``--durability`` async unless
+told) sends ``--messages`` records of ``--size`` bytes from one producer, ``--run`` records to
+a topic before moving to the next, round robin over every topic, as many producers each writing
+their own topic would. Each phase reports msgs/s, the CPU seconds of the broker, the producer
+(this process), the master and the whole machine (also per record, in us), the peak of what the
+broker acknowledged and had not written yet and how often appends waited for its flushers, its
+RSS and open file descriptors after it (all, and those on its data files; taken once every
 topic's files exist: a store creates them when it opens), and every phase's throughput as a
 ratio to the first (one topic) in the same run. ``--flusher-threads`` sets the broker's pool.
 Prints one JSON object; every process is stopped by PID at the end.
@@ -129,11 +129,11 @@ def files_in(data_dir: Path, topics: int, timeout: float = 10.0) -> dict[str, in
         time.sleep(0.05)
 
 
-def create_topics(admin, have: int, want: int) -> float:
+def create_topics(admin, have: int, want: int, durability: str = "async") -> float:
     """Topics ``have`` .. ``want`` - 1 (1 partition each); returns the seconds it took."""
     started = time.monotonic()
     for i in range(have, want):
-        admin.create_topic(TOPIC.format(i), partitions=1, durability="async")
+        admin.create_topic(TOPIC.format(i), partitions=1, durability=durability)
     return round(time.monotonic() - started, 1)
 
 
@@ -161,7 +161,7 @@ def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[s
 
 
 def run(counts: list[int], messages: int, size: int, run_len: int,
-        flusher_threads: int | None = None) -> dict[str, Any]:
+        flusher_threads: int | None = None, durability: str = "async") -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from lib.admin import AdminClient
     from lib.producer.producer import Producer
@@ -184,7 +184,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
         with AdminClient(cluster.master_addresses) as admin, \
                 Producer(cluster.master_addresses) as producer:
             for count in counts:
-                created_s = create_topics(admin, have, count)
+                created_s = create_topics(admin, have, count, durability)
                 have = max(have, count)
                 wait_served(producer, [TOPIC.format(i) for i in range(count)])
                 before = process_figures(broker.pid)
@@ -223,7 +223,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
         "setup": f"1 master, 1 broker, {os.cpu_count()} CPUs; one producer process sending "
                  f"{messages} records of {size} B per phase, {run_len} to a topic (fewer when "
                  "that would leave topics out) then the next; "
-                 "async topics of 1 partition",
+                 f"{durability} topics of 1 partition",
         "flusher_threads": flusher_threads or "default",
         "broker_idle": idle,
         "phases": phases,
@@ -241,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=int, default=500, help="records sent to a topic in a row")
     p.add_argument("--flusher-threads", type=int, help="the broker's flusher_threads (default: "
                    "its own default)")
+    p.add_argument("--durability", choices=("async", "sync"), default="async",
+                   help="the topics' durability (sync: each append waits for its fsync)")
     p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")
     args = p.parse_args(argv)
     if args.quick:
@@ -254,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages < 1 or args.size < 1 or args.run < 1:
         p.error("--messages, --size and --run must be >= 1")
     stop_on_sigterm()
-    result = run(counts, args.messages, args.size, args.run, args.flusher_threads)
+    result = run(counts, args.messages, args.size, args.run, args.flusher_threads,
+                 args.durability)
     print(json.dumps(result, indent=2))
     return 0
 

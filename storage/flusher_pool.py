@@ -25,7 +25,10 @@ from typing import Protocol
 
 log = logging.getLogger(__name__)
 
-DEFAULT_THREADS = 16  # mostly waiting on fsyncs: at 10,000 busy topics 4 fell ~20 s behind
+# Enough to overlap the fsyncs of sync topics; more only pass the GIL around (every runnable
+# flusher wakes for it): at 10,000 busy topics 4 wrote as fast as 16 and the broker ran
+# 0.45-0.48 of its one-topic rate against 0.37-0.41 (docs/benchmarks-history.md#many-topics).
+DEFAULT_THREADS = 4
 
 
 class Task(Protocol):
