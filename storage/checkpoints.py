@@ -23,8 +23,20 @@ fsyncs (index and key hashes) per store per interval, most of the kernel time of
 10,000 topics. Where ``syncfs`` exists, a store under the data dir's filesystem hands its
 checkpoint over right after *writing* its index entries (``defers_sync``), and the writer
 calls ``syncfs`` once, after taking the entries and before writing the files: every entry was
-handed over after its index bytes were written, so that one call puts them all on disk. The
-data log's own fsync (its loss window) stays the store's.
+handed over after its index bytes were written, so that one call puts them all on disk.
+
+**The same syncfs for async stores' data.** An ``async`` store fsynced its data log at least
+once a second (``fsync_interval_ms``): at 10,000 topics written once each, 10,000 fdatasyncs,
+each a pool thread's system call and GIL round trip. A store this file's syncfs covers instead
+*rides* it (:meth:`CheckpointFile.ride` right after writing its block): the writer then runs a
+syncfs within ``interval_s`` even when no checkpoint changed, and the store counts its bytes
+synced once a syncfs that started after its write has ended (:meth:`CheckpointFile.synced`),
+noticed at its next round. Its checkpoint may name what it has written, not only what it
+fsynced: the writer's syncfs comes before the file that names it. Only the time-based fsync
+rides (and only where ``fsync_interval_ms`` is at least ``interval_s``): the message and byte
+counts, ``sync`` appends, ``flush()`` and ``close()`` still fsync the store's own data log.
+When a syncfs fails, every store that rode it is woken to fsync its own, and stores fsync on
+their own timers until a syncfs succeeds again.
 
 Entries are keyed by topic, topic id and store id, so a topic deleted and created again under
 the same name never meets its predecessor's checkpoint.
@@ -45,6 +57,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 from lib.errors import StorageError
 from lib.logs import event
@@ -58,6 +71,12 @@ CHECKPOINTS = "store-checkpoints.json"
 FORMAT_VERSION = 2
 
 
+class Rider(Protocol):
+    """A store's flusher riding the writer's syncfs (module docstring)."""
+
+    def wake(self) -> None: ...
+
+
 class OwnCheckpoint:
     """``checkpoint.json`` and ``producers.snap`` in the store's own directory, written at
     once on save; the store fsyncs its indexes before it saves a checkpoint."""
@@ -66,6 +85,9 @@ class OwnCheckpoint:
 
     def __init__(self, store_dir: Path) -> None:
         self.store_dir = store_dir
+
+    def rides(self, fsync_interval_s: float) -> bool:
+        return False
 
     def read(self) -> Checkpoint | None:
         return read_checkpoint(self.store_dir)
@@ -98,6 +120,21 @@ class CheckpointSlot:
         if self._defers is None:
             self._defers = self.owner.covers(self.legacy_dir)
         return self._defers
+
+    def rides(self, fsync_interval_s: float) -> bool:
+        """Whether the store's time-based fsync may ride the writer's syncfs: the syncfs
+        covers it, and comes at least as often as the store's own would."""
+        return self.defers_sync and fsync_interval_s >= self.owner.interval_s
+
+    def ride(self, rider: Rider) -> int:
+        return self.owner.ride(rider)
+
+    def synced(self, generation: int) -> bool:
+        return self.owner.synced(generation)
+
+    @property
+    def sync_failing(self) -> bool:
+        return self.owner.sync_failing
 
     def read(self) -> Checkpoint | None:
         """The shared entry, else the store's own file of an older broker version."""
@@ -149,6 +186,12 @@ class CheckpointFile:
         self._cond = threading.Condition()
         self._dirty = self._snapshots_dirty = self._closing = False
         self.syncs = 0  # syncfs calls: tests see the stores' index fsyncs gathered
+        # Riders (module docstring): syncfs calls started and ended (generations), whether
+        # one is wanted, who rode the next one, whether the last one failed.
+        self._sync_started = self._sync_done = 0
+        self._sync_wanted = False
+        self._riders: set[Rider] = set()
+        self.sync_failing = False
         self._last_write = -interval_s
         self.writes = 0  # files written: tests and metrics see the coalescing
         self._thread = threading.Thread(target=self._run, daemon=True, name="checkpoints")
@@ -187,6 +230,20 @@ class CheckpointFile:
             self._dirty = True
             self._cond.notify()
 
+    def ride(self, rider: Rider) -> int:
+        """A store just wrote data for this file's syncfs to cover: one runs within
+        ``interval_s``. Returns the generation whose end covers it (:meth:`synced`)."""
+        with self._cond:
+            self._riders.add(rider)
+            if not self._sync_wanted:
+                self._sync_wanted = True
+                self._cond.notify()
+            return self._sync_started + 1
+
+    def synced(self, generation: int) -> bool:
+        """Whether the syncfs of ``generation`` (or a later one) has ended."""
+        return self._sync_done >= generation
+
     def drop_topic(self, topic: str, topic_id: int) -> None:
         """Forget every store of one incarnation of a topic (its files are being deleted)."""
         prefix = entry_key(topic, topic_id, 0).rsplit("/", 1)[0] + "/"
@@ -224,48 +281,62 @@ class CheckpointFile:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._dirty or self._closing):
+                while not (self._dirty or self._sync_wanted or self._closing):
                     self._cond.wait()
                 wait = self._last_write + self.interval_s - self.clock()
                 if wait > 0 and not self._closing:
                     self._cond.wait(wait)  # gather the puts of one interval into one write
                     continue
-                if not self._dirty:
+                if not (self._dirty or self._sync_wanted):
                     return  # closing, and the file already says everything
-                body, self._dirty = dump(self._encoded.values()), False
+                body = None
+                if self._dirty:
+                    body, self._dirty = dump(self._encoded.values()), False
                 snapshots = None
                 if self._snapshots_dirty:
                     snapshots = shared_snapshots.dump(self._snapshots.items())
                     self._snapshots_dirty = False
-            self._write(body, snapshots)
+                riders, self._riders, self._sync_wanted = self._riders, set(), False
+                self._sync_started += 1
+                generation = self._sync_started
+            self._write(body, snapshots, generation, riders)
             with self._cond:
                 if self._closing and not self._dirty:
                     return
 
-    def _write(self, body: bytes, snapshots: bytes | None) -> None:
-        """syncfs (the index entries the checkpoints name), the snapshots, the checkpoints:
-        in that order, so neither file on disk claims what is not."""
+    def _write(self, body: bytes | None, snapshots: bytes | None, generation: int,
+               riders: set[Rider]) -> None:
+        """syncfs (the data and index entries the checkpoints name), the snapshots, the
+        checkpoints: in that order, so neither file on disk claims what is not."""
         try:
             if self._dir_fd >= 0:
-                try:
-                    syncfs(self._dir_fd)
-                    self.syncs += 1
-                except OSError as exc:
-                    raise StorageError(f"cannot sync the filesystem of {self.path}: {exc}",
-                                       path=str(self.path)) from exc
+                self._sync(generation, riders)
             if snapshots is not None:
                 atomic_write(self.snapshots_path, snapshots)
-            atomic_write(self.path, body)
-            self.writes += 1
+            if body is not None:
+                atomic_write(self.path, body)
+                self.writes += 1
         except StorageError as exc:  # an old checkpoint is still a valid one: retry later
             event(log, "store.checkpoint_write_failed", logging.ERROR, path=str(self.path),
                   error=exc.message)
             with self._cond:
-                self._dirty = True
+                self._dirty = self._dirty or body is not None
                 self._snapshots_dirty = self._snapshots_dirty or snapshots is not None
                 if self._closing:  # nothing more to try: the next open scans further
                     self._dirty = self._snapshots_dirty = False
         self._last_write = self.clock()
+
+    def _sync(self, generation: int, riders: set[Rider]) -> None:
+        try:
+            syncfs(self._dir_fd)
+        except OSError as exc:
+            self.sync_failing = True
+            for rider in riders:  # their bytes are not on disk: each fsyncs its own now
+                rider.wake()
+            raise StorageError(f"cannot sync the filesystem of {self.path}: {exc}",
+                               path=str(self.path)) from exc
+        self.syncs += 1
+        self._sync_done, self.sync_failing = generation, False
 
 
 def entry_key(topic: str, topic_id: int, store_id: int) -> str:

@@ -4,7 +4,8 @@ It runs as a task of a :class:`~storage.flusher_pool.FlusherPool` (a few threads
 store of the process, not a thread per store: a broker holds thousands). Each round
 (:meth:`Flusher.step`) runs when something is due (:class:`~storage.sync_policy.SyncPolicy`
 says when): it swaps the active cache block out, writes it (data log first, then each
-partition's index), fsyncs the data log when the policy says so, saves a checkpoint every
+partition's index), fsyncs the data log when the policy says so (in a broker an async store's
+time-based fsync rides the data dir's syncfs: storage/checkpoints.py), saves a checkpoint every
 ``checkpoint_interval_ms`` and applies retention every ``retention_check_interval_ms``. The
 checkpoint goes where the store keeps it: its own file, or a broker's shared one
 (storage/checkpoints.py). The flusher is the store's other half: it works on the state the
@@ -62,6 +63,10 @@ class Flusher:
         # the last fsync covered (wait_synced).
         self.sync_target, self.synced_pos = 0, core.data.end
         self._unsynced = policy.synced_now()
+        # Riding the broker's syncfs (storage/checkpoints.py): the generation that covers the
+        # unsynced bytes, and the data log's end they reach.
+        self._riding = core.checkpoint.rides(policy.fsync_interval_ms / 1e3)
+        self._ride_generation, self._ride_end = 0, 0
         self._last_checkpoint = self.clock()
         self._checkpointed = -1  # data log end at the last checkpoint: unchanged, none is due
         self._last_retention = self.clock()  # first check one interval after open
@@ -164,7 +169,17 @@ class Flusher:
             return 0.0
         c = self.core
         return max(0.0, self.policy.wait_s(c.cache.active, self._unsynced,
-                                           self._housekeeping_s()))
+                                           self._housekeeping_s(), self._timed()))
+
+    def _timed(self) -> bool:
+        """Whether the time-based fsync is this store's own (not riding, or the writer's
+        syncfs failing)."""
+        return not self._riding or self.core.checkpoint.sync_failing
+
+    def _checkpointable(self) -> int:
+        """The data position a checkpoint may name now: what is fsynced, or for a rider
+        what is written (the writer's syncfs comes before the file that names it)."""
+        return self.core.data.end if self._riding else self.synced_pos
 
     def _housekeeping_s(self) -> float:
         """Seconds to the next retention check or, when a new synced position awaits one, the
@@ -173,8 +188,8 @@ class Flusher:
         c, cfg, now = self.core, self.core.config, self.clock()
         wait = min(self._last_retention + cfg.retention_check_interval_ms / 1e3 - now,
                    MAX_IDLE_S)
-        if (self.synced_pos != self._checkpointed and not self._unsynced.bytes
-                and c.cache.flushing is None):
+        if (self._checkpointable() != self._checkpointed
+                and (self._riding or not self._unsynced.bytes) and c.cache.flushing is None):
             wait = min(wait, self._last_checkpoint + cfg.checkpoint_interval_ms / 1e3 - now)
         return max(wait, 0.0)
 
@@ -196,13 +211,19 @@ class Flusher:
             self._written = block  # an fsync failing now must not count the block twice
             self._unsynced = self._unsynced.add(block.messages, block.fill)
             c.space.written(nbytes)
+            if self._riding:
+                self._ride_generation, self._ride_end = c.checkpoint.ride(self), c.data.end
         synced = None
-        if self.policy.fsync_due(self._unsynced, sync_wanted):
+        if (self._riding and self._unsynced.bytes
+                and c.checkpoint.synced(self._ride_generation)):
+            self._unsynced = self.policy.synced_now()  # a syncfs since the last write
+            synced = self._ride_end
+        if self.policy.fsync_due(self._unsynced, sync_wanted, self._timed()):
             c.data.sync()
             self._unsynced = self.policy.synced_now()
             synced = c.data.end
-            if c.config.page_cache_window_bytes:
-                c.data.drop_cached(synced - c.config.page_cache_window_bytes)
+        if synced is not None and c.config.page_cache_window_bytes:
+            c.data.drop_cached(synced - c.config.page_cache_window_bytes)
         with c.cond:
             if block is not None:
                 for p, entries in block.parts.items():
@@ -236,12 +257,12 @@ class Flusher:
         if not force and elapsed_ms < c.config.checkpoint_interval_ms:
             return
         with c.cond:
-            if self._unsynced.bytes or c.cache.flushing is not None:
+            if (self._unsynced.bytes and not self._riding) or c.cache.flushing is not None:
                 return  # only a fully synced, fully indexed position may be checkpointed
-            if self.synced_pos == self._checkpointed and not force:
+            position = self._checkpointable()
+            if position == self._checkpointed and not force:
                 self._last_checkpoint = self.clock()
                 return  # nothing was written since: the file on disk says it all
-            position = self.synced_pos
             next_offsets = {p: part.flushed for p, part in c.parts.items()}
             parts = list(c.parts.values())  # add_partition may insert while we sync
             snapshot = self._snapshots.due(c.parts, position, int(self.wall_clock() * 1e3),

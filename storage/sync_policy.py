@@ -10,7 +10,9 @@ directly: the clock is injected, so the thresholds are tested with a fake one.
 - The data log is fsynced (``async`` topics) after ``fsync_every_messages`` written-but-unsynced
   messages, ``fsync_every_bytes`` such bytes, or ``fsync_interval_ms`` since the last fsync
   (TubeMQ's unflushThreshold / unflushDataHold / unflushInterval), and always when a ``sync``
-  append, ``flush()`` or ``close()`` waits for it.
+  append, ``flush()`` or ``close()`` waits for it. A store whose data dir a broker's checkpoint
+  writer syncs (storage/checkpoints.py: one ``syncfs`` per interval) leaves the time-based
+  fsync to that writer (``timed=False``); the counts still ask for its own.
 """
 from __future__ import annotations
 
@@ -74,17 +76,19 @@ class SyncPolicy:
         append, ``flush()``, ``close()``)."""
         return block.fill > 0 and (waited_for or self.block_due(block))
 
-    def fsync_due(self, unsynced: Unsynced, waited_for: bool) -> bool:
+    def fsync_due(self, unsynced: Unsynced, waited_for: bool, timed: bool = True) -> bool:
         """fsync the data log now: there is something to sync and a waiter or a threshold
-        (messages, bytes, time since the last fsync) asks for it."""
+        (messages, bytes, and unless ``timed`` is False time since the last fsync) asks for
+        it."""
         if unsynced.bytes == 0:
             return False
         age_ms = (self.clock() - unsynced.since) * 1e3
         return (waited_for or unsynced.messages >= self.fsync_every_messages
                 or unsynced.bytes >= self.fsync_every_bytes
-                or age_ms >= self.fsync_interval_ms)
+                or (timed and age_ms >= self.fsync_interval_ms))
 
-    def wait_s(self, active: CacheBlock, unsynced: Unsynced, idle_s: float) -> float:
+    def wait_s(self, active: CacheBlock, unsynced: Unsynced, idle_s: float,
+               timed: bool = True) -> float:
         """How long the flusher may sleep: until the active block or the unsynced bytes fall
         due, else ``idle_s`` (the flusher's next checkpoint or retention check). Counts and
         bytes need no timer: appenders notify when a block fills and when an empty one gets
@@ -93,6 +97,6 @@ class SyncPolicy:
         wait = idle_s
         if active.fill:
             wait = min(wait, active.created + self.block_interval_ms / 1e3 - now)
-        if unsynced.bytes:
+        if unsynced.bytes and timed:
             wait = min(wait, unsynced.since + self.fsync_interval_ms / 1e3 - now)
         return max(wait, 0.0)
