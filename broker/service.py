@@ -222,20 +222,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             quotas.admit("produce", access.quota_principal)
         outcomes: list[pb.ProduceResponse | TubeqError] = [_NOT_RUN] * len(request)
         waiting: list[tuple[int, BatchView | None]] = []
-        for i, entry in enumerate(request):
-            try:
-                check_name(entry.topic)
-                if entry.topic != DELAY_TOPIC:  # whose records' targets _admit checks
-                    access.check("produce", "topic", entry.topic)
-                view = self._admit(entry, access)
-                if waiting:
-                    waiting.append((i, view))
-                else:
-                    outcomes[i] = self.data.produce(entry, wait=False, view=view)
-            except WouldBlock as later:
-                waiting.append((i, later.view))
-            except Exception as exc:  # noqa: BLE001 - the entry's answer, never the call's
-                outcomes[i] = self._entry_failed(exc)
+        with self.data.topics.wakes_deferred():  # the entries' flushers woken together
+            for i, entry in enumerate(request):
+                try:
+                    check_name(entry.topic)
+                    if entry.topic != DELAY_TOPIC:  # whose records' targets _admit checks
+                        access.check("produce", "topic", entry.topic)
+                    view = self._admit(entry, access)
+                    if waiting:
+                        waiting.append((i, view))
+                    else:
+                        outcomes[i] = self.data.produce(entry, wait=False, view=view)
+                except WouldBlock as later:
+                    waiting.append((i, later.view))
+                except Exception as exc:  # noqa: BLE001 - the entry's answer, never the call's
+                    outcomes[i] = self._entry_failed(exc)
         if waiting:
             await self.run(self._append_waiting, request, waiting, outcomes)
         acks_all = [i for i, entry in enumerate(request)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,11 @@ class TopicManager:
 
     def signal(self, topic: str) -> Signal:
         return self.topic(topic).signal
+
+    def wakes_deferred(self) -> AbstractContextManager[None]:
+        """The flusher wakes of the appends inside the block, applied together at its end
+        (storage/flusher_pool.py): for a call appending to many stores without waiting."""
+        return self.dirs.flushers.wakes_deferred()
 
     def notify(self, topic: str) -> None:
         t = self._topics.get(topic)

@@ -21,6 +21,8 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class FlusherPool:
         self._pid = os.getpid()
         self._tasks = 0  # added and not finished
         self._stopped = False
+        self._local = threading.local()  # .deferred: the wakes a thread gathers (wakes_deferred)
 
     def add(self, task: Task) -> _Slot:
         """Schedule ``task``'s first step now; returns the handle :meth:`wake` takes."""
@@ -76,13 +79,47 @@ class FlusherPool:
     def wake(self, slot: _Slot) -> None:
         """Run the task's next step soon (it became due): now if idle, again after the
         current step if running."""
+        deferred = getattr(self._local, "deferred", None)
+        if deferred is not None:
+            deferred.append(slot)
+            return
         with self._cv:
-            if slot.finished:
-                return
-            if slot.running:
-                slot.rerun = True
-            elif not slot.queued:
-                self._enqueue(slot)
+            if self._woken(slot):
+                self._cv.notify()
+
+    @contextmanager
+    def wakes_deferred(self) -> Iterator[None]:
+        """Gather the wakes this thread makes inside the block and apply them together at its
+        end: one lock and one notify per idle worker, not one each. A produce call appending
+        to hundreds of stores (one ProduceMany entry each) woke a flusher per entry, each a
+        futex call holding the GIL. Never around code that waits for a flusher."""
+        if getattr(self._local, "deferred", None) is not None:
+            yield  # nested: the outer block applies them
+            return
+        self._local.deferred = slots = []
+        try:
+            yield
+        finally:
+            self._local.deferred = None
+            if slots:
+                with self._cv:
+                    queued = sum(self._woken(slot) for slot in slots)
+                    if queued:
+                        self._cv.notify(queued)
+
+    def _woken(self, slot: _Slot) -> bool:
+        """Under the lock: mark ``slot`` due; True when it joined the ready queue."""
+        if slot.finished:
+            return False
+        if slot.running:
+            slot.rerun = True
+            return False
+        if slot.queued:
+            return False
+        slot.timer += 1
+        slot.queued = True
+        self._ready.append(slot)
+        return True
 
     def _enqueue(self, slot: _Slot) -> None:
         slot.timer += 1

@@ -101,3 +101,52 @@ def test_wakes_do_not_pile_up_timers(tmp_path):
 def test_a_pool_needs_a_thread():
     with pytest.raises(ValueError, match="at least 1 thread"):
         FlusherPool(0)
+
+
+def test_wakes_gathered_in_a_block_are_queued_together_at_its_end():
+    """A ProduceMany appending to hundreds of stores wakes their flushers once, at the end
+    (FlusherPool.wakes_deferred), not one futex call per entry."""
+    pool = FlusherPool(1, name="test-pool-d")
+    release, busy, ran = threading.Event(), threading.Event(), []
+
+    class Blocker:  # holds the pool's one thread, so what is queued stays queued
+        def step(self):
+            busy.set()
+            release.wait(10)
+            return None
+
+    class Task:
+        def __init__(self, n: int) -> None:
+            self.n, self.steps = n, 0
+
+        def step(self):
+            self.steps += 1
+            if self.steps > 1:
+                ran.append(self.n)
+            return 3600.0  # until woken
+
+    tasks = [Task(i) for i in range(20)]
+    slots = [pool.add(t) for t in tasks]
+    deadline = time.monotonic() + 10
+    while any(t.steps == 0 for t in tasks):  # each ran its first round
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    pool.add(Blocker())
+    assert busy.wait(10)
+    try:
+        with pool.wakes_deferred():
+            for slot in slots:
+                pool.wake(slot)
+            with pool.wakes_deferred():  # nested: the outer block applies them
+                pool.wake(slots[0])
+            assert pool.stats()["ready"] == 0, "gathered, not queued yet"
+        assert pool.stats()["ready"] == 20, "queued together, each once"
+        pool.wake(slots[1])  # outside a block: as before, and already queued
+        assert pool.stats()["ready"] == 20
+    finally:
+        release.set()
+    while len(ran) < 20:
+        assert time.monotonic() < deadline, ran
+        time.sleep(0.01)
+    pool.stop()
+    assert sorted(ran) == list(range(20))
