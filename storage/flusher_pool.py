@@ -84,8 +84,7 @@ class FlusherPool:
             deferred.append(slot)
             return
         with self._cv:
-            if self._woken(slot):
-                self._cv.notify()
+            self._enqueue(slot)
 
     @contextmanager
     def wakes_deferred(self) -> Iterator[None]:
@@ -122,10 +121,8 @@ class FlusherPool:
         return True
 
     def _enqueue(self, slot: _Slot) -> None:
-        slot.timer += 1
-        slot.queued = True
-        self._ready.append(slot)
-        self._cv.notify()
+        if self._woken(slot):
+            self._cv.notify()
 
     def _start_workers(self) -> None:
         """Lazily, and again in a forked child (threads do not survive a fork)."""

@@ -1,5 +1,8 @@
-"""Small builders shared by the storage tests."""
+"""Small builders shared by the storage tests, and the one wait for a condition."""
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from lib.records import Record, decode_frames, encode_batch
 from storage.config import StoreConfig
@@ -42,3 +45,12 @@ def read_all(store, partition: int, offset: int | None = None, max_bytes: int = 
         assert res.next_offset > offset, "a read must make progress"
         offset = res.next_offset
     return out
+
+
+def wait_until(check: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds (a
+    generous deadline: the suite runs on busy machines)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.02)

@@ -3,24 +3,15 @@ a wait, and the settings that make a failover take seconds."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from lib.errors import TubeqError
 from lib.producer.producer import Producer
+from tests.helpers import wait_until as wait_until  # the suite's one wait, for the fault tests
 
 # Master settings for fault tests: heartbeats every 300 ms, a silent broker is dead after 2 s.
 FAST_FAILOVER = {"broker_heartbeat_interval_ms": 300, "broker_timeout_ms": 2000}
 REPLICA_LAG_MAX_MS = 1500  # the brokers': a stalled follower leaves the ISR after 1.5 s
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Poll ``check`` every 0.1 s; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 class NumberedWriter(threading.Thread):

@@ -12,6 +12,7 @@ from confluent_kafka import TopicPartition as CkTp
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from tests.cluster import Cluster
+from tests.helpers import wait_until
 
 ALICE = Credentials("alice", "alice-password-123")
 # A client with a wrong password tries once or twice, not every 100 ms for the whole message
@@ -60,6 +61,25 @@ def sasl(cluster: Cluster, creds: Credentials | None = None) -> dict:
             "sasl.password": creds.password}
 
 
+def python_login(cluster: Cluster, mechanism: str = "PLAIN") -> dict:
+    """kafka-python's and aiokafka's settings to log in to ``cluster`` as its admin."""
+    creds = cluster.admin_credentials()
+    return dict(bootstrap_servers=bootstrap(cluster).split(","),
+                security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                sasl_plain_username=creds.user, sasl_plain_password=creds.password)
+
+
+def python_values(consumer, count: int) -> list[bytes]:
+    """Up to ``count`` values from a kafka-python consumer (fewer when its
+    ``consumer_timeout_ms`` passes first)."""
+    values = []
+    for m in consumer:
+        values.append(m.value)
+        if len(values) == count:
+            break
+    return values
+
+
 def ck_consume(conf: dict, topic: str, partitions: int, count: int, timeout: float = 30):
     consumer = CkConsumer({**conf, "group.id": f"assign-{topic}", "enable.auto.commit": False})
     consumer.assign([CkTp(topic, p, 0) for p in range(partitions)])
@@ -95,14 +115,7 @@ def wrong_login(kcluster, creds: Credentials, mechanism: str = "PLAIN") -> None:
             return True
         except KafkaException:
             return False
-    wait_until(logs_in, 60, "a right password logs in again")
-
-
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
+    wait_until(logs_in, "a right password logs in again", 60)
 
 
 def produce_values(conf: dict, topic: str, values: list[bytes], partitions: int = 0) -> None:

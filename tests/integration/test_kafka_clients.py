@@ -19,7 +19,14 @@ from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
 from lib.types import TopicPartition
-from tests.integration.kafka_kit import ALICE, bootstrap, ck_consume, sasl
+from tests.integration.kafka_kit import (
+    ALICE,
+    bootstrap,
+    ck_consume,
+    python_login,
+    python_values,
+    sasl,
+)
 
 
 def test_librdkafka_idempotent_producer_and_consumer_round_trip(kcluster):
@@ -93,12 +100,8 @@ def test_kafka_consumers_read_past_transaction_markers_both_isolation_levels(kcl
                 got.append(m.value())
         consumer.close()
         assert got == want, (isolation, start)
-    creds = kcluster.admin_credentials()
-    reader = KafkaConsumer(bootstrap_servers=bootstrap(kcluster).split(","),
-                           security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                           sasl_plain_username=creds.user, sasl_plain_password=creds.password,
-                           isolation_level="read_committed", enable_auto_commit=False,
-                           consumer_timeout_ms=10_000)
+    reader = KafkaConsumer(**python_login(kcluster), isolation_level="read_committed",
+                           enable_auto_commit=False, consumer_timeout_ms=10_000)
     reader.assign([KTp("k-txn", 0)])
     reader.seek(KTp("k-txn", 0), 6)  # the aborted transaction's first offset
     values = []
@@ -114,10 +117,7 @@ def test_kafka_python_gzip_and_offsets_by_time(kcluster):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTp
 
-    creds = kcluster.admin_credentials()
-    common = dict(bootstrap_servers=bootstrap(kcluster).split(","),
-                  security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                  sasl_plain_username=creds.user, sasl_plain_password=creds.password)
+    common = python_login(kcluster)
     producer = KafkaProducer(**common, compression_type="gzip")
     before = int(time.time() * 1000)
     sent = [producer.send("k-kp", value=b"kp-%d" % i, partition=1).get(30) for i in range(50)]
@@ -132,11 +132,7 @@ def test_kafka_python_gzip_and_offsets_by_time(kcluster):
     assert found.offset == 0 and found.timestamp >= before - 1
     assert consumer.offsets_for_times({tp: int(time.time() * 1000) + 60_000})[tp] is None
     consumer.seek(tp, 10)
-    values = []
-    for m in consumer:
-        values.append(m.value)
-        if len(values) == 40:
-            break
+    values = python_values(consumer, 40)
     consumer.close()
     assert values == [b"kp-%d" % i for i in range(10, 50)]
 
@@ -145,10 +141,7 @@ def test_aiokafka_round_trip(kcluster):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka import TopicPartition as ATp
 
-    creds = kcluster.admin_credentials()
-    common = dict(bootstrap_servers=bootstrap(kcluster), security_protocol="SASL_PLAINTEXT",
-                  sasl_mechanism="PLAIN", sasl_plain_username=creds.user,
-                  sasl_plain_password=creds.password)
+    common = python_login(kcluster)
 
     async def run() -> list[bytes]:
         producer = AIOKafkaProducer(**common)

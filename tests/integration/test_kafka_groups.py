@@ -13,7 +13,8 @@ from confluent_kafka import TopicPartition as CkTp
 from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.types import TopicPartition
-from tests.integration.kafka_kit import bootstrap, produce_values, sasl, wait_until
+from tests.helpers import wait_until
+from tests.integration.kafka_kit import produce_values, python_login, python_values, sasl
 
 
 class GroupMember(threading.Thread):
@@ -58,16 +59,16 @@ def test_a_group_of_three_splits_the_partitions_and_hands_them_on(kcluster, stra
         def settled(group: list[GroupMember]) -> bool:
             owned = sorted(p for m in group for p in m.assigned)
             return owned == list(range(6)) and all(m.assigned for m in group)
-        wait_until(lambda: settled(members), 60, "three members own two partitions each")
-        wait_until(lambda: {v for m in members for v in m.values} >= set(first), 60,
-                   "every record of the first batch consumed")
+        wait_until(lambda: settled(members), "three members own two partitions each", 60)
+        wait_until(lambda: {v for m in members for v in m.values} >= set(first),
+                   "every record of the first batch consumed", 60)
         members[0].stopping.set()  # one leaves: the other two take its partitions
         members[0].closed.wait(30)
-        wait_until(lambda: settled(members[1:]), 60, "two members own all six partitions")
+        wait_until(lambda: settled(members[1:]), "two members own all six partitions", 60)
         second = [b"b-%d" % i for i in range(300)]
         produce_values(conf, topic, second)
-        wait_until(lambda: {v for m in members[1:] for v in m.values} >= set(second), 60,
-                   "every record of the second batch consumed by the two left")
+        wait_until(lambda: {v for m in members[1:] for v in m.values} >= set(second),
+                   "every record of the second batch consumed by the two left", 60)
     finally:
         for m in members:
             m.stopping.set()
@@ -103,7 +104,7 @@ def test_a_live_kafka_group_refuses_tubeq_members_and_the_other_way(kcluster):
     member = GroupMember(conf, "kafka-owned", "k-shared", "range")
     member.start()
     try:
-        wait_until(lambda: member.assigned == [0, 1], 60, "the Kafka member owns the topic")
+        wait_until(lambda: member.assigned == [0, 1], "the Kafka member owns the topic", 60)
         with AdminClient(kcluster.master_addresses, credentials=admin) as tq_admin:
             assert tq_admin.describe_group("kafka-owned").mode == "kafka"
         from confluent_kafka.admin import AdminClient as CkAdmin  # ListGroups, DescribeGroups
@@ -130,18 +131,10 @@ def test_kafka_python_group_consumer_commits(kcluster):
 
     conf = sasl(kcluster)
     produce_values(conf, "k-kpgroup", [b"kp-%d" % i for i in range(100)], partitions=2)
-    creds = kcluster.admin_credentials()
     consumer = KafkaConsumer("k-kpgroup", group_id="kp-group", enable_auto_commit=False,
                              auto_offset_reset="earliest", consumer_timeout_ms=15000,
-                             bootstrap_servers=bootstrap(kcluster).split(","),
-                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                             sasl_plain_username=creds.user,
-                             sasl_plain_password=creds.password)
-    values = []
-    for m in consumer:
-        values.append(m.value)
-        if len(values) == 100:
-            break
+                             **python_login(kcluster))
+    values = python_values(consumer, 100)
     consumer.commit()
     consumer.close()
     assert sorted(values) == sorted(b"kp-%d" % i for i in range(100))

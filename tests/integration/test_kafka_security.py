@@ -13,14 +13,14 @@ from confluent_kafka import Producer as CkProducer
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from tests.cluster import Cluster
+from tests.helpers import wait_until
 from tests.integration.kafka_kit import (
     ALICE,
     ONE_TRY,
-    bootstrap,
     ck_consume,
     produce_values,
+    python_login,
     sasl,
-    wait_until,
     wrong_login,
 )
 
@@ -56,10 +56,7 @@ def test_scram_sha_256_logs_kafka_clients_in_without_the_broker_seeing_a_passwor
                          on_delivery=lambda err, msg, who=who: outcome.update({who: err}))
         producer.flush(15)
     assert outcome == {"admin": None, "alice": None}
-    creds = kcluster.admin_credentials()
-    kp = KafkaProducer(bootstrap_servers=bootstrap(kcluster).split(","),
-                       security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
-                       sasl_plain_username=creds.user, sasl_plain_password=creds.password)
+    kp = KafkaProducer(**python_login(kcluster, "SCRAM-SHA-256"))
     assert kp.send("alice-t", b"scram kafka-python").get(30).offset >= 0
     kp.close()
     wrong_login(kcluster, Credentials("alice", "not-her-password"), "SCRAM-SHA-256")
@@ -165,8 +162,8 @@ def test_a_byte_rate_quota_paces_a_kafka_producer_as_it_paces_tubeqs(kcluster):
                      credentials=kcluster.admin_credentials()) as root:
         root.set_quota("user:alice", produce_bytes_per_s=1 << 20)
         try:  # the brokers have the quota when a burst over it is slowed (a heartbeat)
-            wait_until(lambda: _timed_produce(conf, "alice-t", 3 << 20) > 1.0, 30,
-                       "the quota on the broker")
+            wait_until(lambda: _timed_produce(conf, "alice-t", 3 << 20) > 1.0,
+                       "the quota on the broker", 30)
             time.sleep(3)  # the bucket refills at the quota's rate: start from a full one
             assert _timed_produce(conf, "alice-t", 4 << 20) >= 2.0  # (4 - 1 burst) MiB / 1
         finally:
@@ -196,7 +193,7 @@ def test_only_brokers_may_log_in_on_behalf_of_a_kafka_client(kcluster):
                 messages.append(exc.message)
         assert any("too many failed logins" in m for m in messages), messages
         creds = kcluster.admin_credentials()
-        wait_until(lambda: _logs_in(login, creds), 30, "the backoff of this host ends")
+        wait_until(lambda: _logs_in(login, creds), "the backoff of this host ends", 30)
 
 
 def _logs_in(login, creds) -> bool:

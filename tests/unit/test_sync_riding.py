@@ -15,17 +15,10 @@ from storage import checkpoints as checkpoints_module
 from storage.checkpoints import CHECKPOINTS, CheckpointFile, entry_key, load
 from storage.config import StoreConfig
 from storage.fsutil import syncfs_available
-from tests.helpers import batch_of, read_all, values
+from tests.helpers import batch_of, read_all, values, wait_until
 
 pytestmark = pytest.mark.skipif(not syncfs_available(), reason="needs Linux syncfs")
 RIDES = StoreConfig(cache_flush_interval_ms=10, checkpoint_interval_ms=50, fsync_interval_ms=50)
-
-
-def wait_until(condition, timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
 
 
 class Woken:
@@ -57,7 +50,7 @@ def test_a_ride_gets_a_syncfs_within_the_interval_and_no_file_write(tmp_path):
         rider = Woken()
         generation = cps.ride(rider)
         assert not cps.synced(generation)
-        wait_until(lambda: cps.synced(generation), what="a syncfs after the ride")
+        wait_until(lambda: cps.synced(generation), "a syncfs after the ride")
         assert cps.syncs >= 1 and cps.writes == 0, "a sync only: no checkpoint changed"
         assert rider.times == 0 and not cps.sync_failing
         assert not cps.synced(cps.ride(rider)), "a later write needs a later syncfs"
@@ -77,8 +70,8 @@ def test_an_async_store_leaves_its_timed_fsync_to_the_syncfs(tmp_path, data_fsyn
         def named() -> bool:
             cp = tm.checkpoints.get(key)
             return cp is not None and cp.next_offsets == {0: 5}
-        wait_until(named, what="a checkpoint naming the written records")
-        wait_until(lambda: tm.checkpoints.syncs > syncs, what="the writer's syncfs")
+        wait_until(named, "a checkpoint naming the written records")
+        wait_until(lambda: tm.checkpoints.syncs > syncs, "the writer's syncfs")
         time.sleep(0.3)  # several fsync intervals: a store of its own would have fsynced
         assert data_fsyncs == [], "the data log's timed fsync is the writer's syncfs"
         assert load(tmp_path / CHECKPOINTS)[key].next_offsets == {0: 5}
@@ -97,8 +90,8 @@ def test_a_failing_syncfs_sends_the_riders_back_to_their_own_fsync(tmp_path, mon
     try:
         tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
         tm.store_for("t", 0).append(0, batch_of(values("f", 3)))
-        wait_until(lambda: tm.checkpoints.sync_failing, what="the syncfs failing")
-        wait_until(lambda: data_fsyncs, what="the store's own fdatasync")
+        wait_until(lambda: tm.checkpoints.sync_failing, "the syncfs failing")
+        wait_until(lambda: data_fsyncs, "the store's own fdatasync")
         wait_until(lambda: tm.checkpoints.get(entry_key("t", 1, 0)) is not None,
                    what="the checkpoint handed over")
         assert not (tmp_path / CHECKPOINTS).exists(), "no file claims unsynced data"
@@ -113,6 +106,6 @@ def test_a_shorter_fsync_interval_than_the_writers_never_rides(tmp_path, data_fs
     try:
         tm.apply({"t": TopicSpec(partitions=1, topic_id=1)}, [("t", 0)])
         tm.store_for("t", 0).append(0, batch_of(values("s", 2)))
-        wait_until(lambda: data_fsyncs, timeout=5, what="the store's own timed fdatasync")
+        wait_until(lambda: data_fsyncs, "the store's own timed fdatasync", 5)
     finally:
         tm.close()
