@@ -13,13 +13,15 @@ from lib.logs import event
 
 log = logging.getLogger(__name__)
 
+STOP_WAIT_S = 5.0  # for the connections cancelled at stop, each of them aborted already
+
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class Listening:
     def __init__(self) -> None:
         self.server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     async def listen(self, serve: Serve, host: str, port: int, tls: ssl.SSLContext | None,
                      handshake_timeout_s: float, what: str) -> int:
@@ -35,20 +37,27 @@ class Listening:
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-            for task in list(self._connections):
+            ending = dict(self._connections)
+            for task, writer in ending.items():
+                # Aborted as well as cancelled: Python 3.11's wait_for can swallow a cancel
+                # that lands as its read completes, and the read would then wait its idle
+                # timeout; a closed socket ends that read at once.
+                writer.transport.abort()
                 task.cancel()
+            if ending:  # so that no connection's coroutine outlives the loop unfinished
+                await asyncio.wait(ending, timeout=STOP_WAIT_S)
             await self.server.wait_closed()
 
-    def admit(self, limit: int) -> bool:
-        """Count the running connection in, unless ``limit`` are open (then it is closed by
-        the caller); :meth:`leave` when it ends."""
+    def admit(self, limit: int, writer: asyncio.StreamWriter) -> bool:
+        """Count the running connection (writing to ``writer``) in, unless ``limit`` are
+        open (then it is closed by the caller); :meth:`leave` when it ends."""
         if len(self._connections) >= limit:
             return False
-        self._connections.add(asyncio.current_task())
+        self._connections[asyncio.current_task()] = writer
         return True
 
     def leave(self) -> None:
-        self._connections.discard(asyncio.current_task())
+        self._connections.pop(asyncio.current_task(), None)
 
     async def converse(self, talk: Awaitable[None], writer: asyncio.StreamWriter, peer: str,
                        refused: type[Exception], refused_event: str, failed_event: str

@@ -79,7 +79,7 @@ class ReplicaStreamServer(Listening):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = writer.get_extra_info("peername") or ("", 0)
         peer = str(address[0])
-        if not self.admit(MAX_CONNECTIONS):
+        if not self.admit(MAX_CONNECTIONS, writer):
             event(log, "replica_stream.refused", logging.WARNING, peer=peer,
                   reason=f"more than {MAX_CONNECTIONS} connections")
             writer.close()

@@ -68,7 +68,7 @@ class KafkaListener(Listening):
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
-        if not self.admit(self.limits.max_connections):
+        if not self.admit(self.limits.max_connections, writer):
             event(log, "kafka.connection_refused", logging.WARNING, peer=str(peer[0]),
                   limit=self.limits.max_connections)
             writer.close()

@@ -126,3 +126,26 @@ def test_a_port_in_use_is_refused_with_a_config_error_naming_it(port):
     with pytest.raises(ConfigError, match=rf"cannot bind the replica stream port "
                                           rf"127.0.0.1:{port}"):
         asyncio.run(server.start("127.0.0.1", port))
+
+
+def test_stop_ends_the_connections_still_open_before_it_returns():
+    """A connection cancelled but not awaited outlives the loop as a coroutine never finished
+    (PytestUnraisableExceptionWarning in a later test): stop waits for each to end."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = ReplicaStreamServer(answer, lambda header: header == HEADER)
+    try:
+        bound = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(10)
+        client = StreamClient("127.0.0.1", bound, HEADER, None)  # hello answered: admitted
+        try:
+            open_ones = list(server._connections)
+            assert len(open_ones) == 1
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+            assert all(task.done() for task in open_ones)
+        finally:
+            client.close()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
