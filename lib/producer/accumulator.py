@@ -29,7 +29,7 @@ from lib.errors import ClientClosed, RequestTimedOut
 from lib.producer.bulk import batch_bounds
 from lib.producer.futures import BatchOutcome, RecordFuture
 from lib.records import FRAME_HEADER_SIZE, MAX_RECORDS_PER_BATCH
-from lib.records.encode import column_pieces
+from lib.records.encode import Pieces, column_pieces
 from lib.types import TopicPartition
 
 YIELD_EVERY_MASK = 255  # appends yield the GIL once every 256 records of a batch
@@ -64,7 +64,7 @@ class Batch:
     address: str = ""  # the broker of the last send
     first_sent: float = 0.0
     retry_at: float = 0.0
-    payload: bytes = b""  # the assembled batch, built once and reused for retries
+    payload: bytes | Pieces = b""  # the request, built once (joined at its first Produce call)
     base_sequence: int = -1
     producer_id: int = -1
     values: list[bytes] | None = None  # plain values not encoded yet (see above)

@@ -24,8 +24,15 @@ from typing import Any, TypeVar
 import grpc
 
 from lib.errors import TubeqError, Unavailable
-from lib.produce_wire import MAX_ENTRIES, PRODUCE_MANY_METHOD, PRODUCE_METHOD, produce_many_request
+from lib.produce_wire import (
+    MAX_ENTRIES,
+    PRODUCE_MANY_METHOD,
+    PRODUCE_METHOD,
+    joined,
+    produce_many_request,
+)
 from lib.proto import broker_pb2
+from lib.records.encode import Pieces
 from lib.routes import RouteCache
 from lib.rpc import ChannelPool
 from lib.stuck_calls import StuckCallWatch
@@ -129,7 +136,7 @@ class ProduceCalls:
         adds the broker to :attr:`unimplemented`."""
         self._threads.submit(self._call, stub, payload, timeout, address, tps, metadata, done)
 
-    def submit_many(self, address: str, payloads: list[bytes],
+    def submit_many(self, address: str, payloads: list[bytes | Pieces],
                     tps: tuple[TopicPartition, ...], timeout: float, metadata: Metadata,
                     done: Callable[[int, Any, TubeqError | None], None]) -> None:
         """One ProduceMany call of the serialized Produce requests ``payloads`` (``tps``
@@ -144,7 +151,7 @@ class ProduceCalls:
                     lambda result, error: self._many_over(address, payloads, tps, timeout,
                                                           metadata, done, result, error))
 
-    def _many_over(self, address: str, payloads: list[bytes],
+    def _many_over(self, address: str, payloads: list[bytes | Pieces],
                    tps: tuple[TopicPartition, ...], timeout: float, metadata: Metadata,
                    done: Callable[[int, Any, TubeqError | None], None],
                    result: broker_pb2.ProduceManyResponse | None,
@@ -156,7 +163,7 @@ class ProduceCalls:
                 except TubeqError as exc:
                     done(i, None, exc)
                     continue
-                self.submit(stub, payload, timeout, address, (tp,), metadata,
+                self.submit(stub, joined(payload), timeout, address, (tp,), metadata,
                             functools.partial(done, i))
             return
         for i, outcome in enumerate(entry_outcomes(address, len(payloads), result, error)):

@@ -68,7 +68,7 @@ from lib.errors import (
     UnknownTopic,
 )
 from lib.logs import event
-from lib.produce_wire import produce_request, restamp_request
+from lib.produce_wire import joined, request_pieces, restamp_request
 from lib.producer.accumulator import Accumulator, Batch
 from lib.producer.calls import Metadata, ProduceCalls, runs_of
 from lib.producer.direct import DirectSend
@@ -77,6 +77,7 @@ from lib.producer.split import RefusedLimits, pieces_within
 from lib.producer.transaction import Transactions
 from lib.proto import broker_pb2
 from lib.records import HEADER_SIZE, batch_head
+from lib.records.encode import joined_len
 from lib.routes import RouteCache, TopicRoutes, confirm_unknown
 from lib.rpc import ChannelPool
 from lib.types import RecordMetadata, TopicPartition
@@ -188,7 +189,7 @@ class Sender(DirectSend, threading.Thread):
                 for batch in group:
                     self._submit([batch], address, metadata[address])
                 continue
-            for run in runs_of(group, [len(b.payload) for b in group]):
+            for run in runs_of(group, [joined_len(b.payload) for b in group]):
                 self._submit(run, address, metadata[address])
 
     def _ready(self, batch: Batch) -> tuple[str, Metadata] | None:
@@ -252,6 +253,7 @@ class Sender(DirectSend, threading.Thread):
         except TubeqError as exc:
             self._retry_or_fail(batch, exc)
             return
+        batch.payload = joined(batch.payload)  # once: a retry sends the same bytes
         self.calls.submit(stub, batch.payload, self.request_timeout_s, address, (batch.tp,),
                           metadata, lambda result, error: self._hand_over(batch, result, error))
 
@@ -275,9 +277,9 @@ class Sender(DirectSend, threading.Thread):
         head = batch_head(batch.buf, batch.sizes, batch.tag_hashes, batch.timestamps,
                           producer_id=pid, producer_epoch=self._seq.epoch if pid >= 0 else -1,
                           base_sequence=seq, transactional=self.txn is not None)
-        batch.payload = produce_request(batch.tp, head, batch.buf, self.acks_all,
-                                        self.routes.topic_id(batch.tp.topic))
-        batch.buf = bytearray()  # the request holds the frames now: free the second copy
+        batch.payload = request_pieces(batch.tp, head, batch.buf, self.acks_all,
+                                       self.routes.topic_id(batch.tp.topic))
+        batch.buf = bytearray()  # the request's pieces hold the frames now
 
     def _split(self, batch: Batch, limit: int) -> bool:
         """Put ``batch`` back as pieces of at most ``limit`` bytes; False when it fits
@@ -415,7 +417,7 @@ class Sender(DirectSend, threading.Thread):
               partition=batch.tp.partition, expected=expected, sent=batch.base_sequence,
               producer_id=pid)
         batch.producer_id, batch.base_sequence = pid, 0
-        batch.payload = restamp_request(batch.payload, pid, 0, 0)
+        batch.payload = restamp_request(joined(batch.payload), pid, 0, 0)
         batch.attempts -= 1
         self.acc.requeue(batch, time.monotonic())
         return True

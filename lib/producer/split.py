@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lib.produce_wire import batch_span
+from lib.produce_wire import batch_span, joined
 from lib.producer.accumulator import Batch
 from lib.records import HEADER_SIZE
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
@@ -80,6 +80,7 @@ def frames_of(batch: Batch) -> memoryview:
     buffer when it was never sealed."""
     total = int(np.sum(batch.sizes, dtype=np.int64))
     if batch.payload:
+        batch.payload = joined(batch.payload)
         end = batch_span(batch.payload)[1]
         return memoryview(batch.payload)[end - total:end]
     batch.encode()

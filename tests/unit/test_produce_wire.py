@@ -8,12 +8,15 @@ from google.protobuf.message import DecodeError
 
 from lib.produce_wire import (
     MAX_ENTRIES,
+    joined,
     parse_produce,
     parse_produce_many,
     produce_many_request,
     produce_request,
+    request_pieces,
 )
 from lib.proto import broker_pb2
+from lib.records.encode import Pieces
 from lib.types import TopicPartition
 
 CASES = [("a", 0, 0, False, 0), ("orders", 1, 300, True, 7),
@@ -97,6 +100,25 @@ def test_produce_many_requests_parse_as_the_protobuf_message_with_batches_in_pla
     assert [_fields(e) for e in parsed] == [_fields(e) for e in message.entries]
     assert all(e.batch.obj is raw for e in parsed)
     assert parse_produce_many(b"") == []
+
+
+@pytest.mark.parametrize("as_pieces", [False, True])
+def test_requests_left_as_pieces_make_the_same_bytes_joined_alone_or_in_a_produce_many(
+        as_pieces):
+    """The sender keeps a sealed batch's request as pieces (one copy, into the ProduceMany);
+    whatever shape its frames have, the bytes are the joined request's."""
+    def frames(n: int):
+        whole = _frames(n)
+        return Pieces([whole[:n // 3], memoryview(whole)[n // 3:]], n) if as_pieces else whole
+    pieces = [request_pieces(TopicPartition(t, p), b"H" * 40, frames(n), a, i)
+              for t, p, n, a, i in CASES]
+    whole = [produce_request(TopicPartition(t, p), b"H" * 40, frames(n), a, i)
+             for t, p, n, a, i in CASES]
+    assert [p.nbytes for p in pieces] == [len(w) for w in whole]
+    assert [joined(p) for p in pieces] == whole
+    assert joined(whole[0]) is whole[0]
+    assert produce_many_request(pieces) == produce_many_request(whole)
+    assert produce_many_request([pieces[0], whole[1]]) == produce_many_request(whole[:2])
 
 
 def test_produce_many_refuses_more_entries_than_its_limit_and_bad_entries():
