@@ -28,9 +28,11 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 # Enough to overlap the fsyncs of sync topics; more only pass the GIL around (every runnable
-# flusher wakes for it): at 10,000 busy topics 4 wrote as fast as 16 and the broker ran
-# 0.45-0.48 of its one-topic rate against 0.37-0.41 (docs/benchmarks-history.md#many-topics).
-DEFAULT_THREADS = 4
+# flusher wakes for it, and each hand-over is a context switch): on the 2-core VM, at 10,000
+# busy topics 2 write as fast as 4 (no append waited for them) and the broker runs 0.62-0.64
+# of its one-topic rate against 0.50-0.53 (4 against 16 before: 0.45-0.48 against 0.37-0.41);
+# 1 falls behind. One per core, 2 to 4 (docs/benchmarks-history.md#many-topics).
+DEFAULT_THREADS = min(4, max(2, os.cpu_count() or 2))
 
 
 class Task(Protocol):
