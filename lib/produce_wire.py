@@ -47,19 +47,18 @@ def request_pieces(tp: TopicPartition, head: bytes,
     request of its own first (a second copy of every byte into fresh pages: at 10,000
     topics the producer's sender thread spent a third of its time in page faults)."""
     topic = tp.topic.encode()
-    size = len(head) + joined_len(frames)
+    frames_len = joined_len(frames)
     before = [b"\x0a", varint(len(topic)), topic]
     if tp.partition:
         before += (b"\x10", varint(tp.partition))
-    before += (b"\x1a", varint(size), head)
+    before += (b"\x1a", varint(len(head) + frames_len), head)
     after = []
     if acks_all:
         after.append(b"\x20\x01")
     if topic_id:
         after += (b"\x28", varint(topic_id))
-    nbytes = sum(map(len, before)) + size - len(head) + sum(map(len, after))
     return Pieces([*before, *(frames if isinstance(frames, list) else (frames,)), *after],
-                  nbytes)
+                  sum(map(len, before)) + frames_len + sum(map(len, after)))
 
 
 def joined(request: bytes | Pieces) -> bytes:
@@ -106,11 +105,8 @@ def produce_many_request(requests: list[bytes | Pieces]) -> bytes:
     :func:`request_pieces` (joined here: their one copy)."""
     parts: list = []
     for raw in requests:
-        if isinstance(raw, Pieces):
-            parts += (b"\x0a", varint(raw.nbytes))
-            parts += raw
-        else:
-            parts += (b"\x0a", varint(len(raw)), raw)
+        parts += (b"\x0a", varint(joined_len(raw)))
+        parts += raw if isinstance(raw, Pieces) else (raw,)
     return b"".join(parts)
 
 

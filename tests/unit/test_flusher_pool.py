@@ -12,7 +12,7 @@ import pytest
 from storage.config import StoreConfig
 from storage.flusher_pool import FlusherPool
 from storage.store import Store
-from tests.helpers import batch_of, read_all, values
+from tests.helpers import batch_of, read_all, values, wait_until
 
 SMALL = StoreConfig(cache_block_bytes=1 << 16, max_batch_bytes=1 << 15, max_message_bytes=1 << 14,
                     segment_bytes=1 << 16, cache_flush_interval_ms=20, checkpoint_interval_ms=50)
@@ -127,10 +127,7 @@ def test_wakes_gathered_in_a_block_are_queued_together_at_its_end():
 
     tasks = [Task(i) for i in range(20)]
     slots = [pool.add(t) for t in tasks]
-    deadline = time.monotonic() + 10
-    while any(t.steps == 0 for t in tasks):  # each ran its first round
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: all(t.steps for t in tasks), "each task ran its first round")
     pool.add(Blocker())
     assert busy.wait(10)
     try:
@@ -145,8 +142,6 @@ def test_wakes_gathered_in_a_block_are_queued_together_at_its_end():
         assert pool.stats()["ready"] == 20
     finally:
         release.set()
-    while len(ran) < 20:
-        assert time.monotonic() < deadline, ran
-        time.sleep(0.01)
+    wait_until(lambda: len(ran) == 20, "every woken task ran its round")
     pool.stop()
     assert sorted(ran) == list(range(20))

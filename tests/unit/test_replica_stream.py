@@ -6,7 +6,7 @@ import asyncio
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -34,17 +34,28 @@ async def answer(request: pb.ReplicaFetchRequest) -> Spliced:
 
 
 @pytest.fixture
-def port() -> Iterator[int]:
+def served() -> Iterator[tuple[ReplicaStreamServer, int, Callable]]:
+    """The server, its port, and a way to run a coroutine on its loop (stopped at the end)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
+
+    def on_loop(coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(10)
+
     server = ReplicaStreamServer(answer, lambda header: header == HEADER)
-    bound = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(10)
-    yield bound
-    asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    try:
+        yield server, on_loop(server.start("127.0.0.1", 0)), on_loop
+        on_loop(server.stop())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture
+def port(served) -> int:
+    return served[1]
 
 
 def request(topic: str, offset: int = 5) -> pb.ReplicaFetchRequest:
@@ -128,24 +139,15 @@ def test_a_port_in_use_is_refused_with_a_config_error_naming_it(port):
         asyncio.run(server.start("127.0.0.1", port))
 
 
-def test_stop_ends_the_connections_still_open_before_it_returns():
+def test_stop_ends_the_connections_still_open_before_it_returns(served):
     """A connection cancelled but not awaited outlives the loop as a coroutine never finished
     (PytestUnraisableExceptionWarning in a later test): stop waits for each to end."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    server = ReplicaStreamServer(answer, lambda header: header == HEADER)
+    server, bound, on_loop = served
+    client = StreamClient("127.0.0.1", bound, HEADER, None)  # hello answered: admitted
     try:
-        bound = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(10)
-        client = StreamClient("127.0.0.1", bound, HEADER, None)  # hello answered: admitted
-        try:
-            open_ones = list(server._connections)
-            assert len(open_ones) == 1
-            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-            assert all(task.done() for task in open_ones)
-        finally:
-            client.close()
+        open_ones = list(server._connections)
+        assert len(open_ones) == 1
+        on_loop(server.stop())
+        assert all(task.done() for task in open_ones)
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+        client.close()
