@@ -66,3 +66,26 @@ def screenshots_dir() -> Path:
     path = base / "portal-screenshots"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+SCREENSHOT_TRIES = 3
+
+
+def save_screenshot(browser, name: str) -> Path:
+    """Save the page as an artifact, best effort: Chromium on a busy machine can time out a
+    capture that races its own compositor ("timeout from aborted by navigation"), and a missing
+    picture must not fail a test whose checks are its assertions. Tries a few times, then
+    writes the error next to where the picture would be."""
+    from selenium.common.exceptions import WebDriverException
+
+    path = screenshots_dir() / f"{name}.png"
+    error: WebDriverException | None = None
+    for _ in range(SCREENSHOT_TRIES):
+        try:
+            browser.save_screenshot(str(path))
+            return path
+        except WebDriverException as exc:
+            error = exc
+    failed = path.with_suffix(".failed.txt")
+    failed.write_text(f"{SCREENSHOT_TRIES} tries failed; the last: {error}\n")
+    return failed

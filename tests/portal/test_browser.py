@@ -3,8 +3,8 @@ operator logs in, creates a topic with the form, sees what a producer wrote, wat
 consume to lag 0, resets it with a preview and sees the lag again, finds the changes in the
 audit log; a viewer gets no buttons; a forged cross-page POST is refused; a login's next cannot
 leave the site, an error page's Back link works under the portal's CSP, and newest-first
-message pages walk back through every record. Every page visited is saved as a screenshot (see
-browser.screenshots_dir)."""
+message pages walk back through every record. Every page visited is saved as a screenshot, best
+effort (see browser.save_screenshot)."""
 from __future__ import annotations
 
 import threading
@@ -18,7 +18,7 @@ from lib.admin import AdminClient
 from lib.errors import UnknownTopic
 from tests.cluster import ServerProcess
 from tests.integration.test_consumer_common import poll_until, wait_for
-from tests.portal.browser import screenshots_dir, start_browser, stop_browser
+from tests.portal.browser import save_screenshot, start_browser, stop_browser
 from tests.portal.conftest import VIEWER
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ class Page:
 
     def shot(self, name: str | None) -> Page:
         if name:
-            self.browser.save_screenshot(str(screenshots_dir() / f"{name}.png"))
+            save_screenshot(self.browser, name)
         return self
 
     def el(self, css: str):
