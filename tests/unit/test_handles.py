@@ -1,7 +1,7 @@
 """Open segment files within a cap (storage/handles.py): stores of many topics keep at most
-``capacity`` idle descriptors, what was evicted reads and writes back on reopen, a pinned
-descriptor is never closed under its reader, and a dropped segment stays readable through
-its kept descriptor until the graveyard empties."""
+``capacity`` idle descriptors (files used in turn past it still mostly hit), what was evicted
+reads and writes back on reopen, a pinned descriptor is never closed under its reader, and a
+dropped segment stays readable through its kept descriptor until the graveyard empties."""
 from __future__ import annotations
 
 import os
@@ -52,6 +52,29 @@ def test_four_hundred_topics_stay_within_the_cap_and_lose_nothing(tmp_path, capp
     assert capped.open == 0, "closing the stores closes every descriptor"
     with Store(tmp_path, "t123", 0, [0], SMALL) as s:  # and the files are whole on disk
         assert [r.value for r in read_all(s, 0)] == values("r0-s123", 3) + values("r1-s123", 3)
+
+
+def test_files_used_in_turn_past_the_cap_keep_most_of_the_cap_open(tmp_path, capped):
+    """Flushers visit the stores of many topics in turn: with the least recently used closed
+    first, every use past the cap reopened its file (no hits at all); closing the one just
+    used keeps a fixed set open across rounds."""
+    segs = []
+    for i in range(LEAST * 3 // 2):
+        path = tmp_path / f"c{i}"
+        path.write_bytes(b"%05d" % i)
+        segs.append(Segment(0, path, 5))
+    rounds = 4
+    for _ in range(rounds):
+        for i, seg in enumerate(segs):
+            with seg.use() as fd:
+                assert os.pread(fd, 5, 0) == b"%05d" % i
+    assert capped.open <= LEAST
+    reopened = capped.opened - len(segs)  # the first round opens every file
+    uses_after = (rounds - 1) * len(segs)
+    assert reopened <= uses_after - (rounds - 1) * (LEAST - 2), capped.stats()
+    for seg in segs:
+        capped.close(seg)
+    assert capped.open == 0
 
 
 def test_a_pinned_descriptor_is_never_closed_under_its_reader(tmp_path, capped):
