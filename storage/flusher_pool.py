@@ -174,11 +174,13 @@ class FlusherPool:
                     self._enqueue(slot)
                 else:
                     slot.timer += 1
-                    heapq.heappush(self._timers, (time.monotonic() + wait, next(self._seq),
-                                                  slot.timer, slot))
+                    at = time.monotonic() + wait
+                    sooner = not self._timers or at < self._timers[0][0]
+                    heapq.heappush(self._timers, (at, next(self._seq), slot.timer, slot))
                     if len(self._timers) > 2 * self._tasks + 64:
                         self._drop_stale_timers()
-                    self._cv.notify()  # a worker waiting on a later timer recomputes
+                    if sooner:  # a worker waiting on a later timer recomputes; a later
+                        self._cv.notify()  # one woke a worker for nothing (every step)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads once every store using the pool is closed (a broker's stop)."""
