@@ -34,9 +34,10 @@ from lib.types import TopicPartition
 
 YIELD_EVERY_MASK = 255  # appends yield the GIL once every 256 records of a batch
 _new_future = object.__new__
+_DONE = threading.Lock()  # a batch's finished flag and its lazily made event
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # no instance dict: one object less per batch to track
 class Batch:
     """Records of one partition sent in one Produce call.
 
@@ -68,7 +69,8 @@ class Batch:
     base_sequence: int = -1
     producer_id: int = -1
     values: list[bytes] | None = None  # plain values not encoded yet (see above)
-    done: threading.Event = field(default_factory=threading.Event)
+    finished: bool = False  # acknowledged or failed for good (mark_done)
+    _done: threading.Event | None = None  # made by the first wait_done (flush): most never are
     outcome: BatchOutcome = field(default_factory=BatchOutcome)  # shared by its futures
     base_offset: int = -1  # once acknowledged
     # Cut into pieces after its broker refused it as too large (lib/producer/split.py):
@@ -83,6 +85,25 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.timestamps)
+
+    def mark_done(self) -> None:
+        """Finished: wake whoever waits in :meth:`wait_done`."""
+        with _DONE:
+            self.finished = True
+            done = self._done
+        if done is not None:
+            done.set()
+
+    def wait_done(self, timeout: float | None) -> bool:
+        """Wait until finished (``flush``); False on timeout. The event is made here, not with
+        every batch: an Event is a Condition, a lock and a deque for the collector to track."""
+        with _DONE:
+            if self.finished:
+                return True
+            if self._done is None:
+                self._done = threading.Event()
+            done = self._done
+        return done.wait(timeout)
 
     def encode(self) -> None:
         """Encode the plain values into ``buf`` (pieces the request joins: one copy of the
@@ -428,7 +449,10 @@ class Accumulator:
                 # closing), or a send() blocked on a full buffer. Otherwise waking the sender
                 # only makes it contend for the GIL (a send_sync's release, every time).
                 self.cond.notify_all()
-        batch.done.set()
+        # Its bytes go now: a topic's producer keeps its last batch (the sticky partition's),
+        # which held its whole request until the topic's next record (200 KiB a topic here).
+        batch.payload, batch.buf, batch.values = b"", bytearray(), None
+        batch.mark_done()
 
     def abort_queued(self) -> list[Batch]:
         """Remove every queued (not in flight) batch; the caller fails their futures."""

@@ -12,7 +12,10 @@ state lives in one :class:`BatchOutcome` shared by every record of its batch:
 - waiter and callback lists are created only for futures that use them, and only those are
   visited when the batch settles (callbacks run in record order);
 - the outcome never references the futures (no reference cycles for the collector to find),
-  except the few registered for callbacks, and it drops those once it has settled.
+  except the few registered for callbacks, and it drops those once it has settled;
+- the outcome's condition is made by the first future that waits or registers: most batches
+  are settled with nobody waiting, and a Condition is an RLock, a deque and five bound methods
+  for the collector to track (at 10,000 topics the producer's collections took 8 % of its CPU).
 
 Records cannot be cancelled once queued (``cancel()`` returns False, as in Kafka's producer):
 the batch is sent regardless. ``set_result``/``set_exception`` are not supported: only
@@ -32,15 +35,31 @@ from typing import Any
 _NO_CALLBACKS: tuple = ()
 
 
+_MAKING = threading.Lock()  # makes an outcome's condition, or settles one that has none
+
+
 class BatchOutcome:
     """The shared state of every record future of one batch."""
 
+    __slots__ = ("_condition", "state", "error", "make_result", "watched")
+
     def __init__(self, make_result: Callable[[int], Any] | None = None) -> None:
-        self.condition = threading.Condition()
+        self._condition: threading.Condition | None = None  # made on first use (above)
         self.state = PENDING
         self.error: BaseException | None = None
         self.make_result = make_result  # index -> result value, set on success
-        self.watched: list[RecordFuture] = []  # futures with callbacks or waiters
+        self.watched: list[RecordFuture] | None = None  # futures with callbacks or waiters
+
+    @property
+    def condition(self) -> threading.Condition:
+        """The condition waiters and registrations hold, made by the first of them."""
+        condition = self._condition
+        if condition is None:
+            with _MAKING:
+                condition = self._condition
+                if condition is None:
+                    condition = self._condition = threading.Condition()
+        return condition
 
     def succeed(self, make_result: Callable[[int], Any]) -> None:
         """Every pending record gets ``make_result(index)`` (built lazily, on access)."""
@@ -51,18 +70,24 @@ class BatchOutcome:
 
     def _finish(self, make_result: Callable[[int], Any] | None,
                 error: BaseException | None) -> None:
-        with self.condition:
+        if self._condition is None:
+            with _MAKING:  # a waiter making the condition now finds the outcome settled
+                if self._condition is None:  # nobody waits or watches: no registration
+                    if self.state == PENDING:  # happens without the condition
+                        self.make_result, self.error, self.state = make_result, error, FINISHED
+                    return
+        with self._condition:
             if self.state != PENDING:
                 return
             self.make_result, self.error, self.state = make_result, error, FINISHED
-            watched, self.watched = self.watched, []
+            watched, self.watched = self.watched or (), None
             for fut in watched:
                 for waiter in fut._waiter_list or ():
                     if error is None:
                         waiter.add_result(fut)
                     else:
                         waiter.add_exception(fut)
-            self.condition.notify_all()
+            self._condition.notify_all()
         for fut in watched:
             fut._invoke_callbacks()
 
@@ -113,7 +138,10 @@ class RecordFuture(Future):
         """Register for a visit when the batch settles (once; call with the condition held)."""
         if not self._watched:
             self._watched = True
-            self._outcome.watched.append(self)
+            outcome = self._outcome
+            if outcome.watched is None:
+                outcome.watched = []
+            outcome.watched.append(self)
 
     def done(self) -> bool:
         return self._outcome.state == FINISHED

@@ -310,7 +310,7 @@ class Producer(TransactionalApi, Closeable):
             self._acc.flushing += 1
             self._acc.cond.notify_all()
         try:
-            for wait in [*(batch.done.wait for batch in batches),
+            for wait in [*(batch.wait_done for batch in batches),
                          lambda left: self._acc.wait_claims(claims, left)]:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not wait(left):

@@ -86,6 +86,20 @@ log = logging.getLogger("tubeq.producer")
 MAX_BACKOFF_S = 1.0
 
 
+class Acknowledged:
+    """Each record's RecordMetadata of an acknowledged batch, made when asked for. One object
+    for the collector to track where a closure is a function and its cells; it holds the
+    timestamps, never the batch (a future the caller keeps must not keep the request)."""
+
+    __slots__ = ("topic", "partition", "base", "times")
+
+    def __init__(self, topic: str, partition: int, base: int, times: Any) -> None:
+        self.topic, self.partition, self.base, self.times = topic, partition, base, times
+
+    def __call__(self, i: int) -> RecordMetadata:
+        return RecordMetadata(self.topic, self.partition, self.base + i, int(self.times[i]))
+
+
 class Sender(DirectSend, threading.Thread):
     """Drains the accumulator into Produce calls until stopped."""
 
@@ -328,7 +342,7 @@ class Sender(DirectSend, threading.Thread):
                 batch, result, error = self._completions.get_nowait()
             except queue.Empty:
                 return
-            if batch.done.is_set():
+            if batch.finished:
                 continue  # failed by a forced close while the call was in flight
             if error is None:
                 self._succeed(batch, result)
@@ -351,8 +365,7 @@ class Sender(DirectSend, threading.Thread):
         if self.txn is not None:
             self.txn.count(batch.tp, len(batch))
         batch.base_offset = base
-        batch.outcome.succeed(lambda i: RecordMetadata(topic, partition, base + i,
-                                                          int(times[i])))
+        batch.outcome.succeed(Acknowledged(topic, partition, base, times))
         self.acc.release(batch)
         if batch.split is not None:
             self._settle_split(batch, None)

@@ -135,7 +135,7 @@ class Split:
             return None
         if error is not None:
             for later in self.pieces:
-                if later.abandoned is None and not later.done.is_set() and later is not piece:
+                if later.abandoned is None and not later.finished and later is not piece:
                     later.abandoned = error
             self._finish(error)
             return self.parent
@@ -164,4 +164,4 @@ class Split:
                 return RecordMetadata(topic, partition, base + i - start, int(times[i]))
 
             parent.outcome.succeed(metadata)
-        parent.done.set()
+        parent.mark_done()

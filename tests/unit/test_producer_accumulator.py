@@ -2,6 +2,7 @@
 the head, bounded memory. Pure in-process: no network."""
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -10,6 +11,7 @@ import pytest
 
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.producer.accumulator import Accumulator
+from lib.records.encode import Pieces
 from lib.types import TopicPartition
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
@@ -192,7 +194,23 @@ def test_release_twice_frees_the_bytes_once():
     (batch,), _ = _drain(acc)
     acc.release(batch)
     acc.release(batch)
-    assert acc.used_bytes == 0 and acc.incomplete() == [] and batch.done.is_set()
+    assert acc.used_bytes == 0 and acc.incomplete() == [] and batch.finished
+
+
+def test_a_released_batch_lets_go_of_its_values_though_its_topic_keeps_it():
+    """The producer keeps each topic's last batch (its sticky partition's); it held the
+    request, and so every value, until the topic's next record."""
+    acc = _acc(batch_bytes=10_000, linger_s=0)
+    sticky = _sticky()
+    value = bytes(range(256)) * 16  # big enough to be referenced, not copied, by its frame
+    held = sys.getrefcount(value)
+    acc.add_value(sticky, value, time.time_ns())
+    (batch,), _ = _drain(acc)
+    batch.encode()
+    batch.payload = Pieces(list(batch.buf), 0)  # what the sender's seal makes of it
+    assert sys.getrefcount(value) > held
+    acc.release(batch)
+    assert sticky[2] is batch and sys.getrefcount(value) == held
 
 
 def test_message_larger_than_the_whole_buffer_is_refused_at_once():

@@ -79,3 +79,35 @@ def test_result_times_out_while_pending():
     _, (f,) = _batch(1)
     with pytest.raises(TimeoutError):
         f.result(0.01)
+
+
+def test_a_batch_nobody_waits_on_settles_without_making_a_condition():
+    outcome, futures = _batch(3)
+    outcome.succeed(lambda i: i)
+    assert outcome._condition is None, "a Condition per batch is garbage for the collector"
+    assert [f.result(0) for f in futures] == [0, 1, 2]
+    callback_saw = []
+    futures[0].add_done_callback(lambda f: callback_saw.append(f.result()))
+    assert callback_saw == [0], "a callback added after settling runs at once"
+
+
+def test_waiters_arriving_while_their_batch_settles_never_miss_it():
+    """The condition is made by the first waiter, possibly as the sender settles the batch
+    without one: each waiter either sees the outcome settled or is woken."""
+    for _ in range(200):
+        outcome, futures = _batch(4)
+        got: list[int] = []
+        start = threading.Barrier(len(futures) + 1)
+
+        def wait_for(f: RecordFuture, start: threading.Barrier, got: list[int]) -> None:
+            start.wait()
+            got.append(f.result(10))
+
+        threads = [threading.Thread(target=wait_for, args=(f, start, got)) for f in futures]
+        for t in threads:
+            t.start()
+        start.wait()
+        outcome.succeed(lambda i: i)
+        for t in threads:
+            t.join(15)
+        assert sorted(got) == [0, 1, 2, 3]

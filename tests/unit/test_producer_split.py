@@ -85,7 +85,7 @@ def test_every_record_gets_its_offset_from_its_piece_even_when_a_piece_is_cut_ag
     assert [f.result(0).offset for f in futures] == [50, 51, 70, 90, 91, 92]
     assert [f.result(0).timestamp for f in futures] == [1000 + i for i in range(6)]
     assert batch_offsets(batch).tolist() == [50, 51, 70, 90, 91, 92]
-    assert batch.done.is_set()
+    assert batch.finished
 
 
 def test_a_piece_that_fails_for_good_fails_the_batch_and_abandons_the_pieces_after_it():
