@@ -25,10 +25,12 @@ from tests.integration.kafka_kit import (
 )
 
 
-def test_sasl_and_acls_refuse_as_documented(kcluster):
-    wrong_login(kcluster, Credentials("admin", "not-the-password"))
+def alice_on_her_topic_and_another(kcluster) -> dict:
+    """Each topic's delivery error of alice's produce to "alice-t" (her ACL) and "k-ck" (none),
+    once her ACL reached the broker (with a heartbeat: up to 20 s). Any test of this file may
+    run first on a fresh cluster."""
     outcome: dict = {}
-    deadline = time.monotonic() + 20  # the brokers hear of the ACL with a heartbeat
+    deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         outcome.clear()
         alice = CkProducer({**sasl(kcluster, ALICE), "message.timeout.ms": 10000})
@@ -39,6 +41,12 @@ def test_sasl_and_acls_refuse_as_documented(kcluster):
         if outcome.get("alice-t", "missing") is None:
             break
         time.sleep(0.5)
+    return outcome
+
+
+def test_sasl_and_acls_refuse_as_documented(kcluster):
+    wrong_login(kcluster, Credentials("admin", "not-the-password"))
+    outcome = alice_on_her_topic_and_another(kcluster)
     assert outcome["alice-t"] is None
     assert outcome["k-ck"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
@@ -158,6 +166,7 @@ def _timed_produce(conf: dict, topic: str, nbytes: int) -> float:
 
 def test_a_byte_rate_quota_paces_a_kafka_producer_as_it_paces_tubeqs(kcluster):
     conf = sasl(kcluster, ALICE)
+    assert alice_on_her_topic_and_another(kcluster)["alice-t"] is None, "her ACL on the broker"
     with AdminClient(kcluster.master_addresses,
                      credentials=kcluster.admin_credentials()) as root:
         root.set_quota("user:alice", produce_bytes_per_s=1 << 20)
