@@ -460,6 +460,8 @@ class Accumulator:
             batches = [b for q in self._queues.values() for b in q]
             for q in self._queues.values():
                 q.clear()
+            for batch in batches:  # a send() holding one as its topic's open batch opens
+                batch.sealed = True  # another: this one is failed (and its bytes dropped)
             return batches
 
     def incomplete(self) -> list[Batch]:

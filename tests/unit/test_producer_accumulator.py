@@ -213,6 +213,21 @@ def test_a_released_batch_lets_go_of_its_values_though_its_topic_keeps_it():
     assert sticky[2] is batch and sys.getrefcount(value) == held
 
 
+def test_a_record_after_its_topics_open_batch_was_aborted_goes_into_a_new_batch():
+    """The sender fails every queued batch when its thread dies: a send() that still holds
+    one as its topic's open batch must not add to it (it is failed, its values dropped)."""
+    acc = _acc(batch_bytes=10_000, linger_s=60)
+    sticky = _sticky()
+    acc.add_value(sticky, b"first", time.time_ns())
+    aborted = acc.abort_queued()
+    assert aborted == [sticky[2]]
+    acc.release(aborted[0], in_flight=False)
+    future = acc.add_value(sticky, b"second", time.time_ns())
+    assert future is not None and sticky[2] is not aborted[0] and not future.done()
+    (batch,), _ = _drain(acc, time.monotonic() + 120)
+    assert batch is sticky[2] and batch.frames()[0].endswith(b"second")
+
+
 def test_message_larger_than_the_whole_buffer_is_refused_at_once():
     acc = _acc(buffer_bytes=50, max_block_s=10)
     start = time.monotonic()
