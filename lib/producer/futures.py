@@ -68,18 +68,24 @@ class BatchOutcome:
     def fail(self, error: BaseException) -> None:
         self._finish(None, error)
 
+    def _settle(self, make_result: Callable[[int], Any] | None,
+                error: BaseException | None) -> bool:
+        """Record the outcome, once (False: it was settled already)."""
+        if self.state != PENDING:
+            return False
+        self.make_result, self.error, self.state = make_result, error, FINISHED
+        return True
+
     def _finish(self, make_result: Callable[[int], Any] | None,
                 error: BaseException | None) -> None:
         if self._condition is None:
             with _MAKING:  # a waiter making the condition now finds the outcome settled
                 if self._condition is None:  # nobody waits or watches: no registration
-                    if self.state == PENDING:  # happens without the condition
-                        self.make_result, self.error, self.state = make_result, error, FINISHED
+                    self._settle(make_result, error)
                     return
         with self._condition:
-            if self.state != PENDING:
+            if not self._settle(make_result, error):
                 return
-            self.make_result, self.error, self.state = make_result, error, FINISHED
             watched, self.watched = self.watched or (), None
             for fut in watched:
                 for waiter in fut._waiter_list or ():

@@ -69,7 +69,8 @@ from lib.errors import (
 )
 from lib.logs import event
 from lib.produce_wire import joined, request_pieces, restamp_request
-from lib.producer.accumulator import Accumulator, Batch
+from lib.producer.accumulator import Accumulator
+from lib.producer.batch import Batch
 from lib.producer.calls import Metadata, ProduceCalls, runs_of
 from lib.producer.direct import DirectSend
 from lib.producer.sequences import Sequences

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from lib.produce_wire import batch_span, joined
-from lib.producer.accumulator import Batch
+from lib.producer.batch import Batch
 from lib.records import HEADER_SIZE
 from lib.records.layout import COLUMN_BYTES_PER_RECORD
 from lib.types import RecordMetadata, TopicPartition

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from lib.errors import DiskFull
-from lib.producer.accumulator import Accumulator, Batch
+from lib.producer.accumulator import Accumulator
+from lib.producer.batch import Batch
 from lib.producer.bulk import batch_offsets
 from lib.producer.split import RefusedLimits, Split, cut, frames_of, piece_bounds
 from lib.records import HEADER_SIZE
