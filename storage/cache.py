@@ -29,12 +29,17 @@ _spares: dict[int, deque[np.ndarray]] = {}  # capacity -> mappings nothing refer
 class _Entries:
     """Growable array of index entries for one partition inside one block."""
 
-    __slots__ = ("first_offset", "arr", "n")
+    __slots__ = ("first_offset", "arr", "n", "keyed")
 
     def __init__(self, first_offset: int) -> None:
         self.first_offset = first_offset
         self.arr = np.empty(1024, INDEX_DTYPE)
         self.n = 0
+        self.keyed = False  # may a record here have a key (storage/keys.py: else no hashing)
+
+    @property
+    def end_offset(self) -> int:
+        return self.first_offset + self.n
 
     def extend(self, entries: np.ndarray | tuple[int, int, int, int]) -> int:
         """Append ``entries``, or one entry as a (pos, size, tag, ts) tuple (a one-record
@@ -139,9 +144,10 @@ class CacheBlock:
         return self.fill + nbytes <= self.capacity
 
     def add(self, partition: int, base_offset: int, header: bytes, frames: memoryview,
-            entries: np.ndarray | tuple[int, int, int, int]) -> None:
+            entries: np.ndarray | tuple[int, int, int, int], keyed: bool = True) -> None:
         """Copy a chunk in (one memcpy for the frames) and record its index entries (an
-        array, or one entry as a tuple: :meth:`_Entries.extend`)."""
+        array, or one entry as a tuple: :meth:`_Entries.extend`). ``keyed``: False when the
+        chunk's check saw no record with a key (``BatchView.keyed``)."""
         if self.buf is None:
             self.buf = fresh_buffer(self.capacity, False)
         # A memoryview for the copies (no numpy array per piece), dropped at return: a view
@@ -154,6 +160,7 @@ class CacheBlock:
         part = self.parts.get(partition)
         if part is None:
             part = self.parts[partition] = _Entries(base_offset)
+        part.keyed = part.keyed or keyed
         self.messages += part.extend(entries)
 
     def entries(self, partition: int) -> tuple[int, np.ndarray] | None:

@@ -248,8 +248,9 @@ class Flusher:
             done = index.end - entries.first_offset
             if done < entries.n:
                 index.append(entries.view()[done:])
+            unkeyed = (0, 0) if entries.keyed else (entries.first_offset, entries.end_offset)
             part.keys.catch_up(index, lambda pos, n: _frames_of(block, c, pos, n),
-                               c.data.start)
+                               c.data.start, unkeyed)
 
     def _maybe_checkpoint(self, force: bool) -> None:
         c = self.core

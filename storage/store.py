@@ -256,7 +256,7 @@ class Store(Closeable):
         header = chunk_header(partition, view.count, base, len(view.frames), leader_epoch,
                               producer)
         block.add(partition, base, header, view.frames,
-                  index_entries(view, block.end_pos + len(header)))
+                  index_entries(view, block.end_pos + len(header)), view.keyed)
         part.next = base + view.count
         if producer is not None:
             part.after_producer_chunk(producer, view.count, base, block.end_pos,

@@ -106,7 +106,8 @@ class KafkaBatch(NamedTuple):
         return BatchView(count, self.producer_id, self.producer_epoch, self.base_sequence,
                          sizes, np.zeros(count, np.uint32),
                          self.plain.timestamps.astype(np.int64),
-                         memoryview(b"".join(pieces)), self.transactional)
+                         memoryview(b"".join(pieces)), self.transactional,
+                         keyed=self.plain.keys is not None)
 
     def all_records(self) -> list[Record]:
         """The records, however they were read (tests and tools; not the hot path)."""

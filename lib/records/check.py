@@ -61,6 +61,9 @@ class BatchView(NamedTuple):
     timestamps: np.ndarray
     frames: memoryview
     transactional: bool = False  # BATCH_TRANSACTIONAL: part of its producer's transaction
+    # False only where the check saw that no record has a (non-empty) key: the flusher then
+    # writes their key hashes as zeros without reading the frames back (storage/keys.py).
+    keyed: bool = True
 
     @property
     def frames_bytes(self) -> int:
@@ -140,7 +143,8 @@ def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
         sizes = columns[0]
         _check_sizes(int(sizes.sum(dtype=np.int64)), int(sizes.min()), int(sizes.max()),
                      len(frames), max_message_bytes)
-        check_frames(frames, *columns)
+        keyed = check_frames(frames, *columns)
+        return BatchView(count, pid, epoch, base_seq, *columns, frames, keyed=keyed)
     return BatchView(count, pid, epoch, base_seq, *columns, frames)
 
 
@@ -159,16 +163,18 @@ def _check_sizes(total: int, smallest: int, biggest: int, frame_bytes: int,
 
 
 def check_frames(frames: memoryview, sizes: np.ndarray, tag_hashes: np.ndarray,
-                 timestamps: np.ndarray) -> None:
+                 timestamps: np.ndarray) -> bool:
     """:func:`frame_columns`, and the batch's tag-hash and timestamp columns must agree with
-    the frames (the index is built from the columns and rebuilt from the frames)."""
+    the frames (the index is built from the columns and rebuilt from the frames). Returns
+    whether a record may have a key (False: none has one; a few frames are not looked at)."""
     if len(sizes) <= FEW_FRAMES:
         _check_listed(few_columns(frames, sizes.tolist()), tag_hashes.tolist(),
                       timestamps.tolist())
-        return
-    tags, times = many_columns(frames, sizes)
+        return True
+    tags, times, keyed = _many_columns(frames, sizes)
     _require(times == timestamps, "its timestamp disagrees with the batch timestamp column")
     _require(tags == tag_hashes, "its tag disagrees with the batch tag-hash column")
+    return keyed
 
 
 def _check_listed(found: tuple[list[int], list[int]], tag_hashes: Sequence[int],
@@ -210,6 +216,14 @@ def many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None 
                   contents: bool = True, known: int = KNOWN_FLAGS
                   ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`frame_columns` over whole arrays."""
+    tags, times, _keyed = _many_columns(frames, sizes, head, contents, known)
+    return tags, times
+
+
+def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None = None,
+                  contents: bool = True, known: int = KNOWN_FLAGS
+                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`many_columns`, and whether any record has a non-empty key."""
     starts = frame_starts(sizes)
     ends = starts + sizes
     u8 = np.frombuffer(frames, U8)
@@ -235,7 +249,7 @@ def many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None 
     if len(tagged):
         at = starts[tagged] + FRAME_HEADER_SIZE
         hashes[tagged] = np.maximum(range_crcs(frames, at, at + tag_lens[tagged]), 1)  # tag_hash
-    return hashes, head["ts"]
+    return hashes, head["ts"], bool(key_lens.max() > 0)
 
 
 def few_columns(frames: memoryview, sizes: Sequence[int], contents: bool = True,

@@ -11,7 +11,8 @@ import pytest
 from lib.errors import InvalidArgument
 from lib.records import Record, decode_frames, encode_batch, parse_batch
 from storage.config import StoreConfig
-from storage.keys import HASH, KS_HEADER, hash_keys, key_hash
+from storage.index import INDEX_DTYPE, IndexLog
+from storage.keys import HASH, KS_HEADER, KeyLog, hash_keys, key_hash
 from storage.store import Store
 from tests.helpers import read_all
 
@@ -156,6 +157,61 @@ def test_key_hashes_are_crc32_of_the_key_bytes_computed_over_whole_arrays():
     starts = np.concatenate([[0], np.cumsum(view.sizes[:-1])]).astype(np.int64)
     got = hash_keys(view.frames, starts, view.sizes.astype(np.int64))
     assert got.dtype == HASH and got.tolist() == [key_hash(b"k1"), 0, 0]
+
+
+def test_a_batch_check_says_whether_any_record_has_a_key():
+    many = [Record(b"v%d" % i) for i in range(40)]
+    assert parse_batch(encode_batch(many)).keyed is False
+    assert parse_batch(encode_batch(many + [Record(b"k", key=b"")])).keyed is False  # hash 0
+    assert parse_batch(encode_batch(many + [Record(b"k", key=b"x")])).keyed is True
+    assert parse_batch(encode_batch(many[:3])).keyed is True  # a few frames: not looked at
+
+
+def test_catch_up_writes_zeros_for_unkeyed_offsets_without_reading_them(tmp_path):
+    # 300 keyed records, then 600 without keys, across index segments of 256 entries.
+    records = [Record(b"v", key=KEYS[i % 37]) for i in range(300)] + [Record(b"w")] * 600
+    view = parse_batch(encode_batch(records))
+    starts = np.concatenate([[0], np.cumsum(view.sizes[:-1])]).astype(np.int64)
+    index = IndexLog(tmp_path / "p0", max_entries=256)
+    entries = np.zeros(len(records), INDEX_DTYPE)
+    entries["pos"], entries["size"] = starts, view.sizes
+    index.append(entries)
+    fetched = []
+
+    def fetch(pos: int, n: int) -> memoryview:
+        fetched.append((pos, pos + n))
+        return view.frames[pos:pos + n]
+
+    keys = KeyLog(index)
+    keys.catch_up(index, fetch, 0, unkeyed=(300, 900))
+    assert fetched and max(end for _, end in fetched) <= starts[300]  # never read past 300
+    got = np.concatenate([np.fromfile(p, HASH) for p in sorted((tmp_path / "p0").glob("*.kh"))])
+    assert got.tolist() == [key_hash(r.key or b"") for r in records]
+    assert len(list((tmp_path / "p0").glob("*.ks"))) == 3  # 0, 256 and 512 sealed
+    assert keys.candidates(key_hash(b"user-4"), 0, 900, None, None).tolist() == \
+        [i for i in range(300) if i % 37 == 4]
+    keys.close()
+    index.close()
+
+
+def test_unkeyed_batches_among_keyed_ones_keep_the_key_index_exact(tmp_path):
+    s = Store(tmp_path, "orders", 0, [0], SMALL)
+    try:
+        for round_ in range(30):  # blocks of keyed, unkeyed and mixed partitions' chunks
+            s.append(0, encode_batch([Record(b"u%d" % i) for i in range(50)]))
+            if round_ % 3:
+                fill(s, 0, 40, seed=round_, ts0=round_ * 100)
+        assert found(s, 0, b"user-7") == scan(s, 0, b"user-7") != []
+        s.flush()
+        hashes = np.concatenate([np.fromfile(p, HASH) for p in sorted(s.dir.glob("p0/*.kh"))])
+        assert hashes.tolist() == [key_hash(r.key or b"") for r in read_all(s, 0)]
+    finally:
+        s.close()
+    s = Store(tmp_path, "orders", 0, [0], SMALL)
+    try:
+        assert {k: found(s, 0, k) for k in KEYS[:37]} == {k: scan(s, 0, k) for k in KEYS[:37]}
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize(("kw", "words"), [
