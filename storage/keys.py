@@ -8,8 +8,9 @@ segment ``p<N>/<base>.idx``, two files (design (b) of issue 52):
   flusher right after the index entries, from the block it is writing (the frames are still in
   memory), so it costs one C-level ``map(crc32, key slices)`` per block and no Python loop per
   record; a block whose chunks the append's check saw without keys (most bulk sends) gets
-  its zeros written without reading anything back. Lookups scan it with numpy only while its segment is the active one (at most
-  ``index_segment_entries`` x 4 bytes: 4 MiB by default).
+  its zeros written without reading anything back. Lookups scan it with numpy only while
+  its segment is the active one (at most ``index_segment_entries`` x 4 bytes: 4 MiB by
+  default).
 - ``<base>.ks``: once the index segment has rolled (sealed), the same hashes sorted (stable
   ``np.argsort``) with the entry numbers beside them, so a lookup is two ``np.searchsorted`` on a
   memory map: O(log n) pages touched, whatever the partition's size. Header (32 bytes): magic
