@@ -202,11 +202,12 @@ class DataLog(SegmentedLog):
         for seg in segs:
             if length <= 0:
                 break
-            if seg.end <= position:
+            end = seg.end  # once: a truncation may shorten the segment while we read
+            if end <= position:
                 continue
             if seg.base > position:
                 raise CorruptRecord(f"data at position {position} is missing (deleted or damaged)")
-            n = min(length, seg.end - position)
+            n = min(length, end - position)
             raw = None
             fd = seg.pin()
             try:

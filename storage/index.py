@@ -83,6 +83,8 @@ class IndexLog(SegmentedLog):
         i = max(0, bisect.bisect_right([s.base for s in segs], first) - 1)
         while first < last and i < len(segs):
             seg = segs[i]
+            if first < seg.base:  # the one before ended short: a cut shortened it meanwhile
+                raise self._short(segs[i - 1], first, cuts)
             stop = min(last, seg.end)
             if stop > first:
                 got = _read_segment(seg, first, stop)

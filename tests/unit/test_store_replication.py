@@ -505,6 +505,26 @@ def test_an_index_read_cut_short_by_a_truncation_is_out_of_range(tmp_path, monke
     log.close()
 
 
+def test_an_index_read_over_segments_a_truncation_dropped_is_out_of_range(tmp_path,
+                                                                          monkeypatch):
+    """The reader took the segment list, then a cut shortened the segment it starts in and
+    dropped the next ones: it met the next one's base with offsets still below it (a pread
+    at a negative position failed with EINVAL, found by the test above under load)."""
+    log = _index_with(tmp_path, 2500)  # segments at 0, 1000, 2000
+    real = index_module.bisect.bisect_right
+
+    def cut_first(bases, first):
+        log.truncate(700, keep_fds=True)
+        return real(bases, first)
+
+    monkeypatch.setattr(index_module, "bisect", type("B", (), {"bisect_right": cut_first}))
+    with pytest.raises(OffsetOutOfRange, match="truncated away while being read"):
+        log.read(500, 1500)
+    monkeypatch.undo()
+    assert len(log.read(500, 700)) == 200 and log.end == 700
+    log.close()
+
+
 def test_an_index_file_shorter_than_its_count_without_a_cut_is_corrupt(tmp_path):
     log = _index_with(tmp_path, 50)
     seg = log._list.segs[-1]
