@@ -129,6 +129,7 @@ def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
     if count < 1 or count > MAX_RECORDS_PER_BATCH or frames_at > len(buf):
         raise CorruptRecord(f"batch record count {count} does not fit its {len(buf)} bytes")
     frames = buf[frames_at:]
+    keyed = True  # a few frames are not looked at for keys
     if count <= FEW_FRAMES:
         # A handful of records (send_sync): one struct call reads the columns as lists, and
         # Python's sum/min/max and list compares beat a dozen numpy calls.
@@ -144,8 +145,7 @@ def _columns(buf: memoryview, count: int, pid: int, epoch: int, base_seq: int,
         _check_sizes(int(sizes.sum(dtype=np.int64)), int(sizes.min()), int(sizes.max()),
                      len(frames), max_message_bytes)
         keyed = check_frames(frames, *columns)
-        return BatchView(count, pid, epoch, base_seq, *columns, frames, keyed=keyed)
-    return BatchView(count, pid, epoch, base_seq, *columns, frames)
+    return BatchView(count, pid, epoch, base_seq, *columns, frames, keyed=keyed)
 
 
 def _check_sizes(total: int, smallest: int, biggest: int, frame_bytes: int,
