@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 
 from broker.config import load
@@ -19,7 +18,7 @@ from lib.logs import event, setup
 from lib.memory import keep_freed_memory
 from lib.open_files import raise_open_files
 from lib.private_files import enter_data_dir, private_umask
-from lib.process import write_ready
+from lib.process import StopSignals, write_ready
 from lib.tls import add_server_args, server_overrides
 
 log = logging.getLogger("broker")
@@ -62,20 +61,19 @@ def main(argv: list[str] | None = None) -> int:
         limit, before = raise_open_files(config.open_files_limit)
         event(log, "broker.open_files_limit", logging.INFO if limit >= config.open_files_limit
               else logging.WARNING, limit=limit, was=before, wanted=config.open_files_limit)
+        signals = StopSignals()  # one sent while the broker starts stops it once started
         broker = Broker(config).start()
     except TubeqError as err:
         event(log, "broker.start_failed", logging.ERROR, error=err.message)
         return 2
-    stop = lambda *_: broker.stop()  # noqa: E731 - the signal handler
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     write_ready(config.data_dir, {"role": "broker", "broker_id": config.broker_id,
                                   "address": broker.address, "metrics": broker.metrics_address,
                                   **({"kafka": broker.kafka_address}
                                      if broker.kafka_address else {}),
                                   **({"replica_stream": broker.replica_stream_port}
                                      if broker.replica_stream_port else {})})
-    broker.wait()
+    signals.wait(broker.stopped)
+    broker.stop()
     return 0
 
 

@@ -69,7 +69,6 @@ from lib.delay import DELAY_TOPIC
 from lib.errors import ConfigError, TubeqError, Unavailable
 from lib.fetch_wire import FETCH_METHOD
 from lib.logs import event
-from lib.process import wait_awake
 from lib.produce_wire import PRODUCE_MANY_METHOD, PRODUCE_METHOD, parse_produce, parse_produce_many
 from lib.producer import Producer
 from lib.proto import broker_pb2_grpc, security_pb2_grpc
@@ -378,9 +377,10 @@ class Broker:
         if not thread.is_alive():
             loop.close()
 
-    def wait(self) -> None:
-        """Block until :meth:`stop` has run (waking to let the main thread take signals)."""
-        wait_awake(self._stopped)
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once :meth:`stop` has begun."""
+        return self._stopped
 
 
 async def _cancel_tasks() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
@@ -35,15 +36,52 @@ def write_ready(data_dir: str | Path, info: dict[str, Any]) -> Path:
     return path
 
 
-def wait_awake(event: threading.Event, step_s: float = 0.5) -> None:
-    """Block the main thread until ``event`` is set, waking every ``step_s``.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    Python runs a signal handler only in the main thread, when that thread runs bytecode. The
-    kernel may hand SIGTERM to any thread of a process (it did to a broker after a
-    SIGSTOP/SIGCONT); a main thread asleep in a wait with no timeout then never runs the
-    handler, and the server ignores SIGTERM until SIGKILL (no flush, no hand-off)."""
-    while not event.wait(step_s):
-        pass
+
+class StopSignals:
+    """SIGTERM and SIGINT, taken from the moment this is made (one sent while the server
+    starts is kept) until the main thread asks with :meth:`wait`.
+
+    The handler does nothing itself: the signal's byte reaches a socket the main thread
+    selects on (``signal.set_wakeup_fd``). A Python handler that set an Event ran in the main
+    thread between two bytecodes, and could run while that thread held the same Event's lock
+    inside ``Event.wait``: a broker paused, resumed and terminated hung there until SIGKILL
+    (no flush, no hand-off). The kernel may also hand the signal to another thread; its byte
+    wakes the select all the same. Main thread only, one per process."""
+
+    def __init__(self) -> None:
+        self._reader, writer = socket.socketpair()
+        self._writer = writer  # kept open: the wakeup fd must stay valid
+        for sock in (self._reader, writer):
+            sock.setblocking(False)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _ignore)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+    def wait(self, stopped: threading.Event | None = None, step_s: float = 0.5) -> int | None:
+        """Block until a stop signal (returns its number) or ``stopped`` is set (None).
+        Signals after that are ignored: the stop is under way."""
+        while stopped is None or not stopped.is_set():
+            if select.select([self._reader], [], [], step_s)[0]:
+                sig = self.received()
+                if sig is not None:
+                    return sig
+        return None
+
+    def received(self) -> int | None:
+        """A stop signal that came since the last look, without blocking (a main thread
+        with a loop of its own)."""
+        try:
+            got = [sig for sig in self._reader.recv(512) if sig in STOP_SIGNALS]
+        except BlockingIOError:
+            return None
+        return got[0] if got else None
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A Python handler, so that the default action does not end the process and the
+    wakeup fd gets the signal's byte."""
 
 
 def clear_ready(data_dir: str | Path) -> None:

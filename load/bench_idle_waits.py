@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 
+from lib.process import StopSignals
 from lib.proto import broker_pb2 as pb
 from lib.proto import broker_pb2_grpc
 from lib.rpc import CHANNEL_OPTIONS
@@ -159,8 +160,7 @@ class IdleLoad:
 
 def hold(args: argparse.Namespace) -> int:
     """Child mode: open the idle load, print one JSON line, hold it until SIGTERM."""
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signals = StopSignals()
     from lib.auth.client import auth_for
 
     source = auth_for(args.masters)  # the admin's credentials, from the environment
@@ -168,7 +168,7 @@ def hold(args: argparse.Namespace) -> int:
     load = IdleLoad(args.hold, args.topic, args.partitions, args.fetches, args.streams, header)
     load.start()
     print(json.dumps({"ready": load.stats()}), flush=True)
-    done.wait()
+    signals.wait()
     stats = load.stats()
     load.stop()
     print(json.dumps({"stopped": stats}), flush=True)

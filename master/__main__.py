@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
 from lib.private_files import enter_data_dir, private_umask
-from lib.process import write_ready
+from lib.process import StopSignals, write_ready
 from lib.tls import add_server_args, server_overrides
 from master.config import load
 from master.server import Master
@@ -63,20 +61,17 @@ def main(argv: list[str] | None = None) -> int:
                       admin_password_file=args.admin_password_file,
                       replication_preview=args.replication_preview, **server_overrides(args))
         enter_data_dir(config.data_dir, config.data_dir_group_access)
+        signals = StopSignals()  # one sent while the master starts stops it once started
         master = Master(config).start()
     except TubeqError as err:
         event(log, "master.start_failed", logging.ERROR, error=err.message)
         return 2
     if not config.peers:  # a lone master elects itself: be ready when it serves
         master.wait_active(15)
-    stopper = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopper.set())
-    signal.signal(signal.SIGINT, lambda *_: stopper.set())
     write_ready(config.data_dir, {"role": "master", "address": master.address,
                                   "metrics": master.metrics_address, "epoch": master.epoch,
                                   "raft": master.raft.settings.node})
-    while not stopper.wait(0.5):
-        pass
+    signals.wait(master.stopped)
     master.stop()
     return 0
 

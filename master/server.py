@@ -29,7 +29,7 @@ from lib.auth.settings import announce_auth_off
 from lib.decoding import StrictDecoding
 from lib.errors import TubeqError
 from lib.logs import event
-from lib.process import free_ports, wait_awake
+from lib.process import free_ports
 from lib.rpc import SERVER_OPTIONS
 from lib.tls import server_tls
 from master import admin, election, security, service
@@ -361,7 +361,7 @@ class Master:
         return self.leadership.is_leader() and security.bootstrapped(self.state)
 
     def stop(self) -> None:
-        """Idempotent; safe from a signal handler thread."""
+        """Idempotent."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -377,9 +377,10 @@ class Master:
         self.state.close()
         event(log, "master.stopped", epoch=self.epoch)
 
-    def wait(self) -> None:
-        """Block until :meth:`stop` has run (waking to let the main thread take signals)."""
-        wait_awake(self._stopped)
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once :meth:`stop` has begun."""
+        return self._stopped
 
 
 def txn_settings(c: MasterConfig) -> TxnSettings:

@@ -3,7 +3,6 @@ development server; the bound address goes to ``ready.json`` as for masters and 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from cheroot import wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from lib.logs import event
-from lib.process import wait_awake, write_ready
+from lib.process import StopSignals, write_ready
 from portal_web.app import create_app
 from portal_web.config import PortalConfig
 
@@ -52,9 +51,7 @@ class PortalServer:
 def serve(config: PortalConfig) -> None:
     """Run until SIGTERM or SIGINT."""
     server = PortalServer(config)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
+    signals = StopSignals()
     server.start()
-    wait_awake(done)
+    signals.wait()
     server.stop()

@@ -9,11 +9,10 @@ committed is in OUT even after a SIGKILL. Runs until killed or SIGTERM.
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 
 from lib import PullConsumer, PushConsumer
+from lib.process import StopSignals
 
 SETTINGS = {"mode": "broadcast", "auto_offset_reset": "earliest", "session_timeout_ms": 3000,
             "auto_commit_interval_ms": 200}
@@ -22,8 +21,7 @@ SETTINGS = {"mode": "broadcast", "auto_offset_reset": "earliest", "session_timeo
 def main() -> int:
     masters, topic, group, instance, kind, out = sys.argv[1:7]
     fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signals = StopSignals()
 
     def note(records) -> None:
         if records:
@@ -32,12 +30,12 @@ def main() -> int:
     if kind == "push":
         consumer = PushConsumer(masters, group=group, instance_id=instance, **SETTINGS)
         consumer.subscribe([topic], handler=lambda record: note([record]), threads=2)
-        stop.wait()
+        signals.wait()
         consumer.close()
     else:
         with PullConsumer(masters, group=group, instance_id=instance, **SETTINGS) as consumer:
             consumer.subscribe([topic])
-            while not stop.is_set():
+            while signals.received() is None:
                 note(consumer.poll(timeout=0.2))
     os.close(fd)
     return 0

@@ -11,11 +11,11 @@ again: at-least-once).
 """
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 
 from lib import PushConsumer, Record, RetryPolicy
+from lib.process import StopSignals
 from lib.retry import attempts_of
 
 POLICY = RetryPolicy(max_attempts=3, backoff_s=(0.2, 0.4))
@@ -33,13 +33,12 @@ def main(masters: str, topic: str, group: str, out_path: str) -> None:
             out.write(record.value.decode() + "\n")
             out.flush()
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signals = StopSignals()
     consumer = PushConsumer(masters, group=group, auto_offset_reset="earliest", retry=POLICY,
                             auto_commit_interval_ms=200, session_timeout_ms=3000)
     consumer.subscribe([topic], handler=handler, threads=2)
     print("subscribed", flush=True)
-    stop.wait()
+    signals.wait()
     consumer.close()
 
 
