@@ -15,7 +15,7 @@ from broker.server import Broker
 from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
 from lib.logs import event, setup
-from lib.memory import keep_freed_memory
+from lib.memory import keep_freed_memory, share_one_arena
 from lib.open_files import raise_open_files
 from lib.private_files import enter_data_dir, private_umask
 from lib.process import StopSignals, write_ready
@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    share_one_arena()  # before any thread starts (lib/memory.py)
     private_umask()  # nothing this process creates is for other users (lib/private_files.py)
     args = parse_args(argv)
     setup("broker", args.broker_id if args.broker_id is not None else "?", args.log_level)
