@@ -42,8 +42,8 @@ def keep_freed_memory(keep_bytes: int = KEEP_BYTES, mmap_above: int = MMAP_ABOVE
     global _done
     with _lock:
         if _done is None:
-            _done = os.environ.get(ENV, "1").strip() not in ("0", "false", "no") and \
-                _mallopt(M_MMAP_THRESHOLD, mmap_above) and _mallopt(M_TRIM_THRESHOLD, keep_bytes)
+            _done = _tuning_on() and _mallopt(M_MMAP_THRESHOLD, mmap_above) and \
+                _mallopt(M_TRIM_THRESHOLD, keep_bytes)
         return _done
 
 
@@ -60,9 +60,11 @@ def share_one_arena() -> bool:
     one arena costs nothing measurable here: the big buffers are few, and Python's small
     objects never reach malloc. Left alone under ``TUBEQ_KEEP_FREED_MEMORY=0`` or when
     ``MALLOC_ARENA_MAX`` is set."""
-    if os.environ.get(ENV, "1").strip() in ("0", "false", "no") or GLIBC_ARENA_ENV in os.environ:
-        return False
-    return _mallopt(M_ARENA_MAX, 1)
+    return _tuning_on() and GLIBC_ARENA_ENV not in os.environ and _mallopt(M_ARENA_MAX, 1)
+
+
+def _tuning_on() -> bool:
+    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no")
 
 
 def _mallopt(param: int, value: int) -> bool:

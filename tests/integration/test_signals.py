@@ -22,7 +22,7 @@ STOPPED_EVENTS = {"broker": "broker.stopped", "master": "master.stopped"}
 
 def _paused_then_terminated(proc) -> int:
     proc.signal(signal.SIGSTOP)
-    time.sleep(1.0)
+    time.sleep(1.0)  # the pause itself (its length is the test), not a wait
     proc.signal(signal.SIGCONT)
     proc.signal(signal.SIGTERM)
     return proc.popen.wait(60)  # a stop takes seconds (hand-off, grace); a hang never ends
