@@ -128,14 +128,21 @@ class MasterLink:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self.registered.is_set() and not self._register():
+            try:
+                if not self.registered.is_set() and not self._register():
+                    self._stop.wait(min(self.interval, 1.0))
+                    continue
+                self._soon.wait(self.interval)
+                self._soon.clear()
+                if self._stop.is_set():
+                    return
+                self._heartbeat()
+            except Exception as exc:  # noqa: BLE001 - a bug here must not end the heartbeats
+                # (the master would declare this broker dead for good): logged, then the
+                # next beat, after a pause so that a repeating failure does not spin
+                log.exception("master link step failed")
+                event(log, "master.link_error", logging.ERROR, error=repr(exc))
                 self._stop.wait(min(self.interval, 1.0))
-                continue
-            self._soon.wait(self.interval)
-            self._soon.clear()
-            if self._stop.is_set():
-                return
-            self._heartbeat()
 
     def _register(self) -> bool:
         req = mpb.RegisterBrokerRequest(broker_id=self.broker_id, address=self.address,

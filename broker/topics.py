@@ -37,6 +37,7 @@ from broker.config import topic_store_config
 from broker.signals import Signal
 from broker.topic_dirs import Leaving, TopicDirs
 from lib.errors import PartitionNotHosted, UnknownPartition, UnknownTopic
+from lib.lockfree import copied
 from lib.logs import event
 from lib.names import check_name
 from storage.config import StoreConfig
@@ -179,7 +180,7 @@ class TopicManager:
         """(topic, partition, role) of every replicated partition this broker leads (do
         not mutate: it is shared until the roles change)."""
         return self._listed("leading", lambda: [
-            (name, p, t.roles[p]) for name, t in list(self._topics.items())
+            (name, p, t.roles[p]) for name, t in copied(self._topics).items()
             for p in sorted(t.led) if p in t.roles and t.roles[p].replicated])
 
     def _listed(self, kind: str, build: Callable[[], list[tuple[str, int, Any]]]
@@ -211,7 +212,7 @@ class TopicManager:
         """(topic, partition, role) of every partition this broker holds a follower copy of
         (do not mutate: shared as :meth:`leading`'s)."""
         return self._listed("followed", lambda: [
-            (name, p, t.roles[p]) for name, t in list(self._topics.items())
+            (name, p, t.roles[p]) for name, t in copied(self._topics).items()
             for p in sorted(t.hosted - t.led) if p in t.roles])
 
     def topic(self, topic: str) -> Topic:
@@ -246,7 +247,7 @@ class TopicManager:
         as :meth:`leading`'s)."""
         def build() -> list[tuple[str, int, Store]]:
             out = []
-            for name, t in list(self._topics.items()):
+            for name, t in copied(self._topics).items():
                 for p in sorted(t.hosted):
                     store = t.stores.get(p % max(1, t.spec.stores))
                     if store is not None:
@@ -403,7 +404,7 @@ class TopicManager:
 
     def wake_all(self) -> None:
         """Close every topic's signal: long polls return and push streams end (shutdown)."""
-        for t in list(self._topics.values()):
+        for t in copied(self._topics).values():
             t.signal.close()
 
     def close(self) -> None:
