@@ -14,6 +14,7 @@ from broker.config import load
 from broker.server import Broker
 from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
+from lib.gc_freeze import freeze_long_lived
 from lib.logs import event, setup
 from lib.memory import keep_freed_memory, share_one_arena
 from lib.open_files import raise_open_files
@@ -47,6 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     share_one_arena()  # before any thread starts (lib/memory.py)
+    freeze_long_lived()  # full collections skip the stores' objects (lib/gc_freeze.py)
     private_umask()  # nothing this process creates is for other users (lib/private_files.py)
     args = parse_args(argv)
     setup("broker", args.broker_id if args.broker_id is not None else "?", args.log_level)

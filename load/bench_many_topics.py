@@ -52,29 +52,33 @@ def process_figures(pid: int) -> dict[str, float]:
     return figures
 
 
+WATCHED = ("tubeq_broker_unwritten_bytes", "tubeq_broker_unwritten_waits",
+           "tubeq_gc_full_collection_seconds_total", "tubeq_gc_longest_full_collection_seconds")
+
+
 class UnwrittenWatch:
     """Samples the broker's acknowledged-but-unwritten bytes while a phase runs: whether
     its flushers keep up (the async loss window of docs/durability.md stretches when they do
-    not) and how often appends waited for them. It asks for those two gauges only
-    (Prometheus' ``name[]`` filter): the whole page, four series per topic, scraped four
-    times a second cost the broker about a quarter of its CPU at 10,000 topics."""
+    not) and how often appends waited for them; and the pauses of its full garbage
+    collections (lib/gc_freeze.py). It asks for those figures only (Prometheus' ``name[]``
+    filter): the whole page, four series per topic, scraped four times a second cost the
+    broker about a quarter of its CPU at 10,000 topics."""
 
     def __init__(self, data_dir: Path, every_s: float = 0.25) -> None:
         ready = json.loads((data_dir / "ready.json").read_text())
-        self.url = (f"http://{ready['metrics']}/metrics?name[]=tubeq_broker_unwritten_bytes"
-                    "&name[]=tubeq_broker_unwritten_waits")
+        self.url = f"http://{ready['metrics']}/metrics?" + "&".join(
+            f"name[]={name}" for name in WATCHED)
         self.every_s, self.peak, self._stop = every_s, 0.0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def gauges(self) -> dict[str, float]:
         with urllib.request.urlopen(self.url, timeout=5) as answer:
             lines = answer.read().decode().splitlines()
-        return {name: float(line.split()[-1]) for line in lines for name in
-                ("tubeq_broker_unwritten_bytes", "tubeq_broker_unwritten_waits")
+        return {name: float(line.split()[-1]) for line in lines for name in WATCHED
                 if line.startswith(name + " ")}
 
     def __enter__(self) -> UnwrittenWatch:
-        self._waits0 = self.gauges()["tubeq_broker_unwritten_waits"]
+        self._start = self.gauges()
         self._thread.start()
         return self
 
@@ -85,9 +89,16 @@ class UnwrittenWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        end = self.gauges()
+        full_s = "tubeq_gc_full_collection_seconds_total"
         self.figures = {"unwritten_peak_mib": round(self.peak / 2**20, 1),
-                        "unwritten_waits": int(self.gauges()["tubeq_broker_unwritten_waits"]
-                                               - self._waits0)}
+                        "unwritten_waits": int(end["tubeq_broker_unwritten_waits"]
+                                               - self._start["tubeq_broker_unwritten_waits"]),
+                        # absent when the broker runs with TUBEQ_GC_FREEZE=0
+                        "broker_gc_full_s": round(end.get(full_s, 0) - self._start.get(
+                            full_s, 0), 3),
+                        "broker_gc_longest_full_s": end.get(
+                            "tubeq_gc_longest_full_collection_seconds")}
 
 
 def cpu_split(master_pid: int) -> dict[str, float]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lib.auth.settings import AUTH_MODES
 from lib.errors import TubeqError
+from lib.gc_freeze import freeze_long_lived
 from lib.logs import event, setup
 from lib.private_files import enter_data_dir, private_umask
 from lib.process import StopSignals, write_ready
@@ -50,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    freeze_long_lived()  # full collections skip the cluster state's objects (lib/gc_freeze.py)
     private_umask()  # nothing this process creates is for other users (lib/private_files.py)
     args = parse_args(argv)
     setup("master", Path(args.data_dir).name if args.data_dir else "?", args.log_level)

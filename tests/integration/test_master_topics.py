@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 import pytest
@@ -254,6 +255,9 @@ def test_health_service_reports_serving_and_metrics_are_served(m):
         text = r.read().decode()
     assert "tubeq_master_brokers_alive 1.0" in text
     assert f"tubeq_master_epoch {float(m.epoch)}" in text
+    # the long-lived objects' freezer is installed (lib/gc_freeze.py)
+    assert re.search(r"^tubeq_gc_full_collections_total \d", text, re.M)
+    assert re.search(r"^tubeq_gc_freezes_total \d", text, re.M)
 
 
 def test_bad_requests_leave_the_master_serving(m):

@@ -27,6 +27,8 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path)
         assert phase["producer_cpu_s"] > 0 and phase["machine_cpu_s"] >= phase["broker_cpu_s"]
         assert set(phase["us_per_record"]) == {"broker", "producer", "master", "machine"}
         assert phase["unwritten_peak_mib"] >= 0 and phase["unwritten_waits"] >= 0, phase
+        # the broker's full collections are timed (lib/gc_freeze.py): a figure, not None
+        assert phase["broker_gc_full_s"] >= 0 and phase["broker_gc_longest_full_s"] >= 0, phase
         assert phase["broker_threads"] > 25, "12 flushers, not the default 4 (21 threads)"
     assert out["flusher_threads"] == 12 and "sync topics" in out["setup"]
     # Four topics more, of one partition each: the broker holds their data logs and index
