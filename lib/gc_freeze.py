@@ -72,8 +72,9 @@ class LongLivedFreezer:
             return
         # The young generations are empty now and the old one holds only what survived: no
         # garbage is frozen at this moment.
-        if self.clock() - self._last_thaw >= self.config.thaw_every_s:
-            self._last_thaw = self.clock()
+        at = self.clock()
+        if at - self._last_thaw >= self.config.thaw_every_s:
+            self._last_thaw = at
             self.thaws += 1
             gc.unfreeze()
         else:

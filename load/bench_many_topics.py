@@ -94,7 +94,7 @@ class UnwrittenWatch:
         self.figures = {"unwritten_peak_mib": round(self.peak / 2**20, 1),
                         "unwritten_waits": int(end["tubeq_broker_unwritten_waits"]
                                                - self._start["tubeq_broker_unwritten_waits"]),
-                        # absent when the broker runs with TUBEQ_GC_FREEZE=0
+                        # absent from a broker without lib/gc_freeze.py (an older build)
                         "broker_gc_full_s": round(end.get(full_s, 0) - self._start.get(
                             full_s, 0), 3),
                         "broker_gc_longest_full_s": end.get(
