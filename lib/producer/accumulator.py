@@ -196,31 +196,40 @@ class Accumulator:
         return RecordFuture(batch.outcome, index)
 
     def append_run(self, tp: TopicPartition, frames: bytes, sizes: np.ndarray,
-                   tag_hashes: np.ndarray | None, timestamp: int) -> list[Batch]:
-        """Queue frames encoded together (``Producer.send_batch``) as whole batches of about
-        ``batch_bytes`` each, after whatever ``tp`` already holds (order is kept); blocks
-        while the buffer is full. Returns the batches, in order."""
+                   tag_hashes: np.ndarray | None, timestamp: int) -> list[tuple[Batch, int, int]]:
+        """Queue frames encoded together (``Producer.send_batch``) after whatever ``tp``
+        already holds (order is kept), in batches of about ``batch_bytes``; blocks while the
+        buffer is full. A piece that fits joins the partition's last queued run batch (one
+        never sent), as Kafka's records join their partition's open batch: the runs given
+        while the partition has a call in flight go out in one call when it returns, not one
+        call per run each after the last. Returns (batch, index of the piece's first record
+        in it, records) per piece, in order."""
         starts, bounds = batch_bounds(sizes, self.batch_bytes)
         out = []
-        whole = memoryview(frames)  # batches are views: the request is the one copy
+        whole = memoryview(frames)  # batches hold views: the request is the one copy
         for i, j in zip(bounds, bounds[1:], strict=False):
             a, b = int(starts[i]), int(starts[j])
-            batch = Batch(tp, time.monotonic(), whole[a:b], sizes[i:j],
-                          None if tag_hashes is None else tag_hashes[i:j],
-                          np.full(j - i, timestamp, np.int64), b - a, sealed=True)
+            tags = None if tag_hashes is None else tag_hashes[i:j]
             with self._lock:
                 if self.closed:
                     raise ClientClosed("the producer is closed: it accepts no more records")
-                if self._used + batch.size > self.buffer_bytes:
-                    self._wait_for_room(batch.size)
+                if self._used + b - a > self.buffer_bytes:
+                    self._wait_for_room(b - a)
                 queue = self._queue(tp)
-                if queue:
-                    queue[-1].sealed = True  # records sent after this run go after it
-                queue.append(batch)
-                self._incomplete.add(batch)
-                self._used += batch.size
+                tail = queue[-1] if queue else None
+                if tail is not None and tail.joinable and tail.size + b - a <= self.batch_bytes:
+                    batch, first = tail, tail.join_run(whole[a:b], sizes[i:j], tags, timestamp)
+                else:
+                    if tail is not None:
+                        tail.sealed = True  # records sent after this run go after it
+                    batch, first = Batch(tp, time.monotonic(), whole[a:b], sizes[i:j], tags,
+                                         np.full(j - i, timestamp, np.int64), b - a,
+                                         sealed=True, joinable=True), 0
+                    queue.append(batch)
+                    self._incomplete.add(batch)
+                self._used += b - a
                 self.cond.notify_all()
-            out.append(batch)
+            out.append((batch, first, j - i))
         return out
 
     def _open_batch(self, tp: TopicPartition, size: int, plain: bool = False) -> Batch:
@@ -316,6 +325,7 @@ class Accumulator:
         head = self._queued[tp].popleft()
         self._in_flight.add(tp)
         head.sealed = True
+        head.joinable = False  # its bytes are about to be sent (and kept for retries)
         return head
 
     def _due(self, head: Batch, queued: int) -> float:

@@ -56,6 +56,26 @@ class Batch:
     split: Any = None  # the Split this batch is a piece of
     offset_runs: list[tuple[int, int]] | None = None  # (first record, its offset) per piece
     abandoned: Any = None  # an earlier piece failed for good: fail this one, unsent
+    joinable: bool = False  # send_batch's runs: queued, never sent, more runs may join it
+
+    def join_run(self, frames: memoryview, sizes: np.ndarray, tag_hashes: np.ndarray | None,
+                 timestamp: int) -> int:
+        """Add a run of frames (``append_run``'s, joinable batches only) after those held,
+        kept as a view: the request joins the pieces once. Returns the run's first index."""
+        first, n = len(self), len(sizes)
+        if isinstance(self.buf, Pieces):
+            self.buf.append(frames)
+            self.buf.nbytes += len(frames)
+        else:
+            self.buf = Pieces((self.buf, frames), len(self.buf) + len(frames))
+        if tag_hashes is not None or self.tag_hashes is not None:
+            self.tag_hashes = np.concatenate((
+                np.zeros(first, np.uint32) if self.tag_hashes is None else self.tag_hashes,
+                np.zeros(n, np.uint32) if tag_hashes is None else tag_hashes))
+        self.sizes = np.concatenate((self.sizes, sizes))
+        self.timestamps = np.concatenate((self.timestamps, np.full(n, timestamp, np.int64)))
+        self.size += len(frames)
+        return first
 
     def runs(self) -> list[tuple[int, int]]:
         """(first record index, its offset) of each run of consecutive offsets, once

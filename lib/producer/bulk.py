@@ -79,22 +79,27 @@ class BulkFuture(Future):
         super().__init__()
         self._topic, self._parts, self._ts = topic, parts, ts
         self._offsets = np.full(len(parts), -1, np.int64)
-        self._pieces: list[tuple[Any, np.ndarray | None, int]] = []  # batch, idx, first
+        # (batch, idx, first: of this call's records, start: in the batch, count)
+        self._pieces: list[tuple[Any, np.ndarray | None, int, int, int]] = []
         self._left = 0
         self._lock = threading.Lock()
 
-    def track(self, batch: Any, idx: np.ndarray | None) -> None:
-        first = sum(len(b) for b, i, _ in self._pieces if i is idx)
-        self._pieces.append((batch, idx, first))
+    def track(self, batch: Any, idx: np.ndarray | None, start: int, count: int) -> None:
+        """``count`` of this call's records (of partition group ``idx``) are in ``batch``
+        from its record ``start`` on (a batch may also hold other calls' runs)."""
+        first = sum(n for _, i, _, _, n in self._pieces if i is idx)
+        self._pieces.append((batch, idx, first, start, count))
 
     def arm(self) -> None:
         """Start listening once every batch is known (a batch may already be done)."""
         self._left = len(self._pieces)
-        for batch, idx, first in self._pieces:
+        for batch, idx, first, start, count in self._pieces:
             RecordFuture(batch.outcome, 0).add_done_callback(
-                lambda fut, b=batch, i=idx, f=first: self._settled(fut, b, i, f))
+                lambda fut, b=batch, i=idx, f=first, s=start, n=count:
+                self._settled(fut, b, i, f, s, n))
 
-    def _settled(self, fut: Future, batch: Any, idx: np.ndarray | None, first: int) -> None:
+    def _settled(self, fut: Future, batch: Any, idx: np.ndarray | None, first: int,
+                 start: int, count: int) -> None:
         error = fut.exception()
         with self._lock:
             if self.done():
@@ -102,9 +107,9 @@ class BulkFuture(Future):
             if error is not None:
                 self.set_exception(error)
                 return
-            mine = np.arange(first, first + len(batch))
+            mine = np.arange(first, first + count)
             at = mine if idx is None else idx[mine]
-            self._offsets[at] = batch_offsets(batch)
+            self._offsets[at] = batch_offsets(batch)[start:start + count]
             self._left -= 1
             if self._left == 0:
                 self.set_result(BulkMetadata(self._topic, self._parts, self._offsets, self._ts))

@@ -254,9 +254,9 @@ class Producer(TransactionalApi, Closeable):
             biggest = int(run.sizes.max())
             if biggest > route.max_message_bytes:
                 raise self._encoder.too_large(route, biggest)
-            for batch in self._acc.append_run(TopicPartition(topic, p), run.frames, run.sizes,
-                                              run.tag_hashes, ts):
-                bulk.track(batch, idx)
+            for batch, start, count in self._acc.append_run(
+                    TopicPartition(topic, p), run.frames, run.sizes, run.tag_hashes, ts):
+                bulk.track(batch, idx, start, count)
         bulk.arm()
         return bulk
 

@@ -50,6 +50,32 @@ def test_send_batch_without_keys_goes_to_one_partition_in_order(cluster):
     assert set(pinned.partitions.tolist()) == {1}
 
 
+def test_send_batch_calls_that_share_a_batch_each_get_their_own_offsets(cluster):
+    # With a long linger, the runs of 40 calls queue behind each partition's first one and
+    # join it (Accumulator.append_run): one batch holds many calls' records, tagged or not.
+    create(cluster, "bulk-joined", partitions=3)
+    calls = []
+    with Producer(cluster.master_addresses, linger_ms=300, batch_bytes=256 * 1024) as producer:
+        for c in range(40):
+            values = [b"call-%02d-%03d" % (c, i) for i in range(50)]
+            keys = [b"k%d" % ((c + i) % 5) for i in range(50)]
+            tags = ["even" if i % 2 == 0 else "" for i in range(50)] if c % 2 else None
+            calls.append((values, keys, tags,
+                          producer.send_batch("bulk-joined", values, keys=keys, tags=tags)))
+        metas = [(v, k, t, f.result(30)) for v, k, t, f in calls]
+    stored = fetch_topic(cluster, "bulk-joined")
+    assert sum(len(r) for r in stored.values()) == 40 * 50
+    seen = set()
+    for values, keys, tags, meta in metas:
+        for i, value in enumerate(values):
+            p, offset = int(meta.partitions[i]), int(meta.offsets[i])
+            rec = stored[p][offset]
+            assert (rec.value, rec.key) == (value, keys[i]) and p == zlib.crc32(keys[i]) % 3
+            assert rec.tag == (tags[i] or None if tags else None)
+            seen.add((p, offset))
+    assert len(seen) == 40 * 50
+
+
 def test_send_batch_refuses_bad_input_before_sending_anything(cluster):
     create(cluster, "bulk-bad", partitions=1, max_message_bytes=1024)
     with Producer(cluster.master_addresses) as producer:

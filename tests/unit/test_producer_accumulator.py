@@ -377,3 +377,49 @@ def test_a_ready_batch_takes_the_lingering_batches_of_its_broker_along():
     with acc.cond:
         again, _ = acc.drain(later, leaders.get)
     assert [b.tp for b in again] == [A0], "a batch backing off was taken early"
+
+
+def _run(acc: Accumulator, tp: TopicPartition, values: list[bytes], tags=None):
+    """``send_batch``'s hand-off: frames encoded together, then append_run."""
+    import numpy as np
+
+    from lib.records.encode import encode_columns
+
+    run = encode_columns(values, 1_000, tags=tags)
+    assert (run.tag_hashes is None) == (tags is None)
+    return acc.append_run(tp, run.frames, run.sizes, run.tag_hashes, 1_000), run, np
+
+
+def test_runs_queued_behind_a_call_in_flight_join_one_batch_until_it_is_full():
+    # Without joining, each send_batch run was a batch of its own: a partition with a call
+    # in flight then sent one run per round trip (send_batch of 500 x 1 KiB at 0.7 of send()).
+    acc = _acc(batch_bytes=4_000, linger_s=60)
+    first, _, _ = _run(acc, A0, [b"a" * 100] * 5)
+    assert [b for b, _, _ in first] == [b for b in _drain(acc, time.monotonic() + 120)[0]]
+    plain, run_plain, np = _run(acc, A0, [b"b" * 100] * 4)
+    tagged, run_tagged, _ = _run(acc, A0, [b"c" * 100] * 3, tags=["t", "", "t"])
+    (batch, start, count), = plain
+    assert tagged == [(batch, 4, 3)] and start == 0 and count == 4
+    assert len(batch) == 7 and batch.size == len(run_plain.frames) + len(run_tagged.frames)
+    assert bytes(b"".join(batch.buf)) == run_plain.frames + run_tagged.frames
+    assert batch.tag_hashes.tolist() == [0] * 4 + run_tagged.tag_hashes.tolist()
+    assert batch.sizes.tolist() == run_plain.sizes.tolist() + run_tagged.sizes.tolist()
+    # Full: a run that does not fit opens a batch behind it, and the next runs join that one.
+    frame = len(run_plain.frames) // 4
+    fills = 4_000 // frame - 6  # 7 + fills frames are over 4,000 bytes, fills + 1 are not
+    big, _, _ = _run(acc, A0, [b"d" * 100] * fills)
+    (behind, start, _), = big
+    assert behind is not batch and start == 0
+    assert _run(acc, A0, [b"e" * 100])[0] == [(behind, fills, 1)]
+    assert len(batch) == 7
+
+
+def test_a_run_never_joins_a_batch_that_was_sent():
+    # A batch sent once keeps its bytes and sequence for its retries: back at the head of
+    # its partition after a failure, it takes no more records.
+    acc = _acc(batch_bytes=4_000, linger_s=60)
+    (sent, _, _), = _run(acc, A0, [b"a" * 100] * 2)[0]
+    assert _drain(acc, time.monotonic() + 120)[0] == [sent] and not sent.joinable
+    acc.requeue(sent, time.monotonic() + 60)
+    (other, start, _), = _run(acc, A0, [b"b" * 100])[0]
+    assert other is not sent and start == 0 and len(sent) == 2
