@@ -191,9 +191,21 @@ def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
 
 
 def locust_processes(pgid: int) -> list[Watched]:
-    """Locust's master and its workers, charted beside the servers but not judged."""
+    """Locust's master and its workers, charted beside the servers but not judged. Workers
+    are forked (they keep the master's command line); any other process of the group (a
+    helper Locust or a library starts for a moment) is not one, and is left out."""
+    leader = command_line(pgid)
     return [Watched("locust" if pid == pgid else f"locust-worker-{pid}", pid, judged=False)
-            for pid in sorted(group_pids(pgid))]
+            for pid in sorted(group_pids(pgid))
+            if pid == pgid or (leader is not None and command_line(pid) == leader)]
+
+
+def command_line(pid: int) -> bytes | None:
+    """The process's argv as Linux keeps it (None once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
 
 
 def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None,

@@ -1,0 +1,49 @@
+"""load.run.locust_processes: the soak charts Locust's master and its forked workers, never a
+short-lived helper of the same process group (CI once charted one as a worker, and the soak
+test's set of processes came out wrong)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from load.run import locust_processes
+
+LEADER = """
+import os, subprocess, sys, time
+helper = subprocess.Popen(["sleep", "60"])
+worker = os.fork()
+if worker == 0:
+    time.sleep(60)
+    os._exit(0)
+print(worker, helper.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def group():
+    leader = subprocess.Popen([sys.executable, "-c", LEADER], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        yield leader
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)  # the group the leader's PID names
+        leader.wait(30)
+
+
+def test_the_master_and_its_forked_workers_are_charted_a_helper_is_not(group):
+    worker, helper = map(int, group.stdout.readline().split())
+    deadline = time.monotonic() + 30
+    while True:  # the fork's exec-free start: its cmdline is the leader's at once; wait anyway
+        names = {w.name: w.pid for w in locust_processes(group.pid)}
+        if len(names) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert names == {"locust": group.pid, f"locust-worker-{worker}": worker}
+    assert helper not in names.values()
+    assert all(not w.judged for w in locust_processes(group.pid))
