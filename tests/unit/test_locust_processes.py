@@ -34,12 +34,13 @@ def group():
     finally:
         os.killpg(leader.pid, signal.SIGKILL)  # the group the leader's PID names
         leader.wait(30)
+        leader.stdout.close()
 
 
 def test_the_master_and_its_forked_workers_are_charted_a_helper_is_not(group):
     worker, helper = map(int, group.stdout.readline().split())
     deadline = time.monotonic() + 30
-    while True:  # the fork's exec-free start: its cmdline is the leader's at once; wait anyway
+    while True:  # both are up before the leader prints; a deadline all the same
         names = {w.name: w.pid for w in locust_processes(group.pid)}
         if len(names) == 2 or time.monotonic() > deadline:
             break

@@ -11,7 +11,7 @@ import pytest
 
 from lib.errors import ClientClosed, RequestTimedOut
 from lib.producer.accumulator import Accumulator
-from lib.records.encode import Pieces
+from lib.records.encode import Pieces, encode_columns
 from lib.types import TopicPartition
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
@@ -381,23 +381,19 @@ def test_a_ready_batch_takes_the_lingering_batches_of_its_broker_along():
 
 def _run(acc: Accumulator, tp: TopicPartition, values: list[bytes], tags=None):
     """``send_batch``'s hand-off: frames encoded together, then append_run."""
-    import numpy as np
-
-    from lib.records.encode import encode_columns
-
     run = encode_columns(values, 1_000, tags=tags)
     assert (run.tag_hashes is None) == (tags is None)
-    return acc.append_run(tp, run.frames, run.sizes, run.tag_hashes, 1_000), run, np
+    return acc.append_run(tp, run.frames, run.sizes, run.tag_hashes, 1_000), run
 
 
 def test_runs_queued_behind_a_call_in_flight_join_one_batch_until_it_is_full():
     # Without joining, each send_batch run was a batch of its own: a partition with a call
     # in flight then sent one run per round trip (send_batch of 500 x 1 KiB at 0.7 of send()).
     acc = _acc(batch_bytes=4_000, linger_s=60)
-    first, _, _ = _run(acc, A0, [b"a" * 100] * 5)
+    first, _ = _run(acc, A0, [b"a" * 100] * 5)
     assert [b for b, _, _ in first] == [b for b in _drain(acc, time.monotonic() + 120)[0]]
-    plain, run_plain, np = _run(acc, A0, [b"b" * 100] * 4)
-    tagged, run_tagged, _ = _run(acc, A0, [b"c" * 100] * 3, tags=["t", "", "t"])
+    plain, run_plain = _run(acc, A0, [b"b" * 100] * 4)
+    tagged, run_tagged = _run(acc, A0, [b"c" * 100] * 3, tags=["t", "", "t"])
     (batch, start, count), = plain
     assert tagged == [(batch, 4, 3)] and start == 0 and count == 4
     assert len(batch) == 7 and batch.size == len(run_plain.frames) + len(run_tagged.frames)
@@ -407,7 +403,7 @@ def test_runs_queued_behind_a_call_in_flight_join_one_batch_until_it_is_full():
     # Full: a run that does not fit opens a batch behind it, and the next runs join that one.
     frame = len(run_plain.frames) // 4
     fills = 4_000 // frame - 6  # 7 + fills frames are over 4,000 bytes, fills + 1 are not
-    big, _, _ = _run(acc, A0, [b"d" * 100] * fills)
+    big, _ = _run(acc, A0, [b"d" * 100] * fills)
     (behind, start, _), = big
     assert behind is not batch and start == 0
     assert _run(acc, A0, [b"e" * 100])[0] == [(behind, fills, 1)]
