@@ -17,6 +17,7 @@ from lib.rpc import MAX_MESSAGE_BYTES, parse_masters
 from lib.tls import server_tls
 from storage.config import StoreConfig
 from storage.flusher_pool import DEFAULT_THREADS as DEFAULT_FLUSHER_THREADS
+from storage.held_write import DEFAULT_HELD_WRITE_BYTES
 
 MiB = 1 << 20
 
@@ -54,6 +55,10 @@ class BrokerConfig:
     # Threads writing every store's cache blocks (storage/flusher_pool.py): a pool, not a
     # thread per store; more overlap more fsyncs of sync topics, and pass the GIL around more.
     flusher_threads: int = DEFAULT_FLUSHER_THREADS
+    # Flusher writes up to this size keep the GIL (storage/held_write.py: no 5 ms wait to get
+    # it back from a busy event loop); 0: every write lets it go, as a hung disk then stalls
+    # only the flushers, not the whole process.
+    held_write_bytes: int = DEFAULT_HELD_WRITE_BYTES
     # RLIMIT_NOFILE raised toward this at start (lib/open_files.py): each store's data log and
     # each partition's index hold a descriptor per segment, so 10,000 topics need 20,000+.
     open_files_limit: int = 65_536
@@ -131,6 +136,8 @@ class BrokerConfig:
         require(self.grpc_workers >= 4, "BrokerConfig.grpc_workers must be >= 4")
         require(1 <= self.flusher_threads <= 256,
                 "BrokerConfig.flusher_threads must be within 1..256")
+        require(0 <= self.held_write_bytes <= 64 * MiB,
+                "BrokerConfig.held_write_bytes must be within 0..64 MiB")
         require(256 <= self.open_files_limit <= 1 << 24,
                 "BrokerConfig.open_files_limit must be within 256..16777216")
         require(self.stop_grace_s >= 0, "BrokerConfig.stop_grace_s must be >= 0")

@@ -75,6 +75,7 @@ from lib.proto import broker_pb2_grpc, security_pb2_grpc
 from lib.rpc import SERVER_OPTIONS, ChannelPool, invoke
 from lib.tls import server_tls
 from lib.wire import Spliced
+from storage import held_write
 from storage.offsets import OffsetStore
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Broker:
         self.addresses = AddressRules()  # the IP lists, replaced by the master link
         self.quotas = QuotaBook(config.quota_burst_s, config.quota_hard_limit_s)  # master link
         self.refusals = RefusalLog(config.audit_refusal_window_s, config.audit_refusal_kinds)
+        held_write.configure(config.held_write_bytes)  # before any store writes
         self.topics = TopicManager(data_dir, config.store, config.flusher_threads)
         self.offset_store = OffsetStore(data_dir / "offsets")
         self.offsets = OffsetsPlane(self.topics, self.offset_store, self.term)

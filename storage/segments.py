@@ -26,6 +26,7 @@ from pathlib import Path
 from lib.errors import StorageError
 from storage.fsutil import fsync_dir, list_segments, quarantine, segment_name
 from storage.handles import Segment, handles
+from storage.held_write import pwrite
 
 __all__ = ["Segment", "SegmentList", "SegmentedLog", "pwrite_all"]
 
@@ -154,7 +155,7 @@ def pwrite_all(seg: Segment, data: memoryview, at: int, what: str) -> None:
     try:
         written = 0
         while written < len(data):
-            written += os.pwrite(fd, data[written:], at + written)
+            written += pwrite(fd, data[written:], at + written)
     except OSError as exc:
         raise StorageError(f"{what} write failed in {seg.path}: {exc}") from exc
     finally:

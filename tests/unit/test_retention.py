@@ -12,6 +12,7 @@ data log before retention (``_chunks``). Background retention is kept out of the
 """
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -433,4 +434,17 @@ def test_disk_bytes_reads_no_index_file_for_what_this_store_appended(tmp_path, m
         assert reads == [], f"after {more} more batches"
         check_disk_bytes(s, f"after {more} more batches")
         assert sums == [s.disk_bytes(p) for p in PARTS]
+    s.close()
+
+
+def test_the_active_segment_is_never_stat_for_retention(tmp_path, monkeypatch):
+    """Its mtime cannot matter (it is never deleted), and each stat lets the GIL go."""
+    s, _written, segs, _idx = _setup(tmp_path, BASE)
+    stats = []
+    real = Path.stat
+    monkeypatch.setattr(Path, "stat", lambda self, **kw: stats.append(self) or real(self, **kw))
+    info = s._core.data.segment_info()
+    assert [base for base, _size, _mtime in info] == [int(p.name[:20]) for p in segs]
+    assert info[-1][2] == math.inf and all(m < math.inf for _b, _s, m in info[:-1])
+    assert segs[-1] not in stats and len(stats) == len(segs) - 1
     s.close()
