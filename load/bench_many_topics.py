@@ -172,7 +172,8 @@ def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[s
 
 
 def run(counts: list[int], messages: int, size: int, run_len: int,
-        flusher_threads: int | None = None, durability: str = "async") -> dict[str, Any]:
+        flusher_threads: int | None = None, durability: str = "async",
+        settings: dict[str, int] | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from lib.admin import AdminClient
     from lib.producer.producer import Producer
@@ -180,9 +181,12 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-topics-"))
     broker_args = []
+    settings = dict(settings or {})
     if flusher_threads is not None:
+        settings["flusher_threads"] = flusher_threads
+    if settings:
         config = root / "broker.toml"
-        config.write_text(f"[broker]\nflusher_threads = {flusher_threads}\n")
+        config.write_text("[broker]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
         broker_args = ["--config", str(config)]
     cluster = Cluster(root / "c", broker_args=broker_args)
     phases = []
@@ -236,6 +240,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
                  "that would leave topics out) then the next; "
                  f"{durability} topics of 1 partition",
         "flusher_threads": flusher_threads or "default",
+        "broker_settings": settings,
         "broker_idle": idle,
         "phases": phases,
         "within_10pct_of_first": all((p["vs_first"] or 0) >= 0.9 for p in phases),
@@ -252,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=int, default=500, help="records sent to a topic in a row")
     p.add_argument("--flusher-threads", type=int, help="the broker's flusher_threads (default: "
                    "its own default)")
+    p.add_argument("--broker-setting", action="append", default=[], metavar="KEY=INT",
+                   help="an integer setting of the broker's config (repeatable), e.g. "
+                   "held_write_bytes=0")
     p.add_argument("--durability", choices=("async", "sync"), default="async",
                    help="the topics' durability (sync: each append waits for its fsync)")
     p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")
@@ -266,9 +274,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--topics must be ascending counts >= 1")
     if args.messages < 1 or args.size < 1 or args.run < 1:
         p.error("--messages, --size and --run must be >= 1")
+    settings = {}
+    for item in args.broker_setting:
+        key, _, value = item.partition("=")
+        if not key.isidentifier() or not value.lstrip("-").isdigit():
+            p.error(f"--broker-setting takes KEY=INT, got {item!r}")
+        settings[key] = int(value)
     stop_on_sigterm()
     result = run(counts, args.messages, args.size, args.run, args.flusher_threads,
-                 args.durability)
+                 args.durability, settings)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick",
-                           "--flusher-threads", "12", "--durability", "sync"], cwd=ROOT,
+                           "--flusher-threads", "12", "--durability", "sync",
+                           "--broker-setting", "held_write_bytes=0"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -31,6 +32,7 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path)
         assert phase["broker_gc_full_s"] >= 0 and phase["broker_gc_longest_full_s"] >= 0, phase
         assert phase["broker_threads"] > 25, "12 flushers, not the default 4 (21 threads)"
     assert out["flusher_threads"] == 12 and "sync topics" in out["setup"]
+    assert out["broker_settings"] == {"held_write_bytes": 0, "flusher_threads": 12}
     # Four topics more, of one partition each: the broker holds their data logs and index
     # files (counted among its descriptors on data files: its sockets come and go; once all
     # its descriptors were counted, and one phase read 21 and the next 21 too).
