@@ -29,7 +29,7 @@ DEFAULT_HELD_WRITE_BYTES = 64 << 10
 held_write_max_bytes = DEFAULT_HELD_WRITE_BYTES
 
 try:
-    _libc_pwrite = ctypes.PyDLL(None, use_errno=True).pwrite
+    _libc_pwrite = ctypes.PyDLL(None, use_errno=True).pwrite64  # a 64-bit offset everywhere
     _libc_pwrite.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
     _libc_pwrite.restype = ctypes.c_ssize_t
 except (OSError, AttributeError):  # pragma: no cover - no libc symbol: os.pwrite only

@@ -26,6 +26,8 @@ def test_small_writes_skip_os_pwrite_and_land_where_asked(fd, monkeypatch):
     arr = np.arange(64, dtype=np.uint8)
     assert pwrite(fd, memoryview(arr)[8:16], 10) == 8  # a slice of a numpy block
     assert os.pread(fd, 32, 0) == bytes(3) + b"hello" + bytes(2) + bytes(range(8, 16))
+    far = 5 << 30  # past 32 bits: the offset is a 64-bit off_t (a sparse file, no space used)
+    assert pwrite(fd, memoryview(b"far"), far) == 3 and os.pread(fd, 3, far) == b"far"
 
 
 def test_large_writes_are_os_pwrite(fd, monkeypatch):
