@@ -60,8 +60,9 @@ class TopicDirs:
                                 unwritten_wait_s=defaults.unwritten_wait_ms / 1e3)
         # One checkpoint file for every store, written at most once per interval
         # (storage/checkpoints.py: not a file rewrite per busy store per interval).
-        self.checkpoints = CheckpointFile(Path(data_dir) / CHECKPOINTS,
-                                          defaults.checkpoint_interval_ms / 1e3)
+        self.checkpoints = CheckpointFile(
+            Path(data_dir) / CHECKPOINTS, defaults.checkpoint_interval_ms / 1e3,
+            page_cache_shared_bytes=defaults.page_cache_shared_bytes)
         self._on_open: list[Callable[[str, Store], None]] = []
         # A few threads write every store's blocks (storage/flusher_pool.py): not one each.
         self.flushers = FlusherPool(flusher_threads)

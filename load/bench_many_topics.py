@@ -171,6 +171,17 @@ def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[s
             "failures": producer.metrics()["records_failed"] - failed_before}
 
 
+def broker_toml(settings: dict[str, int]) -> str:
+    """The broker's config file of ``--broker-setting``s: ``store.KEY`` goes to its store
+    table (``[broker.store]``: every store's defaults), the rest to ``[broker]``."""
+    top = {k: v for k, v in settings.items() if not k.startswith("store.")}
+    store = {k.removeprefix("store."): v for k, v in settings.items() if k.startswith("store.")}
+    text = "[broker]\n" + "".join(f"{k} = {v}\n" for k, v in top.items())
+    if store:
+        text += "[broker.store]\n" + "".join(f"{k} = {v}\n" for k, v in store.items())
+    return text
+
+
 def run(counts: list[int], messages: int, size: int, run_len: int,
         flusher_threads: int | None = None, durability: str = "async",
         settings: dict[str, int] | None = None) -> dict[str, Any]:
@@ -186,7 +197,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
         settings["flusher_threads"] = flusher_threads
     if settings:
         config = root / "broker.toml"
-        config.write_text("[broker]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+        config.write_text(broker_toml(settings))
         broker_args = ["--config", str(config)]
     cluster = Cluster(root / "c", broker_args=broker_args)
     phases = []
@@ -259,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                    "its own default)")
     p.add_argument("--broker-setting", action="append", default=[], metavar="KEY=INT",
                    help="an integer setting of the broker's config (repeatable), e.g. "
-                   "held_write_bytes=0")
+                   "held_write_bytes=0, or of its stores' as store.KEY, e.g. "
+                   "store.page_cache_shared_bytes=0")
     p.add_argument("--durability", choices=("async", "sync"), default="async",
                    help="the topics' durability (sync: each append waits for its fsync)")
     p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")
@@ -277,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {}
     for item in args.broker_setting:
         key, _, value = item.partition("=")
-        if not key.isidentifier() or not value.lstrip("-").isdigit():
+        if not key.removeprefix("store.").isidentifier() or not value.lstrip("-").isdigit():
             p.error(f"--broker-setting takes KEY=INT, got {item!r}")
         settings[key] = int(value)
     stop_on_sigterm()

@@ -36,7 +36,9 @@ fsynced: the writer's syncfs comes before the file that names it. Only the time-
 rides (and only where ``fsync_interval_ms`` is at least ``interval_s``): the message and byte
 counts, ``sync`` appends, ``flush()`` and ``close()`` still fsync the store's own data log.
 When a syncfs fails, every store that rode it is woken to fsync its own, and stores fsync on
-their own timers until a syncfs succeeds again.
+their own timers until a syncfs succeeds again. After a syncfs, every store that rode it drops
+its synced pages beyond its share of ``page_cache_shared_bytes`` (:meth:`Rider.synced`; the
+window and why: storage/datalog.py ``drop_cached``).
 
 Entries are keyed by topic, topic id and store id, so a topic deleted and created again under
 the same name never meets its predecessor's checkpoint.
@@ -75,6 +77,10 @@ class Rider(Protocol):
     """A store's flusher riding the writer's syncfs (module docstring)."""
 
     def wake(self) -> None: ...
+
+    def synced(self, generation: int, keep_bytes: int) -> None:
+        """The syncfs of ``generation`` ended: keep at most ``keep_bytes`` of what it
+        covered in the page cache (the writer's thread calls; it must not block)."""
 
 
 class OwnCheckpoint:
@@ -170,8 +176,10 @@ class CheckpointFile:
     """
 
     def __init__(self, path: Path, interval_s: float,
-                 clock: Callable[[], float] = time.monotonic, sync_fs: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, sync_fs: bool = True,
+                 page_cache_shared_bytes: int = 0) -> None:
         self.path, self.interval_s, self.clock = path, interval_s, clock
+        self.page_cache_shared_bytes = page_cache_shared_bytes  # 0: the riders keep theirs
         self.snapshots_path = path.with_name(shared_snapshots.SNAPSHOTS)
         self._entries: dict[str, Checkpoint] = load(path)
         snapshots = shared_snapshots.load(self.snapshots_path)
@@ -337,6 +345,10 @@ class CheckpointFile:
                                path=str(self.path)) from exc
         self.syncs += 1
         self._sync_done, self.sync_failing = generation, False
+        if self.page_cache_shared_bytes and riders:
+            keep = self.page_cache_shared_bytes // len(riders)
+            for rider in riders:
+                rider.synced(generation, keep)
 
 
 def entry_key(topic: str, topic_id: int, store_id: int) -> str:

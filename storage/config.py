@@ -62,6 +62,11 @@ class StoreConfig:
     # them instead of filling fresh ones (docs/operations.md, "Page cache window"). 0 leaves it
     # to the kernel.
     page_cache_window_bytes: int = 64 * MiB
+    # What the stores riding one data dir's syncfs (storage/checkpoints.py) keep together of
+    # that window: after each syncfs, a store written in its interval keeps at most this
+    # divided by how many were, so 10,000 stores written once each hold no more page cache than
+    # one busy store, and their new writes reuse pages as one store's do. 0: each its window.
+    page_cache_shared_bytes: int = 256 * MiB
     # Idempotent producers (storage/producers.py): a partition remembers the last batches of
     # at most this many producers (the least recently used go first), forgets one unused for
     # this long (Kafka's producer.id.expiration.ms), and the store snapshots the windows at
@@ -84,6 +89,8 @@ class StoreConfig:
         require(self.unwritten_wait_ms > 0, "StoreConfig.unwritten_wait_ms must be > 0")
         require(self.page_cache_window_bytes >= 0,
                 "StoreConfig.page_cache_window_bytes must be >= 0 (0: never drop)")
+        require(self.page_cache_shared_bytes >= 0,
+                "StoreConfig.page_cache_shared_bytes must be >= 0 (0: each store its window)")
         require(self.retention_ms > 0 or self.retention_ms == -1,
                 "StoreConfig.retention_ms must be > 0, or -1 for no age limit")
         require(self.retention_bytes > 0 or self.retention_bytes == -1,

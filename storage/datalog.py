@@ -47,6 +47,7 @@ PRODUCER_CHUNK = struct.Struct("<4sIIqIIqhHiI")
 PRODUCER_MAGIC = b"TQC2"
 SUFFIX = ".log"
 DROP_ALIGN = 2 << 20  # drop_cached lets go of whole 2 MiB units (a huge folio)
+PAGE = mmap.PAGESIZE
 
 
 ATTR_TXN = 0x01  # the batch belongs to its producer's open transaction
@@ -174,26 +175,32 @@ class DataLog(SegmentedLog):
                 raise StorageError(f"fsync failed on {seg.path}: {exc}") from exc
             self._dirty = False
 
-    def drop_cached(self, below: int) -> None:
+    def drop_cached(self, below: int, whole: bool = True) -> None:
         """Let the kernel drop the page-cache pages of bytes before ``below`` (already synced).
 
         Why: a page the page cache has never held costs several times its copy to fill on a
         VM (the hypervisor backs it on first touch); pages dropped behind the writer are
         reused by its next writes. Only clean pages go, so call it after :meth:`sync`. Inside
         a file only whole ``DROP_ALIGN`` units go: the kernel keeps a large folio that the
-        range covers only in part, and the next range would start past it.
+        range covers only in part, and the next range would start past it. ``whole=False``
+        (a store keeping less than a unit: many stores share the page cache) drops whole
+        pages instead, each time from the start of the unit the last range ended in, so a
+        folio kept then goes with a later range.
         """
         if not hasattr(os, "posix_fadvise"):  # macOS: the kernel decides alone
             return
         segs = self._list.segs
         for seg in segs:
             lo, hi = max(seg.base, self._uncached), min(seg.end, below)
-            if hi < seg.end or seg is segs[-1]:
+            if not whole:  # whole pages, and again from the unit a kept folio may straddle
+                lo = max(seg.base, seg.base + (lo - seg.base) // DROP_ALIGN * DROP_ALIGN)
+                hi = seg.base + (hi - seg.base) // PAGE * PAGE
+            elif hi < seg.end or seg is segs[-1]:
                 hi = seg.base + (hi - seg.base) // DROP_ALIGN * DROP_ALIGN
             if lo < hi:
                 with seg.use() as fd:
                     os.posix_fadvise(fd, lo - seg.base, hi - lo, os.POSIX_FADV_DONTNEED)
-                self._uncached = hi
+                self._uncached = max(self._uncached, hi)
 
     def read(self, position: int, length: int) -> bytes:
         """Bytes [position, position + length); may span segments. Bytes the page cache

@@ -32,6 +32,7 @@ from lib.errors import DiskFull, StorageError, StoreClosed
 from lib.logs import event
 from storage.cache import CacheBlock
 from storage.core import StoreCore
+from storage.datalog import DROP_ALIGN
 from storage.flusher_pool import FlusherPool, default_pool
 from storage.index import ENTRY
 from storage.producers import SnapshotSchedule, encode_snapshot
@@ -67,6 +68,8 @@ class Flusher:
         # unsynced bytes, and the data log's end they reach.
         self._riding = core.checkpoint.rides(policy.fsync_interval_ms / 1e3)
         self._ride_generation, self._ride_end = 0, 0
+        # A syncfs's page-cache drop (generation, bytes to keep) waiting for ``io_lock``.
+        self._drop_wanted: tuple[int, int] | None = None
         self._last_checkpoint = self.clock()
         self._checkpointed = -1  # data log end at the last checkpoint: unchanged, none is due
         self._last_retention = self.clock()  # first check one interval after open
@@ -133,6 +136,7 @@ class Flusher:
                 self._write_block(block, sync_wanted or closing)
                 self._maybe_checkpoint(closing)
                 self._maybe_retention()
+                self._drop_synced()
         except Exception as exc:  # noqa: BLE001 - a dead flusher must never be silent
             if is_disk_full(exc) and self._wait_for_space(exc, closing):
                 return DISK_FULL_RETRY_S
@@ -195,7 +199,7 @@ class Flusher:
 
     def _due(self) -> bool:
         c = self.core
-        return (c.closing or c.cache.flushing is not None
+        return (c.closing or c.cache.flushing is not None or self._drop_wanted is not None
                 or self.sync_target > self.synced_pos or self.policy.block_due(c.cache.active))
 
     def _write_block(self, block: CacheBlock | None, sync_wanted: bool) -> None:
@@ -251,6 +255,38 @@ class Flusher:
             unkeyed = (0, 0) if entries.keyed else (entries.first_offset, entries.end_offset)
             part.keys.catch_up(index, lambda pos, n: _frames_of(block, c, pos, n),
                                c.data.start, unkeyed)
+
+    def synced(self, generation: int, keep_bytes: int) -> None:
+        """The data dir's syncfs of ``generation`` ended (the checkpoint writer's thread):
+        drop this store's pages it covered beyond ``keep_bytes`` (or the store's own window,
+        if smaller). Never waits: while the flusher holds the files, its next round drops
+        them."""
+        if not self.core.config.page_cache_window_bytes:
+            return
+        self._drop_wanted = (generation, keep_bytes)
+        if self.io_lock.acquire(blocking=False):
+            try:
+                self._drop_synced()
+            finally:
+                self.io_lock.release()
+        else:
+            self.wake()
+
+    def _drop_synced(self) -> None:
+        """:meth:`synced`'s drop, holding ``io_lock``."""
+        wanted, self._drop_wanted = self._drop_wanted, None
+        c = self.core
+        if wanted is None or c.closing or c.closed:
+            return
+        generation, keep_bytes = wanted
+        if not 0 < self._ride_generation <= generation:
+            return  # written since that syncfs began: a later one covers it, and drops it
+        keep = min(c.config.page_cache_window_bytes, keep_bytes)
+        try:
+            c.data.drop_cached(self._ride_end - keep, whole=keep >= DROP_ALIGN)
+        except (OSError, StorageError) as exc:  # a hint to the kernel: never worth failing
+            event(log, "store.page_cache_drop_failed", logging.WARNING, store=c.name,
+                  error=str(exc))
 
     def _maybe_checkpoint(self, force: bool) -> None:
         c = self.core

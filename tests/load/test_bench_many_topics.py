@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -14,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick",
                            "--flusher-threads", "12", "--durability", "sync",
-                           "--broker-setting", "held_write_bytes=0"], cwd=ROOT,
+                           "--broker-setting", "held_write_bytes=0",
+                           "--broker-setting", "store.page_cache_shared_bytes=0"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,7 +34,8 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path)
         assert phase["broker_gc_full_s"] >= 0 and phase["broker_gc_longest_full_s"] >= 0, phase
         assert phase["broker_threads"] > 25, "12 flushers, not the default 4 (21 threads)"
     assert out["flusher_threads"] == 12 and "sync topics" in out["setup"]
-    assert out["broker_settings"] == {"held_write_bytes": 0, "flusher_threads": 12}
+    assert out["broker_settings"] == {"held_write_bytes": 0, "store.page_cache_shared_bytes": 0,
+                                      "flusher_threads": 12}
     # Four topics more, of one partition each: the broker holds their data logs and index
     # files (counted among its descriptors on data files: its sockets come and go; once all
     # its descriptors were counted, and one phase read 21 and the next 21 too).
@@ -47,3 +50,11 @@ def test_bad_topic_counts_are_refused_with_the_rule():
     proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--topics", "100,1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--topics must be ascending counts >= 1" in proc.stderr
+
+
+def test_store_settings_go_to_the_brokers_store_table():
+    from load.bench_many_topics import broker_toml
+
+    text = broker_toml({"held_write_bytes": 0, "store.page_cache_shared_bytes": 5})
+    assert tomllib.loads(text) == {"broker": {"held_write_bytes": 0,
+                                              "store": {"page_cache_shared_bytes": 5}}}
