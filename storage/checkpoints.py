@@ -38,7 +38,8 @@ counts, ``sync`` appends, ``flush()`` and ``close()`` still fsync the store's ow
 When a syncfs fails, every store that rode it is woken to fsync its own, and stores fsync on
 their own timers until a syncfs succeeds again. After a syncfs, every store that rode it drops
 its synced pages beyond its share of ``page_cache_shared_bytes`` (:meth:`Rider.synced`; the
-window and why: storage/datalog.py ``drop_cached``).
+window and why: storage/datalog.py ``drop_cached``), and while what the stores keep is above
+that budget, the one that kept its pages longest ago drops them all.
 
 Entries are keyed by topic, topic id and store id, so a topic deleted and created again under
 the same name never meets its predecessor's checkpoint.
@@ -78,9 +79,10 @@ class Rider(Protocol):
 
     def wake(self) -> None: ...
 
-    def synced(self, generation: int, keep_bytes: int) -> None:
+    def synced(self, generation: int, keep_bytes: int) -> int:
         """The syncfs of ``generation`` ended: keep at most ``keep_bytes`` of what it
-        covered in the page cache (the writer's thread calls; it must not block)."""
+        covered in the page cache (the writer's thread calls; it must not block). Returns
+        about how many bytes it keeps."""
 
 
 class OwnCheckpoint:
@@ -94,6 +96,9 @@ class OwnCheckpoint:
 
     def rides(self, fsync_interval_s: float) -> bool:
         return False
+
+    def leave(self, rider: Rider) -> None:
+        pass
 
     def read(self) -> Checkpoint | None:
         return read_checkpoint(self.store_dir)
@@ -134,6 +139,9 @@ class CheckpointSlot:
 
     def ride(self, rider: Rider) -> int:
         return self.owner.ride(rider)
+
+    def leave(self, rider: Rider) -> None:
+        self.owner.leave(rider)
 
     def synced(self, generation: int) -> bool:
         return self.owner.synced(generation)
@@ -199,6 +207,11 @@ class CheckpointFile:
         self._sync_started = self._sync_done = 0
         self._sync_wanted = False
         self._riders: set[Rider] = set()
+        # Stores keeping synced pages, least recently synced first, with about how many
+        # bytes each keeps, and their sum (the writer's thread; the lock is for leave).
+        self._holders: dict[Rider, int] = {}
+        self._held = 0
+        self._holders_lock = threading.Lock()
         self.sync_failing = False
         self._last_write = -interval_s
         self.writes = 0  # files written: tests and metrics see the coalescing
@@ -251,6 +264,12 @@ class CheckpointFile:
     def synced(self, generation: int) -> bool:
         """Whether the syncfs of ``generation`` (or a later one) has ended."""
         return self._sync_done >= generation
+
+    def leave(self, rider: Rider) -> None:
+        """A closed store's flusher: forget what it kept (its pages went with its files or
+        stay the kernel's to drop)."""
+        with self._holders_lock:
+            self._held -= self._holders.pop(rider, 0)
 
     def drop_topic(self, topic: str, topic_id: int) -> None:
         """Forget every store of one incarnation of a topic (its files are being deleted)."""
@@ -345,10 +364,29 @@ class CheckpointFile:
                                path=str(self.path)) from exc
         self.syncs += 1
         self._sync_done, self.sync_failing = generation, False
-        if self.page_cache_shared_bytes and riders:
-            keep = self.page_cache_shared_bytes // len(riders)
-            for rider in riders:
-                rider.synced(generation, keep)
+        if self.page_cache_shared_bytes:
+            self._share_page_cache(generation, riders)
+
+    def _share_page_cache(self, generation: int, riders: set[Rider]) -> None:
+        """Each rider keeps at most its share of the budget; then the stores that kept pages
+        longest ago drop all of theirs until the kept bytes fit the budget (a store written
+        once keeps nothing forever: 10,000 of them would hold GiBs of fresh pages)."""
+        budget = self.page_cache_shared_bytes
+        share = budget // len(riders) if riders else budget
+        kept = {rider: rider.synced(generation, share) for rider in riders}
+        with self._holders_lock:
+            holders = self._holders
+            for rider, n in kept.items():
+                self._held += n - holders.pop(rider, 0)  # popped: back in as the newest
+                if n > 0:
+                    holders[rider] = n
+            evicted = []
+            while self._held > budget and holders:
+                oldest = next(iter(holders))
+                self._held -= holders.pop(oldest)
+                evicted.append(oldest)
+        for rider in evicted:
+            rider.synced(generation, 0)
 
 
 def entry_key(topic: str, topic_id: int, store_id: int) -> str:

@@ -175,6 +175,11 @@ class DataLog(SegmentedLog):
                 raise StorageError(f"fsync failed on {seg.path}: {exc}") from exc
             self._dirty = False
 
+    @property
+    def uncached(self) -> int:
+        """Below this position the page cache was told to let go (:meth:`drop_cached`)."""
+        return self._uncached
+
     def drop_cached(self, below: int, whole: bool = True) -> None:
         """Let the kernel drop the page-cache pages of bytes before ``below`` (already synced).
 

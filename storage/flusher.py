@@ -147,6 +147,7 @@ class Flusher:
         if c.disk_full is not None:
             self._space_back()
         if closing and block is None:
+            c.checkpoint.leave(self)
             self._done.set()
             return None
         with c.cond:
@@ -256,13 +257,15 @@ class Flusher:
             part.keys.catch_up(index, lambda pos, n: _frames_of(block, c, pos, n),
                                c.data.start, unkeyed)
 
-    def synced(self, generation: int, keep_bytes: int) -> None:
+    def synced(self, generation: int, keep_bytes: int) -> int:
         """The data dir's syncfs of ``generation`` ended (the checkpoint writer's thread):
         drop this store's pages it covered beyond ``keep_bytes`` (or the store's own window,
         if smaller). Never waits: while the flusher holds the files, its next round drops
-        them."""
-        if not self.core.config.page_cache_window_bytes:
-            return
+        them. Returns about how many bytes of its data log the page cache keeps then."""
+        c = self.core
+        window = c.config.page_cache_window_bytes
+        if not window or c.closing or c.closed:
+            return 0
         self._drop_wanted = (generation, keep_bytes)
         if self.io_lock.acquire(blocking=False):
             try:
@@ -271,6 +274,7 @@ class Flusher:
                 self.io_lock.release()
         else:
             self.wake()
+        return max(0, min(window, keep_bytes, self._ride_end - c.data.uncached))
 
     def _drop_synced(self) -> None:
         """:meth:`synced`'s drop, holding ``io_lock``."""
