@@ -17,7 +17,7 @@ from storage.config import StoreConfig
 from storage.datalog import DataLog
 from storage.fsutil import syncfs_available
 from tests.helpers import batch_of, read_all, wait_until
-from tests.unit.test_page_cache_window import PAGE, resident
+from tests.page_cache import PAGE, resident
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or not syncfs_available(),
                                 reason="mincore(2) and syncfs(2) are Linux's")
