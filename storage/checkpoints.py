@@ -370,7 +370,7 @@ class CheckpointFile:
     def _share_page_cache(self, generation: int, riders: set[Rider]) -> None:
         """Each rider keeps at most its share of the budget; then the stores that kept pages
         longest ago drop all of theirs until the kept bytes fit the budget (a store written
-        once keeps nothing forever: 10,000 of them would hold GiBs of fresh pages)."""
+        once is never a rider again: without this, 10,000 of them held GiBs of fresh pages)."""
         budget = self.page_cache_shared_bytes
         share = budget // len(riders) if riders else budget
         kept = {rider: rider.synced(generation, share) for rider in riders}

@@ -20,6 +20,8 @@ from tests.page_cache import PAGE, resident
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="mincore(2) is Linux's")
 KiB, MiB = 1 << 10, 1 << 20
+
+
 def written_log(tmp_path: Path) -> tuple[DataLog, Path]:
     log = DataLog(tmp_path / "data", segment_bytes=4 * MiB)
     for _ in range(8):  # two segments of 4 MiB
