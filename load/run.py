@@ -190,10 +190,14 @@ def run(plan: LoadPlan) -> tuple[dict[str, Any], Path]:
         return _run(plan, folder, chaos, lambda: local_processes(local.cluster))
 
 
-def locust_processes(pgid: int) -> list[Watched]:
-    """Locust's master and its workers, charted beside the servers but not judged. Workers
-    are forked (they keep the master's command line); any other process of the group (a
-    helper Locust or a library starts for a moment) is not one, and is left out."""
+def locust_processes(pgid: int, workers: bool) -> list[Watched]:
+    """Locust's master and (``workers``: the run asked for ``--processes``) its workers,
+    charted beside the servers but not judged. Workers are forked (they keep the master's
+    command line); any other process of the group (a helper Locust or a library starts for a
+    moment) is not one, and is left out. A helper keeps that command line too until it execs:
+    without workers asked for, only the master is charted (CI once charted such a fork)."""
+    if not workers:
+        return [Watched("locust", pgid, judged=False)]
     leader = command_line(pgid)
     return [Watched("locust" if pid == pgid else f"locust-worker-{pid}", pid, judged=False)
             for pid in sorted(group_pids(pgid))
@@ -222,7 +226,7 @@ def _run(plan: LoadPlan, folder: Path, chaos: Chaos | None,
                                       stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         if plan.scenario == "soak":
-            sampler = Sampler(lambda: [*servers(), *locust_processes(locust.pid)],
+            sampler = Sampler(lambda: [*servers(), *locust_processes(locust.pid, plan.workers > 0)],
                               plan.sample_every_s)
             sampler.start()
         locust.wait()

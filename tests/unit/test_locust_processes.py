@@ -41,10 +41,17 @@ def test_the_master_and_its_forked_workers_are_charted_a_helper_is_not(group):
     worker, helper = map(int, group.stdout.readline().split())
     deadline = time.monotonic() + 30
     while True:  # both are up before the leader prints; a deadline all the same
-        names = {w.name: w.pid for w in locust_processes(group.pid)}
+        names = {w.name: w.pid for w in locust_processes(group.pid, workers=True)}
         if len(names) == 2 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     assert names == {"locust": group.pid, f"locust-worker-{worker}": worker}
     assert helper not in names.values()
-    assert all(not w.judged for w in locust_processes(group.pid))
+    assert all(not w.judged for w in locust_processes(group.pid, workers=True))
+
+
+def test_without_workers_asked_for_a_fork_of_the_master_is_not_charted(group):
+    worker, _helper = map(int, group.stdout.readline().split())
+    assert os.path.exists(f"/proc/{worker}"), "a fork with the master's command line is up"
+    assert [(w.name, w.pid) for w in locust_processes(group.pid, workers=False)] == [
+        ("locust", group.pid)]
