@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,10 @@ def test_a_quick_run_reports_both_cases_against_the_round_trip(tmp_path):
         assert run["consumed"] >= 1000, name  # every record came through
         assert run["round_trips"] > 0 and run["grpc_round_trip_ms"]["p99_ms"] > 0
         assert run["e2e_ms"]["p99_ms"] >= run["e2e_ms"]["p50_ms"] >= 0
+        # every record carried its send time; the floored millisecond timestamps read later
+        assert run["e2e_clock"] == "send stamp (ns)", name
+        by_ts = run["e2e_ms_from_record_timestamps"]
+        assert by_ts["mean_ms"] >= run["e2e_ms"]["mean_ms"], name
         assert out["summary"][name]["complete"]
     assert not list(tmp_path.iterdir())  # the cluster's files are gone with it
 
@@ -33,3 +38,15 @@ def test_bad_arguments_are_refused_with_the_rule():
     proc = subprocess.run([sys.executable, "-m", "load.bench_e2e", "--rate", "0"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--rate > 0" in proc.stderr
+
+
+def test_a_send_stamp_reads_back_and_leaves_other_values_alone():
+    from lib.cli.bench import STAMPED_BYTES, sent_ns, stamped
+
+    value = os.urandom(1024)
+    before = time.time_ns()
+    out = stamped(value)
+    assert len(out) == len(value) and out[STAMPED_BYTES:] == value[STAMPED_BYTES:]
+    assert before <= sent_ns(out) <= time.time_ns()
+    assert sent_ns(value) is None  # a value never stamped
+    assert sent_ns(out[:STAMPED_BYTES - 1]) is None  # cut short: no stamp to read
