@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
                                   **({"kafka": broker.kafka_address}
                                      if broker.kafka_address else {}),
                                   **({"replica_stream": broker.replica_stream_port}
-                                     if broker.replica_stream_port else {})})
+                                     if broker.replica_stream_port else {}),
+                                  **({"produce_stream": broker.produce_stream_port}
+                                     if broker.produce_stream_port else {})})
     signals.wait(broker.stopped)
     broker.stop()
     return 0

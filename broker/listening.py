@@ -18,6 +18,13 @@ STOP_WAIT_S = 5.0  # for the connections cancelled at stop, each of them aborted
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
+def grpc_style(address: tuple | None) -> str:
+    """A peer as gRPC names one (``ipv4:host:port``): the audit's refusals and the gate's IP
+    lists read that form."""
+    host, port = (str(address[0]), address[1] if len(address) > 1 else 0) if address else ("", 0)
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+
 class Listening:
     def __init__(self) -> None:
         self.server: asyncio.Server | None = None

@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 
 from broker.offsets import OffsetsPlane
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
-from broker.replica_stream import RETRY_STREAM_S, StreamClient
+from broker.replica_stream import RETRY_STREAM_S, ReplicaStreamClient
 from broker.topics import PartitionRole, TopicManager
 from lib.auth.client import AUTH_HEADER
 from lib.auth.settings import cluster_header
@@ -131,7 +131,7 @@ class LeaderLoop(threading.Thread):
         self._offsets_at: dict[tuple[str, int], tuple[int, int]] = {}
         # (topic, partition) -> sink marks sent whose records this copy does not hold yet
         self._pending_marks: dict[tuple[str, int], dict[str, SinkMark]] = {}
-        self._stream: StreamClient | None = None  # broker/replica_stream.py
+        self._stream: ReplicaStreamClient | None = None  # broker/replica_stream.py
         self._stream_port, self._stream_retry_at = 0, 0.0
 
     def run(self) -> None:
@@ -227,14 +227,14 @@ class LeaderLoop(threading.Thread):
                 self._close_stream(repr(exc), RETRY_STREAM_S)
         return fetch(request, timeout=timeout, metadata=self.owner.call_metadata)
 
-    def _open_stream(self) -> StreamClient | None:
+    def _open_stream(self) -> ReplicaStreamClient | None:
         if self._stream is not None or not self._stream_port \
                 or time.monotonic() < self._stream_retry_at:
             return self._stream
         host = self.address.rpartition(":")[0].strip("[]")
         metadata = dict(self.owner.call_metadata)
         try:
-            self._stream = StreamClient(host, self._stream_port,
+            self._stream = ReplicaStreamClient(host, self._stream_port,
                                         metadata.get(AUTH_HEADER, ""), self.owner.tls)
             event(log, "replica.stream_opened", leader=self.address, port=self._stream_port)
         except (OSError, TubeqError) as exc:

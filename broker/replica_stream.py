@@ -27,32 +27,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
-import struct
 from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 
-from broker.listening import Listening
-from lib.errors import TubeqError, Unauthenticated
+from broker.listening import Listening, grpc_style
+from lib.errors import TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2 as pb
-from lib.tls import Tls, read_pem
+from lib.stream_client import SIZE, SIZE_STATUS, StreamClient
 from lib.wire import Spliced
-from lib.wire_errors import error_class
 
 log = logging.getLogger(__name__)
 MAGIC = b"TQRS1 "
-SIZE = struct.Struct(">I")
-SIZE_STATUS = struct.Struct(">IB")
 OK, ERROR = 0, 1
 MAX_REQUEST_BYTES = 1 << 20  # a hello or a ReplicaFetchRequest (hundreds of bytes each)
-MAX_ANSWER_BYTES = 256 << 20  # what a follower accepts: the fetch's max_bytes is far below
 MAX_CONNECTIONS = 256  # followers are brokers: a few per leader
 REQUEST_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 600.0
-CONNECT_TIMEOUT_S = 5.0  # to connect, and for the hello's answer
 RETRY_STREAM_S = 30.0
 
 
@@ -84,7 +77,7 @@ class ReplicaStreamServer(Listening):
                   reason=f"more than {MAX_CONNECTIONS} connections")
             writer.close()
             return
-        await self.converse(self._talk(reader, writer, _grpc_style(address)), writer, peer,
+        await self.converse(self._talk(reader, writer, grpc_style(address)), writer, peer,
                             Refused, "replica_stream.refused", "replica_stream.connection_failed")
 
     async def _talk(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -126,12 +119,6 @@ class ReplicaStreamServer(Listening):
         await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
 
 
-def _grpc_style(address: tuple) -> str:
-    """A peer as gRPC names one (``ipv4:host:port``), as the audit's refusals take it."""
-    host, port = str(address[0]), address[1] if len(address) > 1 else 0
-    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
-
-
 async def _frame(reader: asyncio.StreamReader, first_byte_within: float) -> bytes:
     head = await asyncio.wait_for(reader.readexactly(SIZE.size), first_byte_within)
     size = SIZE.unpack(head)[0]
@@ -145,70 +132,11 @@ async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes) -> None
     await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
 
 
-class StreamClient:
-    """The follower's end: one blocking socket to one leader, one request at a time.
-    Raises OSError when the connection fails or its bytes make no sense (TimeoutError when
-    the leader is late), Unauthenticated when the hello is refused, the leader's TubeqError
-    for an error answer (the connection still good)."""
+class ReplicaStreamClient(StreamClient):
+    """The follower's end: :class:`lib.stream_client.StreamClient` speaking this stream."""
 
-    def __init__(self, host: str, port: int, header: str, tls: Tls | None) -> None:
-        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if tls is not None:
-                sock = client_context(tls).wrap_socket(sock, server_hostname=host)
-            self.sock = sock
-            self._send(MAGIC + header.encode())
-            self._answer(CONNECT_TIMEOUT_S)  # a hung leader accepts, and answers nothing
-        except BaseException:
-            sock.close()
-            raise
+    magic, what = MAGIC, "replica stream"
 
     def fetch(self, request: pb.ReplicaFetchRequest, timeout: float) -> bytearray:
         """The leader's serialized ReplicaFetchResponse (lib/wire.split reads it)."""
-        self._send(request.SerializeToString())
-        return self._answer(timeout)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _send(self, payload: bytes) -> None:
-        self.sock.settimeout(REQUEST_TIMEOUT_S)
-        self.sock.sendall(SIZE.pack(len(payload)) + payload)
-
-    def _answer(self, timeout: float) -> bytearray:
-        self.sock.settimeout(timeout)
-        size, status = SIZE_STATUS.unpack(self._exactly(SIZE_STATUS.size))
-        if not 0 < size <= MAX_ANSWER_BYTES:
-            raise ConnectionAbortedError(f"a replica stream answer of {size} bytes "
-                                         f"(1..{MAX_ANSWER_BYTES})")
-        body = self._exactly(size - 1)
-        if status == OK:
-            return body
-        code, _, message = body.decode(errors="replace").partition(" ")
-        if status == ERROR and code == Unauthenticated.code:
-            raise Unauthenticated(message)
-        if status != ERROR:
-            raise ConnectionAbortedError(f"a replica stream answer with status {status}")
-        raise error_class(code)(message)
-
-    def _exactly(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
-            took = self.sock.recv_into(view[got:])
-            if not took:
-                raise ConnectionResetError("the leader closed the replica stream")
-            got += took
-        return buf
-
-
-def client_context(tls: Tls) -> ssl.SSLContext:
-    """The follower's TLS, as its gRPC channels have it (lib/tls.py): the CA, and its own
-    certificate under mutual TLS."""
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    if tls.ca:
-        ctx.load_verify_locations(cadata=read_pem(tls.ca, "TLS CA file").decode())
-    if tls.cert:
-        ctx.load_cert_chain(tls.cert, tls.key)
-    return ctx
+        return self.call([request.SerializeToString()], timeout)

@@ -41,6 +41,7 @@ from broker.kafka.session import Authenticating
 from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
+from broker.produce_stream import ProduceStreamServer
 from broker.push import PushPlane
 from broker.replica_answer import REPLICA_FETCH_METHOD
 from broker.replica_fetcher import ReplicaFetcher
@@ -72,7 +73,7 @@ from lib.logs import event
 from lib.produce_wire import PRODUCE_MANY_METHOD, PRODUCE_METHOD, parse_produce, parse_produce_many
 from lib.producer import Producer
 from lib.proto import broker_pb2_grpc, security_pb2_grpc
-from lib.rpc import SERVER_OPTIONS, ChannelPool, invoke
+from lib.rpc import MAX_MESSAGE_BYTES, SERVER_OPTIONS, ChannelPool, invoke
 from lib.tls import server_tls
 from lib.wire import Spliced
 from storage import held_write
@@ -123,6 +124,8 @@ class Broker:
         self.kafka: KafkaListener | None = None
         self.replica_stream: ReplicaStreamServer | None = None
         self.replica_stream_port = 0
+        self.produce_stream: ProduceStreamServer | None = None
+        self.produce_stream_port = 0
         self._peers = ChannelPool(tls=server_tls(config).as_client())  # the Kafka port's
         self.kafka_address = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -144,6 +147,12 @@ class Broker:
         if cfg.replica_stream_on:
             try:
                 self.replica_stream_port = self._on_loop(self._serve_replica_stream())
+            except BaseException:
+                self.stop()
+                raise
+        if cfg.produce_stream_on:
+            try:
+                self.produce_stream_port = self._on_loop(self._serve_produce_stream())
             except BaseException:
                 self.stop()
                 raise
@@ -178,6 +187,7 @@ class Broker:
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               replica_stream=self.replica_stream_port,
+              produce_stream=self.produce_stream_port,
               broker_id=cfg.broker_id, masters=cfg.masters)
         return self
 
@@ -226,6 +236,19 @@ class Broker:
         self.replication.serve_stream(port)
         return port
 
+    async def _serve_produce_stream(self) -> int:
+        """The producers' plain-socket ProduceMany (broker/produce_stream.py); its port. The
+        gate is the gRPC interceptor's: the same callers, ACLs and IP lists."""
+        cfg = self.config
+        produce_many = type(self.service).ProduceMany.__wrapped__  # errors as exceptions
+        self.produce_stream = ProduceStreamServer(
+            lambda views, call: produce_many(self.service, views, call), self._gate(),
+            MAX_MESSAGE_BYTES)
+        port = await self.produce_stream.start(cfg.host, cfg.produce_stream_port,
+                                               server_tls(cfg).ssl_context())
+        self.service.produce_stream_port = port
+        return port
+
     async def _serve_kafka(self) -> int:
         """The Kafka protocol listener (broker/kafka/) on this loop; returns its port."""
         cfg = self.config
@@ -271,14 +294,20 @@ class Broker:
         """Who may call what (lib/auth/server.py): tokens are checked against the signing keys,
         and calls against the ACLs, that the masters send with heartbeat responses;
         ``auth = "none"`` is said loudly."""
-        if self.config.auth == "none":
+        gate = self._gate()
+        if gate is None:
             announce_auth_off(log)
-            return []
-        return [AioServerAuth(Authenticator(self.keyring.get,
-                                            self.config.resolved_cluster_secret),
-                              authorizer=lambda: self.acls, refusals=self.refusals,
-                              certificates=certificate_identities(server_tls(self.config)),
-                              addresses=lambda: self.addresses)]
+        return [] if gate is None else [gate]
+
+    def _gate(self) -> AioServerAuth | None:
+        """The gRPC interceptor (None: ``auth = "none"``), also the produce stream's gate."""
+        if self.config.auth == "none":
+            return None
+        return AioServerAuth(Authenticator(self.keyring.get,
+                                           self.config.resolved_cluster_secret),
+                             authorizer=lambda: self.acls, refusals=self.refusals,
+                             certificates=certificate_identities(server_tls(self.config)),
+                             addresses=lambda: self.addresses)
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the broker's loop from a plain thread and wait for its result."""
@@ -340,7 +369,8 @@ class Broker:
         if self.link is not None:
             self.link.hand_off()  # leaderships to in-sync followers first (clean shutdown)
             self.link.stop()
-        for name, listener in (("kafka", self.kafka), ("replica_stream", self.replica_stream)):
+        for name, listener in (("kafka", self.kafka), ("replica_stream", self.replica_stream),
+                               ("produce_stream", self.produce_stream)):
             if listener is None:
                 continue
             try:

@@ -157,6 +157,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.push = push
         self.metrics = metrics
         self.executor = executor
+        self.produce_stream_port = 0  # named in produce answers once the stream listens
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
         """``fn(*args)`` in the executor: for anything that may block the event loop."""
@@ -197,6 +198,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                               response.last_offset + 1, _wait_budget(context))
         if metered:
             response.throttle_ms = quotas.charge("produce", principal, "", len(request.batch))
+        response.stream_port = self.produce_stream_port  # broker/produce_stream.py
         return response
 
     def _admit(self, request: ProduceView, access: Access) -> BatchView | None:
@@ -249,7 +251,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             for i, failed in zip(acks_all, waits, strict=True):
                 if failed is not None:
                     outcomes[i] = self._entry_failed(failed)
-        response = pb.ProduceManyResponse(results=map(_entry_result, outcomes))
+        response = pb.ProduceManyResponse(results=map(_entry_result, outcomes),
+                                          stream_port=self.produce_stream_port)
         if metered:
             response.throttle_ms = quotas.charge("produce", access.quota_principal, "",
                                                  sum(len(entry.batch) for entry in request))

@@ -103,11 +103,17 @@ class ProduceView(NamedTuple):
 def produce_many_request(requests: list[bytes | Pieces]) -> bytes:
     """A serialized ``ProduceManyRequest`` of the ``ProduceRequest``s given, serialized or as
     :func:`request_pieces` (joined here: their one copy)."""
+    return b"".join(produce_many_pieces(requests))
+
+
+def produce_many_pieces(requests: list[bytes | Pieces]) -> list:
+    """:func:`produce_many_request` not joined: for a socket that gathers them
+    (lib/stream_client.py)."""
     parts: list = []
     for raw in requests:
         parts += (b"\x0a", varint(joined_len(raw)))
         parts += raw if isinstance(raw, Pieces) else (raw,)
-    return b"".join(parts)
+    return parts
 
 
 def parse_produce_many(raw: bytes) -> list[ProduceView]:

@@ -29,8 +29,10 @@ from lib.produce_wire import (
     PRODUCE_MANY_METHOD,
     PRODUCE_METHOD,
     joined,
+    produce_many_pieces,
     produce_many_request,
 )
+from lib.producer.stream_calls import NoStream, StreamCalls
 from lib.proto import broker_pb2
 from lib.records.encode import Pieces
 from lib.routes import RouteCache
@@ -100,6 +102,7 @@ class ProduceCalls:
         # threads stay once started (as many as calls were ever in flight at once, at most
         # the cap).
         self._threads = ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, f"tubeq-produce-{client_id}")
+        self.streams = StreamCalls(pool.tls)  # brokers' produce streams (stream_calls.py)
 
     def stub(self, address: str, many: bool = False) -> grpc.UnaryUnaryMultiCallable:
         """The Produce (or ProduceMany) stub of ``address`` (raises a TubeqError when it
@@ -119,7 +122,7 @@ class ProduceCalls:
                 address: str, tps: tuple[TopicPartition, ...],
                 metadata: Metadata) -> broker_pb2.ProduceResponse:
         """One blocking Produce call, watched for a leader that moves away meanwhile."""
-        token = self.watch.started(address, tps, lambda: self.pool.discard(address))
+        token = self.watch.started(address, tps, lambda: self._discard(address))
         try:
             return stub(payload, timeout=timeout, metadata=metadata)
         except ValueError as exc:  # the stub's channel was closed just before: a cut link
@@ -128,13 +131,18 @@ class ProduceCalls:
         finally:
             self.watch.finished(token)
 
+    def _discard(self, address: str) -> None:
+        """A hung leader: its channel and its stream connections closed, their calls failed."""
+        self.pool.discard(address)
+        self.streams.discard(address)
+
     def submit(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
                address: str, tps: tuple[TopicPartition, ...], metadata: Metadata,
                done: Callable[[Any, TubeqError | None], None]) -> None:
         """Make the call on a call thread; ``done(response, None)`` or ``done(None, error)``
         there when it ends. A ProduceMany call that meets a broker without that method
         adds the broker to :attr:`unimplemented`."""
-        self._threads.submit(self._call, stub, payload, timeout, address, tps, metadata, done)
+        self._threads.submit(self._one, stub, payload, timeout, address, tps, metadata, done)
 
     def submit_many(self, address: str, payloads: list[bytes | Pieces],
                     tps: tuple[TopicPartition, ...], timeout: float, metadata: Metadata,
@@ -147,9 +155,37 @@ class ProduceCalls:
             for i in range(len(payloads)):
                 done(i, None, exc)
             return
-        self.submit(stub, produce_many_request(payloads), timeout, address, tps, metadata,
-                    lambda result, error: self._many_over(address, payloads, tps, timeout,
-                                                          metadata, done, result, error))
+        self._threads.submit(self._many, stub, payloads, timeout, address, tps, metadata,
+                             done)
+
+    def _many(self, stub: grpc.UnaryUnaryMultiCallable, payloads: list[bytes | Pieces],
+              timeout: float, address: str, tps: tuple[TopicPartition, ...],
+              metadata: Metadata, done: Callable[[int, Any, TubeqError | None], None]) -> None:
+        """A ProduceMany call on a call thread: over the broker's stream when it has one
+        (the entries' pieces never joined), else over gRPC."""
+        try:
+            result, error = self._streamed(address, produce_many_pieces(payloads), timeout,
+                                           tps, metadata), None
+        except NoStream:
+            self._call(stub, produce_many_request(payloads), timeout, address, tps, metadata,
+                       lambda result, error: self._many_over(address, payloads, tps, timeout,
+                                                             metadata, done, result, error))
+            return
+        except TubeqError as exc:
+            result, error = None, exc
+        for i, outcome in enumerate(entry_outcomes(address, len(payloads), result, error)):
+            done(i, *outcome)
+
+    def _streamed(self, address: str, pieces: list, timeout: float,
+                  tps: tuple[TopicPartition, ...], metadata: Metadata
+                  ) -> broker_pb2.ProduceManyResponse:
+        """One ProduceMany over ``address``'s stream, watched as a gRPC call is (NoStream:
+        make it over gRPC)."""
+        token = self.watch.started(address, tps, lambda: self._discard(address))
+        try:
+            return self.streams.produce_many(address, pieces, timeout, metadata)
+        finally:
+            self.watch.finished(token)
 
     def _many_over(self, address: str, payloads: list[bytes | Pieces],
                    tps: tuple[TopicPartition, ...], timeout: float, metadata: Metadata,
@@ -169,11 +205,28 @@ class ProduceCalls:
         for i, outcome in enumerate(entry_outcomes(address, len(payloads), result, error)):
             done(i, *outcome)
 
+    def _one(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
+             address: str, tps: tuple[TopicPartition, ...], metadata: Metadata,
+             done: Callable[[Any, TubeqError | None], None]) -> None:
+        """A Produce call on a call thread: as a ProduceMany of one entry over the broker's
+        stream when it has one, else over gRPC."""
+        try:
+            result = self._streamed(address, produce_many_pieces([payload]), timeout, tps,
+                                    metadata)
+        except NoStream:
+            self._call(stub, payload, timeout, address, tps, metadata, done)
+            return
+        except TubeqError as exc:
+            done(None, exc)
+            return
+        done(*entry_outcomes(address, 1, result, None)[0])
+
     def _call(self, stub: grpc.UnaryUnaryMultiCallable, payload: bytes, timeout: float,
               address: str, tps: tuple[TopicPartition, ...], metadata: Metadata,
               done: Callable[[Any, TubeqError | None], None]) -> None:
         try:
             result, error = self.watched(stub, payload, timeout, address, tps, metadata), None
+            self.streams.learned(address, result.stream_port)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # ProduceMany, on an old broker
                 self.unimplemented.add(address)
@@ -185,6 +238,7 @@ class ProduceCalls:
         done(result, error)
 
     def close(self) -> None:
-        """Calls still running end with their channels."""
+        """Calls still running end with their channels (and connections)."""
         self._threads.shutdown(wait=False)
         self.watch.close()
+        self.streams.close()

@@ -47,14 +47,16 @@ class ProduceRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., acks_all: _Optional[bool] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("base_offset", "last_offset", "throttle_ms")
+    __slots__ = ("base_offset", "last_offset", "throttle_ms", "stream_port")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_MS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_PORT_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     last_offset: int
     throttle_ms: int
-    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
+    stream_port: int
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., throttle_ms: _Optional[int] = ..., stream_port: _Optional[int] = ...) -> None: ...
 
 class ProduceManyRequest(_message.Message):
     __slots__ = ("entries",)
@@ -77,12 +79,14 @@ class ProduceEntryResult(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., error_details: _Optional[str] = ...) -> None: ...
 
 class ProduceManyResponse(_message.Message):
-    __slots__ = ("results", "throttle_ms")
+    __slots__ = ("results", "throttle_ms", "stream_port")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_MS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_PORT_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ProduceEntryResult]
     throttle_ms: int
-    def __init__(self, results: _Optional[_Iterable[_Union[ProduceEntryResult, _Mapping]]] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
+    stream_port: int
+    def __init__(self, results: _Optional[_Iterable[_Union[ProduceEntryResult, _Mapping]]] = ..., throttle_ms: _Optional[int] = ..., stream_port: _Optional[int] = ...) -> None: ...
 
 class PartitionFetch(_message.Message):
     __slots__ = ("partition", "offset", "max_bytes")

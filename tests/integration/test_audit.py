@@ -10,7 +10,7 @@ from collections import Counter
 import grpc
 import pytest
 
-from broker.replica_stream import StreamClient
+from broker.replica_stream import ReplicaStreamClient
 from lib.admin import AdminClient
 from lib.auth.client import Credentials
 from lib.errors import PermissionDenied, Unauthenticated
@@ -135,7 +135,7 @@ def test_a_replica_stream_hello_without_the_cluster_credential_is_audited(audite
     port = cluster.brokers[1].info["replica_stream"]
     for _ in range(3):
         with pytest.raises(Unauthenticated, match="cluster credential only"):
-            StreamClient("127.0.0.1", port, "Cluster a-guessed-secret-of-some-length", None)
+            ReplicaStreamClient("127.0.0.1", port, "Cluster a-guessed-secret-of-some-length", None)
     summaries = wait_for(lambda: (lambda s: s if sum(x["count"] for x in s) >= 3 else None)(
         refused(root, "ReplicaStream", "-")), 15, "the stream's refusals in the audit log")
     assert sum(s["count"] for s in summaries) == 3

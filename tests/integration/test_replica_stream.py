@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from broker.replica_fetcher import split_answer
-from broker.replica_stream import MAGIC, StreamClient
+from broker.replica_stream import MAGIC, ReplicaStreamClient
 from lib.admin import AdminClient
 from lib.errors import Unauthenticated
 from lib.producer.producer import Producer
@@ -30,10 +30,10 @@ def test_only_the_cluster_credential_opens_a_stream(cluster):
     port = stream_port(cluster)
     for header in ("", "Cluster wrong", "Bearer not-a-token"):
         with pytest.raises(Unauthenticated, match="cluster credential"):
-            StreamClient("127.0.0.1", port, header, None)
+            ReplicaStreamClient("127.0.0.1", port, header, None)
     refused = cluster.brokers[1].log_events("replica_stream.refused")
     assert any("without the cluster credential" in e.get("reason", "") for e in refused)
-    client = StreamClient("127.0.0.1", port, f"Cluster {cluster.cluster_secret}", None)
+    client = ReplicaStreamClient("127.0.0.1", port, f"Cluster {cluster.cluster_secret}", None)
     try:
         raw = client.fetch(pb.ReplicaFetchRequest(replica_id=9, partitions=[
             pb.ReplicaFetchPartition(topic="no-such-topic", partition=0)]), 10)

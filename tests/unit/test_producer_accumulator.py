@@ -342,7 +342,7 @@ def test_a_direct_send_that_raises_unexpectedly_frees_its_partition():
                             leader=lambda _p: "127.0.0.1:1")
     routes = SimpleNamespace(get=lambda _topic: route)
     pool = SimpleNamespace(get_bare=lambda _a: SimpleNamespace(
-        unary_unary=lambda *_a, **_k: exploding), auth_metadata=lambda: ())
+        unary_unary=lambda *_a, **_k: exploding), auth_metadata=lambda: (), tls=None)
     acc = _acc()
     sender = Sender(acc, routes, pool, retries=0, retry_backoff_s=0, request_timeout_s=1,
                     new_producer_id=None, client_id="t")

@@ -1,5 +1,6 @@
 """broker/replica_stream.py over real sockets on 127.0.0.1: the leader's server on an event
-loop of its own, the follower's StreamClient and raw sockets as a careless or hostile peer."""
+loop of its own, the follower's ReplicaStreamClient and raw sockets as a careless or
+hostile peer."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,7 @@ import pytest
 
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FRAMES
 from broker.replica_fetcher import split_answer
-from broker.replica_stream import MAGIC, ReplicaStreamServer, StreamClient
+from broker.replica_stream import MAGIC, ReplicaStreamClient, ReplicaStreamServer
 from lib.errors import ConfigError, NotLeader, Unauthenticated
 from lib.proto import broker_pb2 as pb
 from lib.wire import Spliced
@@ -64,7 +65,7 @@ def request(topic: str, offset: int = 5) -> pb.ReplicaFetchRequest:
 
 
 def test_a_follower_gets_the_same_answer_as_over_grpc(port):
-    client = StreamClient("127.0.0.1", port, HEADER, None)
+    client = ReplicaStreamClient("127.0.0.1", port, HEADER, None)
     try:
         for offset in (5, 6):  # one connection, request after request
             head, entries = split_answer(client.fetch(request("t", offset), 5), "leader")
@@ -77,7 +78,7 @@ def test_a_follower_gets_the_same_answer_as_over_grpc(port):
 
 
 def test_a_leaders_error_comes_back_as_its_own_class_and_the_stream_goes_on(port):
-    client = StreamClient("127.0.0.1", port, HEADER, None)
+    client = ReplicaStreamClient("127.0.0.1", port, HEADER, None)
     try:
         with pytest.raises(NotLeader, match="no longer leads moved/0"):
             client.fetch(request("moved"), 5)
@@ -87,7 +88,7 @@ def test_a_leaders_error_comes_back_as_its_own_class_and_the_stream_goes_on(port
 
 
 def test_a_late_answer_times_out_on_the_follower(port):
-    client = StreamClient("127.0.0.1", port, HEADER, None)
+    client = ReplicaStreamClient("127.0.0.1", port, HEADER, None)
     try:
         with pytest.raises(TimeoutError):
             client.fetch(request("slow"), 0.3)
@@ -97,7 +98,7 @@ def test_a_late_answer_times_out_on_the_follower(port):
 
 def test_a_hello_without_the_cluster_credential_is_refused(port):
     with pytest.raises(Unauthenticated, match="cluster credential only"):
-        StreamClient("127.0.0.1", port, "Cluster wrong", None)
+        ReplicaStreamClient("127.0.0.1", port, "Cluster wrong", None)
 
 
 def raw(port: int, payload: bytes) -> bytes:
@@ -125,7 +126,7 @@ def test_bytes_that_are_not_the_stream_close_the_connection_and_the_server_serve
         port, payload):
     got = raw(port, payload)
     assert got in (b"", b"\x00\x00\x00\x01\x00")  # at most the hello's OK before the close
-    client = StreamClient("127.0.0.1", port, HEADER, None)
+    client = ReplicaStreamClient("127.0.0.1", port, HEADER, None)
     try:
         assert split_answer(client.fetch(request("t"), 5), "leader")[1][0][0].topic == "t"
     finally:
@@ -143,7 +144,7 @@ def test_stop_ends_the_connections_still_open_before_it_returns(served):
     """A connection cancelled but not awaited outlives the loop as a coroutine never finished
     (PytestUnraisableExceptionWarning in a later test): stop waits for each to end."""
     server, bound, on_loop = served
-    client = StreamClient("127.0.0.1", bound, HEADER, None)  # hello answered: admitted
+    client = ReplicaStreamClient("127.0.0.1", bound, HEADER, None)  # hello answered: admitted
     try:
         open_ones = list(server._connections)
         assert len(open_ones) == 1

@@ -1,0 +1,133 @@
+"""The client end of the brokers' plain-socket streams (broker/replica_stream.py for followers,
+broker/produce_stream.py for producers): one blocking socket to one broker, one request at a
+time.
+
+Wire (sizes big-endian u32): a hello frame, the stream's magic then the authorization header
+the client would send over gRPC, answered by one status frame; then each request frame is
+answered by one frame whose first byte is its status: OK then the answer, or ERROR then
+``CODE message`` (UTF-8, a TubeqError's code).
+"""
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from collections.abc import Sequence
+
+from lib.errors import Unauthenticated
+from lib.proto import broker_pb2
+from lib.tls import Tls, read_pem
+from lib.wire_errors import error_class
+
+SIZE = struct.Struct(">I")
+SIZE_STATUS = struct.Struct(">IB")
+OK, ERROR = 0, 1
+MAX_ANSWER_BYTES = 256 << 20  # what a client accepts: every answer is far below
+CONNECT_TIMEOUT_S = 5.0  # to connect, and for the hello's answer
+SEND_TIMEOUT_S = 30.0
+IOV_MAX = 1024  # buffers per sendmsg (Linux's UIO_MAXIOV)
+TIMEOUT_MAX_MS = (1 << 32) - 1
+
+Buffer = bytes | bytearray | memoryview
+
+
+class StreamClient:
+    """Raises OSError when the connection fails or its bytes make no sense (TimeoutError when
+    the broker is late), Unauthenticated when the hello is refused, the broker's TubeqError
+    for an error answer (the connection still good)."""
+
+    magic = b""
+    what = "stream"
+
+    def __init__(self, host: str, port: int, header: str, tls: Tls | None) -> None:
+        self.header = header  # the hello's: a renewed credential needs a new connection
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                sock = client_context(tls).wrap_socket(sock, server_hostname=host)
+            self.sock = sock
+            self.call([self.magic + header.encode()], CONNECT_TIMEOUT_S)  # a hung broker
+            # accepts, and answers nothing
+        except BaseException:
+            sock.close()
+            raise
+
+    def call(self, pieces: Sequence[Buffer], timeout: float) -> bytearray:
+        """Send one request frame of ``pieces`` (not joined: gathered by the kernel) and
+        return its answer's body."""
+        self._send(pieces)
+        return self._answer(timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _send(self, pieces: Sequence[Buffer]) -> None:
+        self.sock.settimeout(SEND_TIMEOUT_S)
+        views = [memoryview(p).cast("B") for p in pieces]
+        views.insert(0, memoryview(SIZE.pack(sum(v.nbytes for v in views))))
+        if isinstance(self.sock, ssl.SSLSocket):  # no sendmsg over TLS: one join
+            self.sock.sendall(b"".join(views))
+            return
+        i = 0
+        while i < len(views):
+            sent = self.sock.sendmsg(views[i:i + IOV_MAX])
+            while sent:  # whole buffers sent, then the rest of a partly sent one
+                if sent >= len(views[i]):
+                    sent -= len(views[i])
+                    i += 1
+                else:
+                    views[i], sent = views[i][sent:], 0
+
+    def _answer(self, timeout: float) -> bytearray:
+        self.sock.settimeout(timeout)
+        size, status = SIZE_STATUS.unpack(self._exactly(SIZE_STATUS.size))
+        if not 0 < size <= MAX_ANSWER_BYTES:
+            raise ConnectionAbortedError(f"a {self.what} answer of {size} bytes "
+                                         f"(1..{MAX_ANSWER_BYTES})")
+        body = self._exactly(size - 1)
+        if status == OK:
+            return body
+        code, _, message = body.decode(errors="replace").partition(" ")
+        if status == ERROR and code == Unauthenticated.code:
+            raise Unauthenticated(message)
+        if status != ERROR:
+            raise ConnectionAbortedError(f"a {self.what} answer with status {status}")
+        raise error_class(code)(message)
+
+    def _exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            took = self.sock.recv_into(view[got:])
+            if not took:
+                raise ConnectionResetError(f"the broker closed the {self.what}")
+            got += took
+        return buf
+
+
+def client_context(tls: Tls) -> ssl.SSLContext:
+    """The client's TLS, as its gRPC channels have it (lib/tls.py): the CA, and its own
+    certificate under mutual TLS."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if tls.ca:
+        ctx.load_verify_locations(cadata=read_pem(tls.ca, "TLS CA file").decode())
+    if tls.cert:
+        ctx.load_cert_chain(tls.cert, tls.key)
+    return ctx
+
+
+PRODUCE_MAGIC = b"TQPS1 "
+TIMEOUT_MS = struct.Struct(">I")  # a produce request's head: how long its caller waits
+
+
+class ProduceStreamClient(StreamClient):
+    """A producer's end of broker/produce_stream.py: ProduceMany calls over one socket."""
+
+    magic, what = PRODUCE_MAGIC, "produce stream"
+
+    def produce_many(self, request: Sequence[Buffer], timeout: float
+                     ) -> broker_pb2.ProduceManyResponse:
+        """One ProduceMany call: ``request`` the pieces of a serialized ProduceManyRequest."""
+        head = TIMEOUT_MS.pack(max(1, min(int(timeout * 1000), TIMEOUT_MAX_MS)))
+        return broker_pb2.ProduceManyResponse.FromString(self.call([head, *request], timeout))
