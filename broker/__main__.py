@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                                      if broker.kafka_address else {}),
                                   **({"replica_stream": broker.replica_stream_port}
                                      if broker.replica_stream_port else {}),
-                                  **({"produce_stream": broker.produce_stream_port}
-                                     if broker.produce_stream_port else {})})
+                                  **({"client_stream": broker.client_stream_port}
+                                     if broker.client_stream_port else {})})
     signals.wait(broker.stopped)
     broker.stop()
     return 0

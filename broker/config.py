@@ -104,10 +104,10 @@ class BrokerConfig:
     # port would reach it is unknown). Followers dial the host of this broker's advertised
     # address at this port: behind a firewall or NAT, fix the port and open it there too.
     replica_stream_port: int = 0
-    # The produce stream (broker/produce_stream.py): producers send ProduceMany over a plain
+    # The produce stream (broker/client_stream.py): producers send ProduceMany over a plain
     # socket instead of gRPC. -1 off, 0 any free port (off with an ``advertised_address``, as
     # the replica stream). Producers dial the host of this broker's address at this port.
-    produce_stream_port: int = 0
+    client_stream_port: int = 0
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -116,8 +116,8 @@ class BrokerConfig:
                                                 and not self.advertised_address)
 
     @property
-    def produce_stream_on(self) -> bool:
-        return self.produce_stream_port > 0 or (self.produce_stream_port == 0
+    def client_stream_on(self) -> bool:
+        return self.client_stream_port > 0 or (self.client_stream_port == 0
                                                 and not self.advertised_address)
 
     @property
@@ -170,8 +170,8 @@ class BrokerConfig:
         require(-1 <= self.kafka_port < 65536, "BrokerConfig.kafka_port must be in [-1, 65535]")
         require(-1 <= self.replica_stream_port < 65536,
                 "BrokerConfig.replica_stream_port must be in [-1, 65535]")
-        require(-1 <= self.produce_stream_port < 65536,
-                "BrokerConfig.produce_stream_port must be in [-1, 65535]")
+        require(-1 <= self.client_stream_port < 65536,
+                "BrokerConfig.client_stream_port must be in [-1, 65535]")
         require(1 <= self.kafka_max_connections <= 1_000_000,
                 "BrokerConfig.kafka_max_connections must be in [1, 1000000]")
         require(1024 <= self.kafka_max_request_bytes <= self.kafka_max_inflight_bytes,

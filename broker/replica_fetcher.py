@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 
 from broker.offsets import OffsetsPlane
 from broker.replica_answer import REPLICA_ENTRIES, REPLICA_FETCH_METHOD, REPLICA_FRAMES
-from broker.replica_stream import RETRY_STREAM_S, ReplicaStreamClient
+from broker.replica_stream import ReplicaStreamClient
 from broker.topics import PartitionRole, TopicManager
 from lib.auth.client import AUTH_HEADER
 from lib.auth.settings import cluster_header
@@ -46,6 +46,7 @@ from lib.records import (
 from lib.records.encode import CONTROL_VALUE
 from lib.records.layout import crc32
 from lib.rpc import channel
+from lib.stream_client import RETRY_STREAM_S
 from lib.tls import Tls
 from lib.wire import split
 from storage.datalog import ATTR_COMMIT, ATTR_CONTROL, ATTR_TXN, ProducerFields

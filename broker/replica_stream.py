@@ -20,7 +20,7 @@ Limits: a frame from a follower at most :data:`MAX_REQUEST_BYTES`, whole within
 ``MAX_CONNECTIONS`` at once. TLS when the broker's port has it.
 
 A follower whose stream fails (refused, reset, timed out, a hello refused) closes it, fetches
-over gRPC as before, and tries the stream again after :data:`RETRY_STREAM_S`
+over gRPC as before, and tries the stream again after :data:`~lib.stream_client.RETRY_STREAM_S`
 (broker/replica_fetcher.py).
 """
 from __future__ import annotations
@@ -46,7 +46,6 @@ MAX_REQUEST_BYTES = 1 << 20  # a hello or a ReplicaFetchRequest (hundreds of byt
 MAX_CONNECTIONS = 256  # followers are brokers: a few per leader
 REQUEST_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 600.0
-RETRY_STREAM_S = 30.0
 
 
 class Refused(Exception):

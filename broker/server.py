@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from broker.client_stream import ClientStreamServer
 from broker.config import BrokerConfig
 from broker.data import DataPlane
 from broker.delay_index import DelayIndex
@@ -41,7 +42,6 @@ from broker.kafka.session import Authenticating
 from broker.master_link import MasterLink
 from broker.metrics import BrokerMetrics
 from broker.offsets import OffsetsPlane
-from broker.produce_stream import ProduceStreamServer
 from broker.push import PushPlane
 from broker.replica_answer import REPLICA_FETCH_METHOD
 from broker.replica_fetcher import ReplicaFetcher
@@ -124,8 +124,8 @@ class Broker:
         self.kafka: KafkaListener | None = None
         self.replica_stream: ReplicaStreamServer | None = None
         self.replica_stream_port = 0
-        self.produce_stream: ProduceStreamServer | None = None
-        self.produce_stream_port = 0
+        self.client_stream: ClientStreamServer | None = None
+        self.client_stream_port = 0
         self._peers = ChannelPool(tls=server_tls(config).as_client())  # the Kafka port's
         self.kafka_address = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -150,9 +150,9 @@ class Broker:
             except BaseException:
                 self.stop()
                 raise
-        if cfg.produce_stream_on:
+        if cfg.client_stream_on:
             try:
-                self.produce_stream_port = self._on_loop(self._serve_produce_stream())
+                self.client_stream_port = self._on_loop(self._serve_client_stream())
             except BaseException:
                 self.stop()
                 raise
@@ -187,7 +187,7 @@ class Broker:
             threading.Thread(target=self._keep_isr, name="isr-keeper", daemon=True).start()
         event(log, "broker.started", address=self.address, metrics=self.metrics_address,
               replica_stream=self.replica_stream_port,
-              produce_stream=self.produce_stream_port,
+              client_stream=self.client_stream_port,
               broker_id=cfg.broker_id, masters=cfg.masters)
         return self
 
@@ -236,17 +236,19 @@ class Broker:
         self.replication.serve_stream(port)
         return port
 
-    async def _serve_produce_stream(self) -> int:
-        """The producers' plain-socket ProduceMany (broker/produce_stream.py); its port. The
-        gate is the gRPC interceptor's: the same callers, ACLs and IP lists."""
+    async def _serve_client_stream(self) -> int:
+        """The clients' plain-socket ProduceMany and Fetch (broker/client_stream.py); its
+        port. The gate is the gRPC interceptor's: the same callers, ACLs and IP lists."""
         cfg = self.config
-        produce_many = type(self.service).ProduceMany.__wrapped__  # errors as exceptions
-        self.produce_stream = ProduceStreamServer(
-            lambda views, call: produce_many(self.service, views, call), self._gate(),
+        service = type(self.service)  # the handlers unguarded: errors as exceptions
+        produce_many, fetch = service.ProduceMany.__wrapped__, service.Fetch.__wrapped__
+        self.client_stream = ClientStreamServer(
+            self.address, lambda views, call: produce_many(self.service, views, call),
+            lambda request, call: fetch(self.service, request, call), self._gate(),
             MAX_MESSAGE_BYTES)
-        port = await self.produce_stream.start(cfg.host, cfg.produce_stream_port,
-                                               server_tls(cfg).ssl_context())
-        self.service.produce_stream_port = port
+        port = await self.client_stream.start(cfg.host, cfg.client_stream_port,
+                                              server_tls(cfg).ssl_context())
+        self.service.client_stream_port = port
         return port
 
     async def _serve_kafka(self) -> int:
@@ -300,7 +302,7 @@ class Broker:
         return [] if gate is None else [gate]
 
     def _gate(self) -> AioServerAuth | None:
-        """The gRPC interceptor (None: ``auth = "none"``), also the produce stream's gate."""
+        """The gRPC interceptor (None: ``auth = "none"``), also the client stream's gate."""
         if self.config.auth == "none":
             return None
         return AioServerAuth(Authenticator(self.keyring.get,
@@ -370,7 +372,7 @@ class Broker:
             self.link.hand_off()  # leaderships to in-sync followers first (clean shutdown)
             self.link.stop()
         for name, listener in (("kafka", self.kafka), ("replica_stream", self.replica_stream),
-                               ("produce_stream", self.produce_stream)):
+                               ("client_stream", self.client_stream)):
             if listener is None:
                 continue
             try:

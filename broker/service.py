@@ -157,7 +157,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.push = push
         self.metrics = metrics
         self.executor = executor
-        self.produce_stream_port = 0  # named in produce answers once the stream listens
+        self.client_stream_port = 0  # named in produce and fetch answers once it listens
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
         """``fn(*args)`` in the executor: for anything that may block the event loop."""
@@ -198,7 +198,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                               response.last_offset + 1, _wait_budget(context))
         if metered:
             response.throttle_ms = quotas.charge("produce", principal, "", len(request.batch))
-        response.stream_port = self.produce_stream_port  # broker/produce_stream.py
+        response.stream_port = self.client_stream_port  # broker/client_stream.py
         return response
 
     def _admit(self, request: ProduceView, access: Access) -> BatchView | None:
@@ -252,7 +252,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if failed is not None:
                     outcomes[i] = self._entry_failed(failed)
         response = pb.ProduceManyResponse(results=map(_entry_result, outcomes),
-                                          stream_port=self.produce_stream_port)
+                                          stream_port=self.client_stream_port)
         if metered:
             response.throttle_ms = quotas.charge("produce", access.quota_principal, "",
                                                  sum(len(entry.batch) for entry in request))
@@ -332,6 +332,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             principal = current_access.get().quota_principal
             quotas.admit("consume", principal, request.group)
         response = await self.data.fetch(request, self.run)
+        response.head.stream_port = self.client_stream_port  # broker/client_stream.py
         if metered:
             response.head.throttle_ms = quotas.charge(
                 "consume", principal, request.group,

@@ -1,5 +1,5 @@
 """The client end of the brokers' plain-socket streams (broker/replica_stream.py for followers,
-broker/produce_stream.py for producers): one blocking socket to one broker, one request at a
+broker/client_stream.py for producers): one blocking socket to one broker, one request at a
 time.
 
 Wire (sizes big-endian u32): a hello frame, the stream's magic then the authorization header
@@ -14,10 +14,11 @@ import ssl
 import struct
 from collections.abc import Sequence
 
+from lib.auth.client import AUTH_HEADER
 from lib.errors import Unauthenticated
 from lib.proto import broker_pb2
 from lib.tls import Tls, read_pem
-from lib.wire_errors import error_class
+from lib.wire_errors import error_of
 
 SIZE = struct.Struct(">I")
 SIZE_STATUS = struct.Struct(">IB")
@@ -27,6 +28,7 @@ CONNECT_TIMEOUT_S = 5.0  # to connect, and for the hello's answer
 SEND_TIMEOUT_S = 30.0
 IOV_MAX = 1024  # buffers per sendmsg (Linux's UIO_MAXIOV)
 TIMEOUT_MAX_MS = (1 << 32) - 1
+RETRY_STREAM_S = 30.0  # a stream that could not be reached or refused a hello: gRPC this long
 
 Buffer = bytes | bytearray | memoryview
 
@@ -39,7 +41,8 @@ class StreamClient:
     magic = b""
     what = "stream"
 
-    def __init__(self, host: str, port: int, header: str, tls: Tls | None) -> None:
+    def __init__(self, host: str, port: int, header: str, tls: Tls | None,
+                 broker: str = "") -> None:
         self.header = header  # the hello's: a renewed credential needs a new connection
         sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
         try:
@@ -47,8 +50,13 @@ class StreamClient:
             if tls is not None:
                 sock = client_context(tls).wrap_socket(sock, server_hostname=host)
             self.sock = sock
-            self.call([self.magic + header.encode()], CONNECT_TIMEOUT_S)  # a hung broker
-            # accepts, and answers nothing
+            named = self.call([self.magic + header.encode()], CONNECT_TIMEOUT_S)  # a hung
+            # broker accepts, and answers nothing
+            if broker and named and named.decode(errors="replace") != broker:
+                # a port learned before that another broker on the host listens on now
+                raise ConnectionRefusedError(f"the {self.what} at {host}:{port} is broker "
+                                             f"{named.decode(errors='replace')!r}'s, not "
+                                             f"{broker!r}'s")
         except BaseException:
             sock.close()
             raise
@@ -88,12 +96,13 @@ class StreamClient:
         body = self._exactly(size - 1)
         if status == OK:
             return body
-        code, _, message = body.decode(errors="replace").partition(" ")
+        text, _, details = body.decode(errors="replace").partition("\0")
+        code, _, message = text.partition(" ")
         if status == ERROR and code == Unauthenticated.code:
             raise Unauthenticated(message)
         if status != ERROR:
             raise ConnectionAbortedError(f"a {self.what} answer with status {status}")
-        raise error_class(code)(message)
+        raise error_of(code, message, details)
 
     def _exactly(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -104,6 +113,11 @@ class StreamClient:
                 raise ConnectionResetError(f"the broker closed the {self.what}")
             got += took
         return buf
+
+
+def auth_header(metadata: Sequence[tuple[str, str]]) -> str:
+    """The authorization header of a call's metadata (what a hello carries)."""
+    return next((v for k, v in metadata if k == AUTH_HEADER), "")
 
 
 def client_context(tls: Tls) -> ssl.SSLContext:
@@ -117,17 +131,35 @@ def client_context(tls: Tls) -> ssl.SSLContext:
     return ctx
 
 
-PRODUCE_MAGIC = b"TQPS1 "
-TIMEOUT_MS = struct.Struct(">I")  # a produce request's head: how long its caller waits
+PRODUCE_MAGIC = b"TQPS1 "  # broker/client_stream.py: a connection of ProduceMany calls
+FETCH_MAGIC = b"TQFS1 "  # and one of Fetch calls
+MAGIC_BYTES = 6
+TIMEOUT_MS = struct.Struct(">I")  # a client request's head: how long its caller waits
+
+
+def _timeout_ms(timeout: float) -> bytes:
+    return TIMEOUT_MS.pack(max(1, min(int(timeout * 1000), TIMEOUT_MAX_MS)))
 
 
 class ProduceStreamClient(StreamClient):
-    """A producer's end of broker/produce_stream.py: ProduceMany calls over one socket."""
+    """A producer's end of broker/client_stream.py: ProduceMany calls over one socket."""
 
     magic, what = PRODUCE_MAGIC, "produce stream"
 
     def produce_many(self, request: Sequence[Buffer], timeout: float
                      ) -> broker_pb2.ProduceManyResponse:
         """One ProduceMany call: ``request`` the pieces of a serialized ProduceManyRequest."""
-        head = TIMEOUT_MS.pack(max(1, min(int(timeout * 1000), TIMEOUT_MAX_MS)))
-        return broker_pb2.ProduceManyResponse.FromString(self.call([head, *request], timeout))
+        return broker_pb2.ProduceManyResponse.FromString(
+            self.call([_timeout_ms(timeout), *request], timeout))
+
+
+class FetchStreamClient(StreamClient):
+    """A consumer's end of broker/client_stream.py: Fetch calls over one socket."""
+
+    magic, what = FETCH_MAGIC, "fetch stream"
+
+    def fetch(self, request: broker_pb2.FetchRequest, timeout: float) -> bytearray:
+        """One Fetch call: the serialized answer, as the gRPC call's bytes are
+        (lib/fetch_wire.py reads it); the broker waits at most the request's max_wait_ms,
+        ``timeout`` bounds the whole call."""
+        return self.call([_timeout_ms(timeout), request.SerializeToString()], timeout)

@@ -15,6 +15,7 @@ import grpc
 import numpy as np
 
 from lib import errors
+from lib.consumer.fetch_stream import Cut, FetchStream
 from lib.consumer.subscription import SubscriptionState
 from lib.fetch_wire import FETCH_METHOD, read_fetch
 from lib.logs import event
@@ -44,6 +45,10 @@ class Completed:
     nbytes: int
     sizes: np.ndarray | None = None  # the broker's uint32 size per frame (None: walk them)
 
+
+
+class _Dropped(Exception):
+    """A Fetch call that cancel() or interrupt() ended: its answer, if any, is not wanted."""
 
 
 class WorkSource(Protocol):
@@ -77,6 +82,7 @@ class FetchWorker(threading.Thread):
         self._cancelled = False
         self._interrupted = False
         self._woken = threading.Event()  # cuts a quota's throttle wait short on cancel
+        self.stream = FetchStream(address, fetcher.offsets.pool)  # lib/consumer/fetch_stream.py
 
     def next_offset(self, tp: TopicPartition, position: int, epoch: int) -> int:
         known = self._next.get(tp)
@@ -90,19 +96,27 @@ class FetchWorker(threading.Thread):
     def cancel(self) -> None:
         self._cancelled = True
         self._woken.set()
-        call = self._call
-        if call is not None:
-            call.cancel()
+        self._cut()
 
     def interrupt(self) -> None:
         """Cancel the call in flight, if any, and go on with fresh work (its answer is
         dropped: positions only move when the application takes data)."""
         self._interrupted = True
+        self._cut()
+
+    def _cut(self) -> None:
         call = self._call
         if call is not None:
             call.cancel()
+        self.stream.cut()
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.stream.close()
+
+    def _run(self) -> None:
         f = self.fetcher
         cfg = f.config
         # The answer as bytes: split here, each partition's frames a view (lib/fetch_wire.py)
@@ -124,25 +138,23 @@ class FetchWorker(threading.Thread):
             token = f.watch.started(self.address, [tp for tp, _, _ in todo], self.interrupt,
                                     cfg.fetch_max_wait_ms / 1000 + STUCK_AFTER_S)
             try:
-                self._call = fetch.future(
-                    req, timeout=cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s)
-                resp, parts = read_fetch(self._call.result(), self.address)
-            except grpc.FutureCancelledError:  # only cancel() and interrupt() cancel
+                resp, parts = read_fetch(self._fetch(
+                    fetch, req, cfg.fetch_max_wait_ms / 1000 + cfg.rpc_timeout_s),
+                    self.address)
+            except _Dropped:  # only cancel() and interrupt() drop a call
                 if self._cancelled:
                     return
                 continue
-            except grpc.RpcError as exc:
+            except errors.TubeqError as exc:
                 if self._cancelled:
                     return
-                if not self._interrupted:
-                    self._call_failed(from_rpc_error(exc), todo)
-                continue
-            except errors.CorruptRecord as exc:
-                self._call_failed(exc, todo)
+                if not self._interrupted or isinstance(exc, errors.CorruptRecord):
+                    self._call_failed(exc, todo)
                 continue
             finally:
                 f.watch.finished(token)
                 self._call, self.asked = None, []
+            self.stream.port = resp.stream_port
             asked = {tp.partition: (tp, off, ep) for tp, off, ep in todo}
             # A view keeps the whole answer alive: with several partitions in it, each takes
             # its own copy, so the ready queue's byte bound stays what the memory holds.
@@ -151,6 +163,24 @@ class FetchWorker(threading.Thread):
                 self._handle(pd, bytes(frames) if several else frames, asked)
             if resp.throttle_ms:  # a consume quota of ours is in debt on this broker: wait
                 self._woken.wait(resp.throttle_ms / 1e3)
+
+    def _fetch(self, fetch: grpc.UnaryUnaryMultiCallable, req: broker_pb2.FetchRequest,
+               timeout: float) -> bytes | bytearray:
+        """One Fetch call's answer bytes: over the broker's client stream when it has one,
+        else over gRPC. Raises _Dropped when cancel() or interrupt() ended it."""
+        try:
+            raw = self.stream.fetch(req, timeout)
+        except Cut:
+            raise _Dropped from None
+        if raw is not None:
+            return raw
+        self._call = fetch.future(req, timeout=timeout)
+        try:
+            return self._call.result()
+        except grpc.FutureCancelledError:
+            raise _Dropped from None
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
 
     def _handle(self, pd: broker_pb2.PartitionData, frames: bytes | memoryview,
                 asked: dict) -> None:

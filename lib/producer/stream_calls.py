@@ -1,16 +1,16 @@
-"""The producer's calls over a broker's produce stream (broker/produce_stream.py).
+"""The producer's calls over a broker's client stream (broker/client_stream.py).
 
-A broker with a produce stream names its port in its gRPC produce answers; from then on the
+A broker with a client stream names its port in its gRPC produce answers; from then on the
 producer's call threads send that broker's ProduceMany requests over plain sockets, one per
 call thread and broker, the request's pieces gathered by the kernel (one ``sendmsg``), not
 joined. The answers are the gRPC call's, so retries, errors and acknowledgements are the same
 code. What goes back to gRPC: a broker whose stream cannot be reached or refuses the hello
-(for :data:`RETRY_STREAM_S`: the call is made over gRPC at once, so nothing waits); a
-connection that fails mid-call ends that call with a retriable Unavailable (whether the broker
-appended is unknown, as when a gRPC call's connection drops: an idempotent producer's retry is
-deduplicated) and is closed. A hung leader's watch closes its connections as it closes its
-gRPC channel. A renewed token opens a new connection (the broker decides on every request
-with the header of the hello).
+(for :data:`~lib.stream_client.RETRY_STREAM_S`: the call is made over gRPC at once, so
+nothing waits); a connection that fails mid-call ends that call with a retriable Unavailable
+(whether the broker appended is unknown, as when a gRPC call's connection drops: an
+idempotent producer's retry is deduplicated) and is closed. A hung leader's watch closes its
+connections as it closes its gRPC channel. A renewed token opens a new connection (the broker
+decides on every request with the header of the hello).
 """
 from __future__ import annotations
 
@@ -22,15 +22,13 @@ from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 
-from lib.auth.client import AUTH_HEADER
 from lib.errors import TubeqError, Unavailable
 from lib.logs import event
 from lib.proto import broker_pb2
-from lib.stream_client import Buffer, ProduceStreamClient
+from lib.stream_client import RETRY_STREAM_S, Buffer, ProduceStreamClient, auth_header
 from lib.tls import Tls
 
 log = logging.getLogger(__name__)
-RETRY_STREAM_S = 30.0
 
 
 class NoStream(Exception):
@@ -38,7 +36,7 @@ class NoStream(Exception):
 
 
 class StreamCalls:
-    """Which brokers have a produce stream, and each call thread's connections to them."""
+    """Which brokers have a client stream, and each call thread's connections to them."""
 
     def __init__(self, tls: Tls | None) -> None:
         self.tls = tls
@@ -60,7 +58,7 @@ class StreamCalls:
                      metadata: Sequence[tuple[str, str]]) -> broker_pb2.ProduceManyResponse:
         """One ProduceMany call over ``address``'s stream; raises NoStream when it has none
         (make the call over gRPC), Unavailable when the connection failed during the call."""
-        client = self._client(address, _header(metadata))
+        client = self._client(address, auth_header(metadata))
         try:
             return client.produce_many(pieces, timeout)
         except (OSError, ValueError, DecodeError) as exc:  # reset, timed out, closed by the
@@ -97,7 +95,7 @@ class StreamCalls:
             self._drop(address, client)
         host = address.rpartition(":")[0].strip("[]")
         try:
-            client = ProduceStreamClient(host, port, header, self.tls)
+            client = ProduceStreamClient(host, port, header, self.tls, address)
         except (OSError, TubeqError) as exc:  # unreachable, refused hello: gRPC for a while
             self._off_until[address] = time.monotonic() + RETRY_STREAM_S
             event(log, "producer.stream_unused", logging.INFO, address=address,
@@ -118,7 +116,3 @@ class StreamCalls:
         with self._lock:
             self._open.get(address, set()).discard(client)
         client.close()
-
-
-def _header(metadata: Sequence[tuple[str, str]]) -> str:
-    return next((v for k, v in metadata if k == AUTH_HEADER), "")

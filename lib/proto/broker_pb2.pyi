@@ -147,12 +147,14 @@ class PartitionData(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., frames: _Optional[bytes] = ..., offsets: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., sizes: _Optional[bytes] = ..., aborted: _Optional[bytes] = ..., last_stable: _Optional[int] = ..., transactional: _Optional[bool] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("partitions", "throttle_ms")
+    __slots__ = ("partitions", "throttle_ms", "stream_port")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_MS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_PORT_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionData]
     throttle_ms: int
-    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ..., throttle_ms: _Optional[int] = ...) -> None: ...
+    stream_port: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionData, _Mapping]]] = ..., throttle_ms: _Optional[int] = ..., stream_port: _Optional[int] = ...) -> None: ...
 
 class SubscribeStart(_message.Message):
     __slots__ = ("topic", "partitions", "tags", "group", "read_committed", "topic_id")

@@ -1,5 +1,7 @@
-"""lib/stream_client.py's request frames: pieces gathered by sendmsg, more of them than one
-call takes and sends cut short by a full socket, arrive whole and in order."""
+"""lib/stream_client.py: request frames of pieces gathered by sendmsg, more of them than one
+call takes and sends cut short by a full socket, arrive whole and in order; an error answer
+raises the broker's error with its details and keeps the connection; a hello answered by
+another broker than the one meant is refused."""
 from __future__ import annotations
 
 import os
@@ -7,7 +9,10 @@ import socket
 import struct
 import threading
 
-from lib.stream_client import IOV_MAX, StreamClient
+import pytest
+
+from lib.errors import QuotaExceeded
+from lib.stream_client import IOV_MAX, FetchStreamClient, StreamClient
 
 
 def test_many_pieces_arrive_whole_and_in_order():
@@ -32,3 +37,43 @@ def test_many_pieces_arrive_whole_and_in_order():
     assert bytes(received) == struct.pack(">I", len(body)) + body
     ours.close()
     theirs.close()
+
+
+def answering(answers: list[bytes]) -> tuple[socket.socket, threading.Thread]:
+    """A listening socket that reads each request frame and writes the next answer."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            for answer in answers:
+                size = struct.unpack(">I", conn.recv(4, socket.MSG_WAITALL))[0]
+                conn.recv(size, socket.MSG_WAITALL)
+                conn.sendall(struct.pack(">I", len(answer)) + answer)  # status, body
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_an_error_answer_raises_the_brokers_error_with_its_details_and_keeps_the_connection():
+    server, thread = answering([b"\x00127.0.0.1:1",
+                                b'\x01QUOTA_EXCEEDED over quota\x00{"retry_after_ms": 250}',
+                                b"\x00fine"])
+    client = FetchStreamClient("127.0.0.1", server.getsockname()[1], "", None, "127.0.0.1:1")
+    try:
+        with pytest.raises(QuotaExceeded, match="over quota") as refused:
+            client.call([b"request"], 5)
+        assert refused.value.details == {"retry_after_ms": 250}
+        assert client.call([b"request"], 5) == b"fine"  # the connection stays
+    finally:
+        client.close()
+        thread.join(10)
+
+
+def test_a_hello_answered_by_another_broker_is_refused():
+    server, thread = answering([b"\x00127.0.0.1:2"])
+    with pytest.raises(ConnectionRefusedError, match="'127.0.0.1:2'.*not '127.0.0.1:1'"):
+        FetchStreamClient("127.0.0.1", server.getsockname()[1], "", None, "127.0.0.1:1")
+    thread.join(10)
