@@ -1,5 +1,5 @@
-"""lib/stream_client.py: request frames of pieces gathered by sendmsg, more of them than one
-call takes and sends cut short by a full socket, arrive whole and in order; an error answer
+"""lib/stream_client.py: request frames of pieces, gathered by sendmsg or joined when there are
+many, sent in parts by a full socket, arrive whole and in order; an error answer
 raises the broker's error with its details and keeps the connection; a hello answered by
 another broker than the one meant is refused."""
 from __future__ import annotations
@@ -9,19 +9,22 @@ import socket
 import struct
 import threading
 
+import numpy as np
 import pytest
 
 from lib.errors import QuotaExceeded
-from lib.stream_client import IOV_MAX, FetchStreamClient, StreamClient
+from lib.stream_client import GATHER_MAX, FetchStreamClient, StreamClient
 
 
-def test_many_pieces_arrive_whole_and_in_order():
+@pytest.mark.parametrize("count", [GATHER_MAX, 3 * GATHER_MAX + 5], ids=["gathered", "joined"])
+def test_pieces_arrive_whole_and_in_order(count):
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # partial sends, often
     client = StreamClient.__new__(StreamClient)  # no hello: the framing alone
     client.sock = ours
-    pieces = [os.urandom(n % 97 + 1) for n in range(3 * IOV_MAX + 5)]
+    pieces = [os.urandom(n % 97 + 1) for n in range(count)]
     pieces[7] = memoryview(bytearray(b"a view" * 5000))  # one bigger than the socket buffer
+    pieces[9] = memoryview(np.arange(300, dtype="<u4"))  # not bytes: its bytes all the same
     received = bytearray()
 
     def read() -> None:
