@@ -104,9 +104,10 @@ class BrokerConfig:
     # port would reach it is unknown). Followers dial the host of this broker's advertised
     # address at this port: behind a firewall or NAT, fix the port and open it there too.
     replica_stream_port: int = 0
-    # The produce stream (broker/client_stream.py): producers send ProduceMany over a plain
-    # socket instead of gRPC. -1 off, 0 any free port (off with an ``advertised_address``, as
-    # the replica stream). Producers dial the host of this broker's address at this port.
+    # The client stream (broker/client_stream.py): producers send ProduceMany and consumers
+    # long-poll Fetch over a plain socket instead of gRPC. -1 off, 0 any free port (off with
+    # an ``advertised_address``, as the replica stream). Clients dial the host of this
+    # broker's address at this port.
     client_stream_port: int = 0
     store: StoreConfig = field(default_factory=StoreConfig)
 

@@ -102,7 +102,7 @@ class ProduceCalls:
         # threads stay once started (as many as calls were ever in flight at once, at most
         # the cap).
         self._threads = ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, f"tubeq-produce-{client_id}")
-        self.streams = StreamCalls(pool.tls)  # brokers' produce streams (stream_calls.py)
+        self.streams = StreamCalls(pool.tls)  # brokers' client streams (stream_calls.py)
 
     def stub(self, address: str, many: bool = False) -> grpc.UnaryUnaryMultiCallable:
         """The Produce (or ProduceMany) stub of ``address`` (raises a TubeqError when it
