@@ -232,11 +232,11 @@ class LeaderLoop(threading.Thread):
         if self._stream is not None or not self._stream_port \
                 or time.monotonic() < self._stream_retry_at:
             return self._stream
-        host = self.address.rpartition(":")[0].strip("[]")
         metadata = dict(self.owner.call_metadata)
         try:
-            self._stream = ReplicaStreamClient(host, self._stream_port,
-                                        metadata.get(AUTH_HEADER, ""), self.owner.tls)
+            self._stream = ReplicaStreamClient.to_broker(self.address, self._stream_port,
+                                                         metadata.get(AUTH_HEADER, ""),
+                                                         self.owner.tls)
             event(log, "replica.stream_opened", leader=self.address, port=self._stream_port)
         except (OSError, TubeqError) as exc:
             self._close_stream(getattr(exc, "message", repr(exc)), RETRY_STREAM_S)

@@ -1,11 +1,12 @@
 """The client end of the brokers' plain-socket streams (broker/replica_stream.py for followers,
-broker/client_stream.py for producers): one blocking socket to one broker, one request at a
-time.
+broker/client_stream.py for producers and consumers): one blocking socket to one broker, one
+request at a time.
 
 Wire (sizes big-endian u32): a hello frame, the stream's magic then the authorization header
-the client would send over gRPC, answered by one status frame; then each request frame is
-answered by one frame whose first byte is its status: OK then the answer, or ERROR then
-``CODE message`` (UTF-8, a TubeqError's code).
+the client would send over gRPC, answered by one status frame (the client stream's names the
+broker); then each request frame is answered by one frame whose first byte is its status: OK
+then the answer, or ERROR then ``CODE message`` (UTF-8, a TubeqError's code), optionally a
+NUL and the error's details as JSON.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Sequence
+from typing import Self
 
 from lib.auth.client import AUTH_HEADER
 from lib.errors import Unauthenticated
@@ -60,6 +62,12 @@ class StreamClient:
         except BaseException:
             sock.close()
             raise
+
+    @classmethod
+    def to_broker(cls, address: str, port: int, header: str, tls: Tls | None) -> Self:
+        """A connection to the stream at ``port`` of the broker whose gRPC address is
+        ``address`` (checked against the hello's answer when the stream names its broker)."""
+        return cls(address.rpartition(":")[0].strip("[]"), port, header, tls, address)
 
     def call(self, pieces: Sequence[Buffer], timeout: float) -> bytearray:
         """Send one request frame of ``pieces`` (not joined: gathered by the kernel) and

@@ -92,10 +92,9 @@ class FetchStream:
         if self._client is not None and self._client.header == header:
             return self._client
         self.close()
-        host = self.address.rpartition(":")[0].strip("[]")
         try:
-            self._client = FetchStreamClient(host, self.port, header, self.pool.tls,
-                                             self.address)
+            self._client = FetchStreamClient.to_broker(self.address, self.port, header,
+                                                       self.pool.tls)
         except (OSError, TubeqError) as exc:  # unreachable, refused hello: gRPC for a while
             self._off_until = time.monotonic() + RETRY_STREAM_S
             event(log, "consumer.stream_unused", logging.INFO, address=self.address,

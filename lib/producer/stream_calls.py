@@ -93,9 +93,8 @@ class StreamCalls:
             return client
         if client is not None:
             self._drop(address, client)
-        host = address.rpartition(":")[0].strip("[]")
         try:
-            client = ProduceStreamClient(host, port, header, self.tls, address)
+            client = ProduceStreamClient.to_broker(address, port, header, self.tls)
         except (OSError, TubeqError) as exc:  # unreachable, refused hello: gRPC for a while
             self._off_until[address] = time.monotonic() + RETRY_STREAM_S
             event(log, "producer.stream_unused", logging.INFO, address=address,
