@@ -15,6 +15,9 @@ broker acknowledged and had not written yet and how often appends waited for its
 RSS and open file descriptors after it (all, and those on its data files; taken once every
 topic's files exist: a store creates them when it opens), and every phase's throughput as a
 ratio to the first (one topic) in the same run. ``--flusher-threads`` sets the broker's pool.
+``--same-batches P`` adds the ceiling of the last phase: one topic of P partitions written in
+batches as small as each of the many topics gets (``same_batches``, and the last phase's
+``vs_same_batches``).
 Prints one JSON object; every process is stopped by PID at the end.
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ from load.soak import Watched, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "many-{:05d}"
+SAME_BATCHES_TOPIC = "same-batches"
 
 
 def process_figures(pid: int) -> dict[str, float]:
@@ -148,11 +152,12 @@ def create_topics(admin, have: int, want: int, durability: str = "async") -> flo
     return round(time.monotonic() - started, 1)
 
 
-def produce(producer, topics: int, messages: int, size: int, run: int) -> dict[str, Any]:
-    """Send ``messages`` records, ``run`` at a time to each topic in turn; msgs/s to the last
-    acknowledgement."""
+def produce(producer, topics: int, messages: int, size: int, run: int,
+            name: str = "") -> dict[str, Any]:
+    """Send ``messages`` records, ``run`` at a time to each topic in turn (``name``: to that
+    one topic); msgs/s to the last acknowledgement."""
     value = os.urandom(size)
-    names = [TOPIC.format(i) for i in range(topics)]
+    names = [name] if name else [TOPIC.format(i) for i in range(topics)]
     send = producer.send
     failed_before = producer.metrics()["records_failed"]
     started = time.perf_counter()
@@ -182,12 +187,40 @@ def broker_toml(settings: dict[str, int]) -> str:
     return text
 
 
+def same_batches_phase(cluster, messages: int, size: int, batch_records: int,
+                       partitions: int, durability: str) -> dict[str, Any]:
+    """The ceiling of the phases with many topics: one topic of ``partitions`` partitions
+    written in batches of ``batch_records`` records, the size each of those topics gets (a
+    producer can batch no more than a topic receives in a row). Its batches cost the
+    producer and the broker what theirs do, on one store: what is left between the two is
+    the cost of the topics themselves (their files, flushes and descriptors)."""
+    from lib.admin import AdminClient
+    from lib.producer.producer import Producer
+    from lib.records import FRAME_HEADER_SIZE
+
+    with AdminClient(cluster.master_addresses) as admin:
+        admin.create_topic(SAME_BATCHES_TOPIC, partitions=partitions, durability=durability)
+    batch_bytes = batch_records * (size + FRAME_HEADER_SIZE)
+    with Producer(cluster.master_addresses, batch_bytes=batch_bytes) as producer:
+        wait_served(producer, [SAME_BATCHES_TOPIC])
+        pid = cluster.brokers[1].pid
+        before, cpu_before = process_figures(pid), cpu_split(cluster.masters[0].pid)
+        result = produce(producer, 1, messages, size, messages, SAME_BATCHES_TOPIC)
+        cpu = {k: v - cpu_before[k] for k, v in cpu_split(cluster.masters[0].pid).items()}
+        cpu["broker_cpu_s"] = process_figures(pid)["cpu_s"] - before["cpu_s"]
+    return {"topics": 1, "partitions": partitions, "batch_records": batch_records, **result,
+            "us_per_record": {k.removesuffix("_cpu_s"): round(v / messages * 1e6, 2)
+                              for k, v in cpu.items()}}
+
+
 def run(counts: list[int], messages: int, size: int, run_len: int,
         flusher_threads: int | None = None, durability: str = "async",
-        settings: dict[str, int] | None = None) -> dict[str, Any]:
+        settings: dict[str, int] | None = None,
+        same_batches_partitions: int = 0) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from lib.admin import AdminClient
     from lib.producer.producer import Producer
+    from master.config import MasterConfig
     from tests.cluster import Cluster  # the same process handling the tests use
 
     root = Path(tempfile.mkdtemp(prefix="tubeq-bench-topics-"))
@@ -199,8 +232,13 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
         config = root / "broker.toml"
         config.write_text(broker_toml(settings))
         broker_args = ["--config", str(config)]
-    cluster = Cluster(root / "c", broker_args=broker_args)
-    phases = []
+    master_args = []
+    if same_batches_partitions and max(counts) >= MasterConfig.max_topics:
+        config = root / "master.toml"  # room for the ceiling's topic beside the many
+        config.write_text(f"[master]\nmax_topics = {max(counts) + 1}\n")
+        master_args = ["--config", str(config)]
+    cluster = Cluster(root / "c", master_args=master_args, broker_args=broker_args)
+    phases, same = [], None
     try:
         cluster.start(brokers=1)
         cluster.use_admin_env()  # auth is on: clients log in as the admin
@@ -233,6 +271,9 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
                     "broker_data_fds": data_fds(broker.pid, broker.data_dir),
                     **unwritten.figures,
                     **files})
+        if same_batches_partitions and phases:
+            same = same_batches_phase(cluster, messages, size, phases[-1]["run"],
+                                      same_batches_partitions, durability)
     except BaseException:
         for proc in [*cluster.masters, *cluster.brokers.values()]:  # why, before it is gone
             lines = [line for line in proc.log_tail(100_000).splitlines()
@@ -245,6 +286,9 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
     first = phases[0]["msgs_per_s"] if phases else 0
     for phase in phases:
         phase["vs_first"] = round(phase["msgs_per_s"] / first, 2) if first else None
+    if same is not None:
+        same["vs_first"] = round(same["msgs_per_s"] / first, 2) if first else None
+        phases[-1]["vs_same_batches"] = round(phases[-1]["msgs_per_s"] / same["msgs_per_s"], 2)
     return {
         "setup": f"1 master, 1 broker, {os.cpu_count()} CPUs; one producer process sending "
                  f"{messages} records of {size} B per phase, {run_len} to a topic (fewer when "
@@ -254,6 +298,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
         "broker_settings": settings,
         "broker_idle": idle,
         "phases": phases,
+        "same_batches": same,
         "within_10pct_of_first": all((p["vs_first"] or 0) >= 0.9 for p in phases),
         "failures": sum(p["failures"] for p in phases),
     }
@@ -274,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
                    "store.page_cache_shared_bytes=0")
     p.add_argument("--durability", choices=("async", "sync"), default="async",
                    help="the topics' durability (sync: each append waits for its fsync)")
+    p.add_argument("--same-batches", type=int, default=0, metavar="PARTITIONS",
+                   help="then a ceiling phase: one topic of PARTITIONS partitions written in "
+                   "batches of the last phase's size (its records per topic in a row); the "
+                   "last phase's vs_same_batches is its rate over this one's")
     p.add_argument("--quick", action="store_true", help="1 and 5 topics, 5,000 records")
     args = p.parse_args(argv)
     if args.quick:
@@ -293,8 +342,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--broker-setting takes KEY=INT, got {item!r}")
         settings[key] = int(value)
     stop_on_sigterm()
+    if args.same_batches < 0:
+        p.error("--same-batches takes a partition count >= 1 (0: no such phase)")
     result = run(counts, args.messages, args.size, args.run, args.flusher_threads,
-                 args.durability, settings)
+                 args.durability, settings, args.same_batches)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -75,22 +75,45 @@ def columns_to_arrow(cols: FrameColumns, r: OffsetRange, schema: pa.Schema) -> p
     if not cols.plain:
         return to_arrow(cols.records(), r, schema)
     n = len(cols)
-    starts, ends = cols.tag_spans()
     columns = {
-        "key": lambda: _binary(cols, *cols.key_spans()),
+        "key": lambda: _keys(cols),
         "value": lambda: _binary(cols, *cols.value_spans()),
         "topic": lambda: pa.repeat(pa.scalar(r.topic, pa.string()), n),
         "partition": lambda: pa.repeat(pa.scalar(r.partition, pa.int32()), n),
         "offset": lambda: pa.array(cols.offsets, pa.int64()),
         "timestamp": lambda: pa.array(cols.head["ts"] * 1000, pa.int64()),
-        "tag": lambda: _binary(cols, starts, ends, ends > starts).cast(pa.string()),
-        "headers": lambda: pa.array([[]] * n, pa.map_(pa.string(), pa.binary())),
+        "tag": lambda: _tags(cols),
+        "headers": lambda: _no_headers(n),
     }
     try:
         arrays = [columns[f.name]().cast(f.type) for f in schema]
     except pa.ArrowInvalid:  # a tag that is not UTF-8: decoded with replacement, per record
         return to_arrow(cols.records(), r, schema)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _keys(cols: FrameColumns) -> pa.Array:
+    """The key column: all null at once when no record has a key (most topics)."""
+    starts, ends, present = cols.key_spans()
+    if not np.count_nonzero(present):
+        return pa.nulls(len(cols), pa.binary())
+    return _binary(cols, starts, ends, present)
+
+
+def _tags(cols: FrameColumns) -> pa.Array:
+    """The tag column (UTF-8, checked by Arrow's cast): all null at once when no record has
+    a tag."""
+    starts, ends = cols.tag_spans()
+    present = ends > starts
+    if not np.count_nonzero(present):
+        return pa.nulls(len(cols), pa.string())
+    return _binary(cols, starts, ends, present).cast(pa.string())
+
+
+def _no_headers(n: int) -> pa.Array:
+    """``n`` empty header maps from their offsets (all 0), not from ``n`` Python lists."""
+    return pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                   pa.array([], pa.string()), pa.array([], pa.binary()))
 
 
 def _binary(cols: FrameColumns, starts: np.ndarray, ends: np.ndarray,

@@ -16,7 +16,8 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "load.bench_many_topics", "--quick",
                            "--flusher-threads", "12", "--durability", "sync",
                            "--broker-setting", "held_write_bytes=0",
-                           "--broker-setting", "store.page_cache_shared_bytes=0"], cwd=ROOT,
+                           "--broker-setting", "store.page_cache_shared_bytes=0",
+                           "--same-batches", "3"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -43,6 +44,13 @@ def test_a_quick_run_reports_every_topic_count_with_the_broker_figures(tmp_path)
     assert second["broker_data_fds"] >= first["broker_data_fds"] + 8, out
     assert second["broker_open_fds"] >= second["broker_data_fds"] > 0
     assert out["phases"][0]["vs_first"] == 1.0
+    # the ceiling of the last phase: one topic of 3 partitions in batches of its run's size
+    same = out["same_batches"]
+    assert (same["topics"], same["partitions"], same["messages"]) == (1, 3, 5000), same
+    assert same["batch_records"] == second["run"] == 500 and same["failures"] == 0, same
+    assert same["msgs_per_s"] > 0 and set(same["us_per_record"]) == {
+        "broker", "producer", "master", "machine"}
+    assert second["vs_same_batches"] == round(second["msgs_per_s"] / same["msgs_per_s"], 2)
     assert not list(tmp_path.iterdir())  # the cluster's files are gone with it
 
 

@@ -37,7 +37,10 @@ def columns(records: list[Record]):
     # values, keys and tags on both sides of Arrow's 12-byte inline view limit
     [Record(bytes(range(i % 40)) * (1 + i % 3), key=b"key-%d-" % i * (i % 4) or None,
             tag="t" * (i % 15) or None, timestamp=11 + i) for i in range(120)],
-], ids=["mixed", "one", "empty-key-and-unicode-tag", "headers", "long-and-short"])
+    # no key and no tag anywhere: those columns are built as all-null at once
+    [Record(b"value-%d" % i, timestamp=20 + i) for i in range(40)],
+], ids=["mixed", "one", "empty-key-and-unicode-tag", "headers", "long-and-short",
+        "no-keys-no-tags"])
 def test_column_path_equals_record_path(spark, records, headers):  # spark: parses the schema
     cols = columns(records)
     s = schema(headers)
