@@ -115,6 +115,19 @@ def cpu_split(master_pid: int) -> dict[str, float]:
             "machine_cpu_s": machine_seconds()[0]}
 
 
+def cpu_since(cpu_before: dict[str, float], master_pid: int, broker_before_s: float,
+              broker_after_s: float) -> dict[str, float]:
+    """:func:`cpu_split`'s seconds since ``cpu_before``, with the broker's beside them."""
+    cpu = {k: v - cpu_before[k] for k, v in cpu_split(master_pid).items()}
+    cpu["broker_cpu_s"] = broker_after_s - broker_before_s
+    return cpu
+
+
+def per_record(cpu: dict[str, float], messages: int) -> dict[str, float]:
+    """Each process's CPU in us per record sent."""
+    return {k.removesuffix("_cpu_s"): round(v / messages * 1e6, 2) for k, v in cpu.items()}
+
+
 def data_fds(pid: int, data_dir: Path) -> int:
     """Descriptors of ``pid`` open on files under ``data_dir``: what its topics cost it,
     without the sockets, pipes and event fds whose count moves on its own."""
@@ -203,14 +216,12 @@ def same_batches_phase(cluster, messages: int, size: int, batch_records: int,
     batch_bytes = batch_records * (size + FRAME_HEADER_SIZE)
     with Producer(cluster.master_addresses, batch_bytes=batch_bytes) as producer:
         wait_served(producer, [SAME_BATCHES_TOPIC])
-        pid = cluster.brokers[1].pid
-        before, cpu_before = process_figures(pid), cpu_split(cluster.masters[0].pid)
+        pid, master_pid = cluster.brokers[1].pid, cluster.masters[0].pid
+        before, cpu_before = process_figures(pid), cpu_split(master_pid)
         result = produce(producer, 1, messages, size, messages, SAME_BATCHES_TOPIC)
-        cpu = {k: v - cpu_before[k] for k, v in cpu_split(cluster.masters[0].pid).items()}
-        cpu["broker_cpu_s"] = process_figures(pid)["cpu_s"] - before["cpu_s"]
+        cpu = cpu_since(cpu_before, master_pid, before["cpu_s"], process_figures(pid)["cpu_s"])
     return {"topics": 1, "partitions": partitions, "batch_records": batch_records, **result,
-            "us_per_record": {k.removesuffix("_cpu_s"): round(v / messages * 1e6, 2)
-                              for k, v in cpu.items()}}
+            "us_per_record": per_record(cpu, messages)}
 
 
 def run(counts: list[int], messages: int, size: int, run_len: int,
@@ -259,13 +270,12 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
                     result = produce(producer, count, messages, size, run_here)
                 files = files_in(broker.data_dir, count)
                 after = process_figures(broker.pid)
-                cpu = {k: v - cpu_before[k] for k, v in cpu_split(cluster.masters[0].pid).items()}
-                cpu["broker_cpu_s"] = after["cpu_s"] - before["cpu_s"]
+                cpu = cpu_since(cpu_before, cluster.masters[0].pid, before["cpu_s"],
+                                after["cpu_s"])
                 phases.append({
                     "topics": count, **result, "run": run_here, "create_topics_s": created_s,
                     **{k: round(v, 2) for k, v in cpu.items()},
-                    "us_per_record": {k.removesuffix("_cpu_s"): round(v / messages * 1e6, 2)
-                                      for k, v in cpu.items()},
+                    "us_per_record": per_record(cpu, messages),
                     "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],
                     "broker_threads": after["threads"],
                     "broker_data_fds": data_fds(broker.pid, broker.data_dir),
@@ -341,9 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         if not key.removeprefix("store.").isidentifier() or not value.lstrip("-").isdigit():
             p.error(f"--broker-setting takes KEY=INT, got {item!r}")
         settings[key] = int(value)
-    stop_on_sigterm()
     if args.same_batches < 0:
         p.error("--same-batches takes a partition count >= 1 (0: no such phase)")
+    stop_on_sigterm()
     result = run(counts, args.messages, args.size, args.run, args.flusher_threads,
                  args.durability, settings, args.same_batches)
     print(json.dumps(result, indent=2))
