@@ -172,6 +172,18 @@ class Handles:
         if fd >= 0:
             os.close(fd)
 
+    def release(self, seg: Segment) -> None:
+        """Close ``seg``'s descriptor if nobody uses it (a file that will rarely be used
+        again: left idle, it would keep a capped descriptor for good, idle ones closing
+        most-recently-used first)."""
+        with self._lock:
+            if seg.pins or seg.kept or seg.fd < 0:
+                return
+            self._idle.pop(seg, None)
+            fd, seg.fd = seg.fd, -1
+            self.open -= 1
+        os.close(fd)
+
     def _evict(self) -> list[int]:
         """Take idle descriptors off their segments (holding the lock), most recently used
         first (module docstring), until one more fits under the cap; the caller closes them

@@ -8,9 +8,10 @@ segment ``p<N>/<base>.idx``, two files (design (b) of issue 52):
   flusher right after the index entries, from the block it is writing (the frames are still in
   memory), so it costs one C-level ``map(crc32, key slices)`` per block and no Python loop per
   record; a block whose chunks the append's check saw without keys (most bulk sends) gets
-  its zeros written without reading anything back. Lookups scan it with numpy only while
-  its segment is the active one (at most ``index_segment_entries`` x 4 bytes: 4 MiB by
-  default).
+  its zeros without reading anything back, as a hole: the file is extended by its path, so
+  a store whose records carry no key never holds a descriptor on it. Lookups scan it with
+  numpy only while its segment is the active one (at most ``index_segment_entries`` x 4
+  bytes: 4 MiB by default).
 - ``<base>.ks``: once the index segment has rolled (sealed), the same hashes sorted (stable
   ``np.argsort``) with the entry numbers beside them, so a lookup is two ``np.searchsorted`` on a
   memory map: O(log n) pages touched, whatever the partition's size. Header (32 bytes): magic
@@ -55,6 +56,7 @@ from lib.errors import CorruptRecord, StorageError
 from lib.logs import event
 from lib.records.layout import FRAME_HEADER_SIZE, FRAME_TAG_LEN_AT, crc32
 from storage.fsutil import fsync_dir, segment_name
+from storage.handles import handles
 from storage.index import IndexLog
 from storage.segments import Segment, SegmentList, pwrite_all
 
@@ -144,7 +146,7 @@ class KeyLog:
             last = min(index.end, seg_end, first + CATCH_UP_ENTRIES)
             if lo <= first < hi:
                 last = min(last, hi)
-                hashes = np.zeros(last - first, HASH)
+                hashes = last - first  # zeros
             else:
                 if first < lo:
                     last = min(last, lo)
@@ -155,19 +157,46 @@ class KeyLog:
         """The key file mirroring an index's one empty segment, made now
         (storage/partition_log.py, ``_open_first_files``)."""
         if not self._list.segs and index.segment_bases() == {self.end: 0}:
-            self._list.roll()
+            self._roll()
 
-    def _append(self, hashes: np.ndarray, seg_base: int, index: IndexLog) -> None:
+    def _roll(self) -> Segment:
+        """A new key segment, its descriptor and the full one's closed: only a keyed write
+        opens the new one again (:meth:`_append`), a lookup never reads the full one's
+        (:meth:`_seal` sorted it)."""
+        full = self._list.active
+        seg = self._list.roll()  # fsyncs ``full``: opens it again
+        for done in (full, seg):
+            if done is not None:
+                handles().release(done)
+        return seg
+
+    def _append(self, hashes: np.ndarray | int, seg_base: int, index: IndexLog) -> None:
+        """Append ``hashes`` (an int: that many zeros) to the segment mirroring ``seg_base``.
+
+        Zeros extend the file by its path (``truncate``: a hole reads as zeros) and need no
+        descriptor: a store whose records carry no key then keeps its ``.kh`` closed, so at
+        10,000 topics the descriptors in use are the data and index files (20,000), not
+        30,000, and far fewer are closed and opened again under the cap (storage/handles.py:
+        that churn was a fifth of the broker's samples). Bytes a failed write left past the
+        end are cut or kept as they are: they hold the same offsets' hashes, zeros here."""
         seg = self._list.active
         if seg is None or seg.base != seg_base:
             if seg is not None:
                 self._seal(seg, index)
             if not self._list.segs:
                 self._list.empty_end = seg_base
-            seg = self._list.roll()
+            seg = self._roll()
             if seg.base != seg_base:  # cannot happen while the log mirrors the index
                 raise StorageError(f"key index {self.dir}: segment {seg.base} where the index "
                                    f"has {seg_base}", path=str(self.dir))
+        if isinstance(hashes, int):
+            try:
+                os.truncate(seg.path, (seg.length + hashes) * HASH.itemsize)
+            except OSError as exc:
+                raise StorageError(f"key index write failed in {seg.path}: {exc}",
+                                   path=str(seg.path)) from exc
+            seg.length += hashes
+            return
         pwrite_all(seg, memoryview(np.ascontiguousarray(hashes, HASH)).cast("B"),
                    seg.length * HASH.itemsize, "key index")
         seg.length += len(hashes)

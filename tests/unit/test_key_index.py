@@ -222,3 +222,40 @@ def test_unkeyed_batches_among_keyed_ones_keep_the_key_index_exact(tmp_path):
 def test_bad_lookups_are_refused_naming_the_problem(store, kw, words):
     with pytest.raises(InvalidArgument, match=words):
         store.find_by_key(0, **kw)
+
+
+def key_file_descriptors(directory) -> int:
+    """Descriptors of this process open on ``.kh`` files under ``directory``."""
+    root, count = str(directory), 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(root) and target.endswith(".kh")
+    return count
+
+
+def test_a_store_without_keys_holds_no_descriptor_on_its_key_files(tmp_path):
+    """At 10,000 topics the descriptors are capped (storage/handles.py): key files of
+    records without keys are extended as holes, never opened."""
+    s = Store(tmp_path, "plain", 0, [0], SMALL)
+    try:
+        for _ in range(20):  # rolls index segments of 256 entries: sealed key files too
+            s.append(0, encode_batch([Record(b"p%d" % j) for j in range(40)]))
+        s.flush()
+        assert key_file_descriptors(tmp_path) == 0
+        hashes = np.concatenate([np.fromfile(p, HASH) for p in sorted(s.dir.glob("p0/*.kh"))])
+        assert hashes.tolist() == [0] * 800
+        s.append(0, encode_batch([Record(b"k", key=b"user-1")]))  # a key: written, opened
+        s.flush()
+        assert found(s, 0, b"user-1") == [800]
+        assert key_file_descriptors(tmp_path) == 1
+    finally:
+        s.close()
+    s = Store(tmp_path, "plain", 0, [0], SMALL)  # the holes read back as zeros after a restart
+    try:
+        assert found(s, 0, b"user-1") == [800]
+        assert s.find_by_key(0, b"p1", limit=10).offsets.tolist() == []
+    finally:
+        s.close()
