@@ -18,6 +18,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 from lib.metrics import ProcessMetrics
+from storage.handles import handles
 from storage.space import SpaceGuard
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30)
@@ -72,6 +73,12 @@ class BrokerMetrics(ProcessMetrics):
         self._touched: set[tuple[str, int]] = set()  # counters moved since drain_touched()
         self._latency: dict[str, Any] = {}  # method -> its labelled histogram
         r.register(_TopicTotals(self))
+        Gauge("tubeq_broker_segment_files_open", "Segment files open now (capped at the "
+              "open-file limit less a reserve: storage/handles.py)",
+              registry=r).set_function(lambda: handles().stats()["open"])
+        Gauge("tubeq_broker_segment_file_opens", "Segment files opened since the broker "
+              "started, reopens past the cap included",
+              registry=r).set_function(lambda: handles().stats()["opened"])
 
     def watch_space(self, space: SpaceGuard) -> None:
         """Export the data dir's free space and disk-full condition (read at scrape time)."""

@@ -8,7 +8,10 @@ without errors), and again on demand: a caller that got an error with ``refresh_
 calls :meth:`RouteCache.invalidate` and the next ``get`` asks the master. An entry that
 only aged is fetched again together with every other aged one (up to ``AGED_PER_CALL``): a
 producer writing to 10,000 topics made one master call per topic every ``max_age_s``, in its
-sending thread, and that was most of its time. Consumers look
+sending thread, and that was most of its time. Entries past half their age go along, so
+topics first fetched one by one come to share their refreshes; and the aged ones are found
+from the oldest on (``_by_age``), not by a walk of every entry per refresh (at 10,000 topics
+fetched one by one, those walks were a seventh of a producer's samples). Consumers look
 partitions up by :class:`TopicPartition` (:meth:`address`, :meth:`by_broker`); ``version``
 grows whenever an address changes, so fetchers know when to regroup partitions by broker.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -103,6 +107,7 @@ class RouteCache:
         self._lock = threading.Lock()  # guards _routes, _stale, _addr and version
         self._fetch_lock = threading.Lock()  # one GetRoutes at a time
         self._routes: dict[str, TopicRoutes] = {}
+        self._by_age: OrderedDict[str, None] = OrderedDict()  # topics, oldest fetch first
         self._stale: set[str] = set()
         # Changed in place under the lock (readers only get() from it, never iterate): a copy
         # per update made a producer's first sends to 10,000 topics quadratic.
@@ -177,14 +182,16 @@ class RouteCache:
         return self.refresh([topic])
 
     def _aged(self, topic: str, now: float) -> list[str]:
-        """Other cached topics past ``max_age_s``, to refresh in the same call."""
-        oldest = now - self.max_age_s
+        """Other cached topics past half of ``max_age_s``, oldest first, to refresh in the
+        same call (module docstring)."""
+        oldest = now - self.max_age_s / 2
         aged = []
-        for name, entry in list(self._routes.items()):
-            if entry.fetched_at < oldest and name != topic:
-                aged.append(name)
-                if len(aged) >= AGED_PER_CALL - 1:
+        with self._lock:
+            for name in self._by_age:
+                if self._routes[name].fetched_at >= oldest or len(aged) >= AGED_PER_CALL - 1:
                     break
+                if name != topic:
+                    aged.append(name)
         return aged
 
     def _forget(self, topics: list[str]) -> None:
@@ -192,6 +199,7 @@ class RouteCache:
         with self._lock:
             for name in topics:
                 self._routes.pop(name, None)
+                self._by_age.pop(name, None)
                 for tp in self._addressed.pop(name, ()):
                     self._addr.pop(tp, None)
                     self.version += 1
@@ -206,6 +214,9 @@ class RouteCache:
             return found
         with self._lock:
             self._routes.update(found)
+            for name in found:
+                self._by_age[name] = None
+                self._by_age.move_to_end(name)
             changed = False
             for route in found.values():
                 new = {TopicPartition(route.topic, p.partition): p.address

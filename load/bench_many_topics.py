@@ -57,6 +57,7 @@ def process_figures(pid: int) -> dict[str, float]:
 
 
 WATCHED = ("tubeq_broker_unwritten_bytes", "tubeq_broker_unwritten_waits",
+           "tubeq_broker_segment_file_opens",
            "tubeq_gc_full_collection_seconds_total", "tubeq_gc_longest_full_collection_seconds")
 
 
@@ -98,6 +99,10 @@ class UnwrittenWatch:
         self.figures = {"unwritten_peak_mib": round(self.peak / 2**20, 1),
                         "unwritten_waits": int(end["tubeq_broker_unwritten_waits"]
                                                - self._start["tubeq_broker_unwritten_waits"]),
+                        # files reopened past the descriptor cap (absent: an older build)
+                        "segment_file_opens": int(
+                            end.get("tubeq_broker_segment_file_opens", 0)
+                            - self._start.get("tubeq_broker_segment_file_opens", 0)),
                         # absent from a broker without lib/gc_freeze.py (an older build)
                         "broker_gc_full_s": round(end.get(full_s, 0) - self._start.get(
                             full_s, 0), 3),
@@ -261,7 +266,9 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
             for count in counts:
                 created_s = create_topics(admin, have, count, durability)
                 have = max(have, count)
+                warmed = time.monotonic()
                 wait_served(producer, [TOPIC.format(i) for i in range(count)])
+                warm_up_s = round(time.monotonic() - warmed, 1)  # routes age from here (30 s)
                 before = process_figures(broker.pid)
                 cpu_before = cpu_split(cluster.masters[0].pid)
                 # every topic gets records: 10,000 topics at 500 each would need 5 M
@@ -274,6 +281,7 @@ def run(counts: list[int], messages: int, size: int, run_len: int,
                                 after["cpu_s"])
                 phases.append({
                     "topics": count, **result, "run": run_here, "create_topics_s": created_s,
+                    "warm_up_s": warm_up_s,
                     **{k: round(v, 2) for k, v in cpu.items()},
                     "us_per_record": per_record(cpu, messages),
                     "broker_rss_mib": after["rss_mib"], "broker_open_fds": after["open_fds"],

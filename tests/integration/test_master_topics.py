@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 
 import pytest
@@ -298,5 +299,37 @@ def test_aged_routes_are_fetched_again_in_one_call_and_deleted_topics_forgotten(
         assert cache.cached("c") is None
         with pytest.raises(errors.UnknownTopic):
             cache.get("c")
+    finally:
+        pool.close()
+
+
+def test_an_aged_route_takes_the_half_aged_along_and_leaves_the_fresh(m):
+    """Topics first fetched one by one come to share their refreshes: the aged one's call
+    takes every entry past half its age, and none younger."""
+    from lib.routes import RouteCache
+    from lib.rpc import MasterClient, client_pool
+    m.register(1)
+    for name in ("old", "half", "fresh"):
+        create(m, name)
+    pool = client_pool(m.proc.address, m.cluster.admin_credentials(), 5.0, None)
+    client = MasterClient([m.proc.address], pool=pool, timeout=5.0)
+    asked: list[list[str]] = []
+    real_call = client.call
+    client.call = lambda stub, method, req, **kw: (  # type: ignore[method-assign]
+        asked.append(list(req.topics)), real_call(stub, method, req, **kw))[1]
+
+    def until(t: float) -> None:  # the entries' ages are what is tested: time must pass
+        time.sleep(max(0.0, t - time.monotonic()))
+
+    try:
+        cache = RouteCache(client, max_age_s=4.0)
+        t0 = cache.get("old").fetched_at
+        until(t0 + 1.0)
+        cache.get("half")  # about 3 s old when "old" ages: past half of 4
+        until(t0 + 3.3)
+        cache.get("fresh")  # about 0.75 s old then
+        until(t0 + 4.05)
+        assert cache.get("old").fetched_at > t0
+        assert asked == [["old"], ["half"], ["fresh"], ["half", "old"]]
     finally:
         pool.close()

@@ -6,6 +6,7 @@ TopicManager (what the master link does from heartbeat responses).
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 import urllib.request
@@ -337,3 +338,6 @@ def test_health_and_metrics_are_served(broker, stub):
     assert res.status == health_pb2.HealthCheckResponse.SERVING
     text = urllib.request.urlopen(f"http://{broker.metrics_address}/metrics", timeout=5).read()
     assert b'tubeq_broker_messages_in_total{topic="t"} 1.0' in text
+    opened = re.search(rb"^tubeq_broker_segment_file_opens (\S+)$", text, re.M)
+    files = re.search(rb"^tubeq_broker_segment_files_open (\S+)$", text, re.M)
+    assert opened and files and float(opened.group(1)) >= float(files.group(1)) >= 2  # data, index
