@@ -271,14 +271,11 @@ def test_bad_requests_leave_the_master_serving(m):
     assert m.proc.alive() and create(m, "still-ok").topic == "still-ok"
 
 
-def test_aged_routes_are_fetched_again_in_one_call_and_deleted_topics_forgotten(m):
-    """A producer writing to 10,000 topics made one GetRoutes per topic every max_age_s, in
-    its sending thread: an aged entry is now refreshed with every other aged one."""
-    from lib.routes import RouteCache
+@pytest.fixture
+def routes_asked(m):
+    """A master client to ``m`` that records the topics of each GetRoutes it makes."""
     from lib.rpc import MasterClient, client_pool
     m.register(1)
-    for name in ("a", "b", "c"):
-        create(m, name)
     pool = client_pool(m.proc.address, m.cluster.admin_credentials(), 5.0, None)
     client = MasterClient([m.proc.address], pool=pool, timeout=5.0)
     asked: list[list[str]] = []
@@ -286,50 +283,51 @@ def test_aged_routes_are_fetched_again_in_one_call_and_deleted_topics_forgotten(
     client.call = lambda stub, method, req, **kw: (  # type: ignore[method-assign]
         asked.append(list(req.topics)), real_call(stub, method, req, **kw))[1]
     try:
-        cache = RouteCache(client)
-        for name in ("a", "b", "c"):
-            cache.get(name)
-        assert asked == [["a"], ["b"], ["c"]]
-        cache.max_age_s = 0.0  # every entry aged from now on
-        before = cache.cached("b").fetched_at
-        assert cache.get("a").topic == "a"
-        assert asked[-1] == ["a", "b", "c"] and cache.cached("b").fetched_at > before
-        m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="c"))
-        assert cache.get("b").topic == "b", "an aged deleted topic does not fail the others"
-        assert cache.cached("c") is None
-        with pytest.raises(errors.UnknownTopic):
-            cache.get("c")
+        yield client, asked
     finally:
         pool.close()
 
 
-def test_an_aged_route_takes_the_half_aged_along_and_leaves_the_fresh(m):
+def test_aged_routes_are_fetched_again_in_one_call_and_deleted_topics_forgotten(
+        m, routes_asked):
+    """A producer writing to 10,000 topics made one GetRoutes per topic every max_age_s, in
+    its sending thread: an aged entry is now refreshed with every other aged one."""
+    from lib.routes import RouteCache
+    client, asked = routes_asked
+    for name in ("a", "b", "c"):
+        create(m, name)
+    cache = RouteCache(client)
+    for name in ("a", "b", "c"):
+        cache.get(name)
+    assert asked == [["a"], ["b"], ["c"]]
+    cache.max_age_s = 0.0  # every entry aged from now on
+    before = cache.cached("b").fetched_at
+    assert cache.get("a").topic == "a"
+    assert asked[-1] == ["a", "b", "c"] and cache.cached("b").fetched_at > before
+    m.call(m.admin.DeleteTopic, apb.DeleteTopicRequest(topic="c"))
+    assert cache.get("b").topic == "b", "an aged deleted topic does not fail the others"
+    assert cache.cached("c") is None
+    with pytest.raises(errors.UnknownTopic):
+        cache.get("c")
+
+
+def test_an_aged_route_takes_the_half_aged_along_and_leaves_the_fresh(m, routes_asked):
     """Topics first fetched one by one come to share their refreshes: the aged one's call
     takes every entry past half its age, and none younger."""
     from lib.routes import RouteCache
-    from lib.rpc import MasterClient, client_pool
-    m.register(1)
+    client, asked = routes_asked
     for name in ("old", "half", "fresh"):
         create(m, name)
-    pool = client_pool(m.proc.address, m.cluster.admin_credentials(), 5.0, None)
-    client = MasterClient([m.proc.address], pool=pool, timeout=5.0)
-    asked: list[list[str]] = []
-    real_call = client.call
-    client.call = lambda stub, method, req, **kw: (  # type: ignore[method-assign]
-        asked.append(list(req.topics)), real_call(stub, method, req, **kw))[1]
 
     def until(t: float) -> None:  # the entries' ages are what is tested: time must pass
         time.sleep(max(0.0, t - time.monotonic()))
 
-    try:
-        cache = RouteCache(client, max_age_s=4.0)
-        t0 = cache.get("old").fetched_at
-        until(t0 + 1.0)
-        cache.get("half")  # about 3 s old when "old" ages: past half of 4
-        until(t0 + 3.3)
-        cache.get("fresh")  # about 0.75 s old then
-        until(t0 + 4.05)
-        assert cache.get("old").fetched_at > t0
-        assert asked == [["old"], ["half"], ["fresh"], ["half", "old"]]
-    finally:
-        pool.close()
+    cache = RouteCache(client, max_age_s=4.0)
+    t0 = cache.get("old").fetched_at
+    until(t0 + 1.0)
+    cache.get("half")  # about 3 s old when "old" ages: past half of 4
+    until(t0 + 3.3)
+    cache.get("fresh")  # about 0.75 s old then
+    until(t0 + 4.05)
+    assert cache.get("old").fetched_at > t0
+    assert asked == [["old"], ["half"], ["fresh"], ["half", "old"]]
