@@ -164,10 +164,7 @@ class Handles:
         """Close ``seg``'s descriptor (its log closes, or its file was deleted and no reader
         holds an older list any more)."""
         with self._lock:
-            self._idle.pop(seg, None)
-            fd, seg.fd = seg.fd, -1
-            if fd >= 0:
-                self.open -= 1
+            fd = self._detach(seg)
             seg.kept = False
         if fd >= 0:
             os.close(fd)
@@ -177,12 +174,18 @@ class Handles:
         again: left idle, it would keep a capped descriptor for good, idle ones closing
         most-recently-used first)."""
         with self._lock:
-            if seg.pins or seg.kept or seg.fd < 0:
-                return
-            self._idle.pop(seg, None)
-            fd, seg.fd = seg.fd, -1
+            fd = -1 if seg.pins or seg.kept else self._detach(seg)
+        if fd >= 0:
+            os.close(fd)
+
+    def _detach(self, seg: Segment) -> int:
+        """Take ``seg``'s descriptor off it (holding the lock): the caller closes it once it
+        lets the lock go. -1 when it had none."""
+        self._idle.pop(seg, None)
+        fd, seg.fd = seg.fd, -1
+        if fd >= 0:
             self.open -= 1
-        os.close(fd)
+        return fd
 
     def _evict(self) -> list[int]:
         """Take idle descriptors off their segments (holding the lock), most recently used
