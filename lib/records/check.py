@@ -35,6 +35,7 @@ from lib.records.layout import (
     U8,
     U32,
     crc32,
+    frame_crcs,
     frame_headers,
     frame_starts,
     gather_u16,
@@ -260,7 +261,7 @@ def _many_columns(frames: memoryview, sizes: np.ndarray, head: np.ndarray | None
     if np.count_nonzero(fits) != len(fits):
         _structure_fault(u8, head, sizes, known, key_lens, after_key, ends)
     if contents:
-        crcs = range_crcs(frames, starts + 8, ends)
+        crcs = frame_crcs(frames, starts, sizes)
         if crcs.tobytes() != head["crc"].tobytes():
             _require(crcs == head["crc"], "its CRC does not match its bytes")
         if np.count_nonzero(head["flags"] & np.uint8(FLAG_VALUE_ZLIB)):

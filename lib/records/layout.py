@@ -133,3 +133,20 @@ def range_crcs(data: bytes | memoryview, starts: np.ndarray, ends: np.ndarray) -
     return np.fromiter(map(crc32, map(view.__getitem__,
                                            map(slice, starts.tolist(), ends.tolist()))),
                        U32, len(starts))
+
+
+# From this many frames on, a batch whose frames share one size is checked over the rows of
+# one strided view: the test that they do costs ~2 us, the rows save ~0.18 us a frame.
+STRIDED_FROM = 16
+
+
+def frame_crcs(frames: bytes | memoryview, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each frame's CRC-32 (of its bytes after the length and crc fields). Frames of one size
+    are the rows of one strided view, whose iteration makes each row in C: 0.33 against 0.51
+    us per 1 KiB frame for slices of a memoryview (most of a frame's CRC cost is the call)."""
+    count = len(sizes)
+    if count < STRIDED_FROM or np.count_nonzero(sizes != sizes[0]):
+        return range_crcs(frames, starts + 8, starts + sizes)
+    size = int(sizes[0])
+    rows = np.ndarray((count, size - 8), U8, frames, int(starts[0]) + 8, (size, 1))
+    return np.fromiter(map(crc32, rows), U32, count)

@@ -154,6 +154,29 @@ def test_the_batch_crc_covers_the_columns_and_each_frame_crc_its_frame():
         parse_batch(bytes(frame))
 
 
+@pytest.mark.parametrize("sizes", ["one size", "two sizes"])
+@pytest.mark.parametrize("damaged", [0, 17, 39])
+def test_a_damaged_frame_among_many_is_named_whether_or_not_the_frames_share_a_size(
+        sizes, damaged):
+    """Frames of one size are checked over the rows of one strided view, others one slice at a
+    time: either way each frame's own bytes, from its first to its last (a row that started
+    or ended a byte off would pass the damaged byte by)."""
+    from lib.records.layout import STRIDED_FROM
+    count = 40
+    assert count >= STRIDED_FROM
+    values = [b"v" * (64 if sizes == "one size" or i % 3 else 65) for i in range(count)]
+    batch = encode_batch([Record(v, timestamp=5) for v in values])
+    assert parse_batch(batch).count == count
+    frames_at = len(batch) - sum(len(encode_frame(Record(v, timestamp=5))) for v in values)
+    first = frames_at + sum(len(encode_frame(Record(v, timestamp=5))) for v in values[:damaged])
+    size = len(encode_frame(Record(values[damaged], timestamp=5)))
+    for at in (first + 8, first + size - 1):  # the first and the last byte under its CRC
+        bad = bytearray(batch)
+        bad[at] ^= 1
+        with pytest.raises(CorruptRecord, match=f"frame {damaged} of the batch.*CRC"):
+            parse_batch(bytes(bad))
+
+
 def test_a_batch_of_an_unknown_version_names_the_versions_read():
     batch = bytearray(encode_batch([Record(b"v")]))
     batch[4] = 9
