@@ -59,7 +59,7 @@ class PartitionReply:
 
     partition: int
     next_offset: int
-    frames: bytes = b""
+    frames: bytes | memoryview = b""  # a view of a cache block: ``fields`` makes it bytes
     offsets: bytes = b""  # little-endian int64 per frame
     sizes: bytes = b""  # little-endian uint32 per frame
     earliest: int = -1
@@ -68,11 +68,18 @@ class PartitionReply:
     error_message: str = ""
 
     def fields(self) -> dict[str, Any]:
+        """The fields as protobuf takes them: frames as bytes (a read's may be a view)."""
+        fields = self._fields()
+        if fields["frames"].__class__ is not bytes:
+            fields["frames"] = bytes(fields["frames"])
+        return fields
+
+    def _fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
 
-    def entry(self) -> tuple[pb.PartitionData, bytes]:
+    def entry(self) -> tuple[pb.PartitionData, bytes | memoryview]:
         """The message without its frames, and the frames (a Fetch answer joins them in)."""
-        fields = self.fields()
+        fields = self._fields()
         frames = fields.pop("frames")
         return pb.PartitionData(**fields), frames
 

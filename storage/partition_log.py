@@ -76,7 +76,7 @@ class ReadResult:
     bytes (``sizes``, uint32, from the index: callers split ``frames`` without walking the
     frames' length fields)."""
 
-    frames: bytes
+    frames: bytes | memoryview  # a view of a cache block when read from one (no copy)
     offsets: np.ndarray
     next_offset: int
     earliest: int

@@ -57,6 +57,22 @@ def test_read_returns_records_in_order_from_cache_and_disk(store):
     assert store.stats()["segments"] > 1
 
 
+def test_a_read_from_the_cache_is_a_view_whose_bytes_outlive_later_blocks(store):
+    """Frames read from a cache block are not copied (a follower's and a tailing consumer's
+    read): the view must keep the bytes it was given while the block is written out and
+    later blocks come and go."""
+    store.append(0, batch_of(values("first", 20)))
+    res = store.read(0, 0)
+    assert isinstance(res.frames, memoryview)  # a view of the block: no copy
+    given = bytes(res.frames)
+    for i in range(60):  # several blocks written and dropped meanwhile
+        store.append(0, batch_of(values(f"later{i}", 50)))
+    store.flush()
+    assert bytes(res.frames) == given
+    assert [r.value for r in decode_frames(res.frames)] == values("first", 20)
+    assert bytes(store.read(0, 0).frames)[:len(given)] == given  # now from the files
+
+
 def test_read_respects_max_bytes_but_returns_at_least_one_frame(store):
     store.append(0, batch_of([b"x" * 1000] * 10))
     res = store.read(0, 0, max_bytes=2500)
