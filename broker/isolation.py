@@ -48,7 +48,7 @@ def leave_out(store: Store, partition: int, res: ReadResult,
     if not drop.any():
         return res
     keep = ~drop
-    return ReadResult(_kept_frames(res.frames, starts, sizes, keep), res.offsets[keep],
+    return ReadResult((_kept_frames(res.frames, starts, sizes, keep),), res.offsets[keep],
                       res.next_offset, res.earliest, res.latest, res.sizes[keep])
 
 

@@ -21,7 +21,7 @@ from broker.topics import TopicManager
 from lib.errors import Fenced, OffsetOutOfRange, TubeqError
 from lib.proto import broker_pb2 as pb
 from lib.records.layout import crc32
-from lib.wire import Spliced
+from lib.wire import Runs, Spliced, leading
 
 MAX_REPLICA_BYTES = 8 << 20  # per partition and fetch, whatever the follower asks
 # A ReplicaFetch answer as bytes: each partition's frames kept aside (lib/wire.py).
@@ -116,7 +116,7 @@ class ReplicaAnswers:
                        REPLICA_FRAMES, entries)
 
     def _read_one(self, replica: int, p: pb.ReplicaFetchPartition, max_bytes: int,
-                  reply: pb.ReplicaFetchData) -> bytes | memoryview:
+                  reply: pb.ReplicaFetchData) -> Runs | bytes:
         """Fill ``reply`` (a part of the response, empty) for one partition; returns the
         frames that go with it."""
         topic, partition, offset = p.topic, p.partition, p.fetch_offset
@@ -187,7 +187,7 @@ class ReplicaAnswers:
 
     @staticmethod
     def _add_records(reply: pb.ReplicaFetchData, store, partition: int, offset: int,
-                     max_bytes: int) -> tuple[int, bytes | memoryview]:
+                     max_bytes: int) -> tuple[int, Runs | bytes]:
         """The frames from ``offset`` on (a run of consecutive offsets) and their epochs:
         (the offset after the last frame, the frames); their CRC goes in ``reply``."""
         res = store.read(partition, offset, max_bytes)
@@ -198,8 +198,11 @@ class ReplicaAnswers:
             return offset, b""  # a hole at the fetch offset (damaged records): module docstring
         sizes = res.sizes[:dense]
         reply.base_offset = offset
-        frames = memoryview(res.frames)[:int(sizes.sum(dtype=np.int64))]
-        reply.frames_crc = crc32(frames)
+        frames = leading(res.pieces, int(sizes.sum(dtype=np.int64)))  # uncopied (lib/wire.py)
+        crc = 0
+        for piece in frames:
+            crc = crc32(piece, crc)
+        reply.frames_crc = crc
         reply.sizes = sizes.astype("<u4").tobytes()
         end = offset + dense
         epochs = store.leader_epochs(partition)

@@ -89,6 +89,30 @@ def delimited(number: int, size: int) -> bytes:
     return varint(number << 3 | DELIMITED) + varint(size)
 
 
+class Runs(tuple):
+    """One blob given as consecutive pieces, none copied (a socket sends them as they are;
+    a join makes the bytes). Its ``nbytes`` is the blob's length."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(map(len, self))
+
+
+def leading(pieces: Sequence[Any], nbytes: int) -> Runs:
+    """The first ``nbytes`` bytes of consecutive ``pieces``, cutting (a view of) the last."""
+    out = []
+    for piece in pieces:
+        if nbytes <= 0:
+            break
+        if len(piece) > nbytes:
+            piece = memoryview(piece)[:nbytes]
+        out.append(piece)
+        nbytes -= len(piece)
+    return Runs(out)
+
+
 class Spliced:
     """A message whose repeated field ``entries`` holds sub-messages, each with one large
     bytes field (``blob``) kept aside: serialized with one join of the blobs, no protobuf
@@ -100,7 +124,7 @@ class Spliced:
     def __init__(self, head: Any, entries_field: int, blob_field: int,
                  entries: Sequence[tuple[Any, Any]]) -> None:
         self.head, self.entries_field, self.blob_field = head, entries_field, blob_field
-        self.entries = entries  # (sub-message without its blob, blob bytes-like)
+        self.entries = entries  # (sub-message without its blob, blob bytes-like or Runs)
 
     def SerializeToString(self) -> bytes:  # noqa: N802 - grpc calls it as a message's
         return b"".join(self.pieces())
@@ -115,10 +139,13 @@ class Spliced:
         parts: list[Any] = [rest.SerializeToString()]
         for entry, blob in self.entries:
             body = entry.SerializeToString()
-            size = len(blob)
+            runs = blob.__class__ is Runs
+            size = blob.nbytes if runs else len(blob)
             tail = delimited(self.blob_field, size) if size else b""
             parts += (delimited(self.entries_field, len(body) + len(tail) + size), body, tail)
-            if size:
+            if runs:
+                parts += blob
+            elif size:
                 parts.append(blob)
         return parts
 

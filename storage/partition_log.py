@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -72,11 +73,11 @@ TIME_SCAN_ENTRIES = 1 << 20  # index entries read per step of a search by timest
 
 @dataclass(frozen=True)
 class ReadResult:
-    """Frames (concatenated, each self-describing), the offset of each one and its size in
-    bytes (``sizes``, uint32, from the index: callers split ``frames`` without walking the
-    frames' length fields)."""
+    """Frames (each self-describing), the offset of each one and its size in bytes
+    (``sizes``, uint32, from the index: callers split ``frames`` without walking the frames'
+    length fields)."""
 
-    frames: bytes | memoryview  # a view of a cache block when read from one (no copy)
+    pieces: tuple[bytes | memoryview, ...]  # the frames as consecutive runs, uncopied
     offsets: np.ndarray
     next_offset: int
     earliest: int
@@ -85,6 +86,13 @@ class ReadResult:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    @cached_property
+    def frames(self) -> bytes | memoryview:
+        """The frames in one buffer: a single piece as it is (a view of a cache block, when
+        read from one), several joined (a copy, made once)."""
+        pieces = self.pieces
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 @dataclass(frozen=True)
@@ -203,7 +211,7 @@ class PartitionLog:
         tag_list = [t.encode() for t in tags] if tags else None
         hashes = np.array([tag_hash(t) for t in tag_list], np.uint32) if tag_list else None
         if offset == run.latest:
-            return ReadResult(b"", np.empty(0, np.int64), offset, run.earliest, run.latest,
+            return ReadResult((), np.empty(0, np.int64), offset, run.earliest, run.latest,
                               np.empty(0, np.uint32))
         # Without a filter ~max_bytes/100 entries cover max_bytes (frames under 100 B are rare);
         # with one, examine more so a sparse tag still makes progress per call.
@@ -216,8 +224,8 @@ class PartitionLog:
             fetch = lambda s, n: read_span(blocks, s, n)  # noqa: E731
         p = plan(entries, max_bytes, hashes, max_records)
         spans = [fetch(int(s), int(n)) for s, n in zip(p.span_starts, p.span_lengths, strict=True)]
-        frames, chosen = assemble(entries, p, spans, tag_list)
-        return ReadResult(frames, chosen.astype(np.int64) + offset, offset + p.examined,
+        pieces, chosen = assemble(entries, p, spans, tag_list)
+        return ReadResult(pieces, chosen.astype(np.int64) + offset, offset + p.examined,
                           run.earliest, run.latest,
                           entries["size"][chosen].astype(np.uint32, copy=False))
 

@@ -65,6 +65,12 @@ def test_a_read_from_the_cache_is_a_view_whose_bytes_outlive_later_blocks(store)
     res = store.read(0, 0)
     assert isinstance(res.frames, memoryview)  # a view of the block: no copy
     given = bytes(res.frames)
+    store.append(0, batch_of(values("second", 5)))
+    both = store.read(0, 0)  # a chunk header between the batches: two pieces, not joined
+    assert [type(p) for p in both.pieces] == [memoryview, memoryview]
+    assert both.frames == given + b"".join(both.pieces[1:])
+    assert [r.value for r in decode_frames(both.frames)] == values("first", 20) + values(
+        "second", 5)
     for i in range(60):  # several blocks written and dropped meanwhile
         store.append(0, batch_of(values(f"later{i}", 50)))
     store.flush()

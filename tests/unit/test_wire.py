@@ -16,7 +16,7 @@ from lib.fetch_wire import fetch_answer, read_fetch
 from lib.proto import broker_pb2 as pb
 from lib.records import Record, encode_batch, frame_columns, parse_batch
 from lib.records.layout import crc32
-from lib.wire import Spliced, split
+from lib.wire import Runs, Spliced, leading, split
 
 
 def _data(topic: str, partition: int, frames: bytes) -> pb.ReplicaFetchData:
@@ -48,6 +48,32 @@ def test_a_spliced_answer_is_the_protobuf_message_with_its_frames(parts):
     assert parsed == expected
     got = read_answer(raw, "leader")
     assert [(d, bytes(f)) for d, f in got] == [(d, bytes(f)) for d, f in entries]
+
+
+@pytest.mark.parametrize("parts", CASES)
+def test_frames_given_as_runs_of_pieces_serialize_as_the_joined_frames(parts):
+    """A leader hands a read's pieces on uncut and unjoined (Runs): the bytes are the same as
+    for the joined frames, and the pieces themselves are among the pieces written."""
+    def runs(frames: bytes) -> Runs:
+        view = memoryview(frames)
+        return Runs([view[:len(frames) // 3], view[len(frames) // 3:]])
+
+    joined = [(_data(t, p, b""), frames) for t, p, frames in parts]
+    pieced = [(data, runs(frames)) for data, frames in joined]
+    assert all(r.nbytes == len(f) for (_, r), (_, f) in zip(pieced, joined, strict=True))
+    as_runs = Spliced(pb.ReplicaFetchResponse(), REPLICA_ENTRIES, REPLICA_FRAMES, pieced)
+    assert as_runs.SerializeToString() == Spliced(
+        pb.ReplicaFetchResponse(), REPLICA_ENTRIES, REPLICA_FRAMES, joined).SerializeToString()
+    written = as_runs.pieces()
+    assert all(any(w is piece for w in written) for _, r in pieced for piece in r if piece)
+
+
+def test_leading_takes_the_first_bytes_of_the_pieces_and_cuts_the_last_uncopied():
+    pieces = [b"abc", memoryview(b"defg"), b"hi"]
+    assert [bytes(p) for p in leading(pieces, 5)] == [b"abc", b"de"]
+    assert leading(pieces, 7)[1] is pieces[1]  # whole pieces pass as they are
+    assert b"".join(leading(pieces, 100)) == b"abcdefghi"
+    assert leading(pieces, 0) == Runs() and leading(pieces, 0).nbytes == 0
 
 
 def test_split_reads_protobufs_own_bytes_and_hands_the_frames_out_as_views():
