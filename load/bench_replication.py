@@ -9,8 +9,10 @@ acks=all, interleaved for ``--rounds`` rounds; the medians are compared in the s
 issue's targets: acks=1 at >= 0.8 and acks=all at >= 0.5 of one copy). Failover: a producer
 (acks=all) and a consumer move data through a 3-copy partition while its leader's broker is
 SIGKILLed ``--tries`` times (restarted after each); the longest gap between acknowledged sends
-and between received records around each kill is the time clients stood still. Prints one
-JSON object.
+and between received records around each kill is the time clients stood still. After each
+round, ``load/copy_ceiling.py`` measures what a copy's bytes alone cost (``copy_ceiling``) and
+the result says what three copies would reach at that cost (``rf3_ceiling_of_rf1``) beside
+what each copy costs the brokers here (``copy_us_per_record``). Prints one JSON object.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +31,7 @@ from pathlib import Path
 from lib.admin import AdminClient
 from lib.consumer.pull import PullConsumer
 from lib.producer.producer import Producer
+from lib.records import FRAME_HEADER_SIZE
 from lib.types import TopicPartition
 from load import add_stream_flag, broker_args, stop_on_sigterm, wait_served
 from load.bench_failover import Pulse
@@ -124,7 +128,32 @@ def failovers(cluster, admin: AdminClient, tries: int) -> dict:
             "consume_gap_median_s": round(statistics.median(consume_gaps), 3)}
 
 
-def run(messages: int, rounds: int, tries: int, stream: bool = True) -> dict:
+def copy_ceiling(mib: int) -> dict[str, float]:
+    """One run of ``load/copy_ceiling.py`` in its own processes (the bytes of a copy alone)."""
+    done = subprocess.run([sys.executable, "-m", "load.copy_ceiling", "--mib", str(mib)],
+                          capture_output=True, text=True, timeout=600, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    return json.loads(done.stdout)
+
+
+def ceiling_of(copies: list[dict[str, float]], producer_us: float,
+               brokers: dict[str, float]) -> dict:
+    """The copy's bytes-alone cost (medians of the rounds) and what three copies could reach
+    if each copy cost only that: on two busy cores the rates go as the CPU per record, one
+    copy's (the producer and the brokers) against that plus two copies' bytes."""
+    per = {key: round(statistics.median(c[key] for c in copies), 3) for key in copies[0]}
+    record_kib = (len(VALUE) + FRAME_HEADER_SIZE) / 1024
+    one = producer_us + brokers["rf1"]
+    copy_us = per["copy_us_per_kib"] * record_kib
+    spent = {name: round((us - brokers["rf1"]) / 2, 2) for name, us in brokers.items()
+             if name != "rf1"}
+    return {"copy_ceiling": per,
+            "copy_us_per_record": spent,  # what each of the two extra copies cost here
+            "rf3_ceiling_of_rf1": round(one / (one + 2 * copy_us), 3)}
+
+
+def run(messages: int, rounds: int, tries: int, stream: bool = True,
+        ceiling_mib: int = 256) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.cluster import Cluster  # the same process handling the tests use
 
@@ -140,13 +169,20 @@ def run(messages: int, rounds: int, tries: int, stream: bool = True) -> dict:
         with AdminClient(masters, timeout=30) as admin:
             for name, (copies, _) in SETUPS.items():
                 admin.create_topic(f"bench-{name}", partitions=3, replication_factor=copies)
+            copies: list[dict[str, float]] = []
             for _ in range(rounds):
                 for name, (_, acks) in SETUPS.items():
                     rate, us = throughput(masters, f"bench-{name}", acks, messages, pids)
                     rates[name].append(rate)
                     cpu[name].append(us)
+                if ceiling_mib:
+                    copies.append(copy_ceiling(ceiling_mib))
             failover = failovers(cluster, admin, tries) if tries else {}
         median = {name: statistics.median(r) for name, r in rates.items()}
+        cpu_median = {name: {proc: round(statistics.median(r[proc] for r in rs), 2)
+                             for proc in rs[0]} for name, rs in cpu.items()}
+        brokers = {name: round(statistics.median(sum(v for k, v in r.items() if k != "producer")
+                                                 for r in rs), 2) for name, rs in cpu.items()}
         return {
             "messages": messages, "value_bytes": len(VALUE), "rounds": rounds,
             "replica_stream": stream,
@@ -155,11 +191,9 @@ def run(messages: int, rounds: int, tries: int, stream: bool = True) -> dict:
             "rf3_acks1_of_rf1": round(median["rf3_acks1"] / median["rf1"], 3),
             "rf3_acks_all_of_rf1": round(median["rf3_acks_all"] / median["rf1"], 3),
             # medians over the rounds; each broker leads one of the three partitions
-            "cpu_us_per_record": {name: {proc: round(statistics.median(r[proc] for r in rs), 2)
-                                         for proc in rs[0]} for name, rs in cpu.items()},
-            "broker_cpu_us_per_record": {
-                name: round(statistics.median(sum(v for k, v in r.items() if k != "producer")
-                                              for r in rs), 2) for name, rs in cpu.items()},
+            "cpu_us_per_record": cpu_median,
+            "broker_cpu_us_per_record": brokers,
+            **(ceiling_of(copies, cpu_median["rf1"]["producer"], brokers) if copies else {}),
             "failover": failover,
             "targets": {"rf3_acks1_of_rf1": 0.8, "rf3_acks_all_of_rf1": 0.5,
                         "failover_median_s": 3},
@@ -175,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tries", type=int, default=3)
     add_stream_flag(p)
+    p.add_argument("--ceiling-mib", type=int, default=256,
+                   help="MiB the bytes-alone copy (load/copy_ceiling.py) moves after each "
+                        "round; 0 skips it")
     args = p.parse_args(argv)
     if args.messages < 1 or args.rounds < 1 or args.tries < 0:
         p.error("--messages and --rounds must be >= 1, --tries >= 0")
+    if args.ceiling_mib == 1 or args.ceiling_mib < 0:
+        p.error("--ceiling-mib must be 0 (none) or >= 2")
     stop_on_sigterm()
-    print(json.dumps(run(args.messages, args.rounds, args.tries, args.replica_stream), indent=2))
+    print(json.dumps(run(args.messages, args.rounds, args.tries, args.replica_stream,
+                          args.ceiling_mib), indent=2))
     return 0
 
 
