@@ -26,7 +26,7 @@ from lib.errors import InvalidArgument, PartitionNotHosted, TubeqError
 from lib.fetch_wire import fetch_answer
 from lib.proto import broker_pb2 as pb
 from lib.records import MAX_TAG_BYTES, BatchView
-from lib.wire import Spliced
+from lib.wire import Runs, Spliced
 from storage.key_lookup import DEFAULT_LIMIT
 from storage.store import Store
 
@@ -59,7 +59,7 @@ class PartitionReply:
 
     partition: int
     next_offset: int
-    frames: bytes | memoryview = b""  # a view of a cache block: ``fields`` makes it bytes
+    frames: bytes | memoryview | Runs = b""  # not always bytes: ``fields`` makes them so
     offsets: bytes = b""  # little-endian int64 per frame
     sizes: bytes = b""  # little-endian uint32 per frame
     earliest: int = -1
@@ -77,7 +77,7 @@ class PartitionReply:
     def _fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
 
-    def entry(self) -> tuple[pb.PartitionData, bytes | memoryview]:
+    def entry(self) -> tuple[pb.PartitionData, bytes | memoryview | Runs]:
         """The message without its frames, and the frames (a Fetch answer joins them in)."""
         fields = self._fields()
         frames = fields.pop("frames")
@@ -91,32 +91,37 @@ def error_data(partition: int, offset: int, err: TubeqError) -> PartitionReply:
         earliest=int(err.details.get("earliest", -1)), latest=int(err.details.get("latest", -1)))
 
 
-def result_data(partition: int, res) -> PartitionReply:
+def result_data(partition: int, res, pieces: bool = False) -> PartitionReply:
+    """The reply for a read; with ``pieces`` its frames as the read's pieces (lib.wire.Runs:
+    a Fetch answer writes them unjoined), else in one buffer."""
+    frames = Runs(res.pieces) if pieces and len(res.pieces) > 1 else res.frames
     return PartitionReply(
-        partition=partition, frames=res.frames, offsets=res.offsets.astype("<i8").tobytes(),
+        partition=partition, frames=frames, offsets=res.offsets.astype("<i8").tobytes(),
         sizes=res.sizes.astype("<u4").tobytes(),
         next_offset=res.next_offset, earliest=res.earliest, latest=res.latest)
 
 
 def visible_read(store: Store, partition: int, offset: int, high_watermark: int | None,
                  max_bytes: int, tags: list[str] | None = None,
-                 max_records: int | None = None, committed: bool = False) -> PartitionReply:
+                 max_records: int | None = None, committed: bool = False,
+                 pieces: bool = False) -> PartitionReply:
     """A consumer's read: below the high watermark of a replicated partition (None: one copy,
     the log end), which is also the ``latest`` it is told, and for ``committed``
     (read_committed) below the last stable offset too; never a control record, and no
     aborted record for ``committed`` (broker/isolation.py). An offset between that end and
-    the log end reads as nothing yet, not as out of range."""
+    the log end reads as nothing yet, not as out of range. ``pieces``: see
+    :func:`result_data`."""
     end = visible_end(store, partition, high_watermark, committed)
     if end is None:
         res = store.read(partition, offset, max_bytes, tags, max_records)
-        return result_data(partition, leave_out(store, partition, res, committed))
+        return result_data(partition, leave_out(store, partition, res, committed), pieces)
     if end <= offset <= store.latest(partition):
         return PartitionReply(partition=partition, next_offset=offset,
                               earliest=store.earliest(partition),
                               latest=store.latest(partition) if high_watermark is None
                               else high_watermark)
     res = store.read(partition, offset, max_bytes, tags, max_records, stop=end)
-    reply = result_data(partition, leave_out(store, partition, res, committed))
+    reply = result_data(partition, leave_out(store, partition, res, committed), pieces)
     if high_watermark is not None:
         reply.latest = high_watermark
     return reply
@@ -249,7 +254,7 @@ class DataPlane:
             store = self.topics.store_for(topic, partition, topic_id)
             return visible_read(store, partition, offset,
                                 self.replication.high_watermark(topic, partition), max_bytes,
-                                tags, committed=committed)
+                                tags, committed=committed, pieces=True)
         except TubeqError as err:
             return error_data(partition, offset, err)
 

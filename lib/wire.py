@@ -89,15 +89,24 @@ def delimited(number: int, size: int) -> bytes:
     return varint(number << 3 | DELIMITED) + varint(size)
 
 
-class Runs(tuple):
+class Runs:
     """One blob given as consecutive pieces, none copied (a socket sends them as they are;
-    a join makes the bytes). Its ``nbytes`` is the blob's length."""
+    ``bytes()`` joins them). ``len`` is the blob's length in bytes, as for any buffer."""
 
-    __slots__ = ()
+    __slots__ = ("pieces", "nbytes")
 
-    @property
-    def nbytes(self) -> int:
-        return sum(map(len, self))
+    def __init__(self, pieces: Sequence[Any] = ()) -> None:
+        self.pieces = tuple(pieces)
+        self.nbytes = sum(map(len, self.pieces))
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.pieces)
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.pieces)
 
 
 def leading(pieces: Sequence[Any], nbytes: int) -> Runs:
@@ -139,12 +148,11 @@ class Spliced:
         parts: list[Any] = [rest.SerializeToString()]
         for entry, blob in self.entries:
             body = entry.SerializeToString()
-            runs = blob.__class__ is Runs
-            size = blob.nbytes if runs else len(blob)
+            size = len(blob)
             tail = delimited(self.blob_field, size) if size else b""
             parts += (delimited(self.entries_field, len(body) + len(tail) + size), body, tail)
-            if runs:
-                parts += blob
+            if blob.__class__ is Runs:
+                parts += blob.pieces
             elif size:
                 parts.append(blob)
         return parts

@@ -58,3 +58,22 @@ def test_a_partition_without_transactions_is_read_as_it_is(tmp_path):
         s.append(0, batch_of([b"x", b"y"]))
         assert not s.producers.transactional(0)
         assert seen(s, committed=True) == ([b"x", b"y"], [0, 1], 2)
+
+
+def test_a_fetch_read_of_several_batches_keeps_their_pieces_and_a_push_read_joins(tmp_path):
+    """A Fetch answer writes a read's pieces unjoined (lib.wire.Runs, its len the bytes);
+    protobuf, which a push answer is built with, gets the frames as bytes."""
+    from lib.wire import Runs
+    cfg = dataclasses.replace(SMALL_STORE, cache_block_bytes=1 << 20, segment_bytes=1 << 20)
+    with Store(tmp_path, "pieces", 0, [0], cfg) as s:
+        s.append(0, batch_of([b"one", b"two"]))
+        s.append(0, batch_of([b"three"]))
+        fetched = visible_read(s, 0, 0, None, 1 << 20, pieces=True)
+        pushed = visible_read(s, 0, 0, None, 1 << 20)
+        assert isinstance(fetched.frames, Runs) and len(fetched.frames.pieces) == 2
+        assert len(fetched.frames) == len(pushed.frames) == len(bytes(fetched.frames))
+        assert bytes(fetched.frames) == bytes(pushed.frames)
+        assert [r.value for r in decode_frames(bytes(fetched.frames))] == [b"one", b"two",
+                                                                           b"three"]
+        assert fetched.fields()["frames"] == bytes(pushed.frames)  # what protobuf is given
+        assert fetched.entry()[1] is fetched.frames  # the answer's pieces, unjoined

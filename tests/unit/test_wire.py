@@ -60,7 +60,8 @@ def test_frames_given_as_runs_of_pieces_serialize_as_the_joined_frames(parts):
 
     joined = [(_data(t, p, b""), frames) for t, p, frames in parts]
     pieced = [(data, runs(frames)) for data, frames in joined]
-    assert all(r.nbytes == len(f) for (_, r), (_, f) in zip(pieced, joined, strict=True))
+    assert all(len(r) == len(f) and bytes(r) == f
+               for (_, r), (_, f) in zip(pieced, joined, strict=True))
     as_runs = Spliced(pb.ReplicaFetchResponse(), REPLICA_ENTRIES, REPLICA_FRAMES, pieced)
     assert as_runs.SerializeToString() == Spliced(
         pb.ReplicaFetchResponse(), REPLICA_ENTRIES, REPLICA_FRAMES, joined).SerializeToString()
@@ -71,9 +72,9 @@ def test_frames_given_as_runs_of_pieces_serialize_as_the_joined_frames(parts):
 def test_leading_takes_the_first_bytes_of_the_pieces_and_cuts_the_last_uncopied():
     pieces = [b"abc", memoryview(b"defg"), b"hi"]
     assert [bytes(p) for p in leading(pieces, 5)] == [b"abc", b"de"]
-    assert leading(pieces, 7)[1] is pieces[1]  # whole pieces pass as they are
-    assert b"".join(leading(pieces, 100)) == b"abcdefghi"
-    assert leading(pieces, 0) == Runs() and leading(pieces, 0).nbytes == 0
+    assert leading(pieces, 7).pieces[1] is pieces[1]  # whole pieces pass as they are
+    assert bytes(leading(pieces, 100)) == b"abcdefghi" and len(leading(pieces, 100)) == 9
+    assert leading(pieces, 0).pieces == () and not leading(pieces, 0)
 
 
 def test_split_reads_protobufs_own_bytes_and_hands_the_frames_out_as_views():
