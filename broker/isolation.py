@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from lib.records import FLAG_CONTROL, FRAME_FLAGS_AT, frame_starts
-from storage.partition_log import ReadResult
+from storage.select import ReadResult
 from storage.store import Store
 
 

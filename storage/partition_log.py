@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -62,37 +61,13 @@ from storage.removal import (
     sweep,
     write_origin,
 )
-from storage.select import assemble, plan
+from storage.select import ReadResult, assemble, plan
 
 log = logging.getLogger(__name__)
 TRANSACTIONAL = "transactional"  # in a partition's dir: transactions have written here
 MAX_EPOCH = (1 << 32) - 1  # a chunk header holds the leader epoch in a u32
 MAX_READ_ENTRIES = 65_536  # index entries examined per read (bounds filtered scans)
 TIME_SCAN_ENTRIES = 1 << 20  # index entries read per step of a search by timestamp
-
-
-@dataclass(frozen=True)
-class ReadResult:
-    """Frames (each self-describing), the offset of each one and its size in bytes
-    (``sizes``, uint32, from the index: callers split ``frames`` without walking the frames'
-    length fields)."""
-
-    pieces: tuple[bytes | memoryview, ...]  # the frames as consecutive runs, uncopied
-    offsets: np.ndarray
-    next_offset: int
-    earliest: int
-    latest: int
-    sizes: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    @cached_property
-    def frames(self) -> bytes | memoryview:
-        """The frames in one buffer: a single piece as it is (a view of a cache block, when
-        read from one), several joined (a copy, made once)."""
-        pieces = self.pieces
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Choosing and gathering frames for a read, over whole numpy arrays (no per-record loop).
+"""Choosing and gathering frames for a read, over whole numpy arrays (no per-record loop),
+and what a read returns (:class:`ReadResult`).
 
 Given a run of index entries, :func:`plan` picks the entries to return (byte budget, tag
 filter) and the physical byte spans that hold them; :func:`assemble` turns the bytes of those
@@ -7,6 +8,7 @@ spans into the returned frames, applying the exact tag check.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -19,6 +21,30 @@ class ReadPlan:
     selected: np.ndarray  # indices (into the run) of entries to return, ascending
     span_starts: np.ndarray  # data positions of the byte spans to read
     span_lengths: np.ndarray
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """Frames (each self-describing), the offset of each one and its size in bytes
+    (``sizes``, uint32, from the index: callers split ``frames`` without walking the frames'
+    length fields)."""
+
+    pieces: tuple[bytes | memoryview, ...]  # the frames as consecutive runs, uncopied
+    offsets: np.ndarray
+    next_offset: int
+    earliest: int
+    latest: int
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @cached_property
+    def frames(self) -> bytes | memoryview:
+        """The frames in one buffer: a single piece as it is (a view of a cache block, when
+        read from one), several joined (a copy, made once)."""
+        pieces = self.pieces
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def plan(entries: np.ndarray, max_bytes: int, tag_hashes: np.ndarray | None,
@@ -69,7 +95,7 @@ def assemble(entries: np.ndarray, p: ReadPlan, spans: list[bytes | memoryview],
     batch's frames from the next, so a read of several batches has several spans: joining
     them (and copying a single one) cost 0.2-0.35 us per KiB in fresh pages, most of a
     follower's or a tailing consumer's read. Readers that send the frames on send the
-    pieces (:attr:`ReadResult.pieces <storage.partition_log.ReadResult.pieces>`)."""
+    pieces (:attr:`ReadResult.pieces`)."""
     if len(p.selected) == 0:
         return (), p.selected
     if tags is None:

@@ -70,9 +70,10 @@ from storage.fsutil import inside
 from storage.index import ENTRY, IndexLog, index_entries
 from storage.key_lookup import DEFAULT_LIMIT, KeyMatches, Window, check_lookup, search
 from storage.keys import KeyLog
-from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, ReadResult, open_logs
+from storage.partition_log import MAX_READ_ENTRIES, PartitionLog, open_logs
 from storage.producers import ProducerLimits
 from storage.removal import settle
+from storage.select import ReadResult
 from storage.space import SpaceGuard
 from storage.store_producers import StoreProducers
 from storage.sync_policy import SyncPolicy
